@@ -1,0 +1,66 @@
+"""The command line: a thin shell over the analysis packages. Parses options, calls one domain, renders.
+
+Heavy modules (torch, pynvml) are never imported here: each command imports its domain lazily so that
+`--help`, `scan` and `explain` start as fast as typer itself.
+"""
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from dflash_doctor import TOOL_NAME, __version__
+from dflash_doctor.commands import common
+
+EPILOG = (
+    "Examples:  dflash-doctor scan src/  ·  dflash-doctor guards  ·  dflash-doctor repro --threads 3  ·  "
+    "dflash-doctor explain DFD201"
+)
+
+app = typer.Typer(
+    name=TOOL_NAME,
+    help="Diagnose torch.compile thread races in multi-threaded, multi-GPU PyTorch training.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Each command lives in dflash_doctor/commands/<name>.py and registers itself; a missing one is skipped so the
+# CLI keeps working while commands are added.
+COMMANDS = ("scan", "explain", "guards", "repro", "pipeline", "gpus", "logs", "status", "check", "report")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"{TOOL_NAME} {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one-line errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Diagnose torch.compile thread races in multi-threaded, multi-GPU PyTorch training."""
+    common.DEBUG = debug
+
+
+def _register_commands() -> None:
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"dflash_doctor.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"dflash_doctor.commands.{name}":
+                raise
+            continue
+        module.register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    app(prog_name=TOOL_NAME)

@@ -1,0 +1,1 @@
+"""One module per subcommand. Each defines `register(app)` and imports its domain package lazily."""

@@ -1,0 +1,33 @@
+"""`dflash-doctor explain CODE`: a rule's rationale, fix and its bad/good examples (the same ones the tests run)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from dflash_doctor.commands.common import guarded
+from dflash_doctor.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        epilog="Examples:  dflash-doctor explain DFD201  ·  dflash-doctor explain checkpoint-use-reentrant-true  ·  "
+        "dflash-doctor explain --list",
+    )
+    @guarded
+    def explain(
+        code: Optional[str] = typer.Argument(None, help="Rule code (DFD101) or name (checkpoint-use-reentrant-true)."),
+        list_rules: bool = typer.Option(False, "--list", "-l", help="List every rule."),
+    ) -> int:
+        """Explain a rule: why it matters, how to fix it, and an example that fires and one that does not."""
+        from dflash_doctor.render.explain_view import render_rule, render_rule_list
+        from dflash_doctor.rules import all_rules, lookup
+
+        if list_rules or code is None:
+            render_rule_list(all_rules())
+            return 0
+        rule = lookup(code)
+        if rule is None:
+            raise UsageError(f"unknown rule {code!r}; `dflash-doctor explain --list` shows them all")
+        render_rule(rule)
+        return 0

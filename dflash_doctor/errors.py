@@ -1,0 +1,42 @@
+"""Domain errors. Only cli.py catches them, turning each into one line on stderr and an exit code."""
+from __future__ import annotations
+
+from dflash_doctor.findings import EXIT_PROBLEMS, EXIT_USAGE
+
+
+class DoctorError(Exception):
+    exit_code = EXIT_USAGE
+
+
+class UsageError(DoctorError):
+    """The user asked for something malformed or impossible (bad path, bad range, unknown code)."""
+
+    exit_code = EXIT_USAGE
+
+
+class MissingDependency(DoctorError):
+    """An optional heavy dependency (torch, NVML) is not importable; the message names the install command."""
+
+    exit_code = EXIT_PROBLEMS
+
+
+def require(module: str, *, package: str, install: str, purpose: str):
+    """Import `module` or raise MissingDependency with one line naming the package and how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(
+            f"{purpose} needs {package}, which is not importable here ({exc.__class__.__name__}: {exc}); "
+            f"install it with: {install}"
+        ) from exc
+
+
+def require_torch(purpose: str):
+    return require(
+        "torch",
+        package="torch",
+        install="pip install torch  (dflash-doctor never installs or upgrades torch for you)",
+        purpose=purpose,
+    )

@@ -1,0 +1,106 @@
+"""The one result model shared by every command: findings, problems, facts and the exit code they imply.
+
+Analysis code builds these and returns them; only renderers and the CLI turn them into output.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 1, "warning": 2, "error": 3}[self.value]
+
+
+class FailOn(str, enum.Enum):
+    """Lowest severity that makes the exit code 1 (`never`: findings never fail the run)."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+    NEVER = "never"
+
+    def trips(self, severity: Severity) -> bool:
+        if self is FailOn.NEVER:
+            return False
+        return severity.rank >= Severity(self.value).rank
+
+
+# Exit-code bits shared by all analysis commands (repro documents its own 0/1/2/3 scheme).
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_PROBLEMS = 4
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    path: Optional[str] = None
+    line: Optional[int] = None
+    column: Optional[int] = None  # 1-based, like the editors and SARIF
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+    def sort_key(self) -> tuple:
+        return (self.path or "", self.line or 0, self.column or 0, self.code)
+
+    def to_dict(self) -> dict:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "severity": self.severity.value,
+            "message": self.message,
+            "path": self.path,
+            "line": self.line,
+            "column": self.column,
+            "evidence": dict(self.evidence),
+        }
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something that could not be checked: never a finding, never a crash."""
+
+    subject: str
+    reason: str
+    hint: str = ""
+
+    def to_dict(self) -> dict:
+        return {"subject": self.subject, "reason": self.reason, "hint": self.hint}
+
+
+@dataclass
+class Report:
+    command: str
+    findings: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+    # Commands with their own exit-code contract (repro) set this; others derive it from findings/problems.
+    exit_code_override: Optional[int] = None
+
+    def extend(self, other: "Report") -> None:
+        self.findings.extend(other.findings)
+        self.problems.extend(other.problems)
+
+    def sorted_findings(self) -> list:
+        return sorted(self.findings, key=Finding.sort_key)
+
+    def exit_code(self, fail_on: FailOn = FailOn.WARNING) -> int:
+        if self.exit_code_override is not None:
+            return self.exit_code_override
+        code = EXIT_CLEAN
+        if any(fail_on.trips(f.severity) for f in self.findings):
+            code |= EXIT_FINDINGS
+        if self.problems:
+            code |= EXIT_PROBLEMS
+        return code

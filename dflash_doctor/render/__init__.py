@@ -1,0 +1,51 @@
+"""Output formats. Renderers are the only code (besides cli.py) that writes to the terminal."""
+from __future__ import annotations
+
+import enum
+import sys
+from typing import Callable, Optional, TextIO
+
+from dflash_doctor.findings import FailOn, Report
+
+
+class OutputFormat(str, enum.Enum):
+    TEXT = "text"
+    JSON = "json"
+    SARIF = "sarif"
+    JUNIT = "junit"
+
+
+# A facts view draws a command's facts in the text format (tables, timelines); it receives a rich Console.
+FactsView = Callable[[object, dict], None]
+
+
+def emit(
+    report: Report,
+    fmt: OutputFormat,
+    fail_on: FailOn = FailOn.WARNING,
+    *,
+    facts_view: Optional[FactsView] = None,
+    out: Optional[TextIO] = None,
+    err: Optional[TextIO] = None,
+) -> int:
+    """Write `report` in `fmt` (report to stdout, problems and summary to stderr) and return its exit code."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    exit_code = report.exit_code(fail_on)
+    if fmt is OutputFormat.TEXT:
+        from dflash_doctor.render.text import render_text
+
+        render_text(report, out, err, facts_view=facts_view, exit_code=exit_code)
+        return exit_code
+    if fmt is OutputFormat.JSON:
+        from dflash_doctor.render.json_format import render_json as render
+    elif fmt is OutputFormat.SARIF:
+        from dflash_doctor.render.sarif import render_sarif as render
+    else:
+        from dflash_doctor.render.junit import render_junit as render
+    out.write(render(report, exit_code))
+    out.write("\n")
+    from dflash_doctor.render.text import render_problems_and_summary
+
+    render_problems_and_summary(report, err, exit_code)
+    return exit_code

@@ -1,0 +1,96 @@
+"""The rule registry: every code any command can report, with its stable name, rationale and examples.
+
+Codes are a public contract: never renumber or reuse one. Ranges: DFD1xx-3xx scan, DFD4xx gpus, DFD5xx logs,
+DFD6xx guards, DFD7xx repro.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+from dflash_doctor.findings import Finding, Severity
+
+_CODE = re.compile(r"^DFD[1-9]\d\d$")
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+RULES: Dict[str, "Rule"] = {}
+_BY_NAME: Dict[str, "Rule"] = {}
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    name: str
+    severity: Severity
+    summary: str  # one line; the default finding message
+    rationale: str  # why it matters, for `explain` and SARIF help
+    bad: str  # an example that fires; runs as a test
+    good: str  # the fixed example; runs as a test and must be clean
+    example_format: str = "python"  # python | nvidia-smi-csv | log | torch-layout | repro-facts
+    fix: str = ""
+
+    def finding(
+        self,
+        message: Optional[str] = None,
+        *,
+        path: Optional[str] = None,
+        line: Optional[int] = None,
+        column: Optional[int] = None,
+        evidence: Optional[Mapping[str, Any]] = None,
+        severity: Optional[Severity] = None,
+    ) -> Finding:
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=severity or self.severity,
+            message=message or self.summary,
+            path=path,
+            line=line,
+            column=column,
+            evidence=dict(evidence or {}),
+        )
+
+
+def register(rule: Rule) -> Rule:
+    if not _CODE.match(rule.code):
+        raise ValueError(f"bad rule code {rule.code!r}")
+    if not _NAME.match(rule.name):
+        raise ValueError(f"bad rule name {rule.name!r}")
+    if rule.code in RULES or rule.name in _BY_NAME:
+        raise ValueError(f"rule {rule.code} {rule.name} registered twice")
+    RULES[rule.code] = rule
+    _BY_NAME[rule.name] = rule
+    return rule
+
+
+def lookup(code_or_name: str) -> Optional[Rule]:
+    load_all()
+    key = code_or_name.strip()
+    return RULES.get(key.upper()) or _BY_NAME.get(key.lower())
+
+
+def all_rules() -> list:
+    load_all()
+    return [RULES[c] for c in sorted(RULES)]
+
+
+_DOMAINS = ("scan", "gpus", "logs", "guards", "repro")
+_loaded = False
+
+
+def load_all() -> None:
+    """Import every domain's rule table (plain data modules: no torch, no NVML)."""
+    global _loaded
+    if _loaded:
+        return
+    import importlib
+
+    for domain in _DOMAINS:
+        try:
+            importlib.import_module(f"dflash_doctor.rules.{domain}")
+        except ModuleNotFoundError as exc:
+            # A domain whose rule table is not written yet simply has no rules.
+            if exc.name != f"dflash_doctor.rules.{domain}":
+                raise
+    _loaded = True
