@@ -33,3 +33,16 @@ def render_rule(rule) -> None:
     console.print(Syntax(rule.bad.rstrip("\n"), lexer, line_numbers=False, theme="ansi_dark"))
     console.print("\n[bold green]Good[/] (clean):")
     console.print(Syntax(rule.good.rstrip("\n"), lexer, line_numbers=False, theme="ansi_dark"))
+
+
+def rules_json(rules, *, single: bool) -> str:
+    import json
+
+    docs = [
+        {
+            "code": r.code, "name": r.name, "severity": r.severity.value, "summary": r.summary,
+            "rationale": r.rationale, "fix": r.fix, "example_format": r.example_format, "bad": r.bad, "good": r.good,
+        }
+        for r in rules
+    ]
+    return json.dumps(docs[0] if single else docs, indent=2)
