@@ -1,0 +1,133 @@
+"""Sizes of the reference pipeline: one frozen dataclass per model, one per run, and the named presets.
+
+Plain data: importing this module never imports torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Tuple
+
+CHECKPOINT_MODES = ("reentrant", "non-reentrant", "none")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A Qwen3-style decoder: RMSNorm, q/k norm, GQA, RoPE, SwiGLU."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float = 1_000_000.0
+    norm_eps: float = 1e-6
+
+    def linear_params_per_layer(self) -> int:
+        d, hd = self.hidden_size, self.head_dim
+        attention = d * hd * (2 * self.num_heads + 2 * self.num_kv_heads)  # q, o + k, v
+        return attention + 3 * d * self.intermediate_size  # gate, up, down
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    target: ModelSpec
+    drafter_layers: int
+    target_layer_ids: Tuple[int, ...]  # target layers whose outputs the drafter reads as context
+    block_size: int  # B: [anchor, MASK x (B-1)]
+    seq_len: int
+    prompt_len: int  # random prompt; the rest of each sequence is the target's greedy continuation
+    min_len: int  # sequences are cut to a random length in [min_len, seq_len]; the rest is padding
+    blocks_per_seq: int  # anchors sampled per sequence and step
+    batch_size: int  # sequences per drafter step (per drafter worker)
+    loss_decay: float  # gamma: weight of block position k is exp(-(k-1)/gamma)
+    loss_chunk: int  # query rows per checkpointed loss chunk
+    lr: float
+    steps: int
+    target_workers: int
+    drafter_workers: int
+    corpus_per_target: int  # greedy sequences each target worker generates once, then samples from
+    queue_depth: int = 2
+    log_every: int = 1
+
+    @property
+    def queries_per_seq(self) -> int:
+        return self.blocks_per_seq * self.block_size
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.target.vocab_size - 1
+
+    @property
+    def pad_token_id(self) -> int:
+        return 0
+
+    def with_shape_index(self, shape_index: int) -> "PipelineConfig":
+        """A distinct (seq_len, blocks) per index, so each index is a distinct shape for a static compile."""
+        if shape_index < 0:
+            raise ValueError("shape_index must be >= 0")
+        step = 2 * self.block_size
+        return replace(
+            self,
+            seq_len=self.seq_len + step * shape_index,
+            min_len=self.min_len + step * shape_index,
+            blocks_per_seq=self.blocks_per_seq + shape_index,
+        )
+
+
+TINY = PipelineConfig(
+    name="tiny",
+    target=ModelSpec(vocab_size=128, hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=2, head_dim=16,
+                     intermediate_size=128),
+    drafter_layers=1,
+    target_layer_ids=(1, 3),
+    block_size=4,
+    seq_len=64,
+    prompt_len=8,
+    min_len=48,
+    blocks_per_seq=8,
+    batch_size=16,
+    loss_decay=4.0,
+    loss_chunk=64,
+    lr=1e-2,
+    steps=30,
+    target_workers=1,
+    drafter_workers=2,
+    corpus_per_target=64,
+)
+
+# One H200: a drafter step of ~7 TFLOP (bf16) is GPU-bound, and the model still compiles in well under a minute.
+SMALL = PipelineConfig(
+    name="small",
+    target=ModelSpec(vocab_size=32768, hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=8, head_dim=64,
+                     intermediate_size=3072),
+    drafter_layers=2,
+    target_layer_ids=(1, 4, 7),
+    block_size=16,
+    seq_len=2048,
+    prompt_len=256,
+    min_len=1536,
+    blocks_per_seq=64,
+    batch_size=16,
+    loss_decay=7.0,
+    loss_chunk=4096,
+    lr=3e-4,
+    steps=40,
+    target_workers=1,
+    drafter_workers=1,
+    corpus_per_target=32,
+)
+
+# The seeds' topology: 5 target workers and 3 drafter workers (scaled onto the devices present).
+SEEDS = replace(SMALL, name="seeds", target_workers=5, drafter_workers=3, batch_size=8, corpus_per_target=16)
+
+PRESETS = {c.name: c for c in (TINY, SMALL, SEEDS)}
+
+
+def preset(name: str) -> PipelineConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None

@@ -1,0 +1,76 @@
+"""Position-decayed, chunked cross-entropy: full (queries x vocab) logits are never materialised at once.
+
+Block position k (1..B-1) predicts the target's greedy token for position anchor + k, i.e. the target's own
+prediction made at anchor + k - 1. Position 0 is the anchor (given, weight 0); padded blocks and labels past the
+sequence end weigh 0; the rest weigh exp(-(k-1)/gamma), because early positions decide how many drafted tokens
+are accepted.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from dflash_doctor.reference.config import CHECKPOINT_MODES
+
+
+def position_weights(block_size: int, decay: float) -> torch.Tensor:
+    """(B,) weights by position inside a block: 0 for the anchor, exp(-(k-1)/decay) for k >= 1."""
+    k = torch.arange(block_size, dtype=torch.float32)
+    weights = torch.exp(-(k - 1) / decay)
+    weights[0] = 0.0
+    return weights
+
+
+def loss_weights(anchors: torch.Tensor, lengths: torch.Tensor, block_size: int, decay: float) -> torch.Tensor:
+    """(batch, blocks * B) weight of every query row."""
+    k = torch.arange(block_size, device=anchors.device)
+    label_pos = anchors[..., None] + k
+    real = (anchors[..., None] >= 0) & (label_pos < lengths.to(anchors.device)[:, None, None])
+    weights = position_weights(block_size, decay).to(anchors.device) * real
+    return weights.flatten(1)
+
+
+def block_labels(greedy: torch.Tensor, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
+    """(batch, blocks * B) label ids: the target's greedy token made at anchor + k - 1 (anchor rows: ignored)."""
+    k = torch.arange(block_size, device=anchors.device)
+    source = (anchors[..., None] + k - 1).clamp(0, greedy.shape[1] - 1)
+    return greedy.gather(1, source.flatten(1))
+
+
+def _chunk_loss(hidden, norm_weight, eps, lm_head_weight, labels, weights):
+    h32 = hidden.float()
+    h = (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()).to(hidden.dtype)
+    logits = F.linear(h, lm_head_weight).float()
+    return (F.cross_entropy(logits, labels, reduction="none") * weights).sum()
+
+
+def chunked_loss(hidden: torch.Tensor, norm, lm_head_weight: torch.Tensor, labels: torch.Tensor,
+                 weights: torch.Tensor, chunk: int, checkpoint: str) -> torch.Tensor:
+    """Weighted mean CE over query rows; each chunk of rows recomputes its logits in backward when checkpointed.
+
+    `checkpoint`: "reentrant" (use_reentrant=True), "non-reentrant" (use_reentrant=False) or "none". The seeds
+    toggled exactly this; checkpointing only applies when autograd records (a no-grad replay has nothing to save).
+    """
+    if checkpoint not in CHECKPOINT_MODES:
+        raise ValueError(f"checkpoint must be one of {CHECKPOINT_MODES}, not {checkpoint!r}")
+    from torch.utils.checkpoint import checkpoint as torch_checkpoint
+
+    rows = hidden.reshape(-1, hidden.shape[-1])
+    labels, weights = labels.reshape(-1), weights.reshape(-1).to(rows.device)
+    recording = torch.is_grad_enabled() and rows.requires_grad
+    total = rows.new_zeros((), dtype=torch.float32)
+    for start in range(0, rows.shape[0], chunk):
+        part = (rows[start:start + chunk], norm.weight, norm.eps, lm_head_weight,
+                labels[start:start + chunk], weights[start:start + chunk])
+        if checkpoint == "none" or not recording:
+            total = total + _chunk_loss(*part)
+        else:
+            total = total + torch_checkpoint(_chunk_loss, *part, use_reentrant=checkpoint == "reentrant")
+    return total / weights.sum().clamp_min(1e-6)
+
+
+def uniform_loss(vocab_size: int) -> float:
+    """The loss of a drafter that knows nothing: ln(vocab)."""
+    return math.log(vocab_size)
