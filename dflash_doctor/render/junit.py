@@ -1,33 +1,100 @@
-"""JUnit XML: one test case per finding (failure) and per problem (error), so CI servers list each hazard."""
+"""JUnit XML, so a CI server lists each hazard: one failing test case per finding, one erroring test case per
+problem ("could not check"), grouped in one test suite per part of the tool (scan, guards, repro...).
+
+A part that ran clean still shows up as one passing test case when the report names the parts it ran in
+`facts["parts"]` (as `check` does), so "scan passed, guards failed" reads at a glance.
+"""
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
+from typing import Dict, List
 
 from dflash_doctor import TOOL_NAME
-from dflash_doctor.findings import Report
+from dflash_doctor.findings import Finding, Report
+from dflash_doctor.render.rules_doc import code_domain
+
+PROBLEMS_SUITE = "could-not-check"
+# XML 1.0 cannot carry most control characters at all (not even escaped); log excerpts can contain them.
+_ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _clean(text: object) -> str:
+    return _ILLEGAL_XML.sub("\ufffd", str(text))
+
+
+def _where(finding: Finding) -> str:
+    if not finding.path:
+        return "environment"
+    parts = [finding.path] + [str(n) for n in (finding.line, finding.column) if n]
+    return ":".join(parts)
+
+
+def _finding_case(suite: ET.Element, finding: Finding, domain: str) -> None:
+    attributes = {
+        "classname": f"{TOOL_NAME}.{domain}.{finding.code}",
+        "name": _clean(f"{finding.code} {finding.name} at {_where(finding)}"),
+    }
+    if finding.path:
+        attributes["file"] = _clean(finding.path)
+        if finding.line:
+            attributes["line"] = str(finding.line)
+    case = ET.SubElement(suite, "testcase", attributes)
+    failure = ET.SubElement(
+        case, "failure", type=finding.severity.value, message=_clean(f"{finding.code} {finding.message}")
+    )
+    details = [f"{finding.severity.value}: {finding.code} {finding.name} at {_where(finding)}", finding.message]
+    details += [f"{key}: {value}" for key, value in finding.evidence.items()]
+    failure.text = _clean("\n".join(details))
+
+
+def _suite(name: str, cases: int, failures: int, errors: int) -> ET.Element:
+    return ET.Element(
+        "testsuite", name=name, tests=str(cases), failures=str(failures), errors=str(errors), skipped="0",
+        time="0",
+    )
 
 
 def render_junit(report: Report, exit_code: int) -> str:
-    findings = report.sorted_findings()
-    suite = ET.Element(
-        "testsuite",
-        name=f"{TOOL_NAME} {report.command}",
-        tests=str(max(1, len(findings) + len(report.problems))),
-        failures=str(len(findings)),
-        errors=str(len(report.problems)),
-        skipped="0",
-    )
-    for finding in findings:
-        where = f"{finding.path}:{finding.line}" if finding.path else report.command
-        case = ET.SubElement(suite, "testcase", classname=f"{TOOL_NAME}.{finding.code}", name=f"{finding.name} {where}")
-        failure = ET.SubElement(case, "failure", type=finding.severity.value, message=f"{finding.code} {finding.message}")
-        failure.text = "\n".join(f"{k}: {v}" for k, v in finding.evidence.items()) or finding.message
-    for problem in report.problems:
-        case = ET.SubElement(suite, "testcase", classname=f"{TOOL_NAME}.problem", name=problem.subject)
-        error = ET.SubElement(case, "error", type="could-not-check", message=problem.reason)
-        error.text = problem.hint
-    if not findings and not report.problems:
+    by_domain: Dict[str, List[Finding]] = {}
+    for finding in report.sorted_findings():
+        by_domain.setdefault(code_domain(finding.code), []).append(finding)
+    parts = report.facts.get("parts") if isinstance(report.facts, dict) else None
+    clean_parts = [p for p in parts if isinstance(p, str) and p not in by_domain] if isinstance(parts, list) else []
+
+    suites = []
+    for domain in sorted(by_domain):
+        findings = by_domain[domain]
+        suite = _suite(f"{TOOL_NAME} {report.command}: {domain}", len(findings), len(findings), 0)
+        for finding in findings:
+            _finding_case(suite, finding, domain)
+        suites.append(suite)
+    for part in clean_parts:
+        suite = _suite(f"{TOOL_NAME} {report.command}: {part}", 1, 0, 0)
+        ET.SubElement(suite, "testcase", classname=f"{TOOL_NAME}.{part}", name=f"{part} clean")
+        suites.append(suite)
+    if report.problems:
+        suite = _suite(f"{TOOL_NAME} {report.command}: {PROBLEMS_SUITE}", len(report.problems), 0,
+                       len(report.problems))
+        for problem in report.problems:
+            case = ET.SubElement(suite, "testcase", classname=f"{TOOL_NAME}.{PROBLEMS_SUITE}",
+                                 name=_clean(problem.subject))
+            error = ET.SubElement(case, "error", type="could-not-check", message=_clean(problem.reason))
+            error.text = _clean(problem.hint)
+        suites.append(suite)
+    if not suites:
+        suite = _suite(f"{TOOL_NAME} {report.command}", 1, 0, 0)
         ET.SubElement(suite, "testcase", classname=TOOL_NAME, name=f"{report.command} clean")
-    suites = ET.Element("testsuites", name=TOOL_NAME)
-    suites.append(suite)
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True)
+        suites.append(suite)
+
+    root = ET.Element(
+        "testsuites",
+        name=f"{TOOL_NAME} {report.command}",
+        tests=str(sum(int(s.get("tests")) for s in suites)),
+        failures=str(sum(int(s.get("failures")) for s in suites)),
+        errors=str(sum(int(s.get("errors")) for s in suites)),
+        skipped="0",
+        time="0",
+    )
+    root.extend(suites)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)

@@ -1,4 +1,11 @@
-"""SARIF 2.1.0, shaped so GitHub code scanning accepts it: every rule described, repo-relative URIs."""
+"""SARIF 2.1.0, shaped so GitHub code scanning accepts it: every rule described, repo-relative URIs, stable
+fingerprints, and a location on every result.
+
+Findings about the environment rather than a file (guards, gpus, logs, repro) have no path. GitHub rejects a
+result without a location, so they are placed on line 1 of the project's dependency manifest (the file that pins
+the torch they are about), or on the pseudo artifact `ENVIRONMENT_ARTIFACT` when the project has none. The
+result's `properties.environmentFinding` says that the location is a placement, not a line to blame.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -9,65 +16,114 @@ from typing import Optional
 from dflash_doctor import TOOL_NAME, __version__
 from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.render.paths import relative_uri, repo_root
+from dflash_doctor.render.rules_doc import rule_anchor
 from dflash_doctor.rules import all_rules
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/dflash-doctor/dflash-doctor"
+RULES_DOC_URI = f"{INFORMATION_URI}/blob/main/docs/rules.md"
+FINGERPRINT_KEY = "dflashDoctor/v1"
+# Where pathless findings go, in order of preference: the files that decide which torch a project runs.
+MANIFESTS = ("pyproject.toml", "requirements.txt", "setup.py", "setup.cfg", "environment.yml", "Pipfile")
+ENVIRONMENT_ARTIFACT = "dflash-doctor-environment"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
+def environment_artifact(root: Path) -> str:
+    """The repo-relative file that carries findings without a path (see the module docstring)."""
+    for name in MANIFESTS:
+        if (root / name).is_file():
+            return name
+    return ENVIRONMENT_ARTIFACT
+
+
 def _rule_entry(rule) -> dict:
+    fix = f"\n\nFix: {rule.fix}" if rule.fix else ""
+    fix_md = f"\n\n**Fix:** {rule.fix}" if rule.fix else ""
+    lexer = "python" if rule.example_format in ("python", "torch-layout") else ""
     return {
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.summary},
         "fullDescription": {"text": rule.rationale},
         "help": {
-            "text": f"{rule.rationale}\n\nFix: {rule.fix}" if rule.fix else rule.rationale,
+            "text": f"{rule.rationale}{fix}",
             "markdown": (
-                f"{rule.rationale}\n\n**Fix:** {rule.fix}\n\n```\n{rule.bad}```" if rule.fix
-                else f"{rule.rationale}\n\n```\n{rule.bad}```"
+                f"{rule.rationale}{fix_md}\n\nFires on:\n\n```{lexer}\n{rule.bad.rstrip()}\n```\n\n"
+                f"Clean:\n\n```{lexer}\n{rule.good.rstrip()}\n```"
             ),
         },
-        "helpUri": f"{INFORMATION_URI}/blob/main/docs/rules.md#{rule.code.lower()}",
+        "helpUri": f"{RULES_DOC_URI}#{rule_anchor(rule)}",
         "defaultConfiguration": {"level": _LEVEL[rule.severity]},
-        "properties": {"tags": [rule.code[:4] + "xx"]},
+        "properties": {"tags": [_domain_tag(rule.code)], "precision": "high"},
     }
 
 
-def _fingerprint(finding: Finding, uri: Optional[str]) -> str:
+def _domain_tag(code: str) -> str:
+    return code[:4] + "xx"
+
+
+def _fingerprint(finding: Finding, uri: str) -> str:
     # Stable across runs and line shifts: code, file and the finding's own evidence, not its line number.
+    # Environment findings hash without their placement, so adding a manifest later does not reopen them.
     evidence = json.dumps(dict(finding.evidence), sort_keys=True, default=str)
     digest = hashlib.sha256(f"{finding.code}|{uri}|{finding.message}|{evidence}".encode()).hexdigest()
     return digest[:32]
 
 
-def _result(finding: Finding, index: dict, root: Path) -> dict:
-    result = {
+def _location(uri: str, line: int, column: Optional[int]) -> dict:
+    region = {"startLine": max(1, line)}
+    if column:
+        region["startColumn"] = max(1, column)
+    artifact = {"uri": uri}
+    if not uri.startswith("file:"):
+        artifact["uriBaseId"] = "%SRCROOT%"
+    return {"physicalLocation": {"artifactLocation": artifact, "region": region}}
+
+
+def _result(finding: Finding, index: dict, root: Path, fallback_uri: str) -> dict:
+    properties = {"name": finding.name, "evidence": dict(finding.evidence)}
+    if finding.path:
+        uri = relative_uri(finding.path, root)
+        location = _location(uri, finding.line or 1, finding.column)
+    else:
+        uri = fallback_uri
+        location = _location(uri, 1, None)
+        properties["environmentFinding"] = True
+    fingerprint = _fingerprint(finding, uri if finding.path else "")
+    return {
         "ruleId": finding.code,
         "ruleIndex": index[finding.code],
         "level": _LEVEL[finding.severity],
         "message": {"text": finding.message},
-        "properties": {"name": finding.name, "evidence": dict(finding.evidence)},
+        "locations": [location],
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint},
+        "properties": properties,
     }
-    uri = None
-    if finding.path:
-        uri = relative_uri(finding.path, root)
-        region = {"startLine": max(1, finding.line or 1)}
-        if finding.column:
-            region["startColumn"] = max(1, finding.column)
-        location = {"artifactLocation": {"uri": uri}, "region": region}
-        if not uri.startswith("file:"):
-            location["artifactLocation"]["uriBaseId"] = "%SRCROOT%"
-        result["locations"] = [{"physicalLocation": location}]
-    result["partialFingerprints"] = {"dflashDoctor/v1": _fingerprint(finding, uri)}
-    return result
+
+
+def _deduplicate_fingerprints(results: list) -> None:
+    """Two identical findings in one file would share a fingerprint and GitHub would merge them: number repeats."""
+    seen: dict = {}
+    for result in results:
+        fingerprint = result["partialFingerprints"][FINGERPRINT_KEY]
+        seen[fingerprint] = seen.get(fingerprint, 0) + 1
+        if seen[fingerprint] > 1:
+            result["partialFingerprints"][FINGERPRINT_KEY] = f"{fingerprint}:{seen[fingerprint]}"
+
+
+def _problem_text(problem) -> str:
+    hint = f" ({problem.hint})" if problem.hint else ""
+    return f"could not check {problem.subject}: {problem.reason}{hint}"
 
 
 def sarif_document(report: Report, exit_code: int, root: Optional[Path] = None) -> dict:
-    root = root or repo_root()
+    root = (root or repo_root()).resolve()
     rules = all_rules()
     index = {rule.code: i for i, rule in enumerate(rules)}
+    fallback_uri = environment_artifact(root)
+    results = [_result(f, index, root, fallback_uri) for f in report.sorted_findings()]
+    _deduplicate_fingerprints(results)
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -79,13 +135,15 @@ def sarif_document(report: Report, exit_code: int, root: Optional[Path] = None) 
                 "informationUri": INFORMATION_URI,
                 "rules": [_rule_entry(rule) for rule in rules],
             }},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": root.as_uri() + "/"}},
-            "results": [_result(f, index, root) for f in report.sorted_findings()],
+            "automationDetails": {"id": f"{TOOL_NAME}/{report.command}/"},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": root.as_uri().rstrip("/") + "/"}},
+            "columnKind": "unicodeCodePoints",
+            "results": results,
             "invocations": [{
                 "executionSuccessful": not report.problems,
                 "exitCode": exit_code,
                 "toolExecutionNotifications": [
-                    {"level": "warning", "message": {"text": f"{p.subject}: {p.reason}"}}
+                    {"level": "warning", "message": {"text": _problem_text(p)}}
                     for p in report.problems
                 ],
             }],

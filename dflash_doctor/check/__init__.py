@@ -1,0 +1,100 @@
+"""CI pre-flight: the static scan, the installed torch's guards and (optionally) a quick forced repro, merged
+into one Report whose facts keep each part's own facts under its name.
+
+Each part is a callable returning a Report, injected so tests can pass small fakes; the defaults import the
+real domain packages lazily. A part whose dependency is missing (no torch for the guards) becomes a Problem and
+the other parts still run: a CI job without torch still gets its scan.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Sequence
+
+from dflash_doctor.errors import MissingDependency
+from dflash_doctor.findings import Problem, Report
+
+Part = Callable[[], Report]
+
+PART_ORDER = ("scan", "guards", "repro")
+INSTALL_HINT = {
+    "guards": "install torch in this environment to check its guards; the scan ran without it",
+    "repro": "install torch in this environment to run the repro; the other parts ran without it",
+}
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """What one `check` run does; the CLI builds it from its options."""
+
+    paths: Sequence[str] = (".",)
+    exclude: Sequence[str] = ()
+    probes: bool = True
+    repro: bool = False
+    timeout: float = 60.0  # seconds, for each live part (guards probes, repro)
+
+
+def default_parts(plan: CheckPlan) -> Dict[str, Part]:
+    """The real parts, each importing its domain only when it runs."""
+
+    def scan() -> Report:
+        from dflash_doctor.scan import scan_paths
+
+        return scan_paths(list(plan.paths), exclude=tuple(plan.exclude))
+
+    def guards() -> Report:
+        from dflash_doctor.guards import run_guards
+
+        return run_guards(probes=plan.probes, timeout=plan.timeout)
+
+    def repro() -> Report:
+        from dflash_doctor.check.quick_repro import quick_forced_repro
+
+        return quick_forced_repro(timeout=plan.timeout)
+
+    parts = {"scan": scan, "guards": guards}
+    if plan.repro:
+        parts["repro"] = repro
+    return parts
+
+
+def _run_part(name: str, part: Part, clock: Callable[[], float]) -> tuple:
+    started = clock()
+    try:
+        report = part()
+    except MissingDependency as exc:
+        report = Report(name, problems=[Problem(name, str(exc), INSTALL_HINT.get(name, ""))])
+        return report, False, clock() - started
+    except ImportError as exc:
+        if (exc.name or "").startswith("dflash_doctor"):
+            raise  # our own package is broken: an internal error, not a missing dependency
+        # A dependency imported without require(): same treatment, named after the module that is missing.
+        missing = exc.name or str(exc)
+        reason = f"needs {missing}, which is not importable here ({exc.__class__.__name__}: {exc})"
+        report = Report(name, problems=[Problem(name, reason, INSTALL_HINT.get(name, ""))])
+        return report, False, clock() - started
+    return report, True, clock() - started
+
+
+def run_check(
+    plan: CheckPlan = CheckPlan(),
+    *,
+    parts: Optional[Dict[str, Part]] = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Report:
+    """Run every part in order and merge them into one Report (command "check").
+
+    facts: {"parts": [names that ran], "<part>": that part's facts, "seconds": {part: wall}}. A part's own
+    exit-code contract (repro's) does not leak: the merged exit code follows findings and problems only.
+    UsageError (a path that does not exist) propagates, as in `scan`.
+    """
+    parts = default_parts(plan) if parts is None else parts
+    merged = Report("check", facts={"parts": [], "seconds": {}})
+    for name in sorted(parts, key=lambda n: PART_ORDER.index(n) if n in PART_ORDER else len(PART_ORDER)):
+        report, ran, seconds = _run_part(name, parts[name], clock)
+        merged.extend(report)
+        merged.facts["seconds"][name] = round(seconds, 3)
+        if ran:
+            merged.facts["parts"].append(name)
+            merged.facts[name] = report.facts
+    return merged

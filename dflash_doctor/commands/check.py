@@ -1,0 +1,76 @@
+"""`dflash-doctor check [PATH...]`: the CI pre-flight (scan + guards, optionally a quick forced repro)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from dflash_doctor.commands.common import (
+    EXIT_CODES_HELP,
+    FAIL_ON_OPTION,
+    FORMAT_OPTION,
+    OUTPUT_OPTION,
+    finish,
+    guarded,
+)
+from dflash_doctor.findings import FailOn
+from dflash_doctor.render import OutputFormat
+
+EPILOG = (
+    "Examples:  dflash-doctor check  ·  dflash-doctor check src/ --format sarif --output dflash-doctor.sarif  ·  "
+    "dflash-doctor check src/ --format junit -o dflash-doctor.xml  ·  dflash-doctor check --repro --fail-on error  ·  "
+    "dflash-doctor check --no-probes --fail-on never.  " + EXIT_CODES_HELP + "  A missing torch is exit 4 (the "
+    "guards could not be checked) with the scan's result still in the report."
+)
+
+
+def _parts_view(console, facts: dict) -> None:
+    """One line per part: what ran, how long it took; findings follow as in `scan`."""
+    from rich.markup import escape
+
+    seconds = facts.get("seconds", {})
+    for name in seconds:
+        state = "ran" if name in facts.get("parts", []) else "[magenta]could not run[/]"
+        detail = ""
+        part = facts.get(name)
+        if isinstance(part, dict):
+            verdict = part.get("verdict")
+            files = part.get("files_scanned", part.get("files"))
+            if verdict is not None:
+                detail = f", verdict: {escape(str(verdict))}"
+            elif files is not None:
+                detail = f", {escape(str(files))} files"
+        console.print(f"[bold]{name}[/] {state} in {seconds[name]:.1f}s{detail}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog=EPILOG)
+    @guarded
+    def check(
+        paths: Optional[List[Path]] = typer.Argument(
+            None, help="Files or folders to scan (default: the current folder).", show_default=False
+        ),
+        exclude: Optional[List[str]] = typer.Option(
+            None, "--exclude", help="Glob of paths the scan skips (repeatable).", show_default=False
+        ),
+        probes: bool = typer.Option(
+            True, "--probes/--no-probes", help="Run the guards' live probes in child processes (needs torch)."
+        ),
+        repro: bool = typer.Option(False, "--repro", help="Also run a quick forced repro on the CPU (needs torch)."),
+        timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds allowed to each live part."),
+        fmt: OutputFormat = FORMAT_OPTION,
+        fail_on: FailOn = FAIL_ON_OPTION,
+        output: Optional[Path] = OUTPUT_OPTION,
+    ) -> int:
+        """CI pre-flight: scan the code and check the installed torch's guards in one report (SARIF, JUnit...)."""
+        from dflash_doctor.check import CheckPlan, run_check
+
+        plan = CheckPlan(
+            paths=tuple(str(p) for p in paths) if paths else (".",),
+            exclude=tuple(exclude or ()),
+            probes=probes,
+            repro=repro,
+            timeout=timeout,
+        )
+        return finish(run_check(plan), fmt, fail_on, output, facts_view=_parts_view)

@@ -1,0 +1,57 @@
+"""`dflash-doctor report [--out FILE.md|.html]`: one shareable, redacted file for an issue tracker."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from dflash_doctor.commands.common import guarded, write_atomically
+from dflash_doctor.errors import UsageError
+
+SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+EPILOG = (
+    "Examples:  dflash-doctor report > report.md  ·  dflash-doctor report --out report.html  ·  "
+    "dflash-doctor report src/ --no-probes --out report.md  ·  dflash-doctor report --repro-json repro.json.  "
+    "The last repro result is read from ~/.cache/dflash-doctor/last-repro.json (XDG_CACHE_HOME, or "
+    "DFLASH_DOCTOR_CACHE, moves it) unless --repro-json names a file.  Exit codes: 0 written (sections that "
+    "could not be collected say so inside); 2 usage error; 3 internal error."
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog=EPILOG)
+    @guarded
+    def report(
+        paths: Optional[List[Path]] = typer.Argument(
+            None, help="Files or folders to summarise the scan of (default: the current folder).", show_default=False
+        ),
+        out: Optional[Path] = typer.Option(
+            None, "--out", help="Write to FILE.md or FILE.html (default: Markdown on stdout).", dir_okay=False
+        ),
+        repro_json: Optional[Path] = typer.Option(
+            None, "--repro-json", help="A repro result (`repro --format json` output) to include instead of the last one.",
+            dir_okay=False,
+        ),
+        probes: bool = typer.Option(True, "--probes/--no-probes", help="Run the guards' live probes (needs torch)."),
+        timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds allowed to the guards' probes."),
+    ) -> int:
+        """Write a bug report: environment, guards verdict, scan summary, GPU snapshot and last repro, redacted."""
+        kind = "markdown"
+        if out is not None:
+            kind = SUFFIXES.get(out.suffix.lower(), "")
+            if not kind:
+                raise UsageError(f"--out {out}: use a .md or .html file name")
+        from dflash_doctor.report import build_bundle, render_html, render_markdown
+
+        bundle = build_bundle(
+            tuple(str(p) for p in paths) if paths else (".",), probes=probes, timeout=timeout, repro_json=repro_json
+        )
+        text = render_html(bundle) if kind == "html" else render_markdown(bundle)
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            write_atomically(out, text)
+            sys.stderr.write(f"dflash-doctor: wrote {out} ({len(bundle.problems)} section(s) could not be collected)\n")
+        return 0

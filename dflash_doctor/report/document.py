@@ -1,0 +1,178 @@
+"""A Bundle as one Markdown or HTML document for an issue tracker.
+
+The bundle is first laid out as a list of blocks (heading, paragraph, table, code, details), then written in
+either format, so both always carry the same content. Every block is redacted before it is written (and the
+Markdown once more as a whole): a token in a path, a log tail or a repro's stderr never survives either.
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from dflash_doctor import TOOL_NAME
+from dflash_doctor.report.bundle import Bundle
+from dflash_doctor.report.redact import redact_text
+
+MAX_FACTS_CHARS = 6000  # per section; a bug report nobody can scroll through is not read
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str  # heading | paragraph | table | code | details
+    text: str = ""
+    rows: Sequence[Sequence[object]] = ()
+    header: Sequence[str] = ()
+    level: int = 2
+
+
+def _json_text(data: object) -> str:
+    text = json.dumps(data, indent=2, default=str, sort_keys=True)
+    if len(text) > MAX_FACTS_CHARS:
+        text = text[:MAX_FACTS_CHARS] + f"\n... ({len(text) - MAX_FACTS_CHARS} more characters cut)"
+    return text
+
+
+def _findings_table(findings: list) -> Block:
+    rows = []
+    for f in findings:
+        where = f"{f.get('path')}:{f.get('line')}" if f.get("path") else "environment"
+        rows.append([f.get("code"), f.get("severity"), where, f.get("message")])
+    return Block("table", header=("code", "severity", "where", "message"), rows=rows)
+
+
+def _part_blocks(title: str, section: Optional[dict], missing: str) -> List[Block]:
+    blocks = [Block("heading", title)]
+    if section is None:
+        return blocks + [Block("paragraph", missing)]
+    blocks.append(Block("paragraph", f"Verdict: {section['verdict']} ({section['total']} finding(s))"))
+    if section["findings"]:
+        blocks.append(_findings_table(section["findings"]))
+        if section["total"] > len(section["findings"]):
+            more = section["total"] - len(section["findings"])
+            blocks.append(Block("paragraph", f"... and {more} more; counts by code: {section['counts']}"))
+    for problem in section["problems"]:
+        blocks.append(Block("paragraph", f"Could not check {problem['subject']}: {problem['reason']}"))
+    return blocks + [Block("details", _json_text(section["facts"]), header=("facts",))]
+
+
+def _gpu_blocks(section: Optional[dict]) -> List[Block]:
+    blocks = [Block("heading", "GPU snapshot")]
+    if section is None:
+        return blocks + [Block("paragraph", "not collected (see Problems)")]
+    gpus = section.get("gpus") or []
+    if not gpus:
+        return blocks + [Block("paragraph", f"no GPU: {section.get('reason', 'none visible')}")]
+    header = list(dict.fromkeys(key for gpu in gpus for key in gpu))
+    return blocks + [Block("table", header=header, rows=[[gpu.get(k, "") for k in header] for gpu in gpus])]
+
+
+def _repro_blocks(section: dict) -> List[Block]:
+    blocks = [Block("heading", "Last repro")]
+    result = section.get("result")
+    if result is None:
+        return blocks + [Block("paragraph", f"none found at {section['source']} (run `dflash-doctor repro` first)")]
+    blocks.append(Block("paragraph", f"From {section['source']}: exit code {result.get('exit_code')}"))
+    if result.get("findings"):
+        blocks.append(_findings_table(result["findings"]))
+    return blocks + [Block("details", _json_text(result.get("facts", {})), header=("repro facts",))]
+
+
+def _redacted(block: Block) -> Block:
+    # Before any escaping: HTML entities would split a `password="..."` apart and hide it from the patterns.
+    return Block(
+        block.kind,
+        redact_text(block.text),
+        rows=[[redact_text(str(cell)) for cell in row] for row in block.rows],
+        header=[redact_text(str(h)) for h in block.header],
+        level=block.level,
+    )
+
+
+def layout(bundle: Bundle) -> List[Block]:
+    return [_redacted(block) for block in _layout(bundle)]
+
+
+def _layout(bundle: Bundle) -> List[Block]:
+    env = bundle.environment
+    blocks = [
+        Block("heading", f"{TOOL_NAME} report", level=1),
+        Block("paragraph", f"Generated {bundle.created} by {TOOL_NAME} {bundle.tool_version}. Secrets in the "
+                           "environment are redacted; read it once before you post it."),
+        Block("heading", "Environment"),
+        Block("table", header=("field", "value"), rows=[[key, env[key]] for key in (
+            "python", "implementation", "platform", "machine", "cpu_count", "executable")]),
+        Block("table", header=("package", "version"),
+              rows=[[name, version or "not installed"] for name, version in env["packages"].items()]),
+    ]
+    if env["env"]:
+        blocks.append(Block("code", "\n".join(f"{k}={v}" for k, v in env["env"].items())))
+    blocks += _part_blocks("Guards", bundle.guards, "not checked (see Problems)")
+    blocks += _part_blocks("Scan", bundle.scan, "not scanned (see Problems)")
+    if bundle.scan is not None:
+        blocks.append(Block("paragraph", "Scanned: " + ", ".join(bundle.scan["paths"])))
+    blocks += _gpu_blocks(bundle.gpus)
+    blocks += _repro_blocks(bundle.repro or {"source": "(not looked up)", "result": None})
+    if bundle.problems:
+        blocks.append(Block("heading", "Problems"))
+        blocks += [Block("paragraph", f"Could not check {p.subject}: {p.reason}" + (f" ({p.hint})" if p.hint else ""))
+                   for p in bundle.problems]
+    return blocks
+
+
+def _md_cell(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _fence(text: str) -> str:
+    return "`" * max(3, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+
+
+def _markdown_block(block: Block) -> str:
+    if block.kind == "heading":
+        return f"{'#' * block.level} {block.text}"
+    if block.kind == "paragraph":
+        return block.text
+    if block.kind == "table":
+        lines = ["| " + " | ".join(block.header) + " |", "|" + "---|" * len(block.header)]
+        return "\n".join(lines + ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in block.rows])
+    fence = _fence(block.text)
+    if block.kind == "code":
+        return f"{fence}\n{block.text}\n{fence}"
+    return f"<details><summary>{html.escape(block.header[0])}</summary>\n\n{fence}json\n{block.text}\n{fence}\n\n</details>"
+
+
+def _html_block(block: Block) -> str:
+    e = html.escape
+    if block.kind == "heading":
+        return f"<h{block.level}>{e(block.text)}</h{block.level}>"
+    if block.kind == "paragraph":
+        return f"<p>{e(block.text)}</p>"
+    if block.kind == "table":
+        head = "".join(f"<th>{e(str(h))}</th>" for h in block.header)
+        body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in block.rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    if block.kind == "code":
+        return f"<pre>{e(block.text)}</pre>"
+    return f"<details><summary>{e(block.header[0])}</summary><pre>{e(block.text)}</pre></details>"
+
+
+def render_markdown(bundle: Bundle) -> str:
+    return redact_text("\n\n".join(_markdown_block(b) for b in layout(bundle)) + "\n")
+
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;margin:.5em 0}"
+    "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}"
+    "pre{background:#f6f8fa;padding:.5em;white-space:pre-wrap}"
+)
+
+
+def render_html(bundle: Bundle) -> str:
+    body = "\n".join(_html_block(b) for b in layout(bundle))
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{TOOL_NAME} report</title>'
+        f"<style>{_STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
