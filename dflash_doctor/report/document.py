@@ -64,9 +64,12 @@ def _gpu_blocks(section: Optional[dict]) -> List[Block]:
         return blocks + [Block("paragraph", "not collected (see Problems)")]
     gpus = section.get("gpus") or []
     if not gpus:
-        return blocks + [Block("paragraph", f"no GPU: {section.get('reason', 'none visible')}")]
+        return blocks + [Block("paragraph", f"no GPU: {section.get('reason') or 'none visible'}")]
     header = list(dict.fromkeys(key for gpu in gpus for key in gpu))
-    return blocks + [Block("table", header=header, rows=[[gpu.get(k, "") for k in header] for gpu in gpus])]
+    blocks.append(Block("table", header=header, rows=[[gpu.get(k, "") for k in header] for gpu in gpus]))
+    if section.get("findings"):
+        blocks.append(_findings_table(section["findings"]))
+    return blocks
 
 
 def _repro_blocks(section: dict) -> List[Block]:

@@ -13,7 +13,7 @@ REDACTED = "[REDACTED]"
 
 # A variable whose name contains one of these words is secret whatever its value looks like.
 _SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|\bPWD\b|_PWD\b|AUTH(?!OR)|CREDENTIAL|COOKIE|SESSION|PRIVATE|API_?KEY|"
+    r"TOKEN(?!IZER)|SECRET|PASSW(OR)?D|PASSPHRASE|\bPWD\b|_PWD\b|AUTH(?!OR)|CREDENTIAL|COOKIE|SESSION|PRIVATE|API_?KEY|"
     r"ACCESS_?KEY|(^|_)KEY($|_)|SIGNATURE|WEBHOOK|DSN",
     re.IGNORECASE,
 )
@@ -34,10 +34,10 @@ _TOKEN_PATTERNS = (
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
 )
 # `aws_secret_access_key = ...`, `password: ...`, `"token": "..."` inside a longer value, a log line or JSON;
-# plain numbers (`max_tokens=100`) and very short values are left alone.
+# plain numbers (`max_tokens=100`) and very short values are left alone; a backslash ends the value (JSON's \n).
 _ASSIGNED_SECRET = re.compile(
     r"(?P<key>\b[\w.\-]*(?:secret|passw(?:or)?d|token|api[_\-]?key|access[_\-]?key)[\w.\-]*['\"]?\s*[:=]\s*)"
-    r"(?P<quote>['\"]?)(?P<value>(?!\d+\b)[^\s'\",;&]{4,})",
+    r"(?P<quote>['\"]?)(?P<value>(?!\d+\b)[^\s'\",;&\\]{4,})",
     re.IGNORECASE,
 )
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<userinfo>[^/\s:@]+:[^/\s@]+)@")
@@ -49,10 +49,12 @@ def is_secret_name(name: str) -> bool:
 
 def redact_text(text: str) -> str:
     """Mask every token-shaped value, `key=value` secret and URL credential in free text."""
+    # Assignments first: once a token inside one is masked, the value pattern could no longer find its end.
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
+    text = _ASSIGNED_SECRET.sub(lambda m: m.group("key") + m.group("quote") + REDACTED, text)
     for pattern in _TOKEN_PATTERNS:
         text = pattern.sub(REDACTED, text)
-    text = _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
-    return _ASSIGNED_SECRET.sub(lambda m: m.group("key") + m.group("quote") + REDACTED, text)
+    return text
 
 
 def redact_value(name: str, value: str) -> str:

@@ -1,0 +1,201 @@
+"""The bug-report bundle: every section present, failures become Problems, planted secrets never survive."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from dflash_doctor.errors import MissingDependency, UsageError
+from dflash_doctor.findings import Problem, Report
+from dflash_doctor.report import BundleSources, build_bundle, render_html, render_markdown, save_last_repro
+from dflash_doctor.report.gpu_snapshot import gpu_snapshot
+from dflash_doctor.report.last_repro import last_repro_path
+from dflash_doctor.report.redact import REDACTED
+from dflash_doctor.rules import all_rules, lookup
+from tests.conftest import run_cli
+from tests.report.test_redact import AWS_ID, GITHUB, HF, OPENAI
+
+PASSWORD = "Tr0ub4dor-and-3"
+PLANTED = (HF, GITHUB, OPENAI, AWS_ID, PASSWORD, "alice:" + PASSWORD)
+
+
+def _planted_env(cache) -> dict:
+    return {
+        "HF_TOKEN": HF,
+        "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567",
+        "TORCH_LOGS": "recompiles",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_me",
+        "NCCL_DEBUG_FILE": f"/logs/{GITHUB}/nccl.txt",
+        "HF_ENDPOINT": f"https://alice:{PASSWORD}@hub.example.com",
+        "AWS_ACCESS_KEY_ID": AWS_ID,  # not a prefix of interest: not even listed
+        "DFLASH_DOCTOR_CACHE": str(cache),
+    }
+
+
+def _sources(env, **overrides) -> BundleSources:
+    guards = Report("guards", findings=[], facts={"verdict": "vulnerable", "torch": "2.13.0", "note": f"key={OPENAI}"})
+    scan = Report("scan", findings=[lookup("DFD101").finding(path=f"/home/{GITHUB}/train.py", line=4, column=9)],
+                  facts={"files": 1})
+    defaults = dict(
+        guards=lambda: guards,
+        scan=lambda: scan,
+        gpus=lambda: {"gpus": [{"index": 0, "name": "H200", "utilization %": 100.0}], "reason": "", "findings": []},
+        env=env,
+        version_of=lambda name: {"torch": "2.13.0+cpu"}.get(name) or (_ for _ in ()).throw(LookupError(name)),
+        now=lambda: dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc),
+    )
+    defaults.update(overrides)
+    return BundleSources(**defaults)
+
+
+def _repro_envelope() -> dict:
+    return {"tool": "dflash-doctor", "command": "repro", "exit_code": 1,
+            "findings": [{"code": "DFD701", "severity": "error", "path": None, "line": None,
+                          "message": "reproduced"}],
+            "facts": {"stderr_tail": f"export HF_TOKEN={HF}\npassword: {PASSWORD}", "verdict": "reproduced"}}
+
+
+class _Html(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.open = []
+        self.headings = []
+        self._in_heading = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in ("meta",):
+            self.open.append(tag)
+        self._in_heading = tag in ("h1", "h2")
+
+    def handle_endtag(self, tag):
+        assert self.open and self.open[-1] == tag, (self.open, tag)
+        self.open.pop()
+        self._in_heading = False
+
+    def handle_data(self, data):
+        if self._in_heading:
+            self.headings.append(data)
+
+
+def test_bundle_has_every_section_and_no_planted_secret(tmp_path):
+    env = _planted_env(tmp_path)
+    save_last_repro(_repro_envelope(), env)
+    bundle = build_bundle(["src"], sources=_sources(env))
+    assert bundle.problems == []
+    assert bundle.guards["verdict"] == "vulnerable"
+    assert bundle.scan["counts"] == {"DFD101": 1} and bundle.scan["paths"] == ["src"]
+    assert bundle.repro["source"] == str(last_repro_path(env)) and bundle.repro["result"]["exit_code"] == 1
+    assert bundle.environment["packages"]["torch"] == "2.13.0+cpu"
+    assert bundle.environment["packages"]["transformers"] is None
+    assert bundle.environment["env"]["HF_TOKEN"] == REDACTED
+    assert bundle.environment["env"]["WANDB_API_KEY"] == REDACTED
+    assert bundle.environment["env"]["TORCH_LOGS"] == "recompiles"
+    assert "AWS_ACCESS_KEY_ID" not in bundle.environment["env"]
+
+    markdown = render_markdown(bundle)
+    page = render_html(bundle)
+    for document in (markdown, page):
+        for secret in PLANTED:
+            assert secret not in document
+        assert "TORCH_LOGS=recompiles" in document
+        assert "TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_me" in document
+        assert "hub.example.com" in document
+    assert re.findall(r"^## (.+)$", markdown, flags=re.MULTILINE) == [
+        "Environment", "Guards", "Scan", "GPU snapshot", "Last repro"]
+    parser = _Html()
+    parser.feed(page)
+    assert parser.open == []  # every tag closed
+    assert parser.headings == ["dflash-doctor report", "Environment", "Guards", "Scan", "GPU snapshot", "Last repro"]
+
+
+def test_failing_sources_become_problems_and_the_rest_is_still_written(tmp_path):
+    env = _planted_env(tmp_path)
+
+    def no_torch():
+        raise MissingDependency("guards needs torch, which is not importable here")
+
+    def broken():
+        raise RuntimeError(f"boom with {HF}")
+
+    bundle = build_bundle(sources=_sources(env, guards=no_torch, gpus=broken))
+    assert [(p.subject, p.reason) for p in bundle.problems] == [
+        ("guards", "guards needs torch, which is not importable here"),
+        ("gpus", f"RuntimeError: boom with {HF}"),
+    ]
+    assert bundle.guards is None and bundle.gpus is None and bundle.scan is not None
+    assert bundle.repro == {"source": str(last_repro_path(env)), "result": None}
+    markdown = render_markdown(bundle)
+    assert HF not in markdown
+    assert "## Problems" in markdown and "Could not check guards: guards needs torch" in markdown
+
+
+def test_repro_json_option_errors(tmp_path):
+    env = _planted_env(tmp_path)
+    with pytest.raises(UsageError):
+        build_bundle(repro_json=tmp_path / "missing.json", sources=_sources(env))
+    not_repro = tmp_path / "scan.json"
+    not_repro.write_text(json.dumps({"command": "scan"}))
+    bundle = build_bundle(repro_json=not_repro, sources=_sources(env))
+    assert [p.subject for p in bundle.problems] == ["repro"]
+    assert "is not a repro result" in bundle.problems[0].reason
+
+
+class _FakeNvml:
+    """Follows gpus.nvml.NvmlDevices: two GPUs, the second lost."""
+
+    def device_count(self):
+        return 2
+
+    def sample(self, index):
+        from dflash_doctor.gpus.nvml import RawSample
+
+        if index == 1:
+            return RawSample(index=1, lost=True, errors=("handle: GPU is lost",))
+        return RawSample(index=0, utilization=97.0, memory_used_mib=70000.0, memory_total_mib=143771.0,
+                         name="NVIDIA H200", processes=())
+
+    def shutdown(self):
+        pass
+
+
+def test_gpu_snapshot_through_the_gpus_package():
+    snapshot = gpu_snapshot(open_devices=_FakeNvml, sleep=lambda s: None)
+    assert [(g["index"], g["name"], g["utilization %"], g["lost"]) for g in snapshot["gpus"]] == [
+        (0, "NVIDIA H200", 97.0, False), (1, None, None, True)]
+    assert [p["subject"] for p in snapshot["problems"]] == ["GPU 1"]
+
+
+def test_gpu_snapshot_without_nvml_says_why():
+    from dflash_doctor.gpus.nvml import NvmlUnavailable
+
+    def no_nvml():
+        raise NvmlUnavailable("NVML could not start: no NVIDIA driver or GPU here")
+
+    snapshot = gpu_snapshot(open_devices=no_nvml)
+    assert snapshot["gpus"] == [] and snapshot["reason"] == "NVML could not start: no NVIDIA driver or GPU here"
+
+
+@pytest.mark.timeout(200)
+def test_report_command_writes_a_redacted_html_file(tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import torch.utils.checkpoint as tuc\n\ndef f(fn, x):\n    return tuc.checkpoint(fn, x)\n")
+    env = {"HF_TOKEN": HF, "TORCH_LOGS": "recompiles", "NCCL_TOKEN_URL": f"https://alice:{PASSWORD}@x.example",
+           "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
+    out = tmp_path / "bug.html"
+    proc = run_cli("report", str(tmp_path / "train.py"), "--no-probes", "--out", str(out), env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith(f"dflash-doctor: wrote {out}")
+    page = out.read_text()
+    for secret in (HF, PASSWORD):
+        assert secret not in page
+    assert "TORCH_LOGS=recompiles" in page and "<h2>Scan</h2>" in page
+
+
+def test_report_command_refuses_an_unknown_suffix(tmp_path):
+    proc = run_cli("report", "--no-probes", "--out", str(tmp_path / "bug.pdf"), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"dflash-doctor: error: --out {tmp_path / 'bug.pdf'}: use a .md or .html file name"
+    assert not (tmp_path / "bug.pdf").exists()
