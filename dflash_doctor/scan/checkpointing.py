@@ -1,0 +1,233 @@
+"""DFD101-DFD104: gradient checkpointing whose use_reentrant is True, missing or unknown.
+
+Calls are recognised by what they resolve to (`torch.utils.checkpoint.checkpoint` under any alias, through
+`functools.partial`, or a name/attribute bound to either), never by the word `checkpoint`: weight
+checkpointing (`save_checkpoint`, `self.checkpoint(...)`, a local `def checkpoint`) resolves to nothing.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from dflash_doctor.rules.scan import (
+    CHECKPOINT_USE_REENTRANT_IMPLICIT,
+    CHECKPOINT_USE_REENTRANT_TRUE,
+    CHECKPOINT_USE_REENTRANT_UNKNOWN,
+    HF_GRADIENT_CHECKPOINTING_IMPLICIT,
+)
+from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.resolve import describe
+from dflash_doctor.scan.scopes import Scope
+
+CHECKPOINT_FUNCTIONS = frozenset({
+    "torch.utils.checkpoint.checkpoint",
+    "torch.utils.checkpoint.checkpoint_sequential",
+})
+# checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs) also takes it positionally.
+_POSITIONAL_INDEX = {"torch.utils.checkpoint.checkpoint_sequential": 3}
+HF_ENABLE = "gradient_checkpointing_enable"
+HF_KWARGS = "gradient_checkpointing_kwargs"
+
+# A use_reentrant value, judged: "true" | "false" | "missing" (absent or None: torch's default) | "unknown"
+Verdict = Tuple[str, str]
+
+
+def _literal(node: ast.AST) -> Verdict:
+    if isinstance(node, ast.Constant):
+        if node.value is None:
+            return "missing", "None"
+        if isinstance(node.value, bool):
+            return ("true" if node.value else "false"), repr(node.value)
+    return "unknown", describe(node)
+
+
+def _dict_items(node: ast.AST) -> Optional[List[Tuple[Optional[str], ast.AST]]]:
+    """(key, value) pairs of a dict literal or `dict(k=v)`; key None for `**x`; None if not a literal."""
+    if isinstance(node, ast.Dict):
+        items = []
+        for key, value in zip(node.keys, node.values):
+            if key is None:
+                items.append((None, value))
+            elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+                items.append((key.value, value))
+            else:
+                return None
+        return items
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+        return [(k.arg, k.value) for k in node.keywords]
+    return None
+
+
+def judge_mapping(node: ast.AST, key: str = "use_reentrant", literal=None) -> Verdict:
+    """Look `key` up in an expression used as keyword arguments (a dict literal, or anything else: unknown).
+
+    `literal` maps a name to the dict literal it is bound to, when the caller can tell."""
+    if literal is not None:
+        node = literal(node)
+    items = _dict_items(node)
+    if items is None:
+        return "unknown", describe(node)
+    verdict: Verdict = ("missing", "")
+    for item_key, value in items:
+        if item_key == key:
+            verdict = _literal(value)
+        elif item_key is None:
+            nested = judge_mapping(value, key, literal)
+            if nested[0] != "missing":
+                verdict = nested
+    return verdict
+
+
+def judge_keywords(keywords: Sequence[ast.keyword], positional: Sequence[ast.AST] = (),
+                   index: Optional[int] = None, literal=None) -> Verdict:
+    """The effective use_reentrant of a call: the last explicit keyword or **mapping that sets it wins."""
+    verdict: Verdict = ("missing", "")
+    if index is not None:
+        if len(positional) > index and not any(isinstance(a, ast.Starred) for a in positional[: index + 1]):
+            verdict = _literal(positional[index])
+        elif any(isinstance(a, ast.Starred) for a in positional):
+            verdict = ("unknown", "*" + describe(next(a for a in positional if isinstance(a, ast.Starred)).value))
+    for keyword in keywords:
+        if keyword.arg == "use_reentrant":
+            verdict = _literal(keyword.value)
+        elif keyword.arg is None:
+            nested = judge_mapping(keyword.value, literal=literal)
+            if nested[0] == "unknown":
+                verdict = ("unknown", "**" + nested[1])
+            elif nested[0] != "missing":
+                verdict = nested
+    return verdict
+
+
+def sets_reentrant(keywords: Sequence[ast.keyword]) -> bool:
+    return judge_keywords(keywords)[0] != "missing"
+
+
+class CheckpointRule:
+    """DFD101-103 on calls of torch.utils.checkpoint's functions, and DFD101/103/104 on Hugging Face's switch."""
+
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+        # partial(checkpoint, ...) without use_reentrant: reported where it is made unless calls through a
+        # name bound to it are seen (those calls are judged instead).
+        self._bare_partials: Dict[ast.Call, str] = {}
+        self._called_partials: set = set()
+
+    def _literal_in(self, scope: Scope, line: int):
+        """Follow a name to the dict literal it is bound to (`KW = {"use_reentrant": False}`)."""
+        def literal(node: ast.AST) -> ast.AST:
+            binding = self.ctx.resolver.value_binding(node, scope, line)
+            if binding is not None and binding.kind == "assign" and _dict_items(binding.node) is not None:
+                return binding.node
+            return node
+        return literal
+
+    def visit_call(self, node: ast.Call, scope: Scope) -> None:
+        resolver = self.ctx.resolver
+        line = node.lineno
+        literal = self._literal_in(scope, line)
+        if isinstance(node.func, ast.Attribute) and node.func.attr == HF_ENABLE:
+            self._hf_enable(node, literal)
+            return
+        for keyword in node.keywords:
+            if keyword.arg == HF_KWARGS:
+                self._hf_kwargs(node, keyword.value, literal)
+        target = resolver.dotted(node.func, scope, line)
+        if target in CHECKPOINT_FUNCTIONS:
+            verdict = judge_keywords(node.keywords, node.args, _POSITIONAL_INDEX.get(target), literal)
+            self._report(node, node.func, target, verdict, None)
+            return
+        if resolver.is_partial_call(node, scope, line):
+            inner = resolver.dotted(node.args[0], scope, line)
+            if inner in CHECKPOINT_FUNCTIONS:
+                verdict = judge_keywords(node.keywords, node.args[1:], _offset(inner, 1), literal)
+                if verdict[0] == "missing":
+                    self._bare_partials[node] = inner
+                else:
+                    self._report(node, node.args[0], inner, verdict, None)
+            return
+        binding = resolver.value_binding(node.func, scope, line)
+        if binding is None or binding.kind != "assign":
+            return
+        partial = binding.node
+        if not resolver.is_partial_call(partial, binding.scope, binding.line):
+            return
+        inner = resolver.dotted(partial.args[0], binding.scope, binding.line)
+        if inner not in CHECKPOINT_FUNCTIONS:
+            return
+        self._called_partials.add(partial)
+        if sets_reentrant(partial.keywords) and not sets_reentrant(node.keywords):
+            return  # judged once, where the partial was made
+        verdict = judge_keywords(
+            list(partial.keywords) + list(node.keywords), list(partial.args[1:]) + list(node.args),
+            _POSITIONAL_INDEX.get(inner), literal,
+        )
+        self._report(node, node.func, inner, verdict, partial.lineno)
+
+    def finish(self) -> None:
+        for partial, inner in self._bare_partials.items():
+            if partial not in self._called_partials:
+                self._report(partial, partial.args[0], inner, ("missing", ""), None)
+
+    def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict, partial_line) -> None:
+        state, value = verdict
+        if state == "false":
+            return
+        spelled = describe(func)
+        evidence = {"call": spelled, "resolves_to": target, "use_reentrant": value or None}
+        if partial_line is not None:
+            evidence["partial_line"] = partial_line
+        named = f"{spelled}(...)" if spelled == target else f"{spelled}(...) ({target})"
+        if state == "true":
+            rule = CHECKPOINT_USE_REENTRANT_TRUE
+            message = f"{named} with use_reentrant=True runs the reentrant checkpoint; pass use_reentrant=False"
+        elif state == "missing":
+            rule = CHECKPOINT_USE_REENTRANT_IMPLICIT
+            message = (
+                f"{named} without use_reentrant: torch warns and runs the reentrant variant; "
+                "pass use_reentrant=False"
+            )
+        else:
+            rule = CHECKPOINT_USE_REENTRANT_UNKNOWN
+            message = f"{named} with use_reentrant={value}: which variant runs is decided at run time"
+        self.ctx.report(rule, node, message, evidence)
+
+    def _hf_enable(self, node: ast.Call, literal) -> None:
+        value = next((k.value for k in node.keywords if k.arg == HF_KWARGS), None)
+        if value is None and node.args:
+            value = node.args[0]
+        if value is None and any(k.arg is None for k in node.keywords):
+            verdict: Verdict = ("unknown", "**" + describe(next(k for k in node.keywords if k.arg is None).value))
+        elif value is None or isinstance(value, ast.Constant) and value.value is None:
+            verdict = ("missing", "")
+        else:
+            verdict = judge_mapping(value, literal=literal)
+        self._report_hf(node, verdict, enable=True)
+
+    def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal) -> None:
+        if isinstance(value, ast.Constant) and value.value is None:
+            return
+        self._report_hf(node, judge_mapping(value, literal=literal), enable=False)
+
+    def _report_hf(self, node: ast.Call, verdict: Verdict, enable: bool) -> None:
+        state, value = verdict
+        call = describe(node.func)
+        evidence = {"call": call, "use_reentrant": value or None}
+        if state == "true":
+            self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node,
+                            f"{call}(...) passes gradient_checkpointing_kwargs with use_reentrant=True; "
+                            "use False", evidence)
+        elif state == "unknown":
+            self.ctx.report(CHECKPOINT_USE_REENTRANT_UNKNOWN, node,
+                            f"{call}(...): use_reentrant in gradient_checkpointing_kwargs is {value}, decided at "
+                            "run time", evidence)
+        elif state == "missing" and enable:
+            self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node,
+                            f"{call}() without use_reentrant in gradient_checkpointing_kwargs checkpoints with the "
+                            'reentrant variant; pass gradient_checkpointing_kwargs={"use_reentrant": False}',
+                            evidence)
+
+
+def _offset(target: str, consumed: int) -> Optional[int]:
+    index = _POSITIONAL_INDEX.get(target)
+    return None if index is None else index - consumed

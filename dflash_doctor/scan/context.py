@@ -1,0 +1,54 @@
+"""What every rule sees while one file is analysed, and the one place where findings are made and suppressed."""
+from __future__ import annotations
+
+import ast
+import re
+from typing import FrozenSet, List, Mapping, Optional
+
+from dflash_doctor.findings import Finding
+from dflash_doctor.rules.registry import Rule
+from dflash_doctor.scan.resolve import Resolver
+from dflash_doctor.scan.scopes import ScopeTable
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
+ALL_CODES: FrozenSet[str] = frozenset({"*"})
+
+
+def noqa_codes(line_text: str) -> Optional[FrozenSet[str]]:
+    """None when the line has no `# noqa`; ALL_CODES for a bare one; else the listed codes, upper-cased."""
+    match = _NOQA.search(line_text)
+    if match is None:
+        return None
+    codes = match.group("codes")
+    if not codes:
+        return ALL_CODES
+    return frozenset(c.upper() for c in re.split(r"[\s,]+", codes) if c)
+
+
+def suppressed(code: str, codes: Optional[FrozenSet[str]]) -> bool:
+    return codes is not None and (codes is ALL_CODES or code in codes)
+
+
+class FileContext:
+    def __init__(self, path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str]):
+        self.path = path
+        self.text = text
+        self.enabled = enabled
+        self.table = ScopeTable(tree, package)
+        self.resolver = Resolver(self.table, path)
+        self.findings: List[Finding] = []
+        self._lines: Optional[List[str]] = None
+
+    def noqa(self, line: int) -> Optional[FrozenSet[str]]:
+        if "noqa" not in self.text:
+            return None
+        if self._lines is None:
+            self._lines = self.text.splitlines()
+        return noqa_codes(self._lines[line - 1]) if 0 < line <= len(self._lines) else None
+
+    def report(self, rule: Rule, node: ast.AST, message: str, evidence: Mapping) -> None:
+        if rule.code not in self.enabled or suppressed(rule.code, self.noqa(node.lineno)):
+            return
+        self.findings.append(
+            rule.finding(message, path=self.path, line=node.lineno, column=node.col_offset + 1, evidence=evidence)
+        )

@@ -1,0 +1,249 @@
+"""The project-wide call graph: module names to files, references to functions, and the search from a thread's
+entry point to a torch.compile'd callable (DFD201) or from compiled roots to what they run (DFD202).
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, MethodRef
+from dflash_doctor.scan.summary import ClassInfo, ModuleSummary
+
+MAX_CHAIN_DEPTH = 8  # calls between a thread's target and the compiled callable
+_MAX_HOPS = 6  # re-exports, base classes, attribute aliases followed while resolving one reference
+
+
+def package_of(path: str, is_package_dir: Callable[[str], bool] = None) -> Tuple[Optional[str], str]:
+    """(package, module) dotted names of a file from the `__init__.py` files above it; (None, stem) for scripts."""
+    is_package_dir = is_package_dir or (lambda d: os.path.isfile(os.path.join(d, "__init__.py")))
+    folder, filename = os.path.split(os.path.abspath(path))
+    stem = os.path.splitext(filename)[0]
+    parts = []
+    while folder and is_package_dir(folder):
+        folder, name = os.path.split(folder)
+        parts.insert(0, name)
+        if not name:
+            break
+    package = ".".join(parts) or None
+    if stem == "__init__":
+        return package, package or stem
+    return package, f"{package}.{stem}" if package else stem
+
+
+class ModuleIndex:
+    """Dotted module names of the scanned files, plus script-style imports of sibling files."""
+
+    def __init__(self, paths: Iterable[str]):
+        self.by_name: Dict[str, str] = {}
+        self.by_abspath: Dict[str, str] = {}
+        package_dirs: Dict[str, bool] = {}
+
+        def is_package_dir(folder: str) -> bool:
+            if folder not in package_dirs:
+                package_dirs[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
+            return package_dirs[folder]
+
+        self.packages: Dict[str, Optional[str]] = {}
+        for path in paths:
+            package, module = package_of(path, is_package_dir)
+            self.packages[path] = package
+            self.by_name.setdefault(module, path)
+            self.by_abspath[os.path.abspath(path)] = path
+
+    def find(self, dotted: str, importer: str) -> Optional[str]:
+        if dotted in self.by_name:
+            return self.by_name[dotted]
+        base = os.path.join(os.path.dirname(os.path.abspath(importer)), *dotted.split("."))
+        return self.by_abspath.get(base + ".py") or self.by_abspath.get(os.path.join(base, "__init__.py"))
+
+
+Step = Tuple[str, object]  # ("node", FuncRef) or ("compiled", CompiledRef)
+
+
+class Linker:
+    def __init__(
+        self,
+        summaries: Dict[str, ModuleSummary],
+        index: Optional[ModuleIndex] = None,
+        load: Optional[Callable[[str], Optional[ModuleSummary]]] = None,
+    ):
+        self.summaries = summaries
+        self.index = index
+        self.load = load
+        self.loaded: List[str] = []
+        self._missing: Set[str] = set()
+
+    # -- files and names ------------------------------------------------------------------------------------
+
+    def summary(self, path: str) -> Optional[ModuleSummary]:
+        if path in self.summaries:
+            return self.summaries[path]
+        if self.load is None or path in self._missing:
+            return None
+        loaded = self.load(path)
+        if loaded is None:
+            self._missing.add(path)
+            return None
+        self.summaries[path] = loaded
+        self.loaded.append(path)
+        return loaded
+
+    def resolve_ext(self, ref: ExtRef, hops: int = 0) -> List[object]:
+        """What a dotted name imported from project code refers to, following re-exports."""
+        if self.index is None or hops > _MAX_HOPS:
+            return []
+        parts = ref.dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            path = self.index.find(".".join(parts[:cut]), ref.path)
+            if path is None:
+                continue
+            summary = self.summary(path)
+            if summary is None:
+                return []
+            rest = parts[cut:]
+            found: List[object] = []
+            for item in summary.names.get(rest[0], ()):
+                if isinstance(item, ExtRef):
+                    found.extend(self.resolve_ext(item, hops + 1))
+                else:
+                    found.append(item)
+            if len(rest) == 1:
+                return found
+            if len(rest) == 2:
+                return [MethodRef(c, rest[1]) for c in found if isinstance(c, LocalClass)]
+            return []
+        return []
+
+    def class_info(self, ref: object, hops: int = 0) -> Optional[Tuple[LocalClass, ClassInfo]]:
+        if isinstance(ref, ExtRef):
+            for item in self.resolve_ext(ref, hops + 1):
+                if isinstance(item, LocalClass):
+                    return self.class_info(item, hops + 1)
+            return None
+        if isinstance(ref, LocalClass):
+            summary = self.summary(ref.path)
+            info = summary.classes.get(ref.qualname) if summary else None
+            return (ref, info) if info else None
+        return None
+
+    def is_thread_class(self, ref: object, hops: int = 0) -> bool:
+        found = self.class_info(ref)
+        if found is None or hops > _MAX_HOPS:
+            return False
+        info = found[1]
+        return info.thread_base or any(self.is_thread_class(base, hops + 1) for base in info.bases)
+
+    def function_line(self, ref: FuncRef) -> int:
+        summary = self.summary(ref.path)
+        info = summary.functions.get(ref.qualname) if summary else None
+        return info.line if info else 0
+
+    # -- references -----------------------------------------------------------------------------------------
+
+    def expand(self, ref: object, through_compiled: bool = False, hops: int = 0) -> List[Step]:
+        """The functions (and compiled callables) that calling `ref` runs."""
+        if hops > _MAX_HOPS:
+            return []
+        if isinstance(ref, CompiledRef):
+            return [("compiled", ref)]
+        if isinstance(ref, FuncRef):
+            summary = self.summary(ref.path)
+            info = summary.functions.get(ref.qualname) if summary else None
+            if info is None:
+                return []
+            if info.compiled and not through_compiled:
+                return [("compiled", CompiledRef(ref.qualname, ref.path, info.line))]
+            return [("node", ref)]
+        if isinstance(ref, ExtRef):
+            steps: List[Step] = []
+            for item in self.resolve_ext(ref):
+                steps.extend(self.expand(item, through_compiled, hops + 1))
+            return steps
+        if isinstance(ref, LocalClass):
+            return self.expand(MethodRef(ref, "__init__"), through_compiled, hops + 1)
+        if isinstance(ref, InstanceRef):
+            found = self.class_info(ref.cls)
+            if found is None:
+                return []
+            attr = "__call__" if self._has_method(found[0], "__call__") else "forward"
+            return self.expand(MethodRef(found[0], attr), through_compiled, hops + 1)
+        if isinstance(ref, MethodRef):
+            found = self.class_info(ref.cls)
+            if found is None:
+                return []
+            cls, info = found
+            if ref.attr in info.attributes:
+                steps = []
+                for item in info.attributes[ref.attr]:
+                    steps.extend(self.expand(item, through_compiled, hops + 1))
+                return steps
+            if ref.attr in info.methods:
+                return self.expand(FuncRef(cls.path, info.methods[ref.attr]), through_compiled, hops + 1)
+            steps = []
+            for base in info.bases:
+                steps.extend(self.expand(MethodRef(base, ref.attr), through_compiled, hops + 1))
+            return steps
+        return []
+
+    def _has_method(self, cls: LocalClass, name: str, hops: int = 0) -> bool:
+        found = self.class_info(cls)
+        if found is None or hops > _MAX_HOPS:
+            return False
+        info = found[1]
+        return name in info.methods or any(self._has_method(b, name, hops + 1) for b in info.bases)
+
+    # -- searches -------------------------------------------------------------------------------------------
+
+    def find_compiled(self, starts: Iterable[object], max_depth: int = MAX_CHAIN_DEPTH
+                      ) -> Optional[Tuple[List[FuncRef], CompiledRef]]:
+        """The shortest call chain from `starts` to a compiled callable (breadth first, bounded), or None."""
+        parent: Dict[FuncRef, Optional[FuncRef]] = {}
+        queue: deque = deque()
+        for start in starts:
+            for kind, item in self.expand(start):
+                if kind == "compiled":
+                    return [], item
+                if item not in parent:
+                    parent[item] = None
+                    queue.append((item, 0))
+        while queue:
+            node, depth = queue.popleft()
+            info = self.summary(node.path).functions[node.qualname]
+            for ref in info.refs:
+                for kind, item in self.expand(ref):
+                    if kind == "compiled":
+                        return self._chain(parent, node), item
+                    if item not in parent and depth + 1 < max_depth:
+                        parent[item] = node
+                        queue.append((item, depth + 1))
+        return None
+
+    def reachable(self, starts: Iterable[object], max_depth: int = MAX_CHAIN_DEPTH) -> Set[FuncRef]:
+        """Every function run by `starts`, compiled ones included (for "is this call inside compiled code")."""
+        seen: Set[FuncRef] = set()
+        frontier = []
+        for start in starts:
+            frontier.extend(item for kind, item in self.expand(start, through_compiled=True) if kind == "node")
+        for _ in range(max_depth + 1):
+            next_frontier = []
+            for node in frontier:
+                if node in seen:
+                    continue
+                seen.add(node)
+                info = self.summary(node.path).functions[node.qualname]
+                for ref in info.refs:
+                    next_frontier.extend(
+                        item for kind, item in self.expand(ref, through_compiled=True) if kind == "node"
+                    )
+            frontier = next_frontier
+        return seen
+
+    @staticmethod
+    def _chain(parent: Dict[FuncRef, Optional[FuncRef]], node: FuncRef) -> List[FuncRef]:
+        chain = []
+        current: Optional[FuncRef] = node
+        while current is not None:
+            chain.append(current)
+            current = parent[current]
+        return list(reversed(chain))

@@ -1,0 +1,206 @@
+"""What an expression names: a dotted import path (`torch.utils.checkpoint.checkpoint`), or, for the call
+graph, a reference to a function, method, compiled callable or instance that the linker can follow across files.
+"""
+from __future__ import annotations
+
+import ast
+from typing import NamedTuple, Optional, Union
+
+from dflash_doctor.scan.scopes import Binding, Scope, ScopeTable
+
+COMPILE_FUNCTIONS = frozenset({"torch.compile"})
+PARTIAL_FUNCTIONS = frozenset({"functools.partial"})
+_MAX_ALIAS_DEPTH = 8
+
+
+class FuncRef(NamedTuple):
+    path: str
+    qualname: str
+
+
+class CompiledRef(NamedTuple):
+    name: str
+    path: str
+    line: int
+
+
+class LocalClass(NamedTuple):
+    path: str
+    qualname: str
+
+
+class ExtRef(NamedTuple):
+    """A dotted name imported into `path`; the linker decides whether it is project code."""
+
+    dotted: str
+    path: str
+
+
+ClassRef = Union[LocalClass, ExtRef]
+
+
+class MethodRef(NamedTuple):
+    cls: ClassRef
+    attr: str
+
+
+class InstanceRef(NamedTuple):
+    """Calling an instance runs its `__call__` (an nn.Module's `forward`)."""
+
+    cls: ClassRef
+
+
+Ref = Union[FuncRef, CompiledRef, MethodRef, InstanceRef, ExtRef]
+
+
+class Resolver:
+    def __init__(self, table: ScopeTable, path: str):
+        self.table = table
+        self.path = path
+
+    # -- dotted names -------------------------------------------------------------------------------------
+
+    def dotted(self, expr: ast.AST, scope: Scope, line: int, depth: int = 0) -> Optional[str]:
+        """`tuc.checkpoint` -> `torch.utils.checkpoint.checkpoint` when `tuc` is that import; else None."""
+        if depth > _MAX_ALIAS_DEPTH:
+            return None
+        if isinstance(expr, ast.Name):
+            binding = self.table.lookup(expr.id, scope, line)
+            return self._binding_dotted(binding, depth)
+        if isinstance(expr, ast.Attribute):
+            owner = self.table.self_class(expr.value, scope, line)
+            if owner is not None:
+                bindings = owner.attributes.get(expr.attr)
+                return self._binding_dotted(bindings[-1], depth) if bindings else None
+            base = self.dotted(expr.value, scope, line, depth + 1)
+            return f"{base}.{expr.attr}" if base else None
+        return None
+
+    def _binding_dotted(self, binding: Optional[Binding], depth: int) -> Optional[str]:
+        if binding is None:
+            return None
+        if binding.kind == "import":
+            return binding.target
+        if binding.kind == "assign" and isinstance(binding.node, (ast.Name, ast.Attribute)):
+            return self.dotted(binding.node, binding.scope, binding.line, depth + 1)
+        return None
+
+    def is_compile(self, expr: ast.AST, scope: Scope, line: int) -> bool:
+        return self.dotted(expr, scope, line) in COMPILE_FUNCTIONS
+
+    def is_compile_call(self, expr: ast.AST, scope: Scope, line: int) -> bool:
+        return isinstance(expr, ast.Call) and self.is_compile(expr.func, scope, line)
+
+    def is_partial_call(self, expr: ast.AST, scope: Scope, line: int) -> bool:
+        return (
+            isinstance(expr, ast.Call) and bool(expr.args)
+            and self.dotted(expr.func, scope, line) in PARTIAL_FUNCTIONS
+        )
+
+    def value_binding(self, expr: ast.AST, scope: Scope, line: int) -> Optional[Binding]:
+        """The binding a Name or `self.attr` refers to (last assignment for attributes)."""
+        if isinstance(expr, ast.Name):
+            return self.table.lookup(expr.id, scope, line)
+        if isinstance(expr, ast.Attribute):
+            owner = self.table.self_class(expr.value, scope, line)
+            if owner is not None and owner.attributes.get(expr.attr):
+                return owner.attributes[expr.attr][-1]
+        return None
+
+    # -- call-graph references ----------------------------------------------------------------------------
+
+    def callee(self, expr: ast.AST, scope: Scope, line: int, depth: int = 0) -> Optional[Ref]:
+        """What calling `expr` runs, as far as this file can tell."""
+        if depth > _MAX_ALIAS_DEPTH:
+            return None
+        if isinstance(expr, ast.Name):
+            return self.binding_callee(self.table.lookup(expr.id, scope, line), expr.id, depth)
+        if isinstance(expr, ast.Attribute):
+            owner = self.table.self_class(expr.value, scope, line)
+            if owner is not None:
+                return MethodRef(LocalClass(self.path, owner.qualname), expr.attr)
+            dotted = self.dotted(expr, scope, line)
+            if dotted:
+                return ExtRef(dotted, self.path)
+            receiver = self.instance_class(expr.value, scope, line, depth + 1)
+            return MethodRef(receiver, expr.attr) if receiver is not None else None
+        if isinstance(expr, ast.Lambda):
+            return FuncRef(self.path, self.table.scope_of[expr].qualname)
+        if isinstance(expr, ast.Call):
+            if self.is_compile_call(expr, scope, line):
+                return CompiledRef(describe(expr), self.path, expr.lineno)
+            if self.is_partial_call(expr, scope, line):
+                return self.callee(expr.args[0], scope, line, depth + 1)
+            cls = self.class_ref(expr.func, scope, line, depth + 1)
+            return InstanceRef(cls) if cls is not None else None
+        return None
+
+    def binding_callee(self, binding: Optional[Binding], name: str, depth: int = 0) -> Optional[Ref]:
+        if binding is None:
+            return None
+        if binding.kind == "def":
+            return FuncRef(self.path, self.table.scope_of[binding.node].qualname)
+        if binding.kind == "class":
+            return MethodRef(LocalClass(self.path, self.table.scope_of[binding.node].qualname), "__init__")
+        if binding.kind == "import":
+            return ExtRef(binding.target, self.path)
+        if binding.kind == "compiled":
+            return CompiledRef(name, self.path, binding.line)
+        if binding.kind == "assign":
+            return self.value_callee(binding.node, binding.scope, binding.line, name, depth + 1)
+        return None
+
+    def value_callee(self, value: ast.AST, scope: Scope, line: int, name: str, depth: int = 0) -> Optional[Ref]:
+        """What calling a name bound to `value` runs."""
+        if isinstance(value, ast.Call):
+            if self.is_compile_call(value, scope, line):
+                return CompiledRef(name, self.path, line)
+            if self.is_partial_call(value, scope, line):
+                return self.callee(value.args[0], scope, line, depth + 1)
+            cls = self.class_ref(value.func, scope, line, depth + 1)
+            return InstanceRef(cls) if cls is not None else None
+        if isinstance(value, (ast.Name, ast.Attribute, ast.Lambda)):
+            return self.callee(value, scope, line, depth + 1)
+        return None
+
+    def class_ref(self, expr: ast.AST, scope: Scope, line: int, depth: int = 0) -> Optional[ClassRef]:
+        """The class `expr` names (for `x = Expr(...)`); imported names are left to the linker."""
+        if depth > _MAX_ALIAS_DEPTH:
+            return None
+        if isinstance(expr, ast.Name):
+            binding = self.table.lookup(expr.id, scope, line)
+            if binding is None:
+                return None
+            if binding.kind == "class":
+                return LocalClass(self.path, self.table.scope_of[binding.node].qualname)
+            if binding.kind == "import":
+                return ExtRef(binding.target, self.path)
+            if binding.kind == "assign" and isinstance(binding.node, (ast.Name, ast.Attribute)):
+                return self.class_ref(binding.node, binding.scope, binding.line, depth + 1)
+            return None
+        if isinstance(expr, ast.Attribute):
+            dotted = self.dotted(expr, scope, line)
+            return ExtRef(dotted, self.path) if dotted else None
+        return None
+
+    def instance_class(self, expr: ast.AST, scope: Scope, line: int, depth: int = 0) -> Optional[ClassRef]:
+        """The class of the instance `expr` evaluates to, when it was built by a visible `Class(...)` call."""
+        if depth > _MAX_ALIAS_DEPTH:
+            return None
+        owner = self.table.self_class(expr, scope, line)
+        if owner is not None:
+            return LocalClass(self.path, owner.qualname)
+        binding = self.value_binding(expr, scope, line)
+        if binding is not None and binding.kind == "assign" and isinstance(binding.node, ast.Call):
+            if self.is_compile_call(binding.node, binding.scope, binding.line):
+                return None
+            return self.class_ref(binding.node.func, binding.scope, binding.line, depth + 1)
+        return None
+
+
+def describe(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except (RecursionError, ValueError):  # pragma: no cover - absurdly deep expressions
+        return "<expression>"
+    return text if len(text) <= 80 else text[:77] + "..."

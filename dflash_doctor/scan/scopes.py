@@ -1,0 +1,257 @@
+"""A small symbol table over one module: which scope binds which name, at which line, to what.
+
+Flow-insensitive on purpose (like pyflakes): inside a function a name is local wherever it is bound; at module
+level, a use sees the last binding above it, and code inside functions sees the module's final binding. That is
+enough to tell `torch.utils.checkpoint.checkpoint` imported under any alias from a local `def checkpoint`.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+# What `from M import *` binds, for the few modules the rules care about.
+STAR_EXPORTS = {
+    "torch.utils.checkpoint": ("checkpoint", "checkpoint_sequential"),
+    "torch.nn.attention.flex_attention": ("flex_attention",),
+    "threading": ("Thread", "Timer"),
+    "concurrent.futures": ("ThreadPoolExecutor",),
+    "functools": ("partial",),
+    "torch": ("compile",),
+}
+
+
+@dataclass(eq=False)
+class Binding:
+    kind: str  # import | assign | with | def | class | param | compiled | local
+    line: int
+    scope: "Scope"
+    target: str = ""  # the dotted name an import binds
+    node: Optional[ast.AST] = None  # assigned value, with-item expression, or the def/class/lambda node
+
+
+@dataclass(eq=False)
+class Scope:
+    kind: str  # module | function | lambda | class
+    node: ast.AST
+    parent: Optional["Scope"]
+    qualname: str  # "" for the module; Python-style otherwise (Outer.method, f.<locals>.g)
+    bindings: Dict[str, List[Binding]] = field(default_factory=dict)
+    global_names: set = field(default_factory=set)
+    self_name: Optional[str] = None  # a method's first parameter
+    owner: Optional["Scope"] = None  # a method's class scope
+    # class scopes only: `self.<attr> = value` anywhere in the class's methods
+    attributes: Dict[str, List[Binding]] = field(default_factory=dict)
+
+    @property
+    def module(self) -> "Scope":
+        scope = self
+        while scope.parent is not None:
+            scope = scope.parent
+        return scope
+
+    def bind(self, name: str, binding: Binding) -> None:
+        self.bindings.setdefault(name, []).append(binding)
+
+    def child_qualname(self, name: str) -> str:
+        if self.kind == "module":
+            return name
+        if self.kind == "class":
+            return f"{self.qualname}.{name}"
+        return f"{self.qualname}.<locals>.{name}"
+
+
+def lambda_name(node: ast.Lambda) -> str:
+    return f"<lambda:{node.lineno}:{node.col_offset + 1}>"
+
+
+def resolve_relative(level: int, module: Optional[str], package: Optional[str]) -> Optional[str]:
+    if not level:
+        return module
+    if not package:
+        return None
+    parts = package.split(".")
+    if level - 1 >= len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join(base + ([module] if module else [])) or None
+
+
+class ScopeTable:
+    """Every scope of one module, built once without recursion (deep ASTs must not overflow the stack)."""
+
+    def __init__(self, tree: ast.Module, package: Optional[str] = None):
+        self.package = package
+        self.module = Scope("module", tree, None, "")
+        self.scope_of: Dict[ast.AST, Scope] = {tree: self.module}
+        pending: List[Tuple[Scope, List[ast.AST]]] = [(self.module, list(tree.body))]
+        while pending:
+            scope, body = pending.pop()
+            pending.extend(self._collect(scope, body))
+
+    # -- building -------------------------------------------------------------------------------------------
+
+    def _new_scope(self, node: ast.AST, parent: Scope) -> Scope:
+        if isinstance(node, ast.ClassDef):
+            scope = Scope("class", node, parent, parent.child_qualname(node.name))
+        elif isinstance(node, ast.Lambda):
+            scope = Scope("lambda", node, parent, parent.child_qualname(lambda_name(node)))
+        else:
+            scope = Scope("function", node, parent, parent.child_qualname(node.name))
+            positional = node.args.posonlyargs + node.args.args
+            static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
+            if parent.kind == "class" and positional and not static:
+                scope.self_name = positional[0].arg
+                scope.owner = parent
+        if not isinstance(node, ast.ClassDef):
+            args = node.args
+            for arg in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+                if arg is not None:
+                    scope.bind(arg.arg, Binding("param", node.lineno, scope))
+        self.scope_of[node] = scope
+        return scope
+
+    def _collect(self, scope: Scope, body: List[ast.AST]) -> List[Tuple[Scope, List[ast.AST]]]:
+        children = []
+        handled = set()
+        stack = list(reversed(body))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, SCOPE_NODES):
+                child = self._new_scope(node, scope)
+                if isinstance(node, ast.Lambda):
+                    children.append((child, [node.body]))
+                    stack.extend(d for d in node.args.defaults + node.args.kw_defaults if d is not None)
+                    continue
+                kind = "class" if isinstance(node, ast.ClassDef) else "def"
+                scope.bind(node.name, Binding(kind, node.lineno, scope, node=node))
+                children.append((child, list(node.body)))
+                stack.extend(node.decorator_list)
+                if isinstance(node, ast.ClassDef):
+                    stack.extend(node.bases)
+                    stack.extend(k.value for k in node.keywords)
+                else:
+                    stack.extend(d for d in node.args.defaults + node.args.kw_defaults if d is not None)
+                continue
+            self._bind_statement(scope, node, handled)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node not in handled:
+                scope.bind(node.id, Binding("local", node.lineno, scope))
+            stack.extend(ast.iter_child_nodes(node))
+        return children
+
+    def _bind_statement(self, scope: Scope, node: ast.AST, handled: set) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    scope.bind(alias.asname, Binding("import", node.lineno, scope, target=alias.name))
+                else:
+                    first = alias.name.split(".")[0]
+                    scope.bind(first, Binding("import", node.lineno, scope, target=first))
+        elif isinstance(node, ast.ImportFrom):
+            module = resolve_relative(node.level, node.module, self.package)
+            for alias in node.names:
+                if alias.name == "*":
+                    for name in STAR_EXPORTS.get(module or "", ()):
+                        scope.bind(name, Binding("import", node.lineno, scope, target=f"{module}.{name}"))
+                    continue
+                bound = alias.asname or alias.name
+                if module is None:
+                    scope.bind(bound, Binding("local", node.lineno, scope))
+                else:
+                    scope.bind(bound, Binding("import", node.lineno, scope, target=f"{module}.{alias.name}"))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                self._bind_target(scope, target, node.value, node.lineno, handled)
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            self._bind_target(scope, node.target, node.value, node.lineno, handled)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                if isinstance(item.optional_vars, ast.Name):
+                    handled.add(item.optional_vars)
+                    scope.bind(item.optional_vars.id, Binding("with", node.lineno, scope, node=item.context_expr))
+                elif self._self_attribute(scope, item.optional_vars):
+                    self._bind_attribute(scope, item.optional_vars, item.context_expr, node.lineno, "with")
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            if isinstance(node, ast.Global):
+                scope.global_names.update(node.names)
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            # `model.compile()` (nn.Module.compile) compiles in place; re.compile() always has a pattern argument.
+            call = node.value
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "compile" and not call.args:
+                receiver = call.func.value
+                if isinstance(receiver, ast.Name):
+                    scope.bind(receiver.id, Binding("compiled", node.lineno, scope, node=receiver))
+                elif self._self_attribute(scope, receiver):
+                    self._bind_attribute(scope, receiver, receiver, node.lineno, "compiled")
+
+    def _bind_target(self, scope: Scope, target: ast.AST, value: ast.AST, line: int, handled: set) -> None:
+        if isinstance(target, ast.Name):
+            handled.add(target)
+            scope.bind(target.id, Binding("assign", line, scope, node=value))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                for sub_target, sub_value in zip(target.elts, value.elts):
+                    self._bind_target(scope, sub_target, sub_value, line, handled)
+        elif self._self_attribute(scope, target):
+            self._bind_attribute(scope, target, value, line, "assign")
+
+    def _self_attribute(self, scope: Scope, node: Optional[ast.AST]) -> bool:
+        method = self.method_of(scope)
+        return (
+            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            and method is not None and node.value.id == method.self_name
+        )
+
+    @staticmethod
+    def _bind_attribute(scope: Scope, target: ast.Attribute, value: ast.AST, line: int, kind: str) -> None:
+        method = ScopeTable.method_of(scope)
+        method.owner.attributes.setdefault(target.attr, []).append(Binding(kind, line, scope, node=value))
+
+    # -- lookups --------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def method_of(scope: Scope) -> Optional[Scope]:
+        """The method whose `self` is visible from `scope` (a method, or a closure inside one)."""
+        while scope is not None and scope.kind in ("function", "lambda"):
+            if scope.owner is not None:
+                return scope
+            scope = scope.parent
+        return None
+
+    def lookup(self, name: str, scope: Scope, line: int) -> Optional[Binding]:
+        current: Optional[Scope] = scope
+        nested = False
+        while current is not None:
+            if current.kind == "class" and nested:
+                current = current.parent
+                continue
+            if name in current.global_names:
+                current, nested = current.module, True
+                continue
+            bindings = current.bindings.get(name)
+            if bindings:
+                if current.kind == "module" and nested:
+                    return bindings[-1]
+                before = [b for b in bindings if b.line <= line]
+                if before:
+                    return before[-1]
+                return bindings[-1] if current.kind in ("function", "lambda") else None
+            if current.kind != "class":
+                nested = True
+            current = current.parent
+        return None
+
+    def self_class(self, node: ast.AST, scope: Scope, line: int) -> Optional[Scope]:
+        """The class scope when `node` is a method's `self` (or `cls`)."""
+        if not isinstance(node, ast.Name):
+            return None
+        binding = self.lookup(node.id, scope, line)
+        if binding is None or binding.kind != "param":
+            return None
+        owner_scope = binding.scope
+        if owner_scope.owner is not None and owner_scope.self_name == node.id:
+            return owner_scope.owner
+        return None

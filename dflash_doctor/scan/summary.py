@@ -1,0 +1,48 @@
+"""What one file contributes to the project-wide call graph: plain, picklable data (worker processes send it back)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+from dflash_doctor.scan.resolve import ClassRef, LocalClass, Ref
+
+
+@dataclass
+class FuncInfo:
+    qualname: str
+    line: int
+    refs: List[Ref] = field(default_factory=list)  # callees and callbacks, in source order
+    compiled: bool = False  # decorated with @torch.compile / @torch.compile(...)
+
+
+@dataclass
+class ClassInfo:
+    qualname: str
+    line: int
+    bases: Tuple[ClassRef, ...] = ()
+    thread_base: bool = False  # a direct threading.Thread base
+    methods: Dict[str, str] = field(default_factory=dict)  # name -> function qualname
+    attributes: Dict[str, Tuple[Ref, ...]] = field(default_factory=dict)  # self.<attr> = ... (all assignments)
+
+
+@dataclass
+class Spawn:
+    """Where a thread starts: Thread(target=...), Timer, executor submit/map, or a Thread subclass's run()."""
+
+    kind: str
+    line: int
+    column: int
+    target: str  # as spelled in the source
+    refs: Tuple[Ref, ...]
+    noqa: Optional[FrozenSet[str]] = None
+    thread_class: Optional[LocalClass] = None  # for Thread subclasses: confirmed by the linker (bases may be imported)
+
+
+@dataclass
+class ModuleSummary:
+    path: str
+    functions: Dict[str, FuncInfo] = field(default_factory=dict)
+    classes: Dict[str, ClassInfo] = field(default_factory=dict)
+    names: Dict[str, Tuple[object, ...]] = field(default_factory=dict)  # module globals: Refs or LocalClass
+    spawns: List[Spawn] = field(default_factory=list)
+    compile_roots: List[Ref] = field(default_factory=list)  # what torch.compile(...) is applied to in this file

@@ -1,0 +1,88 @@
+"""Where threads start (DFD201's spawn sites): Thread/Timer targets, thread-pool submissions, Thread subclasses."""
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.resolve import LocalClass, MethodRef, describe
+from dflash_doctor.scan.scopes import Scope
+from dflash_doctor.scan.summary import ModuleSummary, Spawn
+
+# constructor -> (keyword naming the callable, its positional index)
+THREAD_CONSTRUCTORS = {
+    "threading.Thread": ("target", 1),
+    "threading.Timer": ("function", 1),
+}
+_EXECUTOR_METHODS = frozenset({"submit", "map"})
+_POOL_METHODS = frozenset({
+    "apply", "apply_async", "map", "map_async", "imap", "imap_unordered", "starmap", "starmap_async",
+})
+THREAD_POOLS = {
+    "concurrent.futures.ThreadPoolExecutor": _EXECUTOR_METHODS,
+    "concurrent.futures.thread.ThreadPoolExecutor": _EXECUTOR_METHODS,
+    "multiprocessing.pool.ThreadPool": _POOL_METHODS,
+    "multiprocessing.dummy.Pool": _POOL_METHODS,
+}
+
+
+class SpawnCollector:
+    def __init__(self, ctx: FileContext, summary: ModuleSummary):
+        self.ctx = ctx
+        self.summary = summary
+
+    def visit_call(self, node: ast.Call, scope: Scope) -> None:
+        resolver = self.ctx.resolver
+        line = node.lineno
+        constructor = resolver.dotted(node.func, scope, line)
+        if constructor in THREAD_CONSTRUCTORS:
+            keyword, index = THREAD_CONSTRUCTORS[constructor]
+            target = next((k.value for k in node.keywords if k.arg == keyword), None)
+            if target is None and len(node.args) > index:
+                target = node.args[index]
+            if target is not None:
+                self._add(constructor.split(".")[-1], node, target, scope)
+            return
+        if isinstance(node.func, ast.Attribute) and node.args:
+            pool = self._pool(node.func.value, scope, line)
+            if pool is not None and node.func.attr in THREAD_POOLS[pool]:
+                self._add(f"{pool.split('.')[-1]}.{node.func.attr}", node, node.args[0], scope)
+
+    def _pool(self, receiver: ast.AST, scope: Scope, line: int) -> Optional[str]:
+        resolver = self.ctx.resolver
+        if isinstance(receiver, ast.Call):
+            constructor = resolver.dotted(receiver.func, scope, line)
+            return constructor if constructor in THREAD_POOLS else None
+        binding = resolver.value_binding(receiver, scope, line)
+        if binding is not None and binding.kind in ("assign", "with") and isinstance(binding.node, ast.Call):
+            constructor = resolver.dotted(binding.node.func, binding.scope, binding.line)
+            return constructor if constructor in THREAD_POOLS else None
+        return None
+
+    def _add(self, kind: str, node: ast.Call, target: ast.AST, scope: Scope) -> None:
+        ref = self.ctx.resolver.callee(target, scope, node.lineno)
+        if ref is None:
+            return
+        self.summary.spawns.append(Spawn(
+            kind, node.lineno, node.col_offset + 1, describe(target), (ref,), self.ctx.noqa(node.lineno),
+        ))
+
+    def finish(self) -> None:
+        """A class with a `run` method whose bases may lead to threading.Thread: the linker confirms the base."""
+        for qualname, info in self.summary.classes.items():
+            run = info.methods.get("run")
+            if run is None or not (info.thread_base or info.bases):
+                continue
+            function = self.summary.functions[run]
+            cls = LocalClass(self.ctx.path, qualname)
+            self.summary.spawns.append(Spawn(
+                "Thread subclass", function.line, _def_column(self.ctx, run), f"{qualname}.run",
+                (MethodRef(cls, "run"),), self.ctx.noqa(function.line), thread_class=cls,
+            ))
+
+
+def _def_column(ctx: FileContext, qualname: str) -> int:
+    for scope in ctx.table.scope_of.values():
+        if scope.qualname == qualname and scope.kind == "function":
+            return scope.node.col_offset + 1
+    return 1
