@@ -1,0 +1,134 @@
+"""`dflash-doctor gpus`: live NVML samples or an nvidia-smi CSV, compared per role (DFD4xx)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from dflash_doctor.commands.common import (
+    EXIT_CODES_HELP,
+    FAIL_ON_OPTION,
+    FORMAT_OPTION,
+    OUTPUT_OPTION,
+    finish,
+    guarded,
+)
+from dflash_doctor.errors import UsageError
+from dflash_doctor.findings import FailOn
+from dflash_doctor.render import OutputFormat
+
+EPILOG = (
+    "Examples:  dflash-doctor gpus --roles target=0-4,drafter=5-7  ·  "
+    "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader | "
+    "dflash-doctor gpus --from - --roles target=0-4,drafter=5-7 --memory-total 97871  ·  "
+    "dflash-doctor gpus --watch --interval 1  ·  " + EXIT_CODES_HELP
+)
+
+
+def open_text(path: str):
+    """`-` is stdin; a missing or unreadable file is a usage error (one line, exit 2)."""
+    import io
+    import sys
+
+    if path == "-":
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    try:
+        return open(path, encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def thresholds_from(idle_util, min_held, imbalance_gap, imbalance_ratio, near_capacity):
+    from dflash_doctor.gpus.analyze import Thresholds
+    from dflash_doctor.gpus.csv_snapshot import BadValue, parse_mib
+
+    try:
+        held = parse_mib(min_held)
+    except BadValue:
+        held = None
+    if held is None:
+        raise UsageError(f"--min-held {min_held!r}: expected a size like 2048 (MiB) or 2GiB")
+    if not 0 < imbalance_ratio <= 1:
+        raise UsageError("--imbalance-ratio must be in (0, 1]")
+    return Thresholds(idle_util=idle_util, min_held_mib=held, imbalance_gap=imbalance_gap,
+                      imbalance_ratio=imbalance_ratio, near_capacity=near_capacity)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog=EPILOG)
+    @guarded
+    def gpus(
+        source: Optional[str] = typer.Option(
+            None, "--from", metavar="FILE|-",
+            help="Read nvidia-smi --query-gpu CSV (with or without header) instead of sampling NVML live."),
+        columns: Optional[str] = typer.Option(
+            None, "--columns", help="Field names of a headerless CSV, e.g. index,memory.used,memory.total,"
+            "utilization.gpu (default for 3 fields: index,memory.used,utilization.gpu)."),
+        roles: Optional[str] = typer.Option(
+            None, "--roles", help="GPU roles: target=0-4,drafter=5-7 (ranges and lists). Without it every GPU is a "
+            "peer of every other."),
+        memory_total: Optional[str] = typer.Option(
+            None, "--memory-total", help="GPU memory capacity when the source lacks memory.total: 97871 (MiB), "
+            "96GiB, 141GB."),
+        samples: Optional[int] = typer.Option(
+            None, "--samples", "-n", min=1, help="Live samples to average (default 5; --watch: until Ctrl-C)."),
+        interval: float = typer.Option(0.5, "--interval", "-i", min=0.0, help="Seconds between live samples."),
+        watch: bool = typer.Option(False, "--watch", "-w", help="Refresh the table after every live sample."),
+        idle_util: float = typer.Option(3.0, "--idle-util", help="Utilization % at or below which a GPU is idle."),
+        min_held: str = typer.Option("2048", "--min-held", help="Memory an idle GPU must hold for DFD401 (MiB or "
+                                     "with unit)."),
+        imbalance_gap: float = typer.Option(40.0, "--imbalance-gap", help="DFD402: points below the role's busy "
+                                            "level."),
+        imbalance_ratio: float = typer.Option(0.5, "--imbalance-ratio", help="DFD402: and at most this fraction "
+                                              "of it."),
+        near_capacity: float = typer.Option(95.0, "--near-capacity", help="DFD403: memory.used % of memory.total."),
+        fmt: OutputFormat = FORMAT_OPTION,
+        fail_on: FailOn = FAIL_ON_OPTION,
+        output: Optional[Path] = OUTPUT_OPTION,
+    ) -> int:
+        """Compare every GPU with its role peers: idle GPUs holding memory, starved peers, memory near capacity."""
+        from dflash_doctor.gpus.csv_snapshot import parse_columns, parse_memory_total
+        from dflash_doctor.gpus.roles import parse_roles
+        from dflash_doctor.render.gpus_view import render_gpus
+
+        role_map = parse_roles(roles)
+        total = parse_memory_total(memory_total)
+        thresholds = thresholds_from(idle_util, min_held, imbalance_gap, imbalance_ratio, near_capacity)
+        if source is not None:
+            if watch or samples is not None:
+                raise UsageError("--watch and --samples sample NVML live; they do not apply to --from")
+            from dflash_doctor.gpus.sources import report_from_csv
+
+            with open_text(source) as stream:
+                report = report_from_csv(
+                    stream, "<stdin>" if source == "-" else source,
+                    columns=parse_columns(columns) if columns else None, roles=role_map, thresholds=thresholds,
+                    memory_total_mib=total)
+        else:
+            report = live_report(samples, interval, watch, fmt, role_map, thresholds, total)
+        return finish(report, fmt, fail_on, output, facts_view=render_gpus)
+
+
+def live_report(samples, interval, watch, fmt, role_map, thresholds, total):
+    import sys
+    import time
+
+    from dflash_doctor.gpus.sources import report_from_nvml
+
+    if not watch:
+        return report_from_nvml(samples=samples or 5, interval=interval, sleep=time.sleep, roles=role_map,
+                                thresholds=thresholds, memory_total_mib=total)
+    from rich.live import Live
+
+    from dflash_doctor.render.gpus_view import gpus_table
+    from dflash_doctor.render.text import console_for
+
+    # The refreshing table goes to stdout only for the text format, so JSON/SARIF on stdout stay parseable.
+    console = console_for(sys.stdout if fmt is OutputFormat.TEXT else sys.stderr)
+    with Live(console=console, auto_refresh=False, transient=True) as live:
+        def redraw(report) -> None:
+            live.update(gpus_table(report.facts), refresh=True)
+
+        return report_from_nvml(samples=samples, interval=interval, sleep=time.sleep, roles=role_map,
+                                thresholds=thresholds, memory_total_mib=total, on_sample=redraw)

@@ -1,0 +1,155 @@
+"""nvidia-smi `--query-gpu ... --format=csv[,noheader][,nounits]` snapshots, with or without a header row.
+
+Repeated rows of one GPU (`nvidia-smi ... -l 1 > file`) are samples and are averaged like live NVML samples.
+A malformed line becomes a Problem naming its line number; every other line is still read.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from dflash_doctor.errors import UsageError
+from dflash_doctor.findings import Problem
+from dflash_doctor.gpus.readings import GpuReading, ReadingAccumulator
+
+# The seeds' query: nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+SEED_COLUMNS = ("index", "memory.used", "utilization.gpu")
+KNOWN_COLUMNS = ("index", "name", "memory.used", "memory.total", "utilization.gpu")
+REQUIRED_COLUMNS = ("index", "memory.used", "utilization.gpu")
+
+_MISSING = {"", "n/a", "[n/a]", "[not supported]", "[unknown error]", "[insufficient permissions]", "[gpu is lost]"}
+_NUMBER = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%]*)$")
+_MIB_PER = {"": 1.0, "mib": 1.0, "gib": 1024.0, "tib": 1024.0 ** 2, "kib": 1 / 1024, "b": 1 / 1024 ** 2,
+            "mb": 1e6 / 2 ** 20, "gb": 1e9 / 2 ** 20, "kb": 1e3 / 2 ** 20}
+_UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+
+class BadValue(ValueError):
+    pass
+
+
+def column_name(raw: str) -> str:
+    """'memory.used [MiB]' -> 'memory.used' (nvidia-smi's header adds units in brackets)."""
+    return _UNIT_SUFFIX.sub("", raw).strip().lower()
+
+
+def parse_columns(spec: str) -> tuple:
+    columns = tuple(column_name(c) for c in spec.split(",") if c.strip())
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise UsageError(f"--columns {spec!r} lacks {', '.join(missing)} (needed: {', '.join(REQUIRED_COLUMNS)})")
+    return columns
+
+
+def parse_mib(text: str) -> Optional[float]:
+    """'74989 MiB' / '74989' / '73.2 GiB' -> MiB; '[N/A]' -> None; anything else -> BadValue."""
+    value = text.strip()
+    if value.lower() in _MISSING:
+        return None
+    match = _NUMBER.match(value)
+    if not match or match.group(2).lower() not in _MIB_PER:
+        raise BadValue(f"{value!r} is not a memory size")
+    return float(match.group(1)) * _MIB_PER[match.group(2).lower()]
+
+
+def parse_percent(text: str) -> Optional[float]:
+    value = text.strip()
+    if value.lower() in _MISSING:
+        return None
+    match = _NUMBER.match(value)
+    if not match or match.group(2) not in ("", "%"):
+        raise BadValue(f"{value!r} is not a percentage")
+    return float(match.group(1))
+
+
+def parse_memory_total(text: Optional[str]) -> Optional[float]:
+    """--memory-total: '97871' (MiB, as nvidia-smi prints), '141GB', '95.6GiB'."""
+    if text is None:
+        return None
+    try:
+        value = parse_mib(text)
+    except BadValue:
+        value = None
+    if value is None or value <= 0:
+        raise UsageError(f"--memory-total {text!r}: expected a size like 97871 (MiB), 96GiB or 141GB")
+    return value
+
+
+@dataclass
+class CsvSnapshot:
+    readings: List[GpuReading]
+    problems: List[Problem] = field(default_factory=list)
+    columns: tuple = ()
+    header: bool = False
+    rows: int = 0
+
+
+def _is_header(cells: Sequence[str]) -> bool:
+    return not re.fullmatch(r"\s*\d+\s*", cells[0])
+
+
+def read_csv_snapshot(lines: Iterable[str], source: str, columns: Optional[Sequence[str]] = None) -> CsvSnapshot:
+    """Parse nvidia-smi CSV lines. `columns` names the fields of a headerless file (default: the seeds' three).
+
+    Lines starting with '#' are comments. A header row (first data line whose first cell is not an index) names
+    the columns; a later identical header (nvidia-smi -l repeats it) is skipped.
+    """
+    gpus: Dict[int, ReadingAccumulator] = {}
+    problems: List[Problem] = []
+    names: Optional[tuple] = None
+    header_text: Optional[str] = None
+    has_header = False
+    rows = 0
+    for lineno, raw in enumerate(lines, start=1):
+        text = raw.rstrip("\r\n")
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        cells = [c.strip() for c in text.split(",")]
+        if names is None:
+            if _is_header(cells):
+                names = tuple(column_name(c) for c in cells)
+                missing = [c for c in REQUIRED_COLUMNS if c not in names]
+                if missing:
+                    raise UsageError(f"{source}:{lineno}: header has no {', '.join(missing)} column "
+                                     f"(query at least {','.join(REQUIRED_COLUMNS)})")
+                header_text, has_header = text.strip(), True
+                continue
+            if columns:
+                names = tuple(columns)
+            elif len(cells) == len(SEED_COLUMNS):
+                names = SEED_COLUMNS
+            else:
+                raise UsageError(
+                    f"{source}:{lineno}: {len(cells)} fields and no header row; name them with --columns "
+                    "(e.g. --columns index,memory.used,memory.total,utilization.gpu)"
+                )
+        elif has_header and text.strip() == header_text:
+            continue
+        if len(cells) != len(names):
+            problems.append(Problem(f"{source}:{lineno}", f"{len(cells)} fields where the columns name "
+                                    f"{len(names)} ({','.join(names)})", "the line was skipped"))
+            continue
+        row = dict(zip(names, cells))
+        try:
+            if not re.fullmatch(r"\d+", row["index"]):
+                raise BadValue(f"index {row['index']!r} is not a GPU index")
+            index = int(row["index"])
+            reading = {
+                "utilization": parse_percent(row["utilization.gpu"]),
+                "memory_used_mib": parse_mib(row["memory.used"]),
+                "memory_total_mib": parse_mib(row["memory.total"]) if "memory.total" in row else None,
+            }
+        except BadValue as exc:
+            problems.append(Problem(f"{source}:{lineno}", str(exc), "the line was skipped"))
+            continue
+        rows += 1
+        gpu = gpus.setdefault(index, ReadingAccumulator(index, line=lineno))
+        gpu.add(name=row.get("name"), **reading)
+    return CsvSnapshot(
+        readings=[gpus[i].reading() for i in sorted(gpus)],
+        problems=problems,
+        columns=names or (),
+        header=has_header,
+        rows=rows,
+    )

@@ -1,0 +1,86 @@
+"""Turn a GPU source (a CSV snapshot, live NVML) into the gpus Report: read, describe processes, analyze."""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Optional, Sequence
+
+from dflash_doctor.findings import Problem, Report
+from dflash_doctor.gpus.analyze import Thresholds, analyze_gpus
+from dflash_doctor.gpus.csv_snapshot import read_csv_snapshot
+from dflash_doctor.gpus.nvml import LiveSnapshot, NvmlDevices, NvmlUnavailable, PynvmlDevices, iter_samples
+from dflash_doctor.gpus.processes import ProcessProbe, describe_processes, psutil_probe
+from dflash_doctor.gpus.roles import RoleMap
+
+
+def report_from_csv(
+    lines: Iterable[str],
+    source: str,
+    *,
+    columns: Optional[Sequence[str]] = None,
+    roles: Optional[RoleMap] = None,
+    thresholds: Thresholds = Thresholds(),
+    memory_total_mib: Optional[float] = None,
+) -> Report:
+    snapshot = read_csv_snapshot(lines, source, columns)
+    report = analyze_gpus(snapshot.readings, roles=roles, thresholds=thresholds, memory_total_mib=memory_total_mib,
+                          path=source, source="csv")
+    report.problems[:0] = snapshot.problems
+    if not snapshot.readings:
+        report.problems.append(Problem(source, "no GPU rows in the snapshot",
+                                       "feed nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv"))
+    report.facts.update(columns=list(snapshot.columns), header=snapshot.header, rows=snapshot.rows)
+    return report
+
+
+def report_from_nvml(
+    *,
+    samples: Optional[int],
+    interval: float,
+    sleep: Callable[[float], None],
+    open_devices: Callable[[], NvmlDevices] = PynvmlDevices.open,
+    probe: ProcessProbe = psutil_probe,
+    roles: Optional[RoleMap] = None,
+    thresholds: Thresholds = Thresholds(),
+    memory_total_mib: Optional[float] = None,
+    on_sample: Optional[Callable[[Report], None]] = None,
+) -> Report:
+    """Sample NVML `samples` times (None: until KeyboardInterrupt), calling `on_sample` with each running report.
+
+    No NVML or no GPU is a Problem in the returned report (exit bit 4), never an exception.
+    """
+    try:
+        devices = open_devices()
+    except NvmlUnavailable as exc:
+        return _unavailable(exc)
+    last: Optional[LiveSnapshot] = None
+    report: Optional[Report] = None
+    try:
+        for last in iter_samples(devices, samples, interval, sleep):
+            if on_sample is not None:
+                report = _live_report(last, probe, roles, thresholds, memory_total_mib)
+                on_sample(report)
+    except NvmlUnavailable as exc:
+        return _unavailable(exc)
+    except KeyboardInterrupt:
+        if last is None:
+            raise
+    finally:
+        devices.shutdown()
+    if report is None or report.facts.get("samples") != last.samples:
+        report = _live_report(last, probe, roles, thresholds, memory_total_mib)
+    return report
+
+
+def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_mib) -> Report:
+    readings = describe_processes(snapshot.readings, probe)
+    report = analyze_gpus(readings, roles=roles, thresholds=thresholds, memory_total_mib=memory_total_mib,
+                          live=True, source="nvml")
+    report.problems[:0] = snapshot.problems
+    report.facts["samples"] = snapshot.samples
+    return report
+
+
+def _unavailable(exc: Exception) -> Report:
+    report = Report(command="gpus")
+    report.problems.append(Problem("nvml", str(exc), "use --from FILE with nvidia-smi CSV from the GPU machine"))
+    report.facts = {"source": "nvml", "gpus": []}
+    return report

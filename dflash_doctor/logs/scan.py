@@ -1,0 +1,348 @@
+"""LogScanner: one pass over a log, line by line, producing DFD5xx findings as soon as they are certain.
+
+`feed` returns the findings a line completes (so `--follow` can show them live), `finish` the Report. State is
+bounded (see blocks.py and progress.py) and findings are capped per rule, so memory does not grow with the log.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from dflash_doctor.findings import Finding, Report
+from dflash_doctor.logs import patterns
+from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock
+from dflash_doctor.logs.progress import ProgressTracker
+from dflash_doctor.rules.logs import (
+    LOG_CUDA_OOM,
+    LOG_DENSE_ATTENTION_FALLBACK,
+    LOG_FX_TRACE_RACE,
+    LOG_NCCL_TIMEOUT,
+    LOG_RECOMPILE_LIMIT,
+    LOG_THREAD_DIED,
+    LOG_THREAD_STALLED,
+    LOG_THROUGHPUT_DROP,
+)
+
+MAIN = "main"  # lines that name no thread
+BLOCK_GAP = 200  # lines after which an open block that stopped growing is closed (grep'd or interleaved logs)
+RECOMPILE_LOOKAHEAD = 3  # the 'function:' line follows the recompile-limit line
+MESSAGE_CHARS = 300
+# Dedup keys: one finding per thread for deaths, per (thread, GPU) for OOMs, per rank for NCCL, per function for
+# recompile limits, per log for the dense fallback (torch warns once per process; a traceback through sdpa_dense
+# after the warning is the same fact). Repeats are counted in facts["repeats"].
+DEATH_CODES = (LOG_FX_TRACE_RACE.code, LOG_CUDA_OOM.code, LOG_THREAD_DIED.code, LOG_NCCL_TIMEOUT.code)
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    thread_pattern: Optional[str] = None  # regex; group 'thread' or group 1 names the thread
+    baseline_window: int = 10
+    sustain: int = 5
+    drop: float = 0.3
+    stall_steps: int = 20
+    max_findings_per_code: int = 200
+
+
+def compile_thread_pattern(pattern: Optional[str]) -> "re.Pattern":
+    from dflash_doctor.errors import UsageError
+
+    try:
+        compiled = re.compile(pattern or patterns.DEFAULT_THREAD_PATTERN)
+    except re.error as exc:
+        raise UsageError(f"--thread-pattern {pattern!r}: {exc}") from exc
+    if compiled.groups < 1:
+        raise UsageError(f"--thread-pattern {pattern!r}: needs a group naming the thread, e.g. \\[(\\w+-\\d+)\\]")
+    return compiled
+
+
+class LogScanner:
+    def __init__(self, path: str, options: LogOptions = LogOptions()) -> None:
+        self.path = path
+        self.options = options
+        self._thread_re = compile_thread_pattern(options.thread_pattern)
+        self._blocks = BlockParser()
+        self._block_line = 0
+        self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps)
+        self._findings: List[Finding] = []
+        self._seen: Dict[tuple, int] = {}
+        self._suppressed: Dict[str, int] = {}
+        self._per_code: Dict[str, int] = {}
+        self._deaths: Dict[str, dict] = {}
+        self._pending_recompile: Optional[dict] = None
+        self.lines = 0
+        self.bytes = 0
+        self.exceptions = 0
+
+    # -- input ---------------------------------------------------------------------------------------------
+
+    def feed(self, raw: bytes, lineno: int) -> List[Finding]:
+        self.lines = lineno
+        self.bytes += len(raw) + 1
+        new: List[Finding] = []
+        if self._blocks.active and lineno - self._block_line > BLOCK_GAP:
+            new += self._close(self._blocks.flush())
+        if not (self._blocks.active or self._pending_recompile or patterns.TRIGGER.search(raw)):
+            return new
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        closed, consumed = self._blocks.feed(text, lineno)
+        if consumed:
+            self._block_line = lineno
+        new += self._close(closed)
+        if not consumed:
+            new += self._line(text, lineno)
+        return new
+
+    def idle(self) -> List[Finding]:
+        """The follower caught up with the writer: emit what is complete now instead of at the next line."""
+        new = self._close(self._blocks.flush(ended_only=True))
+        return new + self._flush_recompile()
+
+    def finish(self) -> Report:
+        self._close(self._blocks.flush())
+        self._flush_recompile()
+        for stall in self.progress.stalls(exclude=self._deaths):
+            self._emit(LOG_THREAD_STALLED, (stall.thread,),
+                       f"thread {stall.thread} made no step progress after step {stall.last_step} while "
+                       f"{stall.peer} advanced {stall.peer_advanced} steps",
+                       stall.line, thread=stall.thread, last_step=stall.last_step, peer=stall.peer,
+                       peer_advanced=stall.peer_advanced)
+        report = Report(command="logs", findings=list(self._findings))
+        report.facts = self.facts()
+        return report
+
+    # -- classification --------------------------------------------------------------------------------------
+
+    def _thread_of(self, text: str) -> str:
+        match = self._thread_re.search(text)
+        if not match:
+            return MAIN
+        named = match.groupdict()
+        for key in ("thread", "rank", "named"):
+            if named.get(key):
+                return named[key]
+        return next((g for g in match.groups() if g), MAIN)
+
+    def _line(self, text: str, lineno: int) -> List[Finding]:
+        new = self._flush_recompile(text)
+        thread = self._thread_of(text)
+        rate = patterns.THROUGHPUT.search(text)
+        step = patterns.STEP.search(text)
+        if step:
+            self.progress.step(thread, int(step.group("step")), lineno)
+        if rate:
+            drop = self.progress.throughput(thread, patterns.tok_per_s(rate), lineno)
+            if drop is not None:
+                new += self._emit(
+                    LOG_THROUGHPUT_DROP, (drop.thread, drop.from_line),
+                    f"{drop.thread}: throughput fell from {drop.baseline:,.0f} to {drop.level:,.0f} tok/s "
+                    f"({100 * (1 - drop.level / drop.baseline):.0f} % lower) from line {drop.from_line}",
+                    drop.from_line, thread=drop.thread, **{"from": drop.baseline, "to": drop.level},
+                    from_line=drop.from_line, sustained_at_line=drop.line)
+            return new
+        if patterns.FX_TRACE_RACE.search(text):
+            new += self._fx_race(thread, text.strip(), lineno, None)
+        elif patterns.CUDA_OOM.search(text):
+            new += self._oom(thread, text.strip(), lineno, None)
+        elif patterns.DENSE_FALLBACK_WARNING.search(text):
+            new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
+                              f"{thread}: flex_attention ran without torch.compile (dense path that materialises "
+                              "the full scores matrix)", lineno, thread=thread, via="warning")
+        else:
+            nccl = patterns.NCCL_TIMEOUT.search(text) or patterns.NCCL_STUCK.search(text)
+            if nccl:
+                new += self._nccl(thread, nccl, text, lineno)
+            recompile = patterns.RECOMPILE_LIMIT.search(text)
+            if recompile:
+                self._pending_recompile = {"thread": thread, "line": lineno, "limit": recompile.group("limit"),
+                                           "value": int(recompile.group("value")), "function": None}
+        return new
+
+    def _flush_recompile(self, text: Optional[str] = None) -> List[Finding]:
+        pending = self._pending_recompile
+        if pending is None:
+            return []
+        if text is not None:
+            function = patterns.RECOMPILE_FUNCTION.search(text)
+            if function:
+                pending["function"] = f"{function.group('function')} ({function.group('where')})"
+            elif self.lines - pending["line"] < RECOMPILE_LOOKAHEAD:
+                return []
+        self._pending_recompile = None
+        where = f" for {pending['function']}" if pending["function"] else ""
+        return self._emit(LOG_RECOMPILE_LIMIT, (pending["function"] or pending["thread"],),
+                          f"Dynamo hit config.{pending['limit']} ({pending['value']}){where}: it now runs eagerly",
+                          pending["line"], thread=pending["thread"], limit=pending["limit"],
+                          limit_value=pending["value"], function=pending["function"])
+
+    def _close(self, blocks: List[ExceptionBlock]) -> List[Finding]:
+        new: List[Finding] = []
+        for block in blocks:
+            self.exceptions += 1
+            new += self._block(block)
+        return new
+
+    def _block(self, block: ExceptionBlock) -> List[Finding]:
+        thread = block.thread or MAIN
+        final = block.final
+        new: List[Finding] = []
+        codes = []
+        for exc in block.exceptions:
+            text = f"{exc.type}: {exc.message}" if exc.message else exc.type
+            if patterns.FX_TRACE_RACE.search(text):
+                codes.append(LOG_FX_TRACE_RACE.code)
+                new += self._fx_race(thread, text, exc.line, block)
+            elif patterns.CUDA_OOM.search(text):
+                codes.append(LOG_CUDA_OOM.code)
+                new += self._oom(thread, text, exc.line, block)
+            elif patterns.NCCL_EXCEPTION.search(text):
+                codes.append(LOG_NCCL_TIMEOUT.code)
+                new += self._emit(LOG_NCCL_TIMEOUT, (thread,), f"{thread}: {text[:MESSAGE_CHARS]}", exc.line,
+                                  thread=thread, exception=exc.type, block_line=block.start_line)
+        dense = [f for f in block.frames if f[2] in patterns.DENSE_FALLBACK_FRAMES]
+        if dense:
+            line = final.line if final else block.start_line
+            new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
+                              f"{thread}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
+                              thread=thread, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
+                              block_line=block.start_line)
+        if block.thread is None:
+            return new
+        if not codes:
+            if final is None:
+                message = f"thread {thread} died; its exception is not in the log"
+            else:
+                said = f": {final.message}" if final.message else ""
+                message = f"thread {thread} died: {final.type}{said}"[:MESSAGE_CHARS]
+            codes.append(LOG_THREAD_DIED.code)
+            new += self._emit(LOG_THREAD_DIED, (thread,), message, final.line if final else block.start_line,
+                              thread=thread, exception=final.type if final else None, block_line=block.start_line,
+                              last_step=self._last_step(thread))
+        if thread not in self._deaths:
+            self._deaths[thread] = {
+                "line": final.line if final else block.start_line,
+                "block_line": block.start_line,
+                "exception": final.type if final else None,
+                "message": (final.message if final else "")[:MESSAGE_CHARS],
+                "code": codes[0],
+                "last_frame": f"{block.frames[-1][0]}:{block.frames[-1][1]} in {block.frames[-1][2]}"
+                if block.frames else None,
+            }
+        return new
+
+    def _last_step(self, thread: str) -> Optional[int]:
+        state = self.progress.threads.get(thread)
+        return state.last_step if state else None
+
+    def _fx_race(self, thread: str, text: str, line: int, block: Optional[ExceptionBlock]) -> List[Finding]:
+        return self._emit(
+            LOG_FX_TRACE_RACE, (thread,),
+            f"{thread}: RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
+            "function (the FX-tracing race between threads)", line,
+            thread=thread, block_line=block.start_line if block else None, last_step=self._last_step(thread),
+            **_gpu(text))
+
+    def _oom(self, thread: str, text: str, line: int, block: Optional[ExceptionBlock]) -> List[Finding]:
+        gpu = patterns.OOM_GPU.search(text)
+        index = None if gpu is None else int(gpu.group("gpu") or gpu.group("old"))
+        tried = patterns.OOM_TRIED.search(text)
+        where = f" on GPU {index}" if index is not None else ""
+        return self._emit(
+            LOG_CUDA_OOM, (thread, index), f"{thread}: CUDA out of memory{where}"
+            + (f" (tried to allocate {tried.group('size')})" if tried else ""), line,
+            thread=thread, gpu=index, tried_to_allocate=tried.group("size") if tried else None,
+            block_line=block.start_line if block else None, last_step=self._last_step(thread))
+
+    def _nccl(self, thread: str, match: "re.Match", text: str, line: int) -> List[Finding]:
+        groups = match.groupdict()
+        rank = int(groups["rank"]) if groups.get("rank") else None
+        if groups.get("ran"):
+            timeout = re.search(r"Timeout\(ms\)=(\d+)", groups["work"] or "")
+            message = (f"rank {rank if rank is not None else '?'}: NCCL collective timed out after "
+                       f"{int(groups['ran']) / 1000:.0f} s ({groups['work']})")
+            extra = {"work": groups["work"], "ran_ms": int(groups["ran"]),
+                     "timeout_ms": int(timeout.group(1)) if timeout else None}
+        else:
+            message = f"rank {rank if rank is not None else '?'}: NCCL watchdog stuck for {groups['secs']} s"
+            extra = {"stuck_s": int(groups["secs"])}
+        return self._emit(LOG_NCCL_TIMEOUT, (rank if rank is not None else thread,), message, line,
+                          thread=thread, rank=rank, **extra)
+
+    def _emit(self, rule, key: tuple, message: str, line: int, **evidence) -> List[Finding]:
+        full_key = (rule.code,) + key
+        if full_key in self._seen:
+            self._seen[full_key] += 1
+            return []
+        if self._per_code.get(rule.code, 0) >= self.options.max_findings_per_code:
+            self._suppressed[rule.code] = self._suppressed.get(rule.code, 0) + 1
+            return []
+        self._seen[full_key] = 1
+        self._per_code[rule.code] = self._per_code.get(rule.code, 0) + 1
+        finding = rule.finding(message, path=self.path, line=line, column=1, evidence=evidence)
+        self._findings.append(finding)
+        return [finding]
+
+    # -- facts -----------------------------------------------------------------------------------------------
+
+    def facts(self) -> dict:
+        threads = {}
+        for name, state in self.progress.threads.items():
+            threads[name] = {
+                "last_step": state.last_step,
+                "last_step_line": state.last_step_line,
+                "last_tok_s": state.last_tok_s,
+                "progress_lines": state.progress_lines,
+                "died": self._deaths.get(name),
+            }
+        for name, death in self._deaths.items():
+            threads.setdefault(name, {"last_step": None, "last_step_line": None, "last_tok_s": None,
+                                      "progress_lines": 0, "died": death})
+        repeats = {}
+        for key, count in self._seen.items():
+            if count > 1:
+                repeats[key[0]] = repeats.get(key[0], 0) + count - 1
+        return {
+            "path": self.path,
+            "lines": self.lines,
+            "bytes": self.bytes,
+            "exceptions": self.exceptions,
+            "threads": dict(sorted(threads.items())),
+            "untracked_threads": self.progress.untracked_threads,
+            "repeats": repeats,
+            "suppressed": self._suppressed,
+        }
+
+
+def _gpu(text: str) -> dict:
+    match = patterns.GPU_MENTION.search(text)
+    return {"gpu": int(match.group("gpu"))} if match else {}
+
+
+def scan_stream(stream, path: str, options: LogOptions = LogOptions()) -> Report:
+    """Scan a binary stream to its end."""
+    from dflash_doctor.logs.reader import iter_lines
+
+    scanner = LogScanner(path, options)
+    feed = scanner.feed
+    for lineno, raw in enumerate(iter_lines(stream), start=1):
+        feed(raw, lineno)
+    return scanner.finish()
+
+
+def follow_file(path: str, options: LogOptions, should_stop, on_findings=None, sleep=None, poll: float = 0.25
+                ) -> Report:
+    """`tail -f` a file from its start until `should_stop()`; `on_findings` gets each line's new findings."""
+    from dflash_doctor.logs.reader import follow_lines
+
+    scanner = LogScanner(path, options)
+
+    def idle() -> None:
+        found = scanner.idle()
+        if found and on_findings is not None:
+            on_findings(found)
+
+    for lineno, raw in enumerate(follow_lines(path, should_stop, on_idle=idle, sleep=sleep, poll=poll), start=1):
+        found = scanner.feed(raw, lineno)
+        if found and on_findings is not None:
+            on_findings(found)
+    return scanner.finish()
