@@ -1,0 +1,219 @@
+"""One phase of a repro, run in its own process: `python -m dflash_doctor.repro.child SPEC.json RESULT.json`.
+
+Fresh Dynamo state per phase. Order matters: mitigations first (the shim must precede every compile wrapper),
+then the flight recorder, the mode's amplifier, the steps (building them creates no wrapper), warm-up, the
+watchdog, the mode's disturbance, and finally the worker threads. The result (outcomes, events, blame, and on a
+hang the classified stacks) is written atomically to RESULT.json; on a hang the watchdog writes it and ends the
+process, since the stuck threads never return.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+from dflash_doctor.repro.spec import PhaseSpec
+
+FAULTHANDLER_GRACE_S = 15.0  # the C-level stack dump fires this long after the Python watchdog should have
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class PhaseChild:
+    def __init__(self, spec: PhaseSpec, result_path: Path, clock=time.perf_counter) -> None:
+        self.spec = spec
+        self.result_path = result_path
+        self.clock = clock
+        self.result: dict = {"phase": spec.phase, "problems": [], "shim": None, "shim_check": None,
+                             "warmup_s": [], "hang": None, "stacks": [], "threads": []}
+        self.thread_results: List[dict] = []
+        self.recorder = None
+        self._written = threading.Lock()
+        self._fault_file = None
+        self.started = clock()
+
+    # -- set-up ------------------------------------------------------------------------------------------
+    def install_mitigations(self) -> None:
+        from dflash_doctor import runtime
+
+        if "threadlocal-flag" in self.spec.mitigation:
+            status = runtime.install_threadlocal_fx_flag()
+            self.result["shim"] = status.to_dict()
+            if status.state == "unknown-layout":
+                self.result["problems"].append(
+                    {"subject": "threadlocal-flag", "reason": status.detail,
+                     "hint": "this torch's FX module is not a layout the shim knows; the run used no shim"})
+            else:
+                ok, detail = runtime.verify_threadlocal_fx_flag()
+                self.result["shim_check"] = {"ok": ok, "detail": detail}
+                if not ok:
+                    self.result["problems"].append({"subject": "threadlocal-flag", "reason": detail,
+                                                    "hint": "the shim is installed but not effective"})
+        if "non-lazy-backward" in self.spec.mitigation:
+            try:
+                runtime.enable_non_lazy_backward()
+            except runtime.MitigationUnavailable as exc:
+                self.result["problems"].append({"subject": "non-lazy-backward", "reason": str(exc),
+                                                "hint": "this torch cannot compile the backward eagerly"})
+
+    def wrap_steps(self, steps):
+        from dflash_doctor import runtime
+
+        if "global-lock" in self.spec.mitigation:
+            return [runtime.global_lock(step) for step in steps]
+        if "first-call-lock" in self.spec.mitigation:
+            return [runtime.first_call_lock(step) for step in steps]
+        return steps
+
+    # -- running -----------------------------------------------------------------------------------------
+    def worker(self, index: int, step, barrier: threading.Barrier) -> None:
+        record = self.thread_results[index]
+        try:
+            barrier.wait(60.0)
+        except threading.BrokenBarrierError:
+            record.update(outcome="error", error="start barrier broken")
+            return
+        started = self.clock()
+        for step_index in range(self.spec.steps):
+            try:
+                with self.recorder.step(step_index):
+                    step()
+            except Exception as exc:  # noqa: BLE001 - every failure is the data this harness collects
+                record.update(outcome="error", error=f"{type(exc).__name__}: {exc}",
+                              traceback=traceback.format_exc(limit=12))
+                break
+            record["steps"] += 1
+        else:
+            record["outcome"] = "ok"
+        record["seconds"] = round(self.clock() - started, 6)
+
+    def on_hang(self, report) -> None:
+        self.result["hang"] = report.diagnosis.to_dict()
+        self.result["stacks"] = [stack.to_dict() for stack in report.stacks]
+        self.recorder.record("hang", "I", cycle=report.diagnosis.cycle)
+        for record in self.thread_results:
+            if record["outcome"] == "running":
+                record["outcome"] = "hung"
+        self.finish("hung")
+        os._exit(0)
+
+    def finish(self, outcome: str) -> None:
+        if not self._written.acquire(blocking=False):
+            return
+        self.result.update(outcome=outcome, threads=self.thread_results,
+                           events=self.recorder.to_dicts() if self.recorder else [],
+                           blame=[b.to_dict() for b in self.recorder.blames] if self.recorder else [],
+                           seconds=round(self.clock() - self.started, 6))
+        _write_json(self.result_path, self.result)
+
+    def rearm_faulthandler(self) -> None:
+        import faulthandler
+
+        if self._fault_file is not None:
+            faulthandler.dump_traceback_later(self.spec.hang_after_s + FAULTHANDLER_GRACE_S, repeat=False,
+                                              file=self._fault_file, exit=False)
+
+    def run(self) -> None:
+        import torch
+
+        from dflash_doctor import runtime
+        from dflash_doctor.repro import disturb
+        from dflash_doctor.repro.steps import build_thread_steps
+
+        spec = self.spec
+        self.result.update(torch_version=torch.__version__, python=sys.version.split()[0], pid=os.getpid())
+        self._fault_file = open(self.result_path.with_name("faulthandler.txt"), "w", encoding="utf-8")
+        self.install_mitigations()
+        self.recorder = runtime.install(runtime.FlightRecorder(clock=self.clock))
+        if spec.mode == "amplified":
+            disturb.install_amplifier(spec.amplify_ms)
+        self.started = self.clock()
+        if spec.phase == "disturb":
+            self.run_disturbance_only()
+            return
+        self.thread_results = [{"name": name, "outcome": "running", "error": None, "steps": 0, "seconds": 0.0}
+                               for name in spec.thread_names]
+        steps = self.wrap_steps(build_thread_steps(spec))
+        if "warmup" in spec.mitigation:
+            self.result["warmup_s"] = [round(s, 6) for s in runtime.warmup(steps, clock=self.clock)]
+        self.result["setup_s"] = round(self.clock() - self.started, 6)
+        watchdog = runtime.Watchdog(lambda: self.recorder.last_progress, spec.hang_after_s, self.on_hang,
+                                    clock=self.clock)
+        self.recorder.record("note", "I", message="workers starting")
+        self.rearm_faulthandler()
+        watchdog.start()
+        disturbance = self.start_disturbance()
+        barrier = threading.Barrier(spec.threads)
+        workers = [threading.Thread(target=self.worker, args=(i, step, barrier), name=spec.thread_names[i],
+                                    daemon=True) for i, step in enumerate(steps)]
+        self.result["thread_ids"] = {}
+        workers_started = self.clock()
+        for thread in workers:
+            thread.start()
+            self.result["thread_ids"][str(thread.ident)] = thread.name
+        _write_json(self.result_path.with_name("threads.json"), self.result["thread_ids"])
+        for thread in workers:
+            while thread.is_alive():
+                thread.join(1.0)
+                if self.clock() - self.recorder.last_progress < spec.hang_after_s:
+                    self.rearm_faulthandler()
+        self.result["run_s"] = round(self.clock() - workers_started, 6)
+        watchdog.stop()
+        if disturbance is not None:
+            disturbance.stop()
+        outcome = "error" if any(r["outcome"] != "ok" for r in self.thread_results) else "ok"
+        self.finish(outcome)
+
+    def make_disturbance(self, hold_s: float):
+        from dflash_doctor.repro import disturb
+
+        if self.spec.mode == "forced":
+            return disturb.hold_fx_flag(hold_s)
+        if self.spec.mode == "stuck":
+            return disturb.leave_fx_flag_stuck()
+        return None
+
+    def start_disturbance(self):
+        if self.spec.phase != "multi":
+            return None
+        disturbance = self.make_disturbance(self.spec.hang_after_s * 4)
+        if disturbance is not None:
+            self.result["disturbance"] = disturbance.description
+        return disturbance
+
+    def run_disturbance_only(self) -> None:
+        """The `processes` mitigation: the mode's disturbance in a process of its own, beside the workers."""
+        disturbance = self.make_disturbance(self.spec.disturb_hold_s + 5.0)
+        self.result["disturbance"] = disturbance.description if disturbance else None
+        self.finish("ok")
+        time.sleep(self.spec.disturb_hold_s)
+        if disturbance is not None:
+            disturbance.stop()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec_path, result_path = Path(argv[0]), Path(argv[1])
+    spec = PhaseSpec.from_dict(json.loads(spec_path.read_text(encoding="utf-8")))
+    child = PhaseChild(spec, result_path)
+    try:
+        child.run()
+    except BaseException as exc:  # noqa: BLE001 - the parent must get a result, whatever broke here
+        child.result["problems"].append({"subject": f"{spec.phase}-thread phase", "reason":
+                                         f"{type(exc).__name__}: {exc}", "hint": traceback.format_exc(limit=8)})
+        child.finish("error")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

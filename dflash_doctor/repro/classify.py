@@ -1,0 +1,70 @@
+"""From phase results to the verdict: reproduced or not, which kind, and who is to blame. Pure data in, data out."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
+
+KINDS = ("fx-flag-leak", "stuck-flag", "deadlock", "other-error")
+PHASE_KEYS = ("outcome", "seconds", "threads")
+
+
+def is_fx_error_text(error: Optional[str]) -> bool:
+    return bool(error) and FX_ERROR_PREFIX in error
+
+
+def classify_phase(result: dict) -> Tuple[Optional[str], List[dict]]:
+    """(kind, blame) for a multi-thread phase result; kind None when every thread finished its steps."""
+    outcome = result.get("outcome")
+    blame = [b for b in result.get("blame") or [] if b.get("holder")] or list(result.get("blame") or [])
+    if outcome == "ok":
+        return None, []
+    if outcome == "hung":
+        hang = result.get("hang") or {}
+        return ("deadlock" if hang.get("kind") == "deadlock" else "other-error"), []
+    errors = [t.get("error") for t in result.get("threads", []) if t.get("outcome") == "error"]
+    if any(is_fx_error_text(e) for e in errors):
+        if any(b.get("kind") == "stuck-flag" for b in blame):
+            return "stuck-flag", blame
+        return "fx-flag-leak", blame
+    return "other-error", blame
+
+
+def phase_facts(result: dict) -> dict:
+    """The contract's phase object ({outcome, seconds, threads}) plus what the views and the trace need."""
+    threads = [{"name": t["name"], "outcome": t["outcome"], "error": t.get("error"), "steps": t.get("steps", 0)}
+               for t in result.get("threads", [])]
+    facts = {"outcome": result.get("outcome", "error"), "seconds": result.get("seconds", 0.0), "threads": threads}
+    for key in ("run_s", "setup_s", "warmup_s", "hang", "disturbance", "crash", "log_tail", "shim", "shim_check"):
+        if result.get(key):
+            facts[key] = result[key]
+    facts["steps_per_s"] = steps_per_second(result)
+    facts["events"] = result.get("events", [])
+    return facts
+
+
+def steps_per_second(result: dict) -> Optional[float]:
+    done = sum(t.get("steps", 0) for t in result.get("threads", []))
+    run_s = result.get("run_s")
+    if not done or not run_s:
+        return None
+    return round(done / run_s, 3)
+
+
+def merge_process_results(results: Sequence[dict]) -> dict:
+    """The `processes` mitigation runs one child per worker; combine them into one multi-thread phase."""
+    order = {"hung": 2, "error": 1, "ok": 0}
+    outcome = max((r.get("outcome", "error") for r in results), key=lambda o: order.get(o, 1), default="error")
+    merged = {"phase": "multi", "outcome": outcome, "threads": [t for r in results for t in r.get("threads", [])],
+              "blame": [b for r in results for b in r.get("blame") or []],
+              "seconds": max((r.get("seconds", 0.0) for r in results), default=0.0),
+              "run_s": max((r.get("run_s") or 0.0 for r in results), default=0.0),
+              "events": [], "problems": [p for r in results for p in r.get("problems") or []],
+              "processes": [{"threads": [t["name"] for t in r.get("threads", [])], "events": r.get("events", [])}
+                            for r in results]}
+    for result in results:
+        if result.get("hang") and not merged.get("hang"):
+            merged["hang"] = result["hang"]
+        if result.get("torch_version"):
+            merged.setdefault("torch_version", result["torch_version"])
+    return merged

@@ -1,0 +1,113 @@
+"""The disturbances each mode adds inside a phase child (torch is imported here, inside the child only).
+
+- amplified: `TracerBase.create_proxy` sleeps while the FX flag is set; time.sleep releases the GIL, so other
+  threads run exactly while the flag is up (FACTS section 2: turned a rare race into a reliable one).
+- forced: a holder thread sits inside a real `torch.fx` trace (`Tracer.trace` of a module whose forward blocks on
+  an Event) while the workers call their compiled step.
+- stuck: two traces exit out of order (A enters, B enters, A leaves, B leaves restoring the True it saw), so
+  the module-global flag stays True with no trace running.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List
+
+
+def install_amplifier(sleep_ms: float, sleep: Callable[[float], None] = time.sleep) -> None:
+    """Widen the race window: sleep `sleep_ms` in every FX proxy creation made while the FX flag is set."""
+    import torch.fx._symbolic_trace as symbolic_trace
+    import torch.fx.proxy as fx_proxy
+
+    original = fx_proxy.TracerBase.create_proxy
+
+    @functools.wraps(original)
+    def create_proxy(self, *args, **kwargs):
+        if getattr(symbolic_trace, "_is_fx_tracing_flag", False):
+            sleep(sleep_ms / 1000.0)
+        return original(self, *args, **kwargs)
+
+    fx_proxy.TracerBase.create_proxy = create_proxy
+
+
+def _blocking_module(entered: threading.Event, release: threading.Event, hold_s: float):
+    import torch
+
+    class BlocksInsideTrace(torch.nn.Module):
+        def forward(self, x):
+            entered.set()
+            release.wait(hold_s)
+            return x + 1
+
+    return BlocksInsideTrace()
+
+
+@dataclass
+class Disturbance:
+    """Started before the workers; `stop()` lets a holder leave its trace."""
+
+    threads: List[threading.Thread] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    description: str = ""
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.release.set()
+        for thread in self.threads:
+            thread.join(timeout_s)
+
+
+def _inlining_tracer():
+    """A real `torch.fx.Tracer` that inlines submodules, as AOTAutograd's make_fx tracer does.
+
+    While any Tracer.trace runs, torch.fx patches `nn.Module.__call__` process-wide; the default tracer would then
+    try to record other threads' module calls as its own (NameError: module is not installed as a submodule).
+    make_fx's tracer runs them through, so other threads reach their compiled call: the race we reproduce.
+    """
+    import torch.fx
+
+    class InliningTracer(torch.fx.Tracer):
+        def call_module(self, m, forward, args, kwargs):
+            return forward(*args, **kwargs)
+
+    return InliningTracer()
+
+
+def _trace_in_thread(name: str, entered: threading.Event, release: threading.Event, hold_s: float,
+                     thread_factory) -> threading.Thread:
+    module = _blocking_module(entered, release, hold_s)
+    tracer = _inlining_tracer()
+    thread = thread_factory(target=lambda: tracer.trace(module), name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def hold_fx_flag(hold_s: float, *, name: str = "fx-holder", timeout_s: float = 30.0,
+                 thread_factory=threading.Thread) -> Disturbance:
+    """forced: return once a thread is inside a real FX trace, held there until stop() (or `hold_s`)."""
+    disturbance = Disturbance(description=f"{name} holds the FX flag inside torch.fx.Tracer.trace")
+    entered = threading.Event()
+    disturbance.threads.append(_trace_in_thread(name, entered, disturbance.release, hold_s, thread_factory))
+    if not entered.wait(timeout_s):
+        raise RuntimeError(f"{name} never entered its FX trace")
+    return disturbance
+
+
+def leave_fx_flag_stuck(*, names=("fx-trace-a", "fx-trace-b"), timeout_s: float = 30.0,
+                        thread_factory=threading.Thread) -> Disturbance:
+    """stuck: A enters, B enters, A leaves, B leaves: B restores the True it saw on entry."""
+    first, second = names
+    release_a, release_b = threading.Event(), threading.Event()
+    entered_a, entered_b = threading.Event(), threading.Event()
+    thread_a = _trace_in_thread(first, entered_a, release_a, timeout_s, thread_factory)
+    if not entered_a.wait(timeout_s):
+        raise RuntimeError(f"{first} never entered its FX trace")
+    thread_b = _trace_in_thread(second, entered_b, release_b, timeout_s, thread_factory)
+    if not entered_b.wait(timeout_s):
+        raise RuntimeError(f"{second} never entered its FX trace")
+    release_a.set()
+    thread_a.join(timeout_s)
+    release_b.set()
+    thread_b.join(timeout_s)
+    return Disturbance([], description=f"{first} and {second} left their traces out of order: the FX flag is stuck")

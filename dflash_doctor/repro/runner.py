@@ -1,0 +1,152 @@
+"""Parent side of a phase: start the child in its own process group, enforce the timeout, read what it left.
+
+A child that hangs past --timeout has its whole process group killed (inductor's compile workers included);
+its faulthandler dump, if any, is classified like the watchdog's stacks. A child that crashed (segfault, abort)
+without writing a result is reported as outcome `error` with its exit status and the tail of its log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+from dflash_doctor.repro.spec import PhaseSpec
+
+LOG_TAIL_CHARS = 4000
+
+
+@dataclass
+class ChildExit:
+    returncode: Optional[int]
+    timed_out: bool
+    seconds: float
+
+
+class ChildProcess:
+    """A running child; `wait(timeout)` kills its process group when the time is up."""
+
+    def __init__(self, popen: subprocess.Popen, log_handle, clock: Callable[[], float]) -> None:
+        self._popen = popen
+        self._log = log_handle
+        self._clock = clock
+        self._started = clock()
+
+    def wait(self, timeout_s: float) -> ChildExit:
+        remaining = max(0.0, timeout_s - (self._clock() - self._started))
+        timed_out = False
+        try:
+            self._popen.wait(remaining)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        self.kill()
+        self._log.close()
+        return ChildExit(self._popen.returncode, timed_out, self._clock() - self._started)
+
+    def stop(self) -> ChildExit:
+        """End a child that is not expected to finish on its own (a disturbance held for the workers)."""
+        self.kill()
+        self._log.close()
+        return ChildExit(self._popen.returncode, False, self._clock() - self._started)
+
+    def kill(self) -> None:
+        """Kill the whole group (the child and anything it started); reap the child."""
+        try:
+            os.killpg(self._popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self._popen.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class ProcessRunner:
+    """Starts phase children. Tests may pass another object with the same `start` signature."""
+
+    def __init__(self, python: str = sys.executable, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.python = python
+        self.clock = clock
+
+    def start(self, spec_path: Path, result_path: Path, env: Dict[str, str], log_path: Path) -> ChildProcess:
+        log = open(log_path, "wb")
+        popen = subprocess.Popen(
+            [self.python, "-m", "dflash_doctor.repro.child", str(spec_path), str(result_path)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        return ChildProcess(popen, log, self.clock)
+
+
+def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The child's environment: this package importable, and for a cold cache fresh inductor/triton caches."""
+    env = dict(os.environ if base is None else base)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    if cold_cache:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(phase_dir / "inductor-cache")
+        env["TRITON_CACHE_DIR"] = str(phase_dir / "triton-cache")
+    return env
+
+
+def write_spec(phase_dir: Path, spec: PhaseSpec) -> Path:
+    phase_dir.mkdir(parents=True, exist_ok=True)
+    path = phase_dir / "spec.json"
+    path.write_text(json.dumps(spec.to_dict()), encoding="utf-8")
+    return path
+
+
+def log_tail(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-LOG_TAIL_CHARS:].decode("utf-8", "replace")
+
+
+def read_phase_result(phase_dir: Path, exit: ChildExit, spec: PhaseSpec) -> dict:
+    """The child's result, or one reconstructed from how it ended (killed on timeout, crashed)."""
+    result_path = phase_dir / "result.json"
+    if result_path.exists():
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+        if exit.timed_out and result.get("phase") == "disturb":
+            result["killed_after_s"] = round(exit.seconds, 3)
+        return result
+    threads = [{"name": name, "outcome": "hung" if exit.timed_out else "error", "error": None, "steps": 0}
+               for name in spec.thread_names]
+    result = {"phase": spec.phase, "threads": threads, "events": [], "blame": [], "problems": [],
+              "seconds": round(exit.seconds, 6), "hang": None, "stacks": [], "log_tail": log_tail(phase_dir / "log.txt")}
+    if exit.timed_out:
+        result["outcome"] = "hung"
+        result["hang"], result["stacks"] = _faulthandler_diagnosis(phase_dir, exit.seconds)
+    else:
+        result["outcome"] = "error"
+        reason = (f"killed by signal {signal.Signals(-exit.returncode).name}" if exit.returncode and exit.returncode < 0
+                  else f"exited with status {exit.returncode} without a result")
+        for thread in threads:
+            thread["error"] = f"child process {reason}"
+        result["crash"] = reason
+    return result
+
+
+def _faulthandler_diagnosis(phase_dir: Path, seconds: float):
+    from dflash_doctor.runtime.deadlock import classify_hang
+    from dflash_doctor.runtime.stacks import parse_faulthandler
+
+    dump = phase_dir / "faulthandler.txt"
+    text = dump.read_text(encoding="utf-8", errors="replace") if dump.exists() else ""
+    names_path = phase_dir / "threads.json"
+    names = {}
+    if names_path.exists():
+        names = {int(ident): name for ident, name in json.loads(names_path.read_text(encoding="utf-8")).items()}
+    stacks = parse_faulthandler(text, names)
+    if not stacks:
+        return ({"kind": "other-error", "cycle": "no-cycle", "threads": [], "stalled_s": round(seconds, 3),
+                 "chain": [f"the child made no report before the {seconds:.0f} s timeout and left no stack dump"],
+                 "hint": "rerun with a longer --timeout"}, [])
+    return classify_hang(stacks, seconds).to_dict(), [s.to_dict() for s in stacks]

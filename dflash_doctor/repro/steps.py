@@ -1,0 +1,85 @@
+"""The step each worker thread repeats: the reference drafter's training step, or the user's own model.
+
+`--model pkg.module:factory` imports and runs user code: `factory()` returns `(module, input_builder)`, where
+`input_builder(device, shape_index)` returns the positional arguments (a tuple) or keyword arguments (a dict)
+for one forward. The harness moves the module to the thread's device, wraps it in `torch.compile` (after the
+mitigations are installed), and with backward on sums the first tensor output and calls backward.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable, List
+
+from dflash_doctor.errors import UsageError
+from dflash_doctor.repro.spec import PhaseSpec
+
+
+def load_factory(model: str) -> Callable:
+    module_name, _, attribute = model.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--model {model}: cannot import {module_name} ({exc})") from exc
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise UsageError(f"--model {model}: {module_name} has no callable {attribute}")
+    return factory
+
+
+def _first_tensor(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            found = _first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def user_model_step(factory: Callable, device: str, shape_index: int, backward: bool) -> Callable[[], float]:
+    import torch
+
+    built = factory()
+    if not (isinstance(built, tuple) and len(built) == 2 and callable(built[1])):
+        raise UsageError("the --model factory must return (module, input_builder)")
+    module, input_builder = built
+    module = module.to(device)
+    compiled = torch.compile(module)
+    dev = torch.device(device)
+
+    def step() -> float:
+        inputs = input_builder(dev, shape_index)
+        with torch.set_grad_enabled(backward):
+            out = compiled(**inputs) if isinstance(inputs, dict) else compiled(*inputs)
+            tensor = _first_tensor(out)
+            if tensor is None:
+                raise TypeError("the --model forward returned no tensor")
+            loss = tensor.float().sum()
+            if backward:
+                loss.backward()
+        return float(loss.detach())
+
+    return step
+
+
+def build_thread_steps(spec: PhaseSpec) -> List[Callable[[], float]]:
+    """One zero-argument step per worker thread, on its device and with its shape index."""
+    steps = []
+    factory = load_factory(spec.model) if spec.model else None
+    for index in range(spec.threads):
+        device = spec.devices[index % len(spec.devices)]
+        shape_index = spec.shape_indices[index]
+        if factory is not None:
+            steps.append(user_model_step(factory, device, shape_index, spec.backward))
+        else:
+            from dflash_doctor.reference.replay import build_drafter_step
+
+            drafter = build_drafter_step(preset=spec.preset, device=device, checkpoint=spec.checkpoint,
+                                         shape_index=shape_index, backward=spec.backward, seed=index)
+            steps.append(drafter.run)
+    return steps

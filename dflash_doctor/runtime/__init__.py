@@ -1,0 +1,40 @@
+"""Things to import into your own trainer: mitigations, the flight recorder and the hang watchdog.
+
+    from dflash_doctor import runtime
+
+    runtime.install_threadlocal_fx_flag()      # before any torch.compile wrapper is created
+    runtime.enable_non_lazy_backward()         # the backward compiles with the forward: no lock cycle
+    recorder = runtime.install()               # FX traces, compiles, recompile reasons, exceptions per thread
+    ...
+    with recorder.step():                      # in each worker thread
+        loss = train_step(batch)
+    runtime.write_chrome_trace("trace.json", [("trainer", recorder.events)])
+
+None of these import torch until called.
+"""
+from dflash_doctor.runtime.chrome_trace import chrome_trace, write_chrome_trace
+from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
+from dflash_doctor.runtime.fx_flag import (
+    ShimStatus,
+    install_threadlocal_fx_flag,
+    thread_is_fx_tracing,
+    verify_threadlocal_fx_flag,
+)
+from dflash_doctor.runtime.mitigations import (
+    MitigationUnavailable,
+    enable_non_lazy_backward,
+    first_call_lock,
+    global_lock,
+    warmup,
+)
+from dflash_doctor.runtime.recorder import Blame, Event, FlightRecorder, active_recorder, install, uninstall
+from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks, parse_faulthandler
+from dflash_doctor.runtime.watchdog import HangReport, Watchdog, arm_faulthandler
+
+__all__ = [
+    "Blame", "Event", "FlightRecorder", "HangDiagnosis", "HangReport", "MitigationUnavailable", "ShimStatus",
+    "ThreadStack", "Watchdog", "active_recorder", "arm_faulthandler", "capture_stacks", "chrome_trace",
+    "classify_hang", "enable_non_lazy_backward", "first_call_lock", "global_lock", "install",
+    "install_threadlocal_fx_flag", "parse_faulthandler", "thread_is_fx_tracing", "uninstall",
+    "verify_threadlocal_fx_flag", "warmup", "write_chrome_trace",
+]

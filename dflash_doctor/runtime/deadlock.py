@@ -1,0 +1,172 @@
+"""Name the cycle behind a hang from all-thread stacks (function and file names only, so synthetic stacks test it).
+
+The known torch.compile cycle (FACTS section 3): thread B holds Dynamo's compile_lock (inside `_compile`) while
+AOTAutograd's joint trace calls `torch.autograd.grad`, which waits for the autograd device thread; that thread
+runs thread A's backward and waits for compile_lock in the lazy backward compile (`compile_fx_backward`).
+Anything else where threads wait on locks is reported as a generic lock cycle, with the locks named when the
+source shows them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from dflash_doctor.runtime.stacks import Frame, ThreadStack
+
+DYNAMO_CYCLE = "compile-lock-autograd"
+LOCK_CYCLE = "lock-cycle"
+LOCK_WAIT = "lock-wait"
+NO_CYCLE = "no-cycle"
+
+_BACKWARD_COMPILERS = ("compile_fx_backward", "bw_compiler")
+_ACQUIRE = re.compile(r"([\w.\[\]'\"]+)\.acquire\(")
+_WITH_HEADER = re.compile(r"^\s*(?:async\s+)?with\b")
+
+
+@dataclass(frozen=True)
+class HangDiagnosis:
+    kind: str  # deadlock | other-error (no lock cycle in the stacks)
+    cycle: str  # compile-lock-autograd | lock-cycle | lock-wait | no-cycle
+    chain: Tuple[str, ...]  # the cycle in plain words, one step per entry
+    threads: Tuple[str, ...] = ()  # the threads taking part
+    stalled_s: float = 0.0
+    hint: str = ""
+
+    def summary(self) -> str:
+        return "; ".join(self.chain)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "cycle": self.cycle, "chain": list(self.chain), "threads": list(self.threads),
+                "stalled_s": round(self.stalled_s, 3), "hint": self.hint}
+
+
+def _path(frame: Frame) -> str:
+    return frame.file.replace("\\", "/")
+
+
+def _in(frame: Frame, suffix: str, functions: Sequence[str] = ()) -> bool:
+    return _path(frame).endswith(suffix) and (not functions or frame.function in functions)
+
+
+def _dynamo_compiling(stack: ThreadStack) -> Optional[Frame]:
+    """The innermost Dynamo compile frame, if the thread is compiling (and so holds compile_lock)."""
+    hits = [f for f in stack.frames if _in(f, "_dynamo/convert_frame.py", ("_compile", "compile_inner", "__call__"))]
+    return hits[-1] if hits else None
+
+
+def _waits_on_autograd_engine(stack: ThreadStack, after: Frame) -> bool:
+    frames = stack.frames[stack.frames.index(after):]
+    return any(_in(f, "torch/autograd/__init__.py", ("grad", "backward")) or
+               _in(f, "torch/autograd/graph.py", ("_engine_run_backward",)) for f in frames)
+
+
+def _waits_for_compile_lock_in_backward(stack: ThreadStack) -> Optional[Frame]:
+    """The backward-compiler frame a thread is blocked in, if it is waiting for compile_lock there."""
+    inner = stack.innermost
+    if inner is None:
+        return None
+    if inner.function in _BACKWARD_COMPILERS:
+        return inner
+    if "compile_lock" in inner.source and any(f.function in _BACKWARD_COMPILERS for f in stack.frames):
+        return inner
+    return None
+
+
+def _dynamo_cycle(stacks: Sequence[ThreadStack], stalled_s: float) -> Optional[HangDiagnosis]:
+    compilers = []
+    for stack in stacks:
+        frame = _dynamo_compiling(stack)
+        if frame is not None and _waits_on_autograd_engine(stack, frame):
+            compilers.append(stack)
+    waiters = [s for s in stacks if _waits_for_compile_lock_in_backward(s) is not None and s not in compilers]
+    if not compilers or not waiters:
+        return None
+    holder, waiter = compilers[0], waiters[0]
+    backward_fn = _waits_for_compile_lock_in_backward(waiter).function
+    chain = (
+        f"{holder.name} holds compile_lock (Dynamo compiling a frame) and waits in torch.autograd.grad "
+        f"for the autograd engine",
+        f"{waiter.name} (the autograd device thread, running another thread's backward) waits for "
+        f"compile_lock in {backward_fn} (the lazy backward compile)",
+        "cycle: compile_lock -> autograd device thread -> compile_lock",
+    )
+    return HangDiagnosis(
+        "deadlock", DYNAMO_CYCLE, chain, (holder.name, waiter.name), stalled_s,
+        hint="compile the backward with the forward (enable_non_lazy_backward(), with the thread-local FX shim), "
+             "warm up every shape in one thread first, or hold one global lock around each step",
+    )
+
+
+def _lock_wanted(frame: Frame) -> Optional[str]:
+    """The lock a frame is blocked acquiring, read from its source line."""
+    match = _ACQUIRE.search(frame.source)
+    if match:
+        return match.group(1)
+    if _WITH_HEADER.match(frame.source):
+        entering = [expr for line, expr in frame.enclosing_with if line == frame.line]
+        return ", ".join(entering) if entering else frame.source
+    return None
+
+
+def _locks_held(stack: ThreadStack) -> List[str]:
+    held = []
+    for index, frame in enumerate(stack.frames):
+        innermost = index == len(stack.frames) - 1
+        held.extend(expr for line, expr in frame.enclosing_with if not (innermost and line == frame.line))
+    return held
+
+
+def _lock_waiters(stacks: Sequence[ThreadStack]) -> Dict[str, Tuple[str, Frame, List[str]]]:
+    waiting = {}
+    for stack in stacks:
+        inner = stack.innermost
+        # threading.py's own waits (join, Event.wait, Condition.wait) are the harness waiting, not a lock cycle.
+        if inner is None or _path(inner).endswith("/threading.py"):
+            continue
+        wanted = _lock_wanted(inner)
+        if wanted is not None:
+            waiting[stack.name] = (wanted, inner, _locks_held(stack))
+    return waiting
+
+
+def _find_cycle(waiting: Dict[str, Tuple[str, Frame, List[str]]]) -> List[str]:
+    """Threads forming a wait-for cycle: each wants a lock the next one holds (matched by expression text)."""
+    edges = {}
+    for name, (wanted, _, _) in waiting.items():
+        for other, (_, _, held) in waiting.items():
+            if other != name and wanted in held:
+                edges[name] = other
+                break
+    for start in edges:
+        path, node = [], start
+        while node in edges and node not in path:
+            path.append(node)
+            node = edges[node]
+        if node == start:
+            return path
+    return []
+
+
+def classify_hang(stacks: Sequence[ThreadStack], stalled_s: float = 0.0) -> HangDiagnosis:
+    """Classify why no thread made progress for `stalled_s` seconds."""
+    dynamo = _dynamo_cycle(stacks, stalled_s)
+    if dynamo is not None:
+        return dynamo
+    waiting = _lock_waiters(stacks)
+    cycle = _find_cycle(waiting)
+    if cycle:
+        chain = tuple(
+            f"{name} holds {', '.join(waiting[name][2])} and waits for {waiting[name][0]} at "
+            f"{waiting[name][1].where()}" for name in cycle
+        ) + (f"lock-order cycle: no progress for {stalled_s:.1f} s",)
+        return HangDiagnosis("deadlock", LOCK_CYCLE, chain, tuple(cycle), stalled_s,
+                             hint="take the locks in one global order")
+    if len(waiting) >= 2:
+        chain = tuple(f"{name} waits for {wanted} at {frame.where()}" for name, (wanted, frame, _) in
+                      sorted(waiting.items())) + (f"no progress for {stalled_s:.1f} s",)
+        return HangDiagnosis("deadlock", LOCK_WAIT, chain, tuple(sorted(waiting)), stalled_s,
+                             hint="threads wait on each other's locks; the holders are not visible in the stacks")
+    busy = tuple(f"{s.name} at {s.innermost.where()}" for s in stacks if s.innermost is not None)
+    return HangDiagnosis("other-error", NO_CYCLE, (f"no progress for {stalled_s:.1f} s and no lock cycle in the "
+                                                   f"stacks",) + busy, tuple(s.name for s in stacks), stalled_s)

@@ -1,0 +1,89 @@
+"""Mitigations for torch.compile thread races, each a function a trainer can call (FACTS section 3 says what each
+did on an H200 with torch 2.11; `dflash-doctor repro --matrix` measures them on your install).
+
+- `first_call_lock(step)`: serialise each thread's first call only (the seeds' `_exec_lock`). Not enough: a
+  thread already past its first call still runs while another compiles.
+- `global_lock(step)`: serialise every call. Safe, but the workers no longer overlap.
+- `warmup(steps)`: run every shape and device (forward and backward) in one thread before the workers start.
+- `install_threadlocal_fx_flag()` (fx_flag.py): make the FX flag per thread. Fixes the RuntimeError, not the
+  compile_lock <-> autograd deadlock.
+- `enable_non_lazy_backward()`: compile the backward together with the forward, so the autograd device thread
+  never waits for compile_lock. Combined with the shim, the only configuration that let three threads compile
+  concurrently with no error and no hang.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Callable, Iterable, List, Optional
+
+# Shared by every wrapper that is not given its own lock, so separate threads' steps serialise on one lock.
+FIRST_CALL_LOCK = threading.Lock()
+GLOBAL_STEP_LOCK = threading.RLock()
+
+
+class MitigationUnavailable(RuntimeError):
+    """This torch has no hook for the mitigation (e.g. no force_non_lazy_backward_lowering)."""
+
+
+def first_call_lock(step: Callable, lock: Optional[threading.Lock] = None) -> Callable:
+    """Wrap `step` so that each thread's first call holds `lock` (shared across threads); later calls run free."""
+    lock = lock if lock is not None else FIRST_CALL_LOCK
+    done = threading.local()
+
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        if getattr(done, "value", False):
+            return step(*args, **kwargs)
+        with lock:
+            result = step(*args, **kwargs)
+        done.value = True
+        return result
+
+    return wrapper
+
+
+def global_lock(step: Callable, lock: Optional[threading.RLock] = None) -> Callable:
+    """Wrap `step` so that every call, in every thread, holds one shared lock."""
+    lock = lock if lock is not None else GLOBAL_STEP_LOCK
+
+    @functools.wraps(step)
+    def wrapper(*args, **kwargs):
+        with lock:
+            return step(*args, **kwargs)
+
+    return wrapper
+
+
+def warmup(steps: Iterable[Callable[[], object]], clock: Callable[[], float] = time.perf_counter) -> List[float]:
+    """Run each zero-argument step once, in the calling thread, before any worker starts.
+
+    Pass one step per (shape, device) the workers will see, each doing forward and backward, so every graph
+    and its backward are compiled here, serially. Returns the seconds each took.
+    """
+    seconds = []
+    for step in steps:
+        started = clock()
+        step()
+        seconds.append(clock() - started)
+    return seconds
+
+
+def enable_non_lazy_backward() -> bool:
+    """Compile the backward with the forward (`torch._functorch.config.force_non_lazy_backward_lowering`).
+
+    Returns the previous value. Raises MitigationUnavailable on a torch without the option.
+    """
+    from dflash_doctor.errors import require_torch
+
+    require_torch("non-lazy backward lowering")
+    import torch._functorch.config as functorch_config
+
+    if not hasattr(functorch_config, "force_non_lazy_backward_lowering"):
+        raise MitigationUnavailable(
+            "this torch has no torch._functorch.config.force_non_lazy_backward_lowering"
+        )
+    previous = bool(functorch_config.force_non_lazy_backward_lowering)
+    functorch_config.force_non_lazy_backward_lowering = True
+    return previous

@@ -1,0 +1,265 @@
+"""The flight recorder: per-thread events of FX traces, Dynamo compiles, steps and exceptions, with blame.
+
+Install it in your own trainer (`dflash_doctor.runtime.install()`), wrap each training step in
+`recorder.step()`, and when a thread dies with the FX RuntimeError the recorder says which thread held the FX
+flag at that moment: a thread inside `Tracer.trace` (a leak) or the thread whose trace exit left the flag stuck.
+
+Hooks (installed once, process-wide; `uninstall()` removes them):
+- `torch.fx.Tracer.trace` is wrapped to log enter/exit per thread and spot a stuck flag on exit;
+- Dynamo's compile start/end callbacks log compiles (including lazy backward compiles);
+- Dynamo's recompilation-reason function is wrapped to log why a frame recompiled (e.g. a device-index guard);
+- `threading.excepthook` is chained to log uncaught exceptions with their thread name.
+The hooks cost nothing in steady state (no trace, no compile); a step costs two event appends.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+FX_ERROR_PREFIX = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
+
+
+def is_fx_flag_error(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and str(exc).startswith(FX_ERROR_PREFIX)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One recorded moment. phase is Chrome-trace style: B begin, E end, I instant."""
+
+    t: float  # seconds since the recorder started
+    thread: str
+    tid: int
+    kind: str  # fx-trace | compile | recompile | step | exception | stuck-flag | hang | note
+    phase: str
+    detail: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"t": self.t, "thread": self.thread, "tid": self.tid, "kind": self.kind, "phase": self.phase,
+                "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Event":
+        return cls(float(data["t"]), str(data["thread"]), int(data["tid"]), str(data["kind"]), str(data["phase"]),
+                   dict(data.get("detail") or {}))
+
+
+@dataclass(frozen=True)
+class Blame:
+    victim: str
+    holder: Optional[str]
+    at_s: float
+    kind: str  # fx-flag-leak | stuck-flag | unknown
+    error: str
+
+    def to_dict(self) -> dict:
+        return {"victim": self.victim, "holder": self.holder, "at_s": round(self.at_s, 6), "kind": self.kind,
+                "error": self.error}
+
+
+class FlightRecorder:
+    """Thread-safe event log. `clock` is injected so tests can drive time."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.started = clock()
+        self.events: List[Event] = []
+        self.blames: List[Blame] = []
+        self.last_progress = self.started  # any event counts as progress (the watchdog reads it)
+        self._lock = threading.Lock()
+        self._inside: Dict[int, int] = {}  # thread id -> FX trace depth
+        self._names: Dict[int, str] = {}
+        self.stuck_by: Optional[str] = None  # thread whose trace exit left the global flag True
+
+    # -- recording ---------------------------------------------------------------------------------------
+    def now(self) -> float:
+        return self._clock() - self.started
+
+    def record(self, kind: str, phase: str = "I", **detail) -> Event:
+        thread = threading.current_thread()
+        t = self._clock()
+        event = Event(t - self.started, thread.name, thread.ident or 0, kind, phase, detail)
+        self.events.append(event)  # list.append is atomic under the GIL
+        self.last_progress = t
+        return event
+
+    @contextlib.contextmanager
+    def step(self, index: Optional[int] = None):
+        """Wrap one training step: logs begin/end, and an exception (with blame) if the step raises."""
+        self.record("step", "B", index=index)
+        try:
+            yield
+        except BaseException as exc:
+            self.exception(exc)
+            self.record("step", "E", index=index, ok=False)
+            raise
+        self.record("step", "E", index=index, ok=True)
+
+    def exception(self, exc: BaseException) -> Optional[Blame]:
+        """Log `exc` for the calling thread; for the FX RuntimeError also name the thread that held the flag."""
+        blame = self.blame_for(exc) if is_fx_flag_error(exc) else None
+        self.record("exception", "I", type=type(exc).__name__, message=str(exc)[:500],
+                    holder=blame.holder if blame else None)
+        if blame is not None:
+            with self._lock:
+                self.blames.append(blame)
+        return blame
+
+    def blame_for(self, exc: BaseException) -> Blame:
+        me = threading.get_ident()
+        with self._lock:
+            holders = [self._names.get(tid, f"thread-{tid}") for tid, depth in self._inside.items()
+                       if depth > 0 and tid != me]
+            self_inside = self._inside.get(me, 0) > 0
+            stuck_by = self.stuck_by
+        victim = threading.current_thread().name
+        if holders:
+            return Blame(victim, ", ".join(sorted(holders)), self.now(), "fx-flag-leak", str(exc))
+        if stuck_by is not None:
+            return Blame(victim, stuck_by, self.now(), "stuck-flag", str(exc))
+        if self_inside:
+            return Blame(victim, victim, self.now(), "nested-trace", str(exc))
+        return Blame(victim, None, self.now(), "unknown", str(exc))
+
+    def fx_holders(self) -> List[str]:
+        with self._lock:
+            return sorted(self._names.get(tid, f"thread-{tid}") for tid, depth in self._inside.items() if depth > 0)
+
+    # -- hook callbacks ----------------------------------------------------------------------------------
+    def _trace_enter(self) -> None:
+        thread = threading.current_thread()
+        with self._lock:
+            self._inside[thread.ident] = self._inside.get(thread.ident, 0) + 1
+            self._names[thread.ident] = thread.name
+        self.record("fx-trace", "B")
+
+    def _trace_exit(self, global_flag: Optional[bool]) -> None:
+        thread = threading.current_thread()
+        stuck = False
+        with self._lock:
+            self._inside[thread.ident] = self._inside.get(thread.ident, 1) - 1
+            nobody_inside = not any(depth > 0 for depth in self._inside.values())
+            if global_flag and nobody_inside and self.stuck_by is None:
+                self.stuck_by = thread.name
+                stuck = True
+            elif global_flag is False:
+                self.stuck_by = None
+        self.record("fx-trace", "E")
+        if stuck:
+            self.record("stuck-flag", "I", note="trace exit restored a stale True: the global FX flag is stuck")
+
+    def to_dicts(self) -> List[dict]:
+        return [event.to_dict() for event in self.events]
+
+
+# -- process-wide hooks --------------------------------------------------------------------------------------
+_ACTIVE: Optional[FlightRecorder] = None
+_UNDO: List[Callable[[], None]] = []
+_hook_lock = threading.Lock()
+
+
+def active_recorder() -> Optional[FlightRecorder]:
+    return _ACTIVE
+
+
+def install(recorder: Optional[FlightRecorder] = None) -> FlightRecorder:
+    """Install the recorder's hooks into torch (once per process) and make `recorder` the active one.
+
+    Safe to call before or after `torch.compile`: the hooks sit on torch.fx and Dynamo, not on your wrappers.
+    """
+    global _ACTIVE
+    with _hook_lock:
+        _ACTIVE = recorder or FlightRecorder()
+        if not _UNDO:
+            _install_hooks()
+        return _ACTIVE
+
+
+def uninstall() -> None:
+    """Remove every hook and forget the active recorder."""
+    global _ACTIVE
+    with _hook_lock:
+        while _UNDO:
+            _UNDO.pop()()
+        _ACTIVE = None
+
+
+def _patch(owner, name: str, replacement) -> None:
+    original = getattr(owner, name)
+    setattr(owner, name, replacement)
+    _UNDO.append(lambda: setattr(owner, name, original))
+
+
+def _install_hooks() -> None:
+    from dflash_doctor.errors import require_torch
+
+    require_torch("the flight recorder")
+    import torch.fx._symbolic_trace as symbolic_trace
+
+    original_trace = symbolic_trace.Tracer.trace
+
+    @functools.wraps(original_trace)
+    def trace(self, *args, **kwargs):
+        recorder = _ACTIVE
+        if recorder is None:
+            return original_trace(self, *args, **kwargs)
+        recorder._trace_enter()
+        try:
+            return original_trace(self, *args, **kwargs)
+        finally:
+            recorder._trace_exit(getattr(symbolic_trace, "_is_fx_tracing_flag", None))
+
+    _patch(symbolic_trace.Tracer, "trace", trace)
+    _install_dynamo_hooks()
+
+    original_excepthook = threading.excepthook
+
+    def excepthook(args):
+        recorder = _ACTIVE
+        if recorder is not None and args.exc_value is not None:
+            recorder.exception(args.exc_value)
+        original_excepthook(args)
+
+    _patch(threading, "excepthook", excepthook)
+
+
+def _install_dynamo_hooks() -> None:
+    """Compile start/end and recompile reasons; skipped quietly on releases without these entry points."""
+    try:
+        import torch._dynamo.callback as dynamo_callback
+        import torch._dynamo.convert_frame as convert_frame
+    except ImportError:
+        return
+    handler = getattr(dynamo_callback, "callback_handler", None)
+    if handler is not None and hasattr(handler, "register_start_callback"):
+        def on_start(args) -> None:
+            if _ACTIVE is not None:
+                _ACTIVE.record("compile", "B", trigger=_trigger_name(args), compile_id=str(getattr(args, "compile_id", "")))
+
+        def on_end(args) -> None:
+            if _ACTIVE is not None:
+                _ACTIVE.record("compile", "E", trigger=_trigger_name(args), compile_id=str(getattr(args, "compile_id", "")))
+
+        handler.register_start_callback(on_start)
+        handler.register_end_callback(on_end)
+        _UNDO.append(lambda: (handler.remove_start_callback(on_start), handler.remove_end_callback(on_end)))
+
+    reasons_fn = getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None)
+    if reasons_fn is not None:
+        @functools.wraps(reasons_fn)
+        def reasons(*args, **kwargs):
+            result = reasons_fn(*args, **kwargs)
+            if _ACTIVE is not None:
+                _ACTIVE.record("recompile", "I", reason=(result[0] if result else "unknown")[:300])
+            return result
+
+        _patch(convert_frame, "get_and_maybe_log_recompilation_reasons", reasons)
+
+
+def _trigger_name(args) -> str:
+    trigger = getattr(args, "callback_trigger", None)
+    return getattr(trigger, "name", str(trigger)).lower()

@@ -1,0 +1,138 @@
+"""All-thread stack snapshots as plain data: from `sys._current_frames()` in-process, or parsed from a
+`faulthandler` dump (the fallback when a hung process cannot run Python any more).
+
+Each frame carries its source line and the `with` statements enclosing that line in its function, so the
+deadlock classifier can say which lock a thread waits for and which it already holds.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import linecache
+import re
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+    source: str = ""  # the line being executed, stripped
+    # (line, context expression) of each `with` block around that line, outermost first; a block whose header
+    # is on `line` itself is the one the thread is entering (e.g. waiting for its lock).
+    enclosing_with: Tuple[Tuple[int, str], ...] = ()
+
+    def where(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}"
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "line": self.line, "function": self.function, "source": self.source,
+                "enclosing_with": [list(pair) for pair in self.enclosing_with]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Frame":
+        return cls(data["file"], int(data["line"]), data["function"], data.get("source", ""),
+                   tuple((int(line), str(expr)) for line, expr in data.get("enclosing_with", ())))
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    name: str
+    ident: int
+    frames: Tuple[Frame, ...]  # outermost first, innermost last
+
+    @property
+    def innermost(self) -> Optional[Frame]:
+        return self.frames[-1] if self.frames else None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "ident": self.ident, "frames": [f.to_dict() for f in self.frames]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ThreadStack":
+        return cls(data["name"], int(data["ident"]), tuple(Frame.from_dict(f) for f in data["frames"]))
+
+
+def thread_names() -> Dict[int, str]:
+    return {thread.ident: thread.name for thread in threading.enumerate() if thread.ident is not None}
+
+
+def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = True) -> List[ThreadStack]:
+    """Snapshot every thread's Python stack. Threads torch started in C++ (the autograd device threads) show up
+    too while they run Python code; they are named `thread-<ident>`."""
+    names = {**thread_names(), **(names or {})}
+    current = threading.get_ident()
+    stacks = []
+    for ident, top in sys._current_frames().items():
+        if skip_current and ident == current:
+            continue
+        frames = []
+        frame = top
+        while frame is not None:
+            code = frame.f_code
+            line = frame.f_lineno or 0
+            frames.append(Frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip(),
+                                enclosing_with_statements(code.co_filename, line)))
+            frame = frame.f_back
+        frames.reverse()
+        stacks.append(ThreadStack(names.get(ident, f"thread-{ident}"), ident, tuple(frames)))
+    return sorted(stacks, key=lambda s: s.name)
+
+
+def enclosing_with_statements(filename: str, line: int) -> Tuple[Tuple[int, str], ...]:
+    """(line, context expression) of the `with` statements whose header or body contains `line`, outermost
+    first."""
+    tree = _parse(filename)
+    if tree is None:
+        return ()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.With, ast.AsyncWith)) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            for item in node.items:
+                found.append((node.lineno, ast.unparse(item.context_expr)))
+    return tuple(sorted(found))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(filename: str) -> Optional[ast.AST]:
+    source = "".join(linecache.getlines(filename))
+    if not source:
+        return None
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+_THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
+_FRAME_LINE = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+def parse_faulthandler(text: str, names: Optional[Dict[int, str]] = None) -> List[ThreadStack]:
+    """Turn `faulthandler.dump_traceback(all_threads=True)` output into stacks (innermost last)."""
+    names = names or {}
+    stacks = []
+    ident, frames = None, []
+
+    def close() -> None:
+        if ident is not None:
+            frames.reverse()
+            stacks.append(ThreadStack(names.get(ident, f"thread-{ident}"), ident, tuple(frames)))
+
+    for raw in text.splitlines():
+        header = _THREAD_HEADER.match(raw)
+        if header:
+            close()
+            ident, frames = int(header.group(1), 16), []
+            continue
+        match = _FRAME_LINE.match(raw)
+        if match and ident is not None:
+            file, line = match.group(1), int(match.group(2))
+            frames.append(Frame(file, line, match.group(3), linecache.getline(file, line).strip(),
+                                enclosing_with_statements(file, line)))
+    close()
+    return sorted(stacks, key=lambda s: s.name)

@@ -1,0 +1,85 @@
+"""A watchdog: no progress for `hang_after` seconds -> snapshot every thread's stack, classify the hang, report.
+
+In-process it uses `sys._current_frames()` from its own thread, which works while the stuck threads wait on
+locks (they release the GIL). If a thread holds the GIL forever the watchdog cannot run; `arm_faulthandler`
+sets up faulthandler's C-level dump as the fallback, which the repro harness reads after killing the child.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
+from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks
+
+
+@dataclass(frozen=True)
+class HangReport:
+    diagnosis: HangDiagnosis
+    stacks: List[ThreadStack]
+
+
+class Watchdog:
+    """Polls `last_progress()` (a value of `clock`); fires `on_hang(HangReport)` once when it is too old.
+
+    Typical use: `Watchdog(lambda: recorder.last_progress, 60, on_hang).start()`.
+    """
+
+    def __init__(
+        self,
+        last_progress: Callable[[], float],
+        hang_after_s: float,
+        on_hang: Callable[[HangReport], None],
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        poll_s: float = 0.2,
+        capture: Callable[[], List[ThreadStack]] = capture_stacks,
+        thread_factory=threading.Thread,
+    ) -> None:
+        self._last_progress = last_progress
+        self._hang_after = hang_after_s
+        self._on_hang = on_hang
+        self._clock = clock
+        self._poll = poll_s
+        self._capture = capture
+        self._stop = threading.Event()
+        self._thread = thread_factory(target=self._run, name="dflash-doctor-watchdog", daemon=True)
+        self.fired: Optional[HangReport] = None
+
+    def start(self) -> "Watchdog":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def check(self) -> Optional[HangReport]:
+        """One poll: fire if progress is stale. Public so tests can step it with a fake clock."""
+        if self.fired is not None:
+            return None
+        stalled = self._clock() - self._last_progress()
+        if stalled < self._hang_after:
+            return None
+        stacks = self._capture()
+        self.fired = HangReport(classify_hang(stacks, stalled), stacks)
+        self._on_hang(self.fired)
+        return self.fired
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll):
+            if self.check() is not None:
+                return
+
+
+def arm_faulthandler(path, after_s: float):
+    """Dump all thread stacks to `path` after `after_s` seconds unless disarmed; returns the open file
+    (keep it open while armed). Disarm with `faulthandler.cancel_dump_traceback_later()`."""
+    import faulthandler
+
+    handle = open(path, "w", encoding="utf-8")
+    faulthandler.dump_traceback_later(after_s, repeat=False, file=handle, exit=False)
+    return handle
