@@ -9,7 +9,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report
-from dflash_doctor.rules.registry import all_rules
+from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.context import suppressed
@@ -24,15 +24,22 @@ PARALLEL_MIN_FILES = 96
 _CHUNKS_PER_JOB = 4
 
 
+def scan_rules() -> List[Rule]:
+    """The scan rule table (rules/scan.py) alone: other domains' tables are not needed to scan."""
+    from dflash_doctor.rules import scan as table
+
+    return sorted((r for r in vars(table).values() if isinstance(r, Rule)), key=lambda r: r.code)
+
+
 def scan_codes() -> List[str]:
-    return [rule.code for rule in all_rules() if rule.code[3] in "123"]
+    return [rule.code for rule in scan_rules()]
 
 
 def select_codes(select: Union[str, Sequence[str], None] = None,
                  ignore: Union[str, Sequence[str], None] = None) -> FrozenSet[str]:
     """Enabled scan codes: `select`/`ignore` take codes, code prefixes (DFD1, DFD10) or rule names."""
     codes = scan_codes()
-    names = {rule.name: rule.code for rule in all_rules() if rule.code in codes}
+    names = {rule.name: rule.code for rule in scan_rules()}
 
     def expand(spec) -> set:
         items = spec.split(",") if isinstance(spec, str) else [i for s in spec for i in s.split(",")]
@@ -105,11 +112,11 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _analyse_all(items, enabled, jobs: int, max_bytes: int) -> List[FileResult]:
-    if jobs <= 1 or len(items) < PARALLEL_MIN_FILES:
+def _analyse_all(items, enabled, workers: int, max_bytes: int) -> List[FileResult]:
+    if workers <= 1:
         return _analyse_chunk(items, enabled, max_bytes)
-    chunks = _chunks(items, jobs * _CHUNKS_PER_JOB)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context()) as pool:
+    chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
         parts = pool.map(_analyse_chunk, chunks, [enabled] * len(chunks), [max_bytes] * len(chunks))
         return [result for part in parts for result in part]
 
@@ -168,6 +175,7 @@ def scan_paths(
     ignore: Union[str, Sequence[str], None] = None,
     *,
     max_bytes: int = MAX_SOURCE_BYTES,
+    parallel_min_files: int = PARALLEL_MIN_FILES,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Report:
     """Scan files and folders for the DFD1xx-3xx hazards. Never imports or runs the scanned code."""
@@ -181,7 +189,8 @@ def scan_paths(
     files = discover(paths, exclude)
     index = ModuleIndex(files)
     jobs = jobs or default_jobs()
-    results = _analyse_all([(p, index.packages[p]) for p in files], enabled, jobs, max_bytes)
+    workers = jobs if len(files) >= parallel_min_files else 1
+    results = _analyse_all([(p, index.packages[p]) for p in files], enabled, workers, max_bytes)
 
     report = Report("scan")
     summaries: Dict[str, ModuleSummary] = {}
@@ -206,7 +215,7 @@ def scan_paths(
         "parsed": parsed,
         "skipped_by_prefilter": sum(1 for r in results if not r.parsed and not r.problems),
         "loaded_for_call_chains": loaded,
-        "jobs": jobs if len(files) >= PARALLEL_MIN_FILES else 1,
+        "jobs": workers,
         "rules": sorted(enabled),
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),

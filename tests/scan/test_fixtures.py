@@ -1,0 +1,126 @@
+"""The fixture tree: the scan reports exactly the inline markers, the broken files as problems, and exit 5."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from dflash_doctor.scan import scan_paths
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = "fixtures/scan"
+MARKER = re.compile(r"#\s*(DFD\d{3}(?:\s*,\s*DFD\d{3})*)\s*$")
+BROKEN = {"fixtures/scan/broken_syntax.py", "fixtures/scan/latin1_bytes.py"}
+SKIPPED_DIRS = ("node_modules", "site-packages", "vendored_env")
+
+
+def expected_markers() -> set:
+    expected = set()
+    for path in sorted((REPO / FIXTURES).rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative in BROKEN or any(part in SKIPPED_DIRS for part in path.parts):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            match = MARKER.search(line)
+            if match:
+                expected |= {(relative, number, code.strip()) for code in match.group(1).split(",")}
+    return expected
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+def test_markers_cover_every_rule():
+    assert {code for _, _, code in expected_markers()} == {
+        "DFD101", "DFD102", "DFD103", "DFD104", "DFD201", "DFD202", "DFD301",
+    }
+
+
+@pytest.mark.parametrize("jobs,parallel_min_files", [(1, 96), (2, 1)], ids=["in-process", "process-pool"])
+def test_fixture_scan_reports_exactly_the_markers(jobs, parallel_min_files):
+    report = scan_paths([FIXTURES], jobs=jobs, parallel_min_files=parallel_min_files)
+    found = {(f.path.replace(os.sep, "/"), f.line, f.code) for f in report.findings}
+    assert found == expected_markers()
+    assert {p.subject.replace(os.sep, "/") for p in report.problems} == BROKEN
+    reasons = {p.subject.replace(os.sep, "/"): p.reason for p in report.problems}
+    assert reasons["fixtures/scan/broken_syntax.py"] == "syntax error at line 4: expected ':'"
+    assert reasons["fixtures/scan/latin1_bytes.py"] == "cannot decode as utf-8: byte 0xe9 at line 1"
+    assert report.exit_code() == 5
+    assert report.facts["jobs"] == jobs
+    # loops.py and model.py hold no trigger word: only the call-graph pass reads them.
+    assert report.facts["loaded_for_call_chains"] == 2
+    assert report.facts["files"] == 12
+
+
+def test_weight_checkpointing_trainer_is_clean():
+    report = scan_paths([f"{FIXTURES}/train_pipeline.py", f"{FIXTURES}/clean_step.py"])
+    assert report.findings == [] and report.problems == []
+    assert report.facts["parsed"] == 2
+
+
+def test_thread_chain_evidence_crosses_files():
+    report = scan_paths([FIXTURES], select="DFD201")
+    by_line = {f.line: f for f in report.findings if f.path.endswith("pipeline.py")}
+    nested = by_line[55]
+    assert nested.evidence["chain"] == [
+        "nested_loop (fixtures/scan/drafter/loops.py:13)",
+        "compiled_loop (fixtures/scan/drafter/loops.py:5)",
+        "fused_loss (fixtures/scan/drafter/model.py:15)",
+    ]
+    assert nested.evidence["compiled"] == {"name": "fused_loss", "path": "fixtures/scan/drafter/model.py", "line": 15}
+    subclass = by_line[26]
+    assert subclass.evidence["spawn"] == "Thread subclass"
+    assert subclass.evidence["chain"][-1] == "Drafter.step_fn (fixtures/scan/drafter/model.py:27)"
+
+
+@pytest.mark.timeout(120)
+def test_cli_json_and_exit_code(cli):
+    run = cli("scan", FIXTURES, "--format", "json")
+    assert run.returncode == 5, run.stderr
+    document = json.loads(run.stdout)
+    assert document["command"] == "scan" and document["exit_code"] == 5
+    found = {(f["path"], f["line"], f["code"]) for f in document["findings"]}
+    assert found == expected_markers()
+    assert {p["subject"] for p in document["problems"]} == BROKEN
+    assert document["facts"]["rule_counts"]["DFD201"] == 9
+
+
+@pytest.mark.timeout(120)
+def test_cli_sarif_is_repo_relative_with_one_rule_per_code(cli):
+    run = cli("scan", FIXTURES, "--format", "sarif")
+    assert run.returncode == 5, run.stderr
+    sarif = json.loads(run.stdout)
+    assert sarif["version"] == "2.1.0"
+    rules = sarif["runs"][0]["tool"]["driver"]["rules"]
+    ids = [rule["id"] for rule in rules]
+    assert len(ids) == len(set(ids))
+    results = sarif["runs"][0]["results"]
+    assert {r["ruleId"] for r in results} <= set(ids)
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in results}
+    assert uris == {path for path, _, _ in expected_markers()}
+    for result in results:
+        assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
+
+
+@pytest.mark.timeout(120)
+def test_cli_usage_errors_are_one_line(cli):
+    missing = cli("scan", "no/such/folder")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "dflash-doctor: error: no such file or directory: no/such/folder"
+    unknown = cli("scan", FIXTURES, "--select", "DFD999")
+    assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_cli_fail_on_and_select(cli):
+    run = cli("scan", f"{FIXTURES}/aliases.py", "--fail-on", "error", "--format", "json")
+    assert run.returncode == 0
+    assert json.loads(run.stdout)["exit_code"] == 0
+    run = cli("scan", f"{FIXTURES}/aliases.py", "--select", "DFD101", "--format", "json")
+    assert {f["code"] for f in json.loads(run.stdout)["findings"]} == {"DFD101"}
+    assert run.returncode == 1
