@@ -1,0 +1,82 @@
+"""The probe child: `python -m dflash_doctor.guards.probe_host --timeout S [--fx-flag SPEC] PROBE...`.
+
+It imports torch and Dynamo once, reads the fresh interpreter's state, compiles one trivial function
+(`backend="eager"`), then runs each probe in a forked process of its own (`--isolation fork`, Linux) or, with
+`--isolation none`, in itself (the caller then starts one host per probe). It writes one JSON document on the last
+line of stdout and leaves with os._exit: the probes may leave threads and a corrupted Dynamo behind, and a normal
+interpreter shutdown would only spend time tearing them down.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from functools import partial
+
+from dflash_doctor.guards.isolation import run_forked
+from dflash_doctor.guards.probes import ERROR, PROBE_NAMES, PROBES
+from dflash_doctor.guards.state import live_state
+
+# Time kept back from the deadline for reporting, so the caller gets results rather than having to kill us.
+_REPORT_MARGIN_S = 0.5
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dflash_doctor.guards.probe_host")
+    parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument("--fx-flag", default=None, help="NAME or NAME.ATTR in torch.fx._symbolic_trace")
+    parser.add_argument("--isolation", choices=("fork", "none"), default="fork")
+    parser.add_argument("probes", nargs="*", choices=PROBE_NAMES)
+    args = parser.parse_args(argv)
+    began = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy": not ours to report
+        import torch
+        import torch._dynamo  # noqa: F401 - loaded here once, so every probe process inherits it
+
+    state = live_state(torch, args.fx_flag)
+    imported = time.monotonic() - began
+    results = {}
+    if args.probes:
+        compiled = torch.compile(lambda x: x + 1, backend="eager")
+        compiled(torch.ones(2))
+        remaining = args.timeout - (time.monotonic() - began) - _REPORT_MARGIN_S
+        if remaining <= 0:
+            results = {name: {"outcome": ERROR, "seconds": None, "error": (
+                f"no time left for the probe after importing torch and compiling ({args.timeout:.1f} s)")}
+                for name in args.probes}
+        else:
+            read_flag = partial(_read_flag, torch, args.fx_flag)
+            tasks = {name: partial(PROBES[name], torch, compiled, remaining, read_flag) for name in args.probes}
+            results = run_forked(tasks, remaining) if args.isolation == "fork" else _in_process(tasks)
+    document = {"state": state, "probes": results,
+                "seconds": {"import": round(imported, 3), "total": round(time.monotonic() - began, 3)}}
+    sys.stdout.write("\n" + json.dumps(document, default=str) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _read_flag(torch, spec):
+    if not spec:
+        return None
+    return live_state(torch, spec)["fx_flag_now"]
+
+
+def _in_process(tasks) -> dict:
+    results = {}
+    for name, task in tasks.items():
+        began = time.monotonic()
+        try:
+            result = dict(task())
+        except Exception as exc:  # noqa: BLE001 - a failing probe is a result
+            result = {"outcome": ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
+        result["seconds"] = round(time.monotonic() - began, 3)
+        results[name] = result
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The three live probes. They run only inside a probe child process (see probe_host.py), never in the caller:
+a probe that reproduces the stuck flag leaves its interpreter corrupted for good.
+
+Each takes the imported torch, an already compiled function (`backend="eager"`), a wait bound for its Events
+and a reader for the FX flag, and returns {"outcome": ..., "detail": ...}. Every step is ordered by Events, so a
+result does not depend on thread timing; an exception escaping a probe is reported as outcome `error`.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional
+
+from dflash_doctor.guards.layout import GUARD_MESSAGE
+
+REPRODUCED, NOT_REPRODUCED, SKIPPED, ERROR = "reproduced", "not-reproduced", "skipped", "error"
+OUTCOMES = (REPRODUCED, NOT_REPRODUCED, SKIPPED, ERROR)
+PROBE_NAMES = ("cross_thread_leak", "stuck_flag", "is_compiling_leak")
+
+
+def _outcome(outcome: str, detail: str) -> dict:
+    return {"outcome": outcome, "detail": detail}
+
+
+def _is_guard_error(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and GUARD_MESSAGE in str(exc)
+
+
+def _blocking_module(torch, entered: threading.Event, release: threading.Event, wait_s: float):
+    """A module whose forward, run by symbolic_trace inside Tracer.trace, signals and then waits."""
+
+    class BlockingForward(torch.nn.Module):
+        def forward(self, x):
+            entered.set()
+            release.wait(wait_s)
+            return x
+
+    return BlockingForward()
+
+
+def _start_trace(torch, entered, release, wait_s: float, name: str, failures: Optional[list] = None):
+    """Run symbolic_trace of a blocking module in a thread; what it raises goes to `failures`, not stderr."""
+    module = _blocking_module(torch, entered, release, wait_s)
+
+    def trace():
+        try:
+            torch.fx.symbolic_trace(module)
+        except BaseException as exc:  # noqa: BLE001 - part of the probe's evidence
+            if failures is not None:
+                failures.append(f"{name}: {exc.__class__.__name__}: {exc}")
+
+    thread = threading.Thread(target=trace, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def cross_thread_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+    """Thread A is inside an FX trace; does thread B's call of an already compiled function raise?"""
+    entered, release = threading.Event(), threading.Event()
+    tracer = _start_trace(torch, entered, release, wait_s, "thread A")
+    try:
+        if not entered.wait(wait_s):
+            return _outcome(ERROR, "the tracing thread never reached its forward")
+        try:
+            compiled(torch.ones(2))
+        except RuntimeError as exc:
+            if _is_guard_error(exc):
+                return _outcome(REPRODUCED, f"thread B raised while thread A traced: {exc}")
+            raise
+        return _outcome(NOT_REPRODUCED, "thread B's compiled call ran while thread A was inside symbolic_trace")
+    finally:
+        release.set()
+        tracer.join(wait_s)
+
+
+def stuck_flag(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+    """A enters Tracer.trace, B enters, A leaves, B leaves: is the flag left set, and do compiled calls raise?"""
+    a_in, a_go, b_in, b_go = (threading.Event() for _ in range(4))
+    failures: list = []
+    first = _start_trace(torch, a_in, a_go, wait_s, "trace A", failures)
+    if not a_in.wait(wait_s):
+        a_go.set()
+        return _outcome(ERROR, "trace A never reached its forward")
+    second = _start_trace(torch, b_in, b_go, wait_s, "trace B", failures)
+    if not b_in.wait(wait_s):
+        a_go.set()
+        b_go.set()
+        return _outcome(ERROR, "trace B never reached its forward")
+    a_go.set()
+    first.join(wait_s)
+    b_go.set()
+    second.join(wait_s)
+    if first.is_alive() or second.is_alive():
+        return _outcome(ERROR, "a trace did not finish")
+    at_rest = read_flag()
+    # On exit out of order the tracer's own (also global) patcher state can fail too: worth showing.
+    also = f" (the traces themselves raised: {'; '.join(failures)})" if failures else ""
+    try:
+        compiled(torch.ones(2))
+    except RuntimeError as exc:
+        if _is_guard_error(exc):
+            return _outcome(REPRODUCED, f"after both traces ended (FX flag at rest: {at_rest}), a compiled "
+                                        f"call raised: {exc}{also}")
+        raise
+    return _outcome(NOT_REPRODUCED, f"after both traces ended the FX flag is {at_rest} and compiled calls "
+                                    f"run{also}")
+
+
+def is_compiling_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+    """While thread A's compile is held inside its backend, does thread B see torch.compiler.is_compiling()?"""
+    started, release = threading.Event(), threading.Event()
+    failure = []
+
+    def blocking_backend(graph_module, example_inputs):
+        started.set()
+        release.wait(wait_s)
+        return graph_module.forward
+
+    fresh = torch.compile(lambda x: x * 2, backend=blocking_backend)
+
+    def compile_in_thread():
+        try:
+            fresh(torch.ones(2))
+        except BaseException as exc:  # noqa: BLE001 - reported below as the probe's error
+            failure.append(exc)
+
+    compiler = threading.Thread(target=compile_in_thread, name="probe-compiler", daemon=True)
+    compiler.start()
+    try:
+        if not started.wait(wait_s):
+            return _outcome(ERROR, f"the compile never reached its backend{_failure_text(failure)}")
+        seen = torch.compiler.is_compiling()
+    finally:
+        release.set()
+        compiler.join(wait_s)
+    if failure:
+        return _outcome(ERROR, f"the compile in thread A failed{_failure_text(failure)}")
+    if seen:
+        return _outcome(REPRODUCED, "thread B saw torch.compiler.is_compiling() == True during thread A's compile")
+    return _outcome(NOT_REPRODUCED, "thread B saw torch.compiler.is_compiling() == False during thread A's compile")
+
+
+def _failure_text(failure: list) -> str:
+    return f": {failure[0].__class__.__name__}: {failure[0]}" if failure else ""
+
+
+PROBES = {"cross_thread_leak": cross_thread_leak, "stuck_flag": stuck_flag, "is_compiling_leak": is_compiling_leak}

@@ -1,0 +1,177 @@
+"""`run_guards`: the whole `guards` check as one Report (facts, DFD6xx findings, problems). Never prints."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Optional
+
+from dflash_doctor.errors import UsageError, require_torch
+from dflash_doctor.findings import Problem, Report
+from dflash_doctor.guards.corroboration import corroborate
+from dflash_doctor.guards.hazards import layout_findings, state_findings
+from dflash_doctor.guards.layout import Layout, read_layout
+from dflash_doctor.guards.probes import ERROR, PROBE_NAMES, SKIPPED
+from dflash_doctor.guards.runner import Runner, run_child, run_probes
+from dflash_doctor.guards.sources import installed_torch_root
+from dflash_doctor.guards.state import (
+    CONFIG_FLAGS, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state, read_env,
+    read_versions, triton_cache_dir,
+)
+from dflash_doctor.guards.verdict import decide_verdict, rank_fixes, verdict_reasons
+
+PURPOSE = "dflash-doctor guards"
+
+
+def run_guards(
+    probes: bool = True,
+    timeout: float = 30.0,
+    *,
+    torch_root: Optional[Path] = None,
+    runner: Runner = run_child,
+    environ: Optional[Mapping[str, str]] = None,
+    modules: Optional[Mapping[str, object]] = None,
+    version_of: Callable[[str], Optional[str]] = distribution_version,
+    fork: Optional[bool] = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Report:
+    """Read the guard layout, the state and (unless `probes=False`) run the live probes; see the module docs.
+
+    `torch_root` analyses another torch source tree (an unpacked wheel) statically: probes and live state then
+    describe the importable torch, not that one, so they are skipped. `modules` is where an already imported
+    torch is looked for (sys.modules): when the caller has Dynamo loaded, the live state is the caller's own.
+    """
+    began = clock()
+    environ = os.environ if environ is None else environ
+    modules = sys.modules if modules is None else modules
+    root = _torch_root(torch_root)
+    layout = read_layout(root)
+    layout_seconds = clock() - began
+    report = Report("guards")
+    facts_env = read_env(environ)
+    compile_cache = cache_facts(inductor_cache_dir(environ)).to_dict()
+    triton_cache = cache_facts(triton_cache_dir(environ)).to_dict()
+
+    live, state_source = None, "not read"
+    if torch_root is None and "torch._dynamo" in modules:
+        live, state_source = live_state(modules["torch"], fx_flag_spec(layout)), "this process"
+    probe_details = {name: {"outcome": SKIPPED, "seconds": None, "detail": _skip_reason(probes, torch_root)}
+                     for name in PROBE_NAMES}
+    probe_seconds = {}
+    if probes and torch_root is None:
+        run = run_probes(PROBE_NAMES, timeout, fx_flag_spec(layout), runner=runner, fork=fork)
+        probe_details.update(run.results)
+        probe_seconds = run.seconds
+        if live is None and run.state is not None:
+            live, state_source = run.state, "a fresh interpreter (the probe host)"
+    if live is None:
+        state_source = ("not read: --torch-root analyses sources only" if torch_root is not None
+                        else "not read: needs the probe host (run without --no-probes) or Dynamo already loaded")
+    live = live or {"config": {name: None for name in CONFIG_FLAGS}, "fx_flag_now": None, "gpu_count": None}
+
+    outcomes = {name: detail.get("outcome", ERROR) for name, detail in probe_details.items()}
+    verdict = decide_verdict(layout.fx_flag_storage, outcomes, live["fx_flag_now"])
+    versions = read_versions(layout.torch_version, layout.cuda, layout.hip, version_of)
+    versions["gpu_count"] = live["gpu_count"]
+    report.facts = {
+        "torch_version": versions["torch"],
+        "fx_flag_storage": layout.fx_flag_storage,
+        "guard": _guard_facts(layout),
+        "masked_during_compile": layout.masked_during_compile,
+        "config": live["config"],
+        "fx_flag_now": live["fx_flag_now"],
+        "probes": outcomes,
+        "compile_cache": compile_cache,
+        "verdict": verdict,
+        "verdict_reasons": verdict_reasons(layout, outcomes, live["fx_flag_now"]),
+        "fixes": rank_fixes(verdict, layout.fx_flag_storage, live["fx_flag_now"], live["config"]),
+        "versions": versions,
+        "fx_flag": _flag_facts(layout.fx_flag),
+        "compiling_flag": _compiling_facts(layout),
+        "corroboration": corroborate(
+            versions["torch"], layout.guard.predicate_qualname.rsplit(".", 1)[-1]
+            if layout.guard and layout.guard.predicate_qualname else None,
+            layout.fx_flag_storage, layout.masked_during_compile),
+        "probe_details": probe_details,
+        "state_source": state_source,
+        "env": facts_env,
+        "triton_cache": triton_cache,
+        "torch_root": str(root),
+        "layout_notes": list(layout.notes),
+        "seconds": {"layout": round(layout_seconds, 3), **{f"probe_{k}": v for k, v in probe_seconds.items()},
+                    "total": round(clock() - began, 3)},
+    }
+    report.findings += layout_findings(layout) + state_findings(report.facts)
+    report.problems += _problems(layout, probe_details)
+    return report
+
+
+def _torch_root(torch_root: Optional[Path]) -> Path:
+    if torch_root is None:
+        root = installed_torch_root()
+        if root is None:
+            require_torch(PURPOSE)  # raises MissingDependency: one line naming the install command
+            raise AssertionError("unreachable: torch imported although its spec was not found")
+        return root
+    root = Path(torch_root)
+    # Accept the folder an unpacked wheel gives (holding torch/) as well as the package folder itself.
+    if (root / "torch" / "_dynamo").is_dir():
+        root = root / "torch"
+    if not (root / "_dynamo").is_dir():
+        raise UsageError(f"--torch-root {torch_root}: no _dynamo/ folder there; pass the torch package folder")
+    return root
+
+
+def _skip_reason(probes: bool, torch_root: Optional[Path]) -> str:
+    if torch_root is not None:
+        return "--torch-root analyses sources only; probes would test the importable torch instead"
+    return "--no-probes" if not probes else "not run"
+
+
+def _lines(source) -> list:
+    return [[number, text] for number, text in source]
+
+
+def _guard_facts(layout: Layout) -> dict:
+    guard = layout.guard
+    if guard is None:
+        return {"file": None, "line": None, "predicate": None}
+    return {"file": guard.file, "line": guard.line, "predicate": guard.predicate, "function": guard.function,
+            "if_line": guard.if_line, "predicate_qualname": guard.predicate_qualname,
+            "bound_at_wrap": guard.bound_at_wrap, "source": _lines(guard.source)}
+
+
+def _flag_facts(flag) -> Optional[dict]:
+    if flag is None:
+        return None
+    return {"name": flag.name, "storage": flag.storage, "attribute": flag.attribute, "file": flag.file,
+            "line": flag.line, "reader": flag.reader, "writer": flag.writer, "writer_line": flag.writer_line,
+            "restores_saved_value": flag.restores_saved_value, "source": _lines(flag.source)}
+
+
+def _compiling_facts(layout: Layout) -> dict:
+    masking = layout.masking
+    return {
+        "consulted_by_predicate": layout.consults_is_compiling,
+        "flag": _flag_facts(layout.compiling_flag),
+        "masking": None if masking is None else {"file": masking.file, "line": masking.line,
+                                                 "function": masking.function, "context": masking.context},
+    }
+
+
+def _problems(layout: Layout, probe_details: Mapping[str, dict]) -> list:
+    problems = []
+    if not layout.known:
+        problems.append(Problem(
+            "guard layout",
+            "could not tell where the FX-tracing flag lives: " + "; ".join(layout.notes[-2:] or ["nothing found"]),
+            "facts.layout_notes lists what was found; the probes, if run, still test the behaviour",
+        ))
+    for name, detail in probe_details.items():
+        if detail.get("outcome") == ERROR:
+            problems.append(Problem(
+                f"probe {name}", detail.get("error") or detail.get("detail") or "failed",
+                f"run it alone for details: python -m dflash_doctor.guards.probe_host --timeout 60 {name}",
+            ))
+    return problems

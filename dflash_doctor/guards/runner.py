@@ -1,0 +1,124 @@
+"""Start the probe host as a child process, bounded in time, and turn what it printed into probe results.
+
+The process runner is a parameter (`runner(argv, timeout) -> ChildResult`) so tests can hand in results for the
+paths this machine cannot produce on demand; the default really starts, waits for and kills processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from dflash_doctor.guards.isolation import can_fork
+from dflash_doctor.guards.probes import ERROR
+
+HOST_MODULE = "dflash_doctor.guards.probe_host"
+# The host reports on its own shortly before `timeout`; this is how much longer we wait before killing it.
+HOST_GRACE_S = 3.0
+_KILL_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    returncode: Optional[int]
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool = False
+
+
+Runner = Callable[[Sequence[str], float], ChildResult]
+
+
+def run_child(argv: Sequence[str], timeout: float) -> ChildResult:
+    """Run `argv` in a new session; past `timeout` the whole process group (the forked probes too) is killed."""
+    began = time.monotonic()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, errors="replace", start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return ChildResult(proc.returncode, out, err, time.monotonic() - began)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:
+            out, err = proc.communicate(timeout=_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:  # something still holds the pipes open: give up on the output
+            out, err = "", ""
+        return ChildResult(proc.returncode, out or "", err or "", time.monotonic() - began, timed_out=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        proc.kill()
+
+
+@dataclass
+class ProbeRun:
+    results: Dict[str, dict]  # name -> {"outcome", "seconds", "detail" | "error"}
+    state: Optional[dict] = None  # the fresh interpreter's config flags, FX flag and GPU count
+    seconds: Dict[str, float] = field(default_factory=dict)
+
+
+def host_argv(names: Sequence[str], timeout: float, fx_flag: Optional[str], isolation: str,
+              python: str = sys.executable) -> List[str]:
+    argv = [python, "-m", HOST_MODULE, "--timeout", f"{timeout:g}", "--isolation", isolation]
+    if fx_flag:
+        argv += ["--fx-flag", fx_flag]
+    return argv + list(names)
+
+
+def run_probes(names: Sequence[str], timeout: float, fx_flag: Optional[str] = None, *,
+               runner: Runner = run_child, fork: Optional[bool] = None, python: str = sys.executable) -> ProbeRun:
+    """Run the named probes in one forked-per-probe host (Linux) or one host process per probe elsewhere."""
+    fork = can_fork() if fork is None else fork
+    groups = [list(names)] if fork else [[name] for name in names]
+    argvs = [host_argv(group, timeout, fx_flag, "fork" if fork else "none", python) for group in groups]
+    if len(argvs) == 1:
+        children = [runner(argvs[0], timeout + HOST_GRACE_S)]
+    else:
+        with ThreadPoolExecutor(max_workers=len(argvs)) as pool:
+            children = list(pool.map(lambda argv: runner(argv, timeout + HOST_GRACE_S), argvs))
+    run = ProbeRun(results={})
+    for group, child in zip(groups, children):
+        document = _host_document(child)
+        if document is None:
+            failure = {"outcome": ERROR, "seconds": round(child.seconds, 3), "error": _why_no_result(child)}
+            run.results.update({name: dict(failure) for name in group})
+            continue
+        for name in group:
+            run.results[name] = document.get("probes", {}).get(name) or {
+                "outcome": ERROR, "seconds": None, "error": "the probe host reported nothing for this probe"}
+        run.state = run.state or document.get("state")
+        run.seconds = run.seconds or document.get("seconds", {})
+    return run
+
+
+def _host_document(child: ChildResult) -> Optional[dict]:
+    if child.timed_out:
+        return None
+    for line in reversed(child.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                document = json.loads(line)
+            except ValueError:
+                return None
+            return document if isinstance(document, dict) else None
+    return None
+
+
+def _why_no_result(child: ChildResult) -> str:
+    tail = next((line.strip() for line in reversed(child.stderr.splitlines()) if line.strip()), "")
+    tail = f": {tail}" if tail else ""
+    if child.timed_out:
+        return f"the probe process ran past {child.seconds:.1f} s and was killed{tail}"
+    if child.returncode:
+        return f"the probe process exited with status {child.returncode}{tail}"
+    return f"the probe process printed no result{tail}"

@@ -1,0 +1,269 @@
+"""Guards rules (DFD6xx): what `dflash-doctor guards` finds in the installed torch and in the running process.
+
+Examples come in two formats, both run as tests through `dflash_doctor.guards.findings_for_example`:
+- torch-layout: stand-in torch sources, several files in one text, each after a `# ==> PATH <==` header (PATH
+  relative to the torch package). They are small modules shaped like a release's code, not torch's code.
+- guards-state: a JSON object with the `guards` facts keys the rule reads (fx_flag_now, config, compile_cache,
+  env, probes).
+"""
+from dflash_doctor.findings import Severity
+from dflash_doctor.rules.registry import Rule, register
+
+_WRAPPER = (
+    "# ==> _dynamo/eval_frame.py <==\n"
+    "import torch\n"
+    "from . import config\n"
+    "\n"
+    "\n"
+    "def wrap(fn):\n"
+    "    is_fx_symbolic_tracing = torch.fx._symbolic_trace.is_fx_symbolic_tracing\n"
+    "\n"
+    "    def compile_wrapper(*args, **kwargs):\n"
+    "        if is_fx_symbolic_tracing() and not config.force_compile_during_fx_trace:\n"
+    "            if config.error_on_nested_fx_trace:\n"
+    "                raise RuntimeError(\"Detected that you are using FX to symbolically trace a dynamo-optimized "
+    "function.\")\n"
+    "        return fn(*args, **kwargs)\n"
+    "\n"
+    "    return compile_wrapper\n"
+    "\n"
+)
+
+_THREAD_LOCAL_FX_FLAG = (
+    "# ==> fx/_symbolic_trace.py <==\n"
+    "import threading\n"
+    "\n"
+    "import torch\n"
+    "\n"
+    "_is_fx_tracing_tls = threading.local()\n"
+    "\n"
+    "\n"
+    "def is_fx_symbolic_tracing():\n"
+    "    return getattr(_is_fx_tracing_tls, \"flag\", False) and not torch.compiler.is_compiling()\n"
+    "\n"
+    "\n"
+    "class Tracer:\n"
+    "    def trace(self, root):\n"
+    "        _is_fx_tracing_tls.flag = True\n"
+    "        try:\n"
+    "            return root\n"
+    "        finally:\n"
+    "            _is_fx_tracing_tls.flag = False\n"
+    "\n"
+)
+
+_COMPILE_HOLDS_THE_FLAG = (
+    "# ==> _dynamo/convert_frame.py <==\n"
+    "import torch\n"
+    "\n"
+    "\n"
+    "def _compile(code):\n"
+    "    with torch.compiler._compile_session_context():\n"
+    "        return code\n"
+)
+
+FX_FLAG_MODULE_GLOBAL = register(Rule(
+    code="DFD601",
+    name="fx-flag-module-global",
+    severity=Severity.ERROR,
+    summary="the FX-tracing flag that every compiled call checks is a module global shared by all threads",
+    rationale=(
+        "Every call of a torch.compile'd function runs compile_wrapper's guard, which raises 'Detected that you "
+        "are using FX to symbolically trace a dynamo-optimized function' when the FX-tracing predicate is true. "
+        "Here that predicate reads a module global that Tracer.trace sets: while any thread traces (symbolic_trace, "
+        "or make_fx inside another thread's compile or lazy backward compile), every other thread's compiled "
+        "calls raise. Its save/set/restore also sticks at True when two traces exit out of order, after which "
+        "every compiled call in the process raises (torch 2.6-2.13)."
+    ),
+    fix="Warm every shape in one thread before starting workers, upgrade to torch 2.14+ (thread-local flag), a "
+        "global lock around compiled steps, or processes instead of threads (`dflash-doctor guards` ranks them).",
+    example_format="torch-layout",
+    bad=(
+        _WRAPPER
+        + "# ==> fx/_symbolic_trace.py <==\n"
+        "import torch\n"
+        "\n"
+        "_is_fx_tracing_flag = False  # DFD601\n"
+        "\n"
+        "\n"
+        "def is_fx_symbolic_tracing():\n"
+        "    return _is_fx_tracing_flag and not torch.compiler.is_compiling()\n"
+        "\n"
+        "\n"
+        "class Tracer:\n"
+        "    def trace(self, root):\n"
+        "        global _is_fx_tracing_flag\n"
+        "        saved = _is_fx_tracing_flag\n"
+        "        _is_fx_tracing_flag = True\n"
+        "        try:\n"
+        "            return root\n"
+        "        finally:\n"
+        "            _is_fx_tracing_flag = saved\n"
+    ),
+    good=_WRAPPER + _THREAD_LOCAL_FX_FLAG.rstrip("\n") + "\n",
+))
+
+FX_FLAG_STUCK = register(Rule(
+    code="DFD602",
+    name="fx-flag-set-at-rest",
+    severity=Severity.ERROR,
+    summary="the FX-tracing flag is True outside any trace: this process's compiled calls all raise from now on",
+    rationale=(
+        "Two FX traces in different threads exited out of order (A enters, B enters, A leaves, B leaves): B "
+        "restored the value it saw on entry, True. The flag never clears by itself, so every later call of any "
+        "compiled function, in any thread, raises the nested-FX-trace RuntimeError: the 'Dynamo state globally "
+        "corrupted' symptom. Only a restart recovers."
+    ),
+    fix="Restart the process, then remove the race (see DFD601's fixes).",
+    example_format="guards-state",
+    bad='{"fx_flag_now": true}\n',
+    good='{"fx_flag_now": false}\n',
+))
+
+NESTED_FX_TRACE_ERROR_DISABLED = register(Rule(
+    code="DFD603",
+    name="fx-trace-error-disabled",
+    severity=Severity.WARNING,
+    summary="Dynamo's nested-FX-trace error is switched off in this process: the race now runs uncompiled code",
+    rationale=(
+        "With torch._dynamo.config.error_on_nested_fx_trace = False the guard returns the *uncompiled* function "
+        "instead of raising, and with force_compile_during_fx_trace = True it compiles inside another thread's "
+        "trace. Either hides the race: for flex_attention the uncompiled path is the dense one, which "
+        "materialises QK^T and can run out of memory far from the cause."
+    ),
+    fix="Restore the defaults (error_on_nested_fx_trace=True, force_compile_during_fx_trace=False) and remove "
+        "the race itself.",
+    example_format="guards-state",
+    bad='{"config": {"error_on_nested_fx_trace": false, "force_compile_during_fx_trace": false}}\n',
+    good='{"config": {"error_on_nested_fx_trace": true, "force_compile_during_fx_trace": false}}\n',
+))
+
+COMPILE_CACHE_COLD = register(Rule(
+    code="DFD604",
+    name="compile-cache-cold",
+    severity=Severity.INFO,
+    summary="the inductor compile cache is empty or disabled: every first step traces with make_fx",
+    rationale=(
+        "A warm inductor cache (TORCHINDUCTOR_CACHE_DIR, default /tmp/torchinductor_$USER) lets a compile skip "
+        "make_fx, and with it the window in which the FX-tracing flag is set. The seeds' pipeline only broke "
+        "after its 353 MB, 285-entry cache was deleted. A cold or disabled cache makes that window open on every "
+        "first step of every shape."
+    ),
+    fix="Keep TORCHINDUCTOR_CACHE_DIR on persistent storage and warm it in one thread; it narrows the window, it "
+        "does not close the race.",
+    example_format="guards-state",
+    bad='{"compile_cache": {"dir": "/tmp/torchinductor_alice", "exists": false, "bytes": 0, "entries": 0}}\n',
+    good='{"compile_cache": {"dir": "/data/inductor-cache", "exists": true, "bytes": 370147328, "entries": 285}}\n',
+))
+
+COMPILING_FLAG_PROCESS_GLOBAL = register(Rule(
+    code="DFD605",
+    name="compiling-flag-process-global",
+    severity=Severity.INFO,
+    summary="Dynamo compiles set a process-global 'compiling' flag that every thread sees",
+    rationale=(
+        "From torch 2.13 each Dynamo compile holds torch.compiler's compiling flag True for the whole compile, "
+        "and the FX guard is masked while it is set. The flag is a module global, so during one thread's compile "
+        "torch.compiler.is_compiling() is True in every thread: code that branches on it (skipping checks, "
+        "choosing kernels, the FX guard itself) behaves in other threads as if it were being compiled."
+    ),
+    fix="Do not start compiles while other threads run code that branches on torch.compiler.is_compiling(): "
+        "warm up in one thread first.",
+    example_format="torch-layout",
+    bad=(
+        _WRAPPER
+        + _THREAD_LOCAL_FX_FLAG
+        + "# ==> compiler/__init__.py <==\n"
+        "import contextlib\n"
+        "\n"
+        "_is_compiling_flag = False  # DFD605\n"
+        "\n"
+        "\n"
+        "def is_compiling():\n"
+        "    return _is_compiling_flag\n"
+        "\n"
+        "\n"
+        "@contextlib.contextmanager\n"
+        "def _compile_session_context():\n"
+        "    global _is_compiling_flag\n"
+        "    saved = _is_compiling_flag\n"
+        "    _is_compiling_flag = True\n"
+        "    try:\n"
+        "        yield\n"
+        "    finally:\n"
+        "        _is_compiling_flag = saved\n"
+        "\n"
+        + _COMPILE_HOLDS_THE_FLAG
+    ),
+    good=(
+        _WRAPPER
+        + _THREAD_LOCAL_FX_FLAG
+        + "# ==> compiler/__init__.py <==\n"
+        "import contextlib\n"
+        "import threading\n"
+        "\n"
+        "_compiling = threading.local()\n"
+        "\n"
+        "\n"
+        "def is_compiling():\n"
+        "    return getattr(_compiling, \"active\", False)\n"
+        "\n"
+        "\n"
+        "@contextlib.contextmanager\n"
+        "def _compile_session_context():\n"
+        "    _compiling.active = True\n"
+        "    try:\n"
+        "        yield\n"
+        "    finally:\n"
+        "        _compiling.active = False\n"
+        "\n"
+        + _COMPILE_HOLDS_THE_FLAG
+    ),
+))
+
+PROBE_CROSS_THREAD_LEAK = register(Rule(
+    code="DFD606",
+    name="probe-cross-thread-leak",
+    severity=Severity.ERROR,
+    summary="reproduced: a compiled call raised in one thread while another thread was inside an FX trace",
+    rationale=(
+        "The probe ran, in a child process, torch.fx.symbolic_trace in thread A on a module whose forward waits, "
+        "and called an already compiled function (backend='eager') in thread B meanwhile. B raised the "
+        "nested-FX-trace RuntimeError: with this torch, one thread's trace breaks other threads' compiled code."
+    ),
+    fix="See DFD601's fixes; `dflash-doctor repro --matrix` measures them on your own model.",
+    example_format="guards-state",
+    bad='{"probes": {"cross_thread_leak": "reproduced"}}\n',
+    good='{"probes": {"cross_thread_leak": "not-reproduced"}}\n',
+))
+
+PROBE_STUCK_FLAG = register(Rule(
+    code="DFD607",
+    name="probe-stuck-flag",
+    severity=Severity.ERROR,
+    summary="reproduced: two FX traces that exit out of order leave the flag stuck and compiled calls raising",
+    rationale=(
+        "The probe ran, in a child process, trace A then trace B in two threads, let A finish before B, and then "
+        "called a compiled function with no trace running: it raised. With this torch a process in which traces "
+        "overlap can be left permanently unable to run compiled code."
+    ),
+    fix="See DFD601's fixes; a process already in that state needs a restart (DFD602).",
+    example_format="guards-state",
+    bad='{"probes": {"stuck_flag": "reproduced"}}\n',
+    good='{"probes": {"stuck_flag": "not-reproduced"}}\n',
+))
+
+PROBE_IS_COMPILING_LEAK = register(Rule(
+    code="DFD608",
+    name="probe-is-compiling-leak",
+    severity=Severity.INFO,
+    summary="reproduced: another thread sees torch.compiler.is_compiling() True while one thread compiles",
+    rationale=(
+        "The probe held a compile inside a custom backend in thread A and asked torch.compiler.is_compiling() "
+        "in thread B: True. See DFD605 for what that changes in other threads."
+    ),
+    fix="Warm up in one thread before starting workers.",
+    example_format="guards-state",
+    bad='{"probes": {"is_compiling_leak": "reproduced"}}\n',
+    good='{"probes": {"is_compiling_leak": "not-reproduced"}}\n',
+))

@@ -1,0 +1,35 @@
+"""Every DFD6xx rule's bad example fires it (on the line marked `# DFD6xx`, for layouts) and its good one is clean."""
+from __future__ import annotations
+
+import pytest
+
+from dflash_doctor.guards import findings_for_example
+from dflash_doctor.guards.sources import parse_bundle
+from dflash_doctor.rules import all_rules
+
+GUARDS_RULES = [rule for rule in all_rules() if rule.code.startswith("DFD6")]
+
+
+def test_the_guards_rules_are_registered():
+    assert [rule.code for rule in GUARDS_RULES] == [f"DFD60{n}" for n in range(1, 9)]
+    assert {rule.example_format for rule in GUARDS_RULES} == {"torch-layout", "guards-state"}
+
+
+@pytest.mark.parametrize("rule", GUARDS_RULES, ids=lambda rule: rule.code)
+def test_bad_example_fires_the_rule(rule):
+    findings = findings_for_example(rule.example_format, rule.bad)
+    assert rule.code in [finding.code for finding in findings]
+
+
+@pytest.mark.parametrize("rule", GUARDS_RULES, ids=lambda rule: rule.code)
+def test_good_example_is_clean(rule):
+    assert findings_for_example(rule.example_format, rule.good) == []
+
+
+@pytest.mark.parametrize("rule", [r for r in GUARDS_RULES if r.example_format == "torch-layout"],
+                         ids=lambda rule: rule.code)
+def test_layout_findings_point_at_the_marked_line(rule):
+    [finding] = [f for f in findings_for_example(rule.example_format, rule.bad) if f.code == rule.code]
+    marked = [(f"torch/{path}", number) for path, text in parse_bundle(rule.bad).items()
+              for number, line in enumerate(text.splitlines(), start=1) if line.endswith(f"# {rule.code}")]
+    assert marked == [(finding.path, finding.line)]
