@@ -58,9 +58,11 @@ class Target(nn.Module):
         self.norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         init_weights(self, generator)
-        # A larger embedding makes a random decoder's greedy choice lean on the current token: a task a
-        # one-layer drafter can learn in a few dozen steps.
+        # A larger embedding makes a random decoder's greedy choice lean on the current token (a task a one-layer
+        # drafter learns in a few dozen steps), and a larger head gives peaked logits (std ~3) like a trained LM's,
+        # which the drafter, sharing the head, needs to express confident predictions.
         nn.init.normal_(self.embed.weight, std=1.0, generator=generator)
+        nn.init.normal_(self.lm_head.weight, std=3.0 / spec.hidden_size ** 0.5, generator=generator)
         self.requires_grad_(False)
 
     def _greedy(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
