@@ -28,6 +28,7 @@ CONVERT_FRAME = "_dynamo/convert_frame.py"
 VERSION_FILE = "version.py"
 MODULE_GLOBAL, THREAD_LOCAL, UNKNOWN = "module-global", "thread-local", "unknown"
 _MAX_SNIPPET = 14
+FX_ROLE = "FX-tracing flag"
 _BUILTINS = {"isinstance", "getattr", "hasattr", "callable", "len", "bool", "type"}
 
 SourceLines = Tuple[Tuple[int, str], ...]
@@ -81,6 +82,7 @@ class Layout:
     compiling_flag: Optional[FlagSite] = None
     masking: Optional[MaskingSite] = None
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    unknown_reason: Optional[str] = None  # why the FX flag's storage could not be told, when it could not
 
     @property
     def fx_flag_storage(self) -> str:
@@ -116,6 +118,12 @@ class _Analysis:
         self.tree = tree
         self.index = Index(tree)
         self.notes: List[str] = []
+        self.unknown_reason: Optional[str] = None
+
+    def _unknown(self, reason: str) -> None:
+        """Note why the FX flag cannot be told (the first such reason is the one reported)."""
+        self.notes.append(reason)
+        self.unknown_reason = self.unknown_reason or reason
 
     def run(self) -> Layout:
         version, cuda, hip = self._version()
@@ -128,7 +136,7 @@ class _Analysis:
             return self._done(layout)
         module, func = predicate_def
         reads, calls = self._reads(module, func)
-        layout["fx_flag"] = self._flag(module, func, reads, role="FX-tracing flag")
+        layout["fx_flag"] = self._flag(module, func, reads, role=FX_ROLE)
         compiling_calls = [name for name in calls if name.rsplit(".", 1)[-1] == "is_compiling"]
         if compiling_calls:
             layout["consults_is_compiling"] = True
@@ -141,8 +149,12 @@ class _Analysis:
 
     def _done(self, fields: dict) -> Layout:
         for relpath in self.index.unreadable:
-            self.notes.append(f"{self.tree.display_path(relpath)} does not parse")
-        return Layout(notes=tuple(self.notes), **fields)
+            if relpath != EVAL_FRAME:  # _guard already said so
+                self.notes.append(f"{self.tree.display_path(relpath)} does not parse")
+        if fields.get("fx_flag") is None and self.unknown_reason is None:
+            self.unknown_reason = "the FX-tracing flag was not found"
+        return Layout(notes=tuple(self.notes), unknown_reason=None if fields.get("fx_flag") else self.unknown_reason,
+                      **fields)
 
     # -- 0. version.py -------------------------------------------------------------------------------------
     def _version(self) -> Tuple[Optional[str], Optional[str], Optional[str]]:
@@ -160,18 +172,20 @@ class _Analysis:
     def _guard(self):
         module = self.index.module(EVAL_FRAME)
         if module is None:
-            self.notes.append(f"no readable {self.tree.display_path(EVAL_FRAME)}")
+            unreadable = EVAL_FRAME in self.index.unreadable
+            self._unknown(f"{self.tree.display_path(EVAL_FRAME)} does not parse" if unreadable
+                          else f"no readable {self.tree.display_path(EVAL_FRAME)}")
             return None, None
         raises = [node for node in ast.walk(module.tree) if isinstance(node, ast.Raise) and _is_guard_raise(node)]
         if not raises:
-            self.notes.append(f"no `raise RuntimeError(\"{GUARD_MESSAGE} ...\")` in {self.tree.display_path(EVAL_FRAME)}")
+            self._unknown(f"no `raise RuntimeError(\"{GUARD_MESSAGE} ...\")` in {self.tree.display_path(EVAL_FRAME)}")
             return None, None
         raises.sort(key=lambda node: (_function_name(module, node) != "compile_wrapper", node.lineno))
         raise_node = raises[0]
         function = _function_name(module, raise_node) or "<module>"
         found = self._predicate_call(module, raise_node)
         if found is None:
-            self.notes.append(f"the raise at line {raise_node.lineno} is not inside an `if` that calls a predicate")
+            self._unknown(f"the raise at line {raise_node.lineno} is not inside an `if` that calls a predicate")
             return None, None
         if_node, call = found
         scopes = module.enclosing_functions(call)
@@ -192,11 +206,11 @@ class _Analysis:
                else f" ({qualname})" if qualname else "")
         )
         if qualname is None:
-            self.notes.append(f"could not resolve what `{guard.predicate}` refers to")
+            self._unknown(f"could not resolve what `{guard.predicate}` refers to")
             return guard, None
         definition = self.index.definition(qualname)
         if definition is None or not isinstance(definition[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self.notes.append(f"no readable definition of {qualname}")
+            self._unknown(f"no readable definition of {qualname}")
             return guard, None
         return guard, definition
 
@@ -235,8 +249,9 @@ class _Analysis:
         return reads, calls
 
     def _flag(self, module: Module, reader: ast.AST, reads, role: str) -> Optional[FlagSite]:
+        missing = self._unknown if role == FX_ROLE else self.notes.append
         if not reads:
-            self.notes.append(f"{module.name}.{reader.name} reads no module state this tool recognises")
+            missing(f"{module.name}.{reader.name} reads no module state this tool recognises")
             return None
         candidates = []
         for name, attribute in dict.fromkeys(reads):
@@ -247,7 +262,7 @@ class _Analysis:
         candidates.sort(key=lambda c: (not c[3], not any(w[0].endswith("Tracer.trace") for w in c[3])))
         name, attribute, storage, writers = candidates[0]
         if storage == THREAD_LOCAL and attribute is None:
-            self.notes.append(f"{name} is thread-local but {reader.name} reads it as a whole: not recognised")
+            missing(f"{name} is thread-local but {reader.name} reads it as a whole: not recognised")
             return None
         writers.sort(key=lambda w: not w[0].endswith("Tracer.trace"))
         stmt = module.variables[name]

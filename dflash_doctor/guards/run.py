@@ -165,7 +165,7 @@ def _problems(layout: Layout, probe_details: Mapping[str, dict]) -> list:
     if not layout.known:
         problems.append(Problem(
             "guard layout",
-            "could not tell where the FX-tracing flag lives: " + "; ".join(layout.notes[-2:] or ["nothing found"]),
+            f"could not tell where the FX-tracing flag lives: {layout.unknown_reason}",
             "facts.layout_notes lists what was found; the probes, if run, still test the behaviour",
         ))
     for name, detail in probe_details.items():

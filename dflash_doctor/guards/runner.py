@@ -119,6 +119,8 @@ def _why_no_result(child: ChildResult) -> str:
     tail = f": {tail}" if tail else ""
     if child.timed_out:
         return f"the probe process ran past {child.seconds:.1f} s and was killed{tail}"
+    if child.returncode is not None and child.returncode < 0:
+        return f"the probe process was killed by signal {-child.returncode}{tail}"
     if child.returncode:
         return f"the probe process exited with status {child.returncode}{tail}"
     return f"the probe process printed no result{tail}"

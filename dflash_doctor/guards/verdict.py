@@ -77,8 +77,7 @@ def verdict_reasons(layout, probes: Mapping[str, str], fx_flag_now: Optional[boo
     elif layout.fx_flag_storage == THREAD_LOCAL:
         reasons.append(f"the FX-tracing flag {flag.name}.{flag.attribute} ({flag.file}:{flag.line}) is thread-local")
     else:
-        reasons.append("the source does not say where the FX-tracing flag lives: "
-                       + (layout.notes[-1] if layout.notes else "nothing found"))
+        reasons.append(f"the source does not say where the FX-tracing flag lives: {layout.unknown_reason}")
     for name in LEAK_PROBES:
         if probes.get(name) == REPRODUCED:
             reasons.append(f"probe {name} reproduced the race in a child process")

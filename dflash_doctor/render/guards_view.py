@@ -6,7 +6,7 @@ import textwrap
 
 _VERDICT_STYLE = {"vulnerable": "bold red", "safe": "bold green", "unknown": "bold magenta"}
 _OUTCOME_STYLE = {"reproduced": "red", "not-reproduced": "green", "skipped": "dim", "error": "magenta"}
-_HIGHLIGHT = "bold black on yellow"
+HIGHLIGHT = "bold black on yellow"
 
 
 def guards_view(console, facts: dict) -> None:
@@ -96,23 +96,29 @@ def _guard(console, facts: dict) -> None:
 
 
 def _source(console, lines, token: str) -> None:
-    """Numbered source lines, dedented, with every occurrence of `token` highlighted."""
+    for row in source_rows(lines, token):
+        console.print(row)
+
+
+def source_rows(lines, token: str) -> list:
+    """Numbered source lines as rich Texts, dedented, every occurrence of `token` highlighted, gaps marked."""
     from rich.text import Text
 
     if not lines:
-        return
+        return []
     body = textwrap.dedent("\n".join(text for _, text in lines)).split("\n")
     width = len(str(lines[-1][0]))
-    previous = None
+    rows, previous = [], None
     for (number, _), text in zip(lines, body):
         if previous is not None and number != previous + 1:
-            console.print(Text(f"  {'':>{width}} ┆", style="dim"))
+            rows.append(Text(f"  {'':>{width}} ┆", style="dim"))
         row = Text(f"  {number:>{width}} │ ", style="dim")
         code = Text(text)
-        code.highlight_words([token], style=_HIGHLIGHT)
+        code.highlight_words([token], style=HIGHLIGHT)
         row.append_text(code)
-        console.print(row)
+        rows.append(row)
         previous = number
+    return rows
 
 
 def _state(console, facts: dict) -> None:

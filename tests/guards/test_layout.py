@@ -84,7 +84,8 @@ def test_export_setting_the_compiling_flag_is_not_masking():
 def test_unknown_layout_says_what_was_found():
     layout = read_layout(FIXTURES / "torch-unknown")
     assert layout.fx_flag is None and not layout.known
-    assert "torch.fx._symbolic_trace.is_fx_symbolic_tracing reads no module state this tool recognises" in layout.notes
+    assert layout.unknown_reason == (
+        "torch.fx._symbolic_trace.is_fx_symbolic_tracing reads no module state this tool recognises")
 
 
 def _bundle(eval_frame: str, symbolic_trace: str, **more: str) -> str:
@@ -139,20 +140,20 @@ def test_a_context_var_flag_counts_as_thread_local():
 
 @pytest.mark.parametrize("eval_frame, note", [
     ("def compile_wrapper():\n    return 1\n", "no `raise RuntimeError"),
-    ("def compile_wrapper(:\n", "does not parse"),
+    ("def compile_wrapper(:\n", "torch/_dynamo/eval_frame.py does not parse"),
     (f"import torch\ndef compile_wrapper():\n    {_RAISE}\n", "is not inside an `if` that calls a predicate"),
     (f"def compile_wrapper():\n    if mystery():\n        {_RAISE}\n", "could not resolve what `mystery` refers to"),
 ])
 def test_unrecognisable_guards_are_unknown_with_a_note(eval_frame, note):
     layout = read_layout_text(_bundle(eval_frame, _GLOBAL_FLAG))
     assert layout.fx_flag_storage == "unknown"
-    assert any(note in line for line in layout.notes), layout.notes
+    assert note in layout.unknown_reason and layout.unknown_reason in layout.notes
 
 
 def test_missing_eval_frame_is_unknown():
     layout = read_layout_text("# ==> fx/_symbolic_trace.py <==\n" + _GLOBAL_FLAG)
     assert layout.guard is None and layout.fx_flag_storage == "unknown"
-    assert layout.notes == ("no readable torch/_dynamo/eval_frame.py",)
+    assert layout.notes == ("no readable torch/_dynamo/eval_frame.py",) and layout.unknown_reason == layout.notes[0]
 
 
 def test_corroboration_is_reported_not_trusted():

@@ -1,0 +1,124 @@
+"""Probe children: real processes that hang are killed at their timeout; crashes and garbage become errors."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from dflash_doctor.guards.isolation import run_forked
+from dflash_doctor.guards.runner import ChildResult, host_argv, run_child, run_probes
+
+NAMES = ("cross_thread_leak", "stuck_flag", "is_compiling_leak")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.timeout(30)
+def test_a_hanging_child_and_its_own_children_are_killed_at_the_timeout():
+    script = ("import subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              "print(child.pid, flush=True)\n"
+              "time.sleep(60)\n")
+    began = time.monotonic()
+    result = run_child([sys.executable, "-c", script], timeout=1.5)
+    assert result.timed_out and result.returncode == -signal.SIGKILL
+    assert time.monotonic() - began < 10
+    grandchild = int(result.stdout.split()[0])
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+@pytest.mark.timeout(30)
+def test_a_hanging_probe_host_reports_every_probe_as_error():
+    def sleeping_host(argv, timeout):
+        return run_child([sys.executable, "-c", "import time; time.sleep(60)"], timeout)
+
+    run = run_probes(NAMES, timeout=1.0, runner=sleeping_host, fork=True)
+    assert set(run.results) == set(NAMES) and run.state is None
+    for result in run.results.values():
+        assert result["outcome"] == "error"
+        assert result["error"].startswith("the probe process ran past ")
+        assert result["error"].endswith(" s and was killed")
+        assert result["seconds"] < 10
+
+
+@pytest.mark.timeout(30)
+def test_forked_tasks_time_out_crash_or_report_each_on_its_own():
+    def hangs():
+        time.sleep(60)
+
+    def fails():
+        raise ValueError("no such probe state")
+
+    tasks = {"hangs": hangs, "reports": lambda: {"outcome": "not-reproduced", "detail": "ran"},
+             "dies": lambda: os._exit(3), "fails": fails}
+    began = time.monotonic()
+    results = run_forked(tasks, timeout=1.0)
+    assert time.monotonic() - began < 5
+    assert results["hangs"] == {"outcome": "error", "seconds": 1.0,
+                                "error": "timed out after 1.0 s; the probe process was killed"}
+    assert results["reports"]["outcome"] == "not-reproduced" and results["reports"]["detail"] == "ran"
+    assert 0 <= results["reports"]["seconds"] < 1
+    assert results["dies"] == {"outcome": "error", "seconds": None,
+                               "error": "the probe process exited with status 3 without a result"}
+    assert results["fails"]["outcome"] == "error"
+    assert results["fails"]["error"] == "ValueError: no such probe state"
+
+
+def _host_result(stdout: str, returncode: int = 0, stderr: str = "") -> ChildResult:
+    return ChildResult(returncode, stdout, stderr, 2.5)
+
+
+@pytest.mark.parametrize("child, error", [
+    (_host_result("", 1, "Traceback ...\nImportError: no torch\n"),
+     "the probe process exited with status 1: ImportError: no torch"),
+    (_host_result("warming up\n{not json\n"), "the probe process printed no result"),
+    (_host_result("", -11), "the probe process was killed by signal 11"),
+])
+def test_a_host_without_a_result_makes_every_probe_an_error(child, error):
+    run = run_probes(NAMES, timeout=5, runner=lambda argv, timeout: child, fork=True)
+    assert {name: result["error"] for name, result in run.results.items()} == dict.fromkeys(NAMES, error)
+
+
+def test_a_probe_missing_from_the_host_document_is_an_error():
+    document = ('{"state": {"config": {}, "fx_flag_now": false, "gpu_count": 0}, '
+                '"probes": {"stuck_flag": {"outcome": "reproduced", "seconds": 0.1}}, "seconds": {"import": 2.0}}')
+    run = run_probes(NAMES, timeout=5, runner=lambda argv, timeout: _host_result("noise\n" + document), fork=True)
+    assert run.results["stuck_flag"] == {"outcome": "reproduced", "seconds": 0.1}
+    assert run.results["cross_thread_leak"]["error"] == "the probe host reported nothing for this probe"
+    assert run.state == {"config": {}, "fx_flag_now": False, "gpu_count": 0}
+    assert run.seconds == {"import": 2.0}
+
+
+def test_without_fork_each_probe_gets_its_own_host_and_the_timeout_plus_grace():
+    calls = []
+
+    def recording(argv, timeout):
+        calls.append((list(argv), timeout))
+        return _host_result("", 1)
+
+    run_probes(NAMES, timeout=7, fx_flag="_flag", runner=recording, fork=False, python="py")
+    assert sorted(calls) == sorted(
+        (host_argv([name], 7, "_flag", "none", "py"), 10.0) for name in NAMES)
+    assert host_argv(["stuck_flag"], 7, "_flag", "none", "py") == [
+        "py", "-m", "dflash_doctor.guards.probe_host", "--timeout", "7", "--isolation", "none",
+        "--fx-flag", "_flag", "stuck_flag"]
+
+
+@pytest.mark.timeout(120)
+def test_a_real_host_without_fork_runs_its_probe_in_itself():
+    run = run_probes(["stuck_flag"], timeout=90, fx_flag="_is_fx_tracing_flag", fork=False)
+    assert run.results["stuck_flag"]["outcome"] == "reproduced", run.results
+    assert "FX flag at rest: True" in run.results["stuck_flag"]["detail"]
+    assert run.state["fx_flag_now"] is False

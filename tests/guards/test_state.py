@@ -1,0 +1,109 @@
+"""Versions, env, caches and the live state, read for real (files, an imported torch) where this machine can."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dflash_doctor.guards import run_guards
+from dflash_doctor.guards.state import (
+    cache_facts, inductor_cache_dir, read_env, read_versions, triton_cache_dir,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
+
+
+def test_cache_facts_count_files_and_bytes_below_the_folder(tmp_path):
+    (tmp_path / "fxgraph" / "ab").mkdir(parents=True)
+    (tmp_path / "fxgraph" / "ab" / "entry").write_bytes(b"x" * 100)
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "top").write_bytes(b"y" * 20)
+    (tmp_path / "link").symlink_to(tmp_path / "top")
+    facts = cache_facts(tmp_path)
+    assert facts.to_dict() == {"dir": str(tmp_path), "exists": True, "bytes": 120, "entries": 2, "truncated": False}
+    assert cache_facts(tmp_path, max_files=1).truncated is True
+    assert cache_facts(tmp_path / "absent").to_dict() == {
+        "dir": str(tmp_path / "absent"), "exists": False, "bytes": 0, "entries": 0, "truncated": False}
+
+
+def test_cache_dirs_follow_the_environment(tmp_path):
+    assert inductor_cache_dir({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}) == tmp_path
+    assert inductor_cache_dir({}).name.startswith("torchinductor_")
+    assert triton_cache_dir({"TRITON_CACHE_DIR": str(tmp_path / "t")}) == tmp_path / "t"
+    assert triton_cache_dir({"TRITON_HOME": str(tmp_path)}) == tmp_path / ".triton" / "cache"
+
+
+def test_versions_from_metadata_and_version_py():
+    known = {"triton": None, "pytorch-triton": "3.6.0", "transformers": "5.6.0"}
+    versions = read_versions("2.11.0+cu130", "13.0", None, version_of=known.get)
+    assert {k: versions[k] for k in ("torch", "torch_build", "cuda", "hip", "triton", "transformers")} == {
+        "torch": "2.11.0+cu130", "torch_build": "CUDA 13.0", "cuda": "13.0", "hip": None, "triton": "3.6.0",
+        "transformers": "5.6.0"}
+    assert read_versions(None, None, "6.2", version_of={"torch": "2.9.0"}.get)["torch_build"] == "ROCm 6.2"
+
+
+def test_env_reports_every_relevant_variable():
+    env = read_env({"TORCH_LOGS": "+dynamo", "HOME": "/root"})
+    assert env["TORCH_LOGS"] == "+dynamo" and env["TORCHINDUCTOR_CACHE_DIR"] is None and "HOME" not in env
+
+
+def _static(folder, tmp_path, **kwargs):
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    return run_guards(probes=False, torch_root=FIXTURES / folder, environ=environ, modules={}, **kwargs)
+
+
+def test_static_report_for_a_stand_in_layout(tmp_path):
+    report = _static("torch-2.13", tmp_path)
+    facts = report.facts
+    assert [f.code for f in report.sorted_findings()] == ["DFD604", "DFD605", "DFD601"]
+    assert facts["verdict"] == "vulnerable" and report.problems == []
+    assert facts["probes"] == dict.fromkeys(("cross_thread_leak", "stuck_flag", "is_compiling_leak"), "skipped")
+    assert facts["config"] == {"error_on_nested_fx_trace": None, "force_compile_during_fx_trace": None}
+    assert facts["fx_flag_now"] is None and facts["state_source"].startswith("not read")
+    assert facts["compile_cache"] == {"dir": str(tmp_path / "inductor"), "exists": False, "bytes": 0, "entries": 0,
+                                      "truncated": False}
+    assert facts["corroboration"]["agrees"] is True
+
+
+def test_unknown_layout_is_a_problem_and_verdict_unknown(tmp_path):
+    report = _static("torch-unknown", tmp_path)
+    assert report.facts["verdict"] == "unknown" and report.facts["fx_flag_storage"] == "unknown"
+    [problem] = report.problems
+    assert problem.subject == "guard layout"
+    assert problem.reason == ("could not tell where the FX-tracing flag lives: torch.fx._symbolic_trace."
+                              "is_fx_symbolic_tracing reads no module state this tool recognises")
+    assert report.facts["verdict_reasons"] == [
+        "the source does not say where the FX-tracing flag lives: torch.fx._symbolic_trace.is_fx_symbolic_tracing "
+        "reads no module state this tool recognises"]
+    assert [rank["fix"].split(":")[0] for rank in report.facts["fixes"]] == [
+        "Warm up in one thread before starting the workers", "Hold one process-wide lock around every compiled "
+        "step (forward and backward) in every thread.", "Run the workers as processes instead of threads, so each "
+        "has its own Dynamo and FX state."]
+
+
+@pytest.mark.timeout(120)
+def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
+    torch = pytest.importorskip("torch")
+    import torch._dynamo
+    import torch.fx._symbolic_trace as symbolic_trace
+
+    environ = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    (tmp_path / "graph").write_bytes(b"cached")
+    clean = run_guards(probes=False, environ=environ)
+    assert clean.facts["state_source"] == "this process"
+    assert clean.facts["config"] == {"error_on_nested_fx_trace": True, "force_compile_during_fx_trace": False}
+    assert clean.facts["fx_flag_now"] is False
+    assert [f.code for f in clean.sorted_findings()] == ["DFD605", "DFD601"]
+
+    saved = symbolic_trace._is_fx_tracing_flag
+    symbolic_trace._is_fx_tracing_flag = True  # what an out-of-order trace exit leaves behind
+    try:
+        with torch._dynamo.config.patch(error_on_nested_fx_trace=False):
+            corrupted = run_guards(probes=False, environ=environ)
+    finally:
+        symbolic_trace._is_fx_tracing_flag = saved
+    assert corrupted.facts["fx_flag_now"] is True
+    assert {f.code for f in corrupted.findings} == {"DFD601", "DFD602", "DFD603", "DFD605"}
+    assert [fix["fix"].split(":")[0] for fix in corrupted.facts["fixes"][:2]] == [
+        "Restart the process", "Set torch._dynamo.config.error_on_nested_fx_trace = True and "
+        "force_compile_during_fx_trace = False (the defaults), then remove the race with one of the fixes below."]
