@@ -12,11 +12,19 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
 from dflash_doctor.errors import MissingDependency
-from dflash_doctor.findings import Problem, Report
+from dflash_doctor.findings import Finding, Problem, Report, Severity
 
 Part = Callable[[], Report]
 
 PART_ORDER = ("scan", "guards", "repro")
+# Environment parts: what they find breaks threaded compiled code, and only that.
+ENVIRONMENT_PARTS = ("guards", "repro")
+# Scan codes that show the scanned code calls compiled code from threads: the pattern the environment breaks.
+THREADED_COMPILE_CODES = frozenset({"DFD201"})
+DOWNGRADED = (
+    "downgraded to info by check: no scanned code calls compiled code from a thread (DFD201), so this torch "
+    "behaviour cannot break it; pass --assume-threads if threads start outside the scanned paths"
+)
 INSTALL_HINT = {
     "guards": "install torch in this environment to check its guards; the scan ran without it",
     "repro": "install torch in this environment to run the repro; the other parts ran without it",
@@ -31,7 +39,8 @@ class CheckPlan:
     exclude: Sequence[str] = ()
     probes: bool = True
     repro: bool = False
-    timeout: float = 60.0  # seconds, for each live part (guards probes, repro)
+    timeout: float = 120.0  # seconds, for each live part (guards probes, each repro phase)
+    assume_threads: bool = False  # keep environment findings at their severity even without DFD201
 
 
 def default_parts(plan: CheckPlan) -> Dict[str, Part]:
@@ -76,6 +85,16 @@ def _run_part(name: str, part: Part, clock: Callable[[], float]) -> tuple:
     return report, True, clock() - started
 
 
+def _downgraded(finding: Finding) -> Finding:
+    from dflash_doctor.rules import lookup
+
+    return lookup(finding.code).finding(
+        finding.message, path=finding.path, line=finding.line, column=finding.column,
+        evidence={**finding.evidence, "check": DOWNGRADED, "severity_from_rule": finding.severity.value},
+        severity=Severity.INFO,
+    )
+
+
 def run_check(
     plan: CheckPlan = CheckPlan(),
     *,
@@ -87,14 +106,28 @@ def run_check(
     facts: {"parts": [names that ran], "<part>": that part's facts, "seconds": {part: wall}}. A part's own
     exit-code contract (repro's) does not leak: the merged exit code follows findings and problems only.
     UsageError (a path that does not exist) propagates, as in `scan`.
+
+    The environment parts find torch behaviour that breaks compiled code called from several threads. When the
+    scan ran and found no such call (no DFD201), their findings are kept but downgraded to info, so a project
+    that never calls compiled code from threads passes on a torch whose guard is not thread-safe;
+    `plan.assume_threads` keeps them at their rule's severity. facts["environment_findings"] says which applied.
     """
     parts = default_parts(plan) if parts is None else parts
     merged = Report("check", facts={"parts": [], "seconds": {}})
+    by_part: Dict[str, Report] = {}
     for name in sorted(parts, key=lambda n: PART_ORDER.index(n) if n in PART_ORDER else len(PART_ORDER)):
         report, ran, seconds = _run_part(name, parts[name], clock)
-        merged.extend(report)
+        by_part[name] = report
         merged.facts["seconds"][name] = round(seconds, 3)
         if ran:
             merged.facts["parts"].append(name)
             merged.facts[name] = report.facts
+
+    threaded = "scan" not in merged.facts["parts"] or plan.assume_threads or any(
+        f.code in THREADED_COMPILE_CODES for f in by_part["scan"].findings)
+    merged.facts["environment_findings"] = "as reported" if threaded else "downgraded to info (no DFD201)"
+    for name, report in by_part.items():
+        if name in ENVIRONMENT_PARTS and not threaded:
+            report = Report(name, findings=[_downgraded(f) for f in report.findings], problems=report.problems)
+        merged.extend(report)
     return merged

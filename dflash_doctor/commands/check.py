@@ -21,7 +21,8 @@ EPILOG = (
     "Examples:  dflash-doctor check  ·  dflash-doctor check src/ --format sarif --output dflash-doctor.sarif  ·  "
     "dflash-doctor check src/ --format junit -o dflash-doctor.xml  ·  dflash-doctor check --repro --fail-on error  ·  "
     "dflash-doctor check --no-probes --fail-on never.  " + EXIT_CODES_HELP + "  A missing torch is exit 4 (the "
-    "guards could not be checked) with the scan's result still in the report."
+    "guards could not be checked) with the scan's result still in the report.  Guards and repro findings are "
+    "downgraded to info when the scan finds no compiled call in a thread (DFD201); --assume-threads keeps them."
 )
 
 
@@ -58,7 +59,13 @@ def register(app: typer.Typer) -> None:
             True, "--probes/--no-probes", help="Run the guards' live probes in child processes (needs torch)."
         ),
         repro: bool = typer.Option(False, "--repro", help="Also run a quick forced repro on the CPU (needs torch)."),
-        timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds allowed to each live part."),
+        timeout: float = typer.Option(
+            120.0, "--timeout", min=1.0, help="Seconds allowed to the guards' probes and to each repro phase."),
+        assume_threads: bool = typer.Option(
+            False, "--assume-threads",
+            help="Keep guards/repro findings at full severity even if the scan finds no compiled call in a thread "
+                 "(DFD201), e.g. when the threads start outside the scanned paths.",
+        ),
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
@@ -72,5 +79,6 @@ def register(app: typer.Typer) -> None:
             probes=probes,
             repro=repro,
             timeout=timeout,
+            assume_threads=assume_threads,
         )
         return finish(run_check(plan), fmt, fail_on, output, facts_view=_parts_view)

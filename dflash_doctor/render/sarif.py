@@ -1,10 +1,12 @@
 """SARIF 2.1.0, shaped so GitHub code scanning accepts it: every rule described, repo-relative URIs, stable
 fingerprints, and a location on every result.
 
-Findings about the environment rather than a file (guards, gpus, logs, repro) have no path. GitHub rejects a
-result without a location, so they are placed on line 1 of the project's dependency manifest (the file that pins
-the torch they are about), or on the pseudo artifact `ENVIRONMENT_ARTIFACT` when the project has none. The
-result's `properties.environmentFinding` says that the location is a placement, not a line to blame.
+Findings about the environment rather than a repository file (guards, gpus, logs, repro) have no path, or a path
+outside the repository (a line of the installed torch). GitHub rejects a result without a location and cannot
+show a file it does not have, so they are placed on line 1 of the project's dependency manifest (the file that
+pins the torch they are about), or on the pseudo artifact `ENVIRONMENT_ARTIFACT` when the project has none.
+`properties.environmentFinding` says the location is a placement, not a line to blame;
+`properties.originalLocation` keeps an outside file's URI and line.
 """
 from __future__ import annotations
 
@@ -83,14 +85,18 @@ def _location(uri: str, line: int, column: Optional[int]) -> dict:
 
 def _result(finding: Finding, index: dict, root: Path, fallback_uri: str) -> dict:
     properties = {"name": finding.name, "evidence": dict(finding.evidence)}
-    if finding.path:
-        uri = relative_uri(finding.path, root)
+    uri = relative_uri(finding.path, root) if finding.path else ""
+    if uri and not uri.startswith("file:"):
         location = _location(uri, finding.line or 1, finding.column)
+        fingerprint = _fingerprint(finding, uri)
     else:
-        uri = fallback_uri
-        location = _location(uri, 1, None)
+        # No file, or a file outside the repository (torch's own source, a log elsewhere): GitHub can show
+        # neither, so the result goes on the stable environment artifact and keeps where it really points.
+        if uri:
+            properties["originalLocation"] = f"{uri}:{finding.line}" if finding.line else uri
+        location = _location(fallback_uri, 1, None)
         properties["environmentFinding"] = True
-    fingerprint = _fingerprint(finding, uri if finding.path else "")
+        fingerprint = _fingerprint(finding, "")
     return {
         "ruleId": finding.code,
         "ruleIndex": index[finding.code],

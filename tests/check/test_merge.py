@@ -8,8 +8,8 @@ import pytest
 
 from dflash_doctor.check import CheckPlan, default_parts, run_check
 from dflash_doctor.errors import MissingDependency, UsageError
-from dflash_doctor.findings import EXIT_FINDINGS, EXIT_PROBLEMS, FailOn, Problem, Report
-from dflash_doctor.rules import all_rules, lookup
+from dflash_doctor.findings import EXIT_FINDINGS, EXIT_PROBLEMS, FailOn, Problem, Report, Severity
+from dflash_doctor.rules import lookup
 
 
 def _ticks(step=0.5):
@@ -23,8 +23,8 @@ def _scan():
 
 
 def _guards():
-    environment_rule = next(r for r in all_rules() if r.example_format != "python")
-    return Report("guards", findings=[environment_rule.finding()], facts={"verdict": "vulnerable"})
+    return Report("guards", findings=[lookup("DFD601").finding(evidence={"torch": "2.13.0"})],
+                  facts={"verdict": "vulnerable"})
 
 
 def _no_torch():
@@ -34,15 +34,41 @@ def _no_torch():
 def test_parts_merge_in_order_with_their_facts():
     report = run_check(parts={"guards": _guards, "scan": _scan}, clock=_ticks())
     assert report.command == "check"
-    assert [f.code for f in report.findings] == ["DFD201", _guards().findings[0].code]
+    assert report.findings == [_scan().findings[0], _guards().findings[0]]
     assert report.facts == {
         "parts": ["scan", "guards"],
         "seconds": {"scan": 0.5, "guards": 0.5},
         "scan": {"files": 3},
         "guards": {"verdict": "vulnerable"},
+        "environment_findings": "as reported",
     }
     assert report.exit_code(FailOn.WARNING) == EXIT_FINDINGS
     assert report.exit_code(FailOn.NEVER) == 0
+
+
+def test_environment_findings_are_downgraded_when_no_thread_calls_compiled_code():
+    clean_scan = Report("scan", facts={"files": 3})
+    report = run_check(parts={"scan": lambda: clean_scan, "guards": _guards}, clock=_ticks())
+    [finding] = report.findings
+    assert (finding.code, finding.severity, finding.message) == ("DFD601", Severity.INFO, _guards().findings[0].message)
+    assert finding.evidence["torch"] == "2.13.0" and finding.evidence["severity_from_rule"] == "error"
+    assert finding.evidence["check"].startswith("downgraded to info by check")
+    assert report.facts["environment_findings"] == "downgraded to info (no DFD201)"
+    assert report.exit_code(FailOn.WARNING) == 0
+    assert report.exit_code(FailOn.INFO) == EXIT_FINDINGS
+
+
+def test_assume_threads_or_a_missing_scan_keep_environment_findings_at_full_severity():
+    clean_scan = Report("scan")
+    kept = run_check(CheckPlan(assume_threads=True), parts={"scan": lambda: clean_scan, "guards": _guards})
+    assert [f.severity for f in kept.findings] == [Severity.ERROR]
+
+    def scan_cannot_run():
+        raise MissingDependency("scan needs something")
+
+    unknown = run_check(parts={"scan": scan_cannot_run, "guards": _guards})
+    assert [f.severity for f in unknown.findings] == [Severity.ERROR]
+    assert unknown.facts["environment_findings"] == "as reported"
 
 
 def test_missing_torch_turns_the_guards_into_a_problem_and_the_scan_still_runs():

@@ -171,3 +171,17 @@ def test_the_checker_itself_rejects_broken_sarif(tmp_path, mutation):
     _MUTATIONS[mutation](document)
     with pytest.raises(AssertionError):
         assert_valid_sarif(document)
+
+
+def test_findings_in_files_outside_the_repository_are_placed_like_environment_findings(tmp_path):
+    root = _project(tmp_path / "project")
+    outside = tmp_path / "site-packages" / "torch" / "compiler" / "__init__.py"
+    outside.parent.mkdir(parents=True)
+    outside.write_text("_is_compiling_flag = False\n")
+    finding = lookup("DFD101").finding(path=str(outside), line=42, column=1)
+    document = sarif_document(Report("guards", findings=[finding]), 1, root=root)
+    assert_valid_sarif(document)
+    [result] = _results(document)
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "requirements.txt"
+    assert result["properties"]["originalLocation"] == f"{outside.resolve().as_uri()}:42"
+    assert result["properties"]["environmentFinding"] is True
