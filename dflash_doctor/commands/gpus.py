@@ -110,25 +110,31 @@ def register(app: typer.Typer) -> None:
         return finish(report, fmt, fail_on, output, facts_view=render_gpus)
 
 
-def live_report(samples, interval, watch, fmt, role_map, thresholds, total):
+def live_report(samples, interval, watch, fmt, role_map, thresholds, total, open_devices=None, sleep=None,
+                console=None):
+    """Sample NVML; with `watch`, redraw the table after each sample (rich Live) until `samples` or Ctrl-C."""
     import sys
     import time
 
+    from dflash_doctor.gpus.nvml import PynvmlDevices
     from dflash_doctor.gpus.sources import report_from_nvml
 
+    open_devices = open_devices or PynvmlDevices.open
+    sleep = sleep or time.sleep
     if not watch:
-        return report_from_nvml(samples=samples or 5, interval=interval, sleep=time.sleep, roles=role_map,
-                                thresholds=thresholds, memory_total_mib=total)
+        return report_from_nvml(samples=samples or 5, interval=interval, sleep=sleep, roles=role_map,
+                                thresholds=thresholds, memory_total_mib=total, open_devices=open_devices)
     from rich.live import Live
 
     from dflash_doctor.render.gpus_view import gpus_table
     from dflash_doctor.render.text import console_for
 
     # The refreshing table goes to stdout only for the text format, so JSON/SARIF on stdout stay parseable.
-    console = console_for(sys.stdout if fmt is OutputFormat.TEXT else sys.stderr)
+    console = console or console_for(sys.stdout if fmt is OutputFormat.TEXT else sys.stderr)
     with Live(console=console, auto_refresh=False, transient=True) as live:
         def redraw(report) -> None:
             live.update(gpus_table(report.facts), refresh=True)
 
-        return report_from_nvml(samples=samples, interval=interval, sleep=time.sleep, roles=role_map,
-                                thresholds=thresholds, memory_total_mib=total, on_sample=redraw)
+        return report_from_nvml(samples=samples, interval=interval, sleep=sleep, roles=role_map,
+                                thresholds=thresholds, memory_total_mib=total, on_sample=redraw,
+                                open_devices=open_devices)

@@ -59,6 +59,8 @@ class BlockParser:
         return self._open is not None
 
     def feed(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
+        if self._open is None and not (text.startswith("Exception in thread ") or "Traceback (most" in text):
+            return [], False  # the common case, decided without a regex
         closed: List[ExceptionBlock] = []
         match = patterns.THREAD_EXCEPTION.match(text)
         if match:
@@ -73,6 +75,8 @@ class BlockParser:
                 if block is not None:
                     closed.append(block.close())
                 self._open = _Open(None, lineno)
+            else:
+                block.ended = False  # the next section of a chained traceback
             self._chained = False
             return closed, True
         if block is None:

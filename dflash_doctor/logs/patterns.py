@@ -20,8 +20,9 @@ TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
 CHAIN = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)')
 # The last line of a traceback: a (possibly module-qualified) exception type, optionally ': message'.
+# Classes defined in functions print as module.func.<locals>.Name.
 EXCEPTION_LINE = re.compile(
-    r"^(?P<type>(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Warning|"
+    r"^(?P<type>(?:(?:[A-Za-z_]\w*|<locals>)\.)+[A-Za-z_]\w*|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Warning|"
     r"Failure|Failed|Timeout))(?::\s?(?P<message>.*))?$"
 )
 
@@ -33,7 +34,8 @@ NCCL_TIMEOUT = re.compile(
     r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) "
     r"ran for (?P<ran>\d+) milliseconds"
 )
-NCCL_STUCK = re.compile(r"(?:\[(?:PG \S+ )?Rank (?P<rank>\d+)\] )?.*watchdog got stuck for (?P<secs>\d+) seconds")
+NCCL_STUCK = re.compile(r"watchdog got stuck for (?P<secs>\d+) seconds")
+NCCL_RANK = re.compile(r"\[(?:PG [^\]]*? )?Rank (?P<rank>\d+)\]")  # searched on its own: no leading .* (quadratic)
 NCCL_EXCEPTION = re.compile(r"DistBackendError|NCCL (?:error|timeout)|ProcessGroupNCCL.*[Tt]imeout")
 DENSE_FALLBACK_WARNING = re.compile(r"flex_attention called without torch\.compile\(\)")
 DENSE_FALLBACK_FRAMES = ("sdpa_dense", "math_attention", "sdpa_dense_backward")
@@ -42,8 +44,10 @@ RECOMPILE_LIMIT = re.compile(
 )
 RECOMPILE_FUNCTION = re.compile(r"function: '(?P<function>[^']+)' \((?P<where>[^)]*)\)")
 
-THROUGHPUT = re.compile(r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>[kKmM]?)\s*tok(?:ens)?/s")
-STEP = re.compile(r"\bstep\s*[=:]?\s*(?P<step>\d+)", re.IGNORECASE)
+# Progress is on nearly every line of a training log, so it is found with str.find and parsed with regexes
+# anchored at the hit: a plain re.search for digits-before-'tok/s' backtracks at every digit of the timestamp.
+THROUGHPUT_BEFORE = re.compile(r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>[kKmM]?)\s*$")
+STEP_AT = re.compile(r"[Ss](?:tep|TEP)\s*[=:]?\s*(?P<step>\d+)")
 GPU_MENTION = re.compile(r"cuda:(?P<gpu>\d+)")
 
 # Which thread a line belongs to: thread=NAME / worker=NAME, [NAME-N], NAME-N, [rankN]. Leftmost match wins.
@@ -52,9 +56,38 @@ DEFAULT_THREAD_PATTERN = (
     r"|\[(?P<rank>rank\d+)\]"
     r"|\b(?P<named>[A-Za-z][A-Za-z_]*-\d+)\b"
 )
+# The same default, fast path: the common '[drafter-0]' / '[rank3]' prefix, tried at each '['.
+BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*-\d+))\]")
 
-UNIT = {"": 1.0, "k": 1e3, "m": 1e6}
+UNIT = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6}
 
 
-def tok_per_s(match: "re.Match") -> float:
-    return float(match.group("value")) * UNIT[match.group("unit").lower()]
+def throughput(text: str):
+    """tok/s on the line ('7.1 Ktok/s', '21500 tokens/s'), or None."""
+    end = text.find("tok/s")
+    if end < 0:
+        end = text.find("tokens/s")
+        if end < 0:
+            return None
+    head = text[max(0, end - 32):end].rstrip()
+    scale = 1.0
+    if head and head[-1] in UNIT:
+        scale, head = UNIT[head[-1]], head[:-1].rstrip()
+    word = head.rsplit(None, 1)[-1] if head else ""
+    if word.replace(".", "", 1).isdigit():  # the usual '7.1 Ktok/s': no regex needed
+        return float(word) * scale
+    match = THROUGHPUT_BEFORE.search(text, max(0, end - 32), end)
+    return None if match is None else float(match.group("value")) * UNIT[match.group("unit")]
+
+
+def step(text: str):
+    """The step number after 'step=' / 'step ' / 'Step:' (not 'global_step', not 'steps'), or None."""
+    for word in ("step", "Step", "STEP"):
+        start = text.find(word)
+        while start >= 0:
+            if start == 0 or not (text[start - 1].isalnum() or text[start - 1] == "_"):
+                match = STEP_AT.match(text, start)
+                if match:
+                    return int(match.group("step"))
+            start = text.find(word, start + 4)
+    return None

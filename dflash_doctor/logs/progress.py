@@ -54,6 +54,7 @@ class ProgressTracker:
         self.window, self.sustain, self.drop, self.stall_steps = window, sustain, drop, stall_steps
         self.max_threads = max_threads
         self.threads: Dict[str, ThreadProgress] = {}
+        self._steps: Dict[str, int] = {}  # every tracked thread's last step, copied (in C) at each step change
         self.untracked_threads = 0
 
     def _thread(self, name: str, line: int) -> Optional[ThreadProgress]:
@@ -72,11 +73,9 @@ class ProgressTracker:
         if state.last_step is not None and step > state.last_step:
             state.increments.append(step - state.last_step)
         if state.last_step is None or step != state.last_step:
-            state.peers_at_last_step = {
-                name: other.last_step for name, other in self.threads.items()
-                if other is not state and other.last_step is not None
-            }
+            state.peers_at_last_step = self._steps.copy()  # includes itself; stalls() skips it
         state.last_step, state.last_step_line = step, line
+        self._steps[thread] = step
         state.last_line = line
 
     def throughput(self, thread: str, tok_s: float, line: int) -> Optional[DropEvent]:
@@ -88,12 +87,12 @@ class ProgressTracker:
         if len(state.baseline) < self.window:
             state.baseline.append(tok_s)
             return None
-        base = statistics.median(state.baseline)
+        base = _median(state.baseline)
         if tok_s < (1.0 - self.drop) * base:
             state.low.append((tok_s, line))
             if len(state.low) < self.sustain:
                 return None
-            event = DropEvent(thread, base, statistics.median(v for v, _ in state.low), state.low[0][1], line)
+            event = DropEvent(thread, base, _median([v for v, _ in state.low]), state.low[0][1], line)
             # The new level becomes the baseline: a further drop from it is a new episode.
             state.baseline.clear()
             state.baseline.extend(v for v, _ in state.low)
@@ -112,9 +111,18 @@ class ProgressTracker:
             needed = max(self.stall_steps, 3 * state.typical_increment())
             best = None
             for peer, before in state.peers_at_last_step.items():
+                if peer == name:
+                    continue
                 advanced = self.threads[peer].last_step - before
                 if advanced >= needed and (best is None or advanced > best[1]):
                     best = (peer, advanced)
             if best:
                 events.append(StallEvent(name, state.last_step, state.last_step_line, best[0], best[1]))
         return events
+
+
+def _median(values) -> float:
+    # statistics.median is several times slower, and this runs on every throughput line of the log
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -44,11 +44,11 @@ def follow_lines(
     sleep: Callable[[float], None] = None,
     poll: float = 0.25,
     max_line: int = MAX_LINE,
-) -> Iterator[bytes]:
+) -> Iterator[Optional[bytes]]:
     """Like `tail -f` from the start of `path`: complete lines as they are written, until `should_stop()`.
 
     `on_idle` runs each time the reader has caught up (so callers can flush pending state); a file that shrinks
-    (truncated or rotated by copy-truncate) is read again from its start.
+    (truncated or rotated by copy-truncate) is read again from its start, announced by yielding None.
     """
     import time
 
@@ -80,6 +80,7 @@ def follow_lines(
             if os.stat(path).st_size < handle.tell():
                 handle.seek(0)
                 pending, overflow = b"", False
+                yield None
             sleep(poll)
         if pending and not overflow:
             yield pending[:max_line]

@@ -61,6 +61,7 @@ class LogScanner:
         self.path = path
         self.options = options
         self._thread_re = compile_thread_pattern(options.thread_pattern)
+        self._default_threads = options.thread_pattern is None
         self._blocks = BlockParser()
         self._block_line = 0
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps)
@@ -114,6 +115,13 @@ class LogScanner:
     # -- classification --------------------------------------------------------------------------------------
 
     def _thread_of(self, text: str) -> str:
+        if self._default_threads:
+            start = text.find("[")
+            while start >= 0:
+                match = patterns.BRACKET_THREAD_AT.match(text, start)
+                if match:
+                    return match.group("named") or match.group("rank")
+                start = text.find("[", start + 1)
         match = self._thread_re.search(text)
         if not match:
             return MAIN
@@ -126,12 +134,12 @@ class LogScanner:
     def _line(self, text: str, lineno: int) -> List[Finding]:
         new = self._flush_recompile(text)
         thread = self._thread_of(text)
-        rate = patterns.THROUGHPUT.search(text)
-        step = patterns.STEP.search(text)
-        if step:
-            self.progress.step(thread, int(step.group("step")), lineno)
-        if rate:
-            drop = self.progress.throughput(thread, patterns.tok_per_s(rate), lineno)
+        rate = patterns.throughput(text)
+        step = patterns.step(text)
+        if step is not None:
+            self.progress.step(thread, step, lineno)
+        if rate is not None:
+            drop = self.progress.throughput(thread, rate, lineno)
             if drop is not None:
                 new += self._emit(
                     LOG_THROUGHPUT_DROP, (drop.thread, drop.from_line),
@@ -140,18 +148,19 @@ class LogScanner:
                     drop.from_line, thread=drop.thread, **{"from": drop.baseline, "to": drop.level},
                     from_line=drop.from_line, sustained_at_line=drop.line)
             return new
-        if patterns.FX_TRACE_RACE.search(text):
+        if "FX to symbolically" in text and patterns.FX_TRACE_RACE.search(text):
             new += self._fx_race(thread, text.strip(), lineno, None)
-        elif patterns.CUDA_OOM.search(text):
+        elif ("out of memory" in text or "OutOfMemory" in text) and patterns.CUDA_OOM.search(text):
             new += self._oom(thread, text.strip(), lineno, None)
         elif patterns.DENSE_FALLBACK_WARNING.search(text):
             new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
                               f"{thread}: flex_attention ran without torch.compile (dense path that materialises "
                               "the full scores matrix)", lineno, thread=thread, via="warning")
-        else:
+        elif "atchdog" in text:
             nccl = patterns.NCCL_TIMEOUT.search(text) or patterns.NCCL_STUCK.search(text)
             if nccl:
                 new += self._nccl(thread, nccl, text, lineno)
+        elif "hit config." in text:
             recompile = patterns.RECOMPILE_LIMIT.search(text)
             if recompile:
                 self._pending_recompile = {"thread": thread, "line": lineno, "limit": recompile.group("limit"),
@@ -218,7 +227,7 @@ class LogScanner:
             new += self._emit(LOG_THREAD_DIED, (thread,), message, final.line if final else block.start_line,
                               thread=thread, exception=final.type if final else None, block_line=block.start_line,
                               last_step=self._last_step(thread))
-        if thread not in self._deaths:
+        if thread not in self._deaths and len(self._deaths) < self.progress.max_threads:
             self._deaths[thread] = {
                 "line": final.line if final else block.start_line,
                 "block_line": block.start_line,
@@ -255,7 +264,9 @@ class LogScanner:
 
     def _nccl(self, thread: str, match: "re.Match", text: str, line: int) -> List[Finding]:
         groups = match.groupdict()
-        rank = int(groups["rank"]) if groups.get("rank") else None
+        rank_match = None if groups.get("rank") else patterns.NCCL_RANK.search(text)
+        rank_text = groups.get("rank") or (rank_match.group("rank") if rank_match else None)
+        rank = int(rank_text) if rank_text else None
         if groups.get("ran"):
             timeout = re.search(r"Timeout\(ms\)=(\d+)", groups["work"] or "")
             message = (f"rank {rank if rank is not None else '?'}: NCCL collective timed out after "
@@ -331,7 +342,7 @@ def scan_stream(stream, path: str, options: LogOptions = LogOptions()) -> Report
 
 def follow_file(path: str, options: LogOptions, should_stop, on_findings=None, sleep=None, poll: float = 0.25
                 ) -> Report:
-    """`tail -f` a file from its start until `should_stop()`; `on_findings` gets each line's new findings."""
+    """`tail -f` a file from its start until `should_stop()` or Ctrl-C; `on_findings` gets new findings live."""
     from dflash_doctor.logs.reader import follow_lines
 
     scanner = LogScanner(path, options)
@@ -341,8 +352,16 @@ def follow_file(path: str, options: LogOptions, should_stop, on_findings=None, s
         if found and on_findings is not None:
             on_findings(found)
 
-    for lineno, raw in enumerate(follow_lines(path, should_stop, on_idle=idle, sleep=sleep, poll=poll), start=1):
-        found = scanner.feed(raw, lineno)
-        if found and on_findings is not None:
-            on_findings(found)
+    lineno = 0
+    try:
+        for raw in follow_lines(path, should_stop, on_idle=idle, sleep=sleep, poll=poll):
+            if raw is None:  # truncated: line numbers restart with the new content
+                lineno = 0
+                continue
+            lineno += 1
+            found = scanner.feed(raw, lineno)
+            if found and on_findings is not None:
+                on_findings(found)
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends following; the report of what was read still comes out
     return scanner.finish()
