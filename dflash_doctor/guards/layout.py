@@ -189,16 +189,16 @@ class _Analysis:
             return None, None
         if_node, call = found
         scopes = module.enclosing_functions(call)
-        qualname, bound = self.index.qualname(call.func, module, scopes)
+        qualname, binding_scope = self.index.qualname(call.func, module, scopes)
         # A binding in the wrapper's own body is re-read each call; one in an enclosing function is not.
-        bound_at_wrap = bound and not (scopes and self.index.local_binding(dotted(call.func).split(".")[0], scopes[0]))
+        bound_at_wrap = binding_scope is not None and binding_scope is not scopes[0]
         first = if_node.lineno
         last = min(if_node.end_lineno or raise_node.lineno, max(raise_node.end_lineno or raise_node.lineno,
                                                                 first + _MAX_SNIPPET - 1))
         guard = GuardSite(
             file=self.tree.display_path(EVAL_FRAME), line=raise_node.lineno, function=function,
             if_line=if_node.lineno, predicate=dotted(call.func) or "?", predicate_qualname=qualname,
-            bound_at_wrap=bool(bound_at_wrap), source=tuple(module.source_lines(first, last)),
+            bound_at_wrap=bound_at_wrap, source=tuple(module.source_lines(first, last)),
         )
         self.notes.append(
             f"{function} raises at {guard.file}:{guard.line} when `{guard.predicate}()` is true"
@@ -275,7 +275,8 @@ class _Analysis:
             restores_saved_value=bool(writers and writers[0][2]),
         )
         shown = f"{name}.{attribute}" if storage == THREAD_LOCAL else name
-        how = f", written by {site.writer} (line {site.writer_line})" if site.writer else ", no writer found in its module"
+        how = (f", written by {site.writer} (line {site.writer_line})" if site.writer
+               else ", no writer found in its module")
         if site.restores_saved_value:
             how += " with save/set/restore"
         self.notes.append(f"{role} {shown} ({display}:{site.line}) is {storage}{how}")

@@ -18,7 +18,7 @@ from functools import partial
 
 from dflash_doctor.guards.isolation import run_forked
 from dflash_doctor.guards.probes import ERROR, PROBE_NAMES, PROBES
-from dflash_doctor.guards.state import live_state
+from dflash_doctor.guards.state import gpu_count, live_flags
 
 # Time kept back from the deadline for reporting, so the caller gets results rather than having to kill us.
 _REPORT_MARGIN_S = 0.5
@@ -37,7 +37,8 @@ def main(argv=None) -> int:
         import torch
         import torch._dynamo  # noqa: F401 - loaded here once, so every probe process inherits it
 
-    state = live_state(torch, args.fx_flag)
+    # Read before any probe runs: with --isolation none the probes run here and may leave the flag stuck.
+    state = live_flags(torch, args.fx_flag)
     imported = time.monotonic() - began
     results = {}
     if args.probes:
@@ -52,6 +53,7 @@ def main(argv=None) -> int:
             read_flag = partial(_read_flag, torch, args.fx_flag)
             tasks = {name: partial(PROBES[name], torch, compiled, remaining, read_flag) for name in args.probes}
             results = run_forked(tasks, remaining) if args.isolation == "fork" else _in_process(tasks)
+    state["gpu_count"] = gpu_count(torch)  # after the forks: the driver is never touched before fork()
     document = {"state": state, "probes": results,
                 "seconds": {"import": round(imported, 3), "total": round(time.monotonic() - began, 3)}}
     sys.stdout.write("\n" + json.dumps(document, default=str) + "\n")
@@ -60,9 +62,7 @@ def main(argv=None) -> int:
 
 
 def _read_flag(torch, spec):
-    if not spec:
-        return None
-    return live_state(torch, spec)["fx_flag_now"]
+    return live_flags(torch, spec)["fx_flag_now"] if spec else None
 
 
 def _in_process(tasks) -> dict:

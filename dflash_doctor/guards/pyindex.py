@@ -200,26 +200,28 @@ class Index:
                     return node.value
         return None
 
-    def qualname(self, expr: ast.AST, module: Module, scopes: List[ast.AST] = ()) -> Tuple[Optional[str], bool]:
-        """The qualified name `expr` refers to, and whether it came from a binding in an enclosing function."""
+    def qualname(self, expr: ast.AST, module: Module,
+                 scopes: List[ast.AST] = ()) -> Tuple[Optional[str], Optional[ast.AST]]:
+        """The qualified name `expr` refers to, and the function among `scopes` (innermost first) whose local
+        binding it came through, if any."""
         chain = dotted(expr)
         if chain is None:
-            return None, False
+            return None, None
         head, _, rest = chain.partition(".")
         for scope in scopes:
             bound = self.local_binding(head, scope)
             if bound is not None:
                 base, _ = self.qualname(bound, module, ())
                 if base is None:
-                    return None, True
-                return (f"{base}.{rest}" if rest else base), True
+                    return None, scope
+                return (f"{base}.{rest}" if rest else base), scope
         if head in module.imports:
             base = module.imports[head]
         elif head in module.functions or head in module.classes or head in module.variables:
             base = f"{module.name}.{head}"
         else:
-            return None, False
-        return (f"{base}.{rest}" if rest else base), False
+            return None, None
+        return (f"{base}.{rest}" if rest else base), None
 
     def definition(self, qualname: str, hops: int = 0, mentions: Optional[str] = None):
         """(module, def node) for a function, method or module variable's qualified name, following re-exports."""
@@ -233,6 +235,11 @@ class Index:
             if head in module.functions:
                 return module, module.functions[head]
             if head in module.variables:
+                # `_is_fx_tracing = torch.fx._symbolic_trace.is_fx_tracing` at module level: an alias, follow it.
+                value = module.variables[head].value
+                alias, _ = self.qualname(value, module) if dotted(value) else (None, False)
+                if alias is not None and alias != qualname:
+                    return self.definition(alias, hops + 1, mentions)
                 return module, module.variables[head]
             if head in module.classes:
                 return module, module.classes[head]

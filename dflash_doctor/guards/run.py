@@ -59,15 +59,17 @@ def run_guards(
     probe_details = {name: {"outcome": SKIPPED, "seconds": None, "detail": _skip_reason(probes, torch_root)}
                      for name in PROBE_NAMES}
     probe_seconds = {}
-    if probes and torch_root is None:
+    if torch_root is not None:
+        state_source = "not read: --torch-root analyses sources only"
+    elif probes:
         run = run_probes(PROBE_NAMES, timeout, fx_flag_spec(layout), runner=runner, fork=fork)
         probe_details.update(run.results)
         probe_seconds = run.seconds
-        if live is None and run.state is not None:
-            live, state_source = run.state, "a fresh interpreter (the probe host)"
-    if live is None:
-        state_source = ("not read: --torch-root analyses sources only" if torch_root is not None
-                        else "not read: needs the probe host (run without --no-probes) or Dynamo already loaded")
+        if live is None:
+            live, state_source = run.state, ("a fresh interpreter (the probe host)" if run.state is not None
+                                             else "not read: the probe host reported nothing (see problems)")
+    elif live is None:
+        state_source = "not read: --no-probes starts no interpreter to read it from"
     live = live or {"config": {name: None for name in CONFIG_FLAGS}, "fx_flag_now": None, "gpu_count": None}
 
     outcomes = {name: detail.get("outcome", ERROR) for name, detail in probe_details.items()}

@@ -130,6 +130,10 @@ def fx_flag_spec(layout) -> Optional[str]:
 def live_state(torch, fx_flag: Optional[str]) -> dict:
     """The config flags, the FX flag's value in the calling thread and the GPU count, from a torch whose Dynamo
     is already imported (the caller's own, or the probe host's)."""
+    return {**live_flags(torch, fx_flag), "gpu_count": gpu_count(torch)}
+
+
+def live_flags(torch, fx_flag: Optional[str]) -> dict:
     dynamo_config = torch._dynamo.config
     config = {name: getattr(dynamo_config, name, None) for name in CONFIG_FLAGS}
     flag_now = None
@@ -140,10 +144,11 @@ def live_state(torch, fx_flag: Optional[str]) -> dict:
         if callable(flag_now):  # a ContextVar is read with .get()
             flag_now = flag_now()
         flag_now = None if flag_now is None else bool(flag_now)
-    # device_count() asks the driver how many devices there are; it does not create a CUDA context.
+    return {"config": config, "fx_flag_now": flag_now}
+
+
+def gpu_count(torch) -> int:
+    """Devices the CUDA/ROCm build sees (0 for a CPU build). It asks the driver, so the probe host calls it only
+    after forking its probes; it does not create a CUDA context."""
     built_for_gpu = bool(getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None))
-    return {
-        "config": config,
-        "fx_flag_now": flag_now,
-        "gpu_count": torch.cuda.device_count() if built_for_gpu else 0,
-    }
+    return torch.cuda.device_count() if built_for_gpu else 0

@@ -165,3 +165,11 @@ def test_corroboration_is_reported_not_trusted():
     assert (row["agrees"], row["differences"]) == (False, ["fx_flag_storage"])
     assert corroborate("3.1.0", "x", "unknown", False) == {"release": "3.1", "table_row": None, "agrees": None,
                                                             "differences": []}
+
+
+def test_a_module_level_alias_of_the_predicate_is_followed():
+    eval_frame = ("import torch\n_tracing = torch.fx._symbolic_trace.is_fx_tracing\n"
+                  f"def compile_wrapper():\n    if _tracing():\n        {_RAISE}\n")
+    layout = read_layout_text(_bundle(eval_frame, _GLOBAL_FLAG))
+    assert layout.guard.predicate_qualname == "torch._dynamo.eval_frame._tracing"
+    assert (layout.fx_flag.name, layout.fx_flag_storage) == ("_flag", "module-global")

@@ -107,3 +107,24 @@ def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
     assert [fix["fix"].split(":")[0] for fix in corrupted.facts["fixes"][:2]] == [
         "Restart the process", "Set torch._dynamo.config.error_on_nested_fx_trace = True and "
         "force_compile_during_fx_trace = False (the defaults), then remove the race with one of the fixes below."]
+
+
+def test_a_crashed_probe_host_leaves_the_static_verdict_and_one_problem_per_probe(tmp_path):
+    from dflash_doctor.guards.runner import ChildResult
+    from dflash_doctor.guards.sources import installed_torch_root
+
+    if installed_torch_root() is None:
+        pytest.skip("reads the installed torch's layout")
+
+    def crashed(argv, timeout):
+        return ChildResult(-9, "", "Killed\n", 0.4)
+
+    report = run_guards(probes=True, timeout=5, runner=crashed, fork=True, modules={},
+                        environ={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
+    assert report.facts["verdict"] == "vulnerable"  # the installed 2.13's module-global flag, read statically
+    assert report.facts["probes"] == dict.fromkeys(("cross_thread_leak", "stuck_flag", "is_compiling_leak"), "error")
+    assert report.facts["state_source"] == "not read: the probe host reported nothing (see problems)"
+    assert [(p.subject, p.reason) for p in report.problems] == [
+        (f"probe {name}", "the probe process was killed by signal 9: Killed")
+        for name in ("cross_thread_leak", "stuck_flag", "is_compiling_leak")]
+    assert report.exit_code() == 5
