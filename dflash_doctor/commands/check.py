@@ -41,7 +41,7 @@ def _parts_view(console, facts: dict) -> None:
             if verdict is not None:
                 detail = f", verdict: {escape(str(verdict))}"
             elif files is not None:
-                detail = f", {escape(str(files))} files"
+                detail = f", {escape(str(files))} file{'' if files == 1 else 's'}"
         console.print(f"[bold]{name}[/] {state} in {seconds[name]:.1f}s{detail}")
 
 
