@@ -134,7 +134,8 @@ def stale_compile_wrappers(predicates: tuple) -> int:
     targets = {id(p) for p in predicates}
     count = 0
     for obj in gc.get_objects():
-        if not isinstance(obj, types.FunctionType) or obj.__code__.co_name != "compile_wrapper" or not obj.__closure__:
+        # type(), not isinstance(): weak proxies among the objects raise on attribute access once dead.
+        if type(obj) is not types.FunctionType or obj.__code__.co_name != "compile_wrapper" or not obj.__closure__:
             continue
         for cell in obj.__closure__:
             try:

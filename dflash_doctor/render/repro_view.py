@@ -1,0 +1,133 @@
+"""Text view of repro facts: the phases, who blamed whom, the hang chain, a per-thread timeline, the matrix."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+TIMELINE_WIDTH = 60
+# Later entries win when several things fall into one column.
+_GLYPHS = (("step", "="), ("compile", "C"), ("fx-trace", "T"), ("stuck-flag", "!"), ("hang", "H"),
+           ("exception", "X"))
+_PRIORITY = {kind: rank for rank, (kind, _) in enumerate(_GLYPHS)}
+_GLYPH = dict(_GLYPHS)
+_OUTCOME_STYLE = {"ok": "green", "error": "bold red", "hung": "bold magenta"}
+
+
+def _spans(events: Sequence[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
+    """Per thread: (kind, start, end) for begin/end pairs and instants (start == end)."""
+    open_: Dict[Tuple[str, str], List[float]] = {}
+    spans: Dict[str, List[Tuple[str, float, float]]] = {}
+    last = max((e["t"] for e in events), default=0.0)
+    for event in events:
+        thread, kind, t = event["thread"], event["kind"], event["t"]
+        spans.setdefault(thread, [])
+        if event["phase"] == "B":
+            open_.setdefault((thread, kind), []).append(t)
+        elif event["phase"] == "E":
+            starts = open_.get((thread, kind))
+            if starts:
+                spans[thread].append((kind, starts.pop(), t))
+        else:
+            spans[thread].append((kind, t, t))
+    for (thread, kind), starts in open_.items():  # still running when the phase ended (a hang)
+        spans[thread].extend((kind, start, last) for start in starts)
+    return spans
+
+
+def timeline_rows(events: Sequence[dict], width: int = TIMELINE_WIDTH) -> List[Tuple[str, str]]:
+    """(thread, row of glyphs) with one column per 1/width of the phase; pure, so it is tested directly."""
+    if not events:
+        return []
+    first = min(e["t"] for e in events)
+    last = max(e["t"] for e in events)
+    scale = (last - first) or 1.0
+    rows = []
+    for thread, spans in _spans(events).items():
+        cells = [None] * width
+        for kind, start, end in spans:
+            if kind not in _PRIORITY:
+                continue
+            lo = min(width - 1, int((start - first) / scale * width))
+            hi = min(width - 1, int((end - first) / scale * width))
+            for column in range(lo, hi + 1):
+                if cells[column] is None or _PRIORITY[kind] > _PRIORITY[cells[column]]:
+                    cells[column] = kind
+        rows.append((thread, "".join(_GLYPH[c] if c else "·" for c in cells)))
+    return sorted(rows)
+
+
+def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
+    if not phase:
+        return None
+    threads = phase.get("threads", [])
+    counts = {o: sum(1 for t in threads if t.get("outcome") == o) for o in ("ok", "error", "hung")}
+    summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
+    rate = phase.get("steps_per_s")
+    style = _OUTCOME_STYLE.get(phase.get("outcome"), "")
+    return [label, f"[{style}]{phase.get('outcome')}[/]", f"{phase.get('seconds', 0):.1f}",
+            f"{rate:.2f}" if rate else "-", summary]
+
+
+def render_repro_facts(console, facts: dict) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    console.print(
+        f"[bold]repro[/] torch {escape(str(facts.get('torch_version')))} · device {escape(str(facts.get('device')))} · "
+        f"{facts.get('threads')} threads · mode {facts.get('mode')} · mitigation {escape(str(facts.get('mitigation')))} · "
+        f"cache {facts.get('cache')}"
+    )
+    shim = facts.get("shim")
+    if shim:
+        check = shim.get("self_check") or {}
+        console.print(f"threadlocal-flag shim: {shim.get('state')}"
+                      f"{' · self-check ' + ('passed' if check.get('ok') else 'FAILED') if check else ''}")
+    table = Table(box=None, header_style="bold")
+    for column in ("phase", "outcome", "seconds", "steps/s", "threads"):
+        table.add_column(column)
+    for label, key in (("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread")):
+        row = _phase_row(label, facts.get(key))
+        if row:
+            table.add_row(*row)
+    console.print(table)
+    multi = facts.get("multi_thread") or {}
+    if multi.get("disturbance"):
+        console.print(f"[dim]{escape(multi['disturbance'])}[/]")
+    for thread in multi.get("threads", []):
+        if thread.get("error"):
+            console.print(f"  {escape(thread['name'])}: [red]{escape(thread['error'][:200])}[/]")
+    for blame in facts.get("blame") or []:
+        console.print(f"  blame: {escape(blame['victim'])} failed at {blame['at_s']:.2f} s; FX flag held by "
+                      f"[bold]{escape(str(blame.get('holder')))}[/]")
+    hang = facts.get("hang")
+    if hang:
+        console.print(f"[bold magenta]hung[/] ({hang.get('cycle')}):")
+        for step in hang.get("chain", []):
+            console.print(f"  {escape(step)}")
+    rows = timeline_rows(multi.get("events", []))
+    if rows:
+        console.print("[bold]timeline[/] [dim](= step, C compile, T FX trace, ! flag stuck, H hang, X exception)[/]")
+        for thread, row in rows:
+            console.print(f"  {escape(thread):>16} {row}")
+    if facts.get("matrix"):
+        render_matrix(console, facts["matrix"])
+    verdict = facts.get("verdict")
+    kind = f" ({facts['kind']})" if facts.get("kind") else ""
+    style = "bold red" if verdict == "reproduced" else "bold green"
+    rate = facts.get("reproduction_rate")
+    trials = f" · {rate:.0%} of {len(facts.get('trials') or [])} trials" if rate is not None and facts.get("trials") else ""
+    console.print(f"verdict: [{style}]{verdict}[/]{kind} in {facts.get('time_to_verdict_s')} s{trials}")
+
+
+def render_matrix(console, rows: Sequence[dict]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="mitigation matrix", box=None, header_style="bold", title_justify="left")
+    for column in ("mitigation", "outcome", "kind", "steps/s", "seconds"):
+        table.add_column(column)
+    for row in rows:
+        style = _OUTCOME_STYLE.get(row.get("outcome"), "")
+        rate = row.get("steps_per_s")
+        table.add_row(escape(row["mitigation"]), f"[{style}]{row.get('outcome')}[/]", row.get("kind") or "-",
+                      f"{rate:.2f}" if rate else "-", f"{row.get('seconds') or 0:.1f}")
+    console.print(table)

@@ -1,0 +1,121 @@
+"""The hang classifier on synthetic stacks (function and file names, as torch's frames carry them), and the
+faulthandler parser on a real dump."""
+from __future__ import annotations
+
+import faulthandler
+import tempfile
+import threading
+
+import pytest
+
+from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT, NO_CYCLE, classify_hang
+from dflash_doctor.runtime.stacks import Frame, ThreadStack, parse_faulthandler
+
+TORCH = "/venv/lib/python3.12/site-packages/torch"
+
+
+def stack(name, *frames, ident=1):
+    return ThreadStack(name, ident, tuple(frames))
+
+
+def frame(file, function, source="", line=10, enclosing=()):
+    return Frame(file, line, function, source, tuple(enclosing))
+
+
+def dynamo_compiler(name="drafter-1"):
+    return stack(
+        name,
+        frame("/work/train.py", "worker"),
+        frame(f"{TORCH}/_dynamo/convert_frame.py", "__call__"),
+        frame(f"{TORCH}/_dynamo/convert_frame.py", "_compile", "with compile_lock, _disable_current_modes():"),
+        frame(f"{TORCH}/_functorch/_aot_autograd/graph_capture.py", "aot_dispatch_autograd_graph"),
+        frame(f"{TORCH}/autograd/__init__.py", "grad"),
+        frame(f"{TORCH}/autograd/graph.py", "_engine_run_backward", "return Variable._execution_engine.run_backward("),
+    )
+
+
+def backward_waiter(name="thread-140211"):
+    return stack(
+        name,
+        frame(f"{TORCH}/_functorch/_aot_autograd/runtime_wrappers.py", "_backward_impl"),
+        frame(f"{TORCH}/_inductor/compile_fx.py", "compile_fx_backward", "with compile_lock:"),
+        ident=2,
+    )
+
+
+def test_the_dynamo_compile_lock_autograd_cycle_is_named_with_both_threads():
+    diagnosis = classify_hang([dynamo_compiler(), backward_waiter(), stack("MainThread", frame(
+        "/usr/lib/python3.12/threading.py", "_wait_for_tstate_lock", "if lock.acquire(block, timeout):"))], 42.0)
+    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", DYNAMO_CYCLE)
+    assert diagnosis.threads == ("drafter-1", "thread-140211")
+    assert diagnosis.chain[0].startswith("drafter-1 holds compile_lock")
+    assert "torch.autograd.grad" in diagnosis.chain[0]
+    assert "compile_fx_backward" in diagnosis.chain[1] and diagnosis.chain[1].startswith("thread-140211")
+    assert diagnosis.stalled_s == 42.0
+
+
+def test_the_2_6_backward_compiler_name_counts_too():
+    waiter = stack("t", frame(f"{TORCH}/_inductor/compile_fx.py", "bw_compiler", "with compile_lock:"))
+    assert classify_hang([dynamo_compiler(), waiter]).cycle == DYNAMO_CYCLE
+
+
+def test_a_compiling_thread_alone_is_not_the_dynamo_cycle():
+    # Half the cycle (nobody waits for compile_lock in a backward compile) is no cycle.
+    assert classify_hang([dynamo_compiler()]).cycle == NO_CYCLE
+
+
+def test_a_lock_order_cycle_between_two_threads_names_the_locks():
+    a = stack("worker-a", frame("/app/locks.py", "take_ab", "with lock_b:", line=12,
+                                enclosing=((11, "lock_a"), (12, "lock_b"))))
+    b = stack("worker-b", frame("/app/locks.py", "take_ba", "with lock_a:", line=18,
+                                enclosing=((17, "lock_b"), (18, "lock_a"))))
+    diagnosis = classify_hang([a, b], 5.0)
+    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", LOCK_CYCLE)
+    assert set(diagnosis.threads) == {"worker-a", "worker-b"}
+    assert "worker-a holds lock_a and waits for lock_b at /app/locks.py:12 in take_ab" in diagnosis.chain
+    assert "worker-b holds lock_b and waits for lock_a at /app/locks.py:18 in take_ba" in diagnosis.chain
+
+
+def test_locks_held_by_outer_frames_count_and_acquire_calls_are_read():
+    a = stack("a", frame("/app/x.py", "outer", "inner()", line=5, enclosing=((4, "self.lock_a"),)),
+              frame("/app/x.py", "inner", "self.lock_b.acquire()", line=9))
+    b = stack("b", frame("/app/x.py", "other", "self.lock_a.acquire()", line=30, enclosing=((29, "self.lock_b"),)))
+    assert classify_hang([a, b]).cycle == LOCK_CYCLE
+
+
+def test_threads_waiting_on_locks_whose_holders_are_unknown_are_a_lock_wait():
+    a = stack("a", frame("/app/x.py", "f", "with shared:", line=3, enclosing=((3, "shared"),)))
+    b = stack("b", frame("/app/x.py", "g", "registry_lock.acquire()", line=7))
+    diagnosis = classify_hang([a, b])
+    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", LOCK_WAIT)
+
+
+def test_threads_busy_elsewhere_are_not_called_a_deadlock():
+    a = stack("a", frame("/app/x.py", "spin", "while True: pass", line=3))
+    b = stack("b", frame("/usr/lib/python3.12/threading.py", "wait", "waiter.acquire()", line=355))
+    diagnosis = classify_hang([a, b], 9.0)
+    assert (diagnosis.kind, diagnosis.cycle) == ("other-error", NO_CYCLE)
+
+
+@pytest.mark.timeout(30)
+def test_a_real_faulthandler_dump_parses_into_named_stacks():
+    release = threading.Event()
+
+    def parked_here():
+        release.wait(20)
+
+    thread = threading.Thread(target=parked_here, name="parked")
+    thread.start()
+    try:
+        with tempfile.TemporaryFile("w+") as handle:
+            faulthandler.dump_traceback(file=handle, all_threads=True)
+            handle.seek(0)
+            text = handle.read()
+    finally:
+        release.set()
+        thread.join(10)
+    stacks = parse_faulthandler(text, {thread.ident: "parked"})
+    parked = next(s for s in stacks if s.name == "parked")
+    assert parked.ident == thread.ident
+    assert [f.function for f in parked.frames][-3:] == ["parked_here", "wait", "wait"]
+    assert parked.frames[-3].source == "release.wait(20)"

@@ -1,0 +1,90 @@
+"""The watchdog: fires once when progress is stale (fake clock), and on a genuine lock-order deadlock between two
+real threads in a child process it reports the hang, classified as a lock cycle, within the time limit."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from dflash_doctor.runtime.deadlock import LOCK_CYCLE
+from dflash_doctor.runtime.watchdog import Watchdog
+from tests.conftest import REPO
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fires_once_when_progress_is_older_than_hang_after():
+    clock, fired = FakeClock(), []
+    last = {"t": 100.0}
+    dog = Watchdog(lambda: last["t"], 5.0, fired.append, clock=clock, capture=lambda: [])
+    clock.now = 104.9
+    assert dog.check() is None
+    last["t"] = 104.0  # progress resets the window
+    clock.now = 108.9
+    assert dog.check() is None
+    clock.now = 109.5
+    report = dog.check()
+    assert report is not None and fired == [report]
+    assert report.diagnosis.stalled_s == pytest.approx(5.5)
+    clock.now = 200.0
+    assert dog.check() is None and len(fired) == 1
+
+
+DEADLOCK_CHILD = textwrap.dedent('''
+    import json, os, sys, threading, time
+    from dflash_doctor.runtime.watchdog import Watchdog
+
+    lock_a, lock_b = threading.Lock(), threading.Lock()
+    both_hold_one = threading.Barrier(2)
+    progress = {"t": time.perf_counter()}
+
+    def take_ab():
+        with lock_a:
+            both_hold_one.wait()
+            with lock_b:
+                progress["t"] = time.perf_counter()
+
+    def take_ba():
+        with lock_b:
+            both_hold_one.wait()
+            with lock_a:
+                progress["t"] = time.perf_counter()
+
+    def on_hang(report):
+        print(json.dumps(report.diagnosis.to_dict()), flush=True)
+        os._exit(0)
+
+    Watchdog(lambda: progress["t"], 1.0, on_hang, poll_s=0.05).start()
+    workers = [threading.Thread(target=take_ab, name="worker-ab"), threading.Thread(target=take_ba, name="worker-ba")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    print("no deadlock", flush=True)
+''')
+
+
+@pytest.mark.timeout(60)
+def test_a_real_lock_order_deadlock_in_a_child_is_reported_as_a_lock_cycle_in_time(tmp_path):
+    script = tmp_path / "deadlock_child.py"  # a file, so the classifier can read the source lines
+    script.write_text(DEADLOCK_CHILD)
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30,
+                          cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    elapsed = time.monotonic() - began
+    diagnosis = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (diagnosis["kind"], diagnosis["cycle"]) == ("deadlock", LOCK_CYCLE)
+    assert set(diagnosis["threads"]) == {"worker-ab", "worker-ba"}
+    assert any(step.startswith("worker-ab holds lock_a and waits for lock_b") for step in diagnosis["chain"])
+    assert any(step.startswith("worker-ba holds lock_b and waits for lock_a") for step in diagnosis["chain"])
+    assert elapsed < 20
