@@ -151,10 +151,8 @@ class _Analysis:
         for relpath in self.index.unreadable:
             if relpath != EVAL_FRAME:  # _guard already said so
                 self.notes.append(f"{self.tree.display_path(relpath)} does not parse")
-        if fields.get("fx_flag") is None and self.unknown_reason is None:
-            self.unknown_reason = "the FX-tracing flag was not found"
-        return Layout(notes=tuple(self.notes), unknown_reason=None if fields.get("fx_flag") else self.unknown_reason,
-                      **fields)
+        reason = None if fields.get("fx_flag") else (self.unknown_reason or "the FX-tracing flag was not found")
+        return Layout(notes=tuple(self.notes), unknown_reason=reason, **fields)
 
     # -- 0. version.py -------------------------------------------------------------------------------------
     def _version(self) -> Tuple[Optional[str], Optional[str], Optional[str]]:
@@ -228,13 +226,14 @@ class _Analysis:
 
     # -- 2. the state a predicate reads --------------------------------------------------------------------
     def _reads(self, module: Module, func: ast.AST, depth: int = 0):
-        """Module variables a function reads (following calls to same-module helpers) and what else it calls."""
+        """(variable, attribute read, reading function) for each module variable a function reads, following
+        calls to same-module helpers, and the qualified names of everything else it calls."""
         local_names = _locals(func)
         reads, calls = [], []
         for node in own_nodes(func):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in module.variables \
                     and node.id not in local_names:
-                reads.append((node.id, _attribute_read(module, node)))
+                reads.append((node.id, _attribute_read(module, node), func))
             elif isinstance(node, ast.Call):
                 qualname, _ = self.index.qualname(node.func, module)
                 if qualname is None:
@@ -254,13 +253,13 @@ class _Analysis:
             missing(f"{module.name}.{reader.name} reads no module state this tool recognises")
             return None
         candidates = []
-        for name, attribute in dict.fromkeys(reads):
+        for name, attribute, reading_func in dict.fromkeys(reads):
             storage = self.index.variable_kind(module, name)
             writers = _writers(module, name, attribute if storage == THREAD_LOCAL else None)
-            candidates.append((name, attribute, storage, writers))
+            candidates.append((name, attribute, storage, writers, reading_func))
         # The flag is the state some function writes; prefer the tracer's own writer.
         candidates.sort(key=lambda c: (not c[3], not any(w[0].endswith("Tracer.trace") for w in c[3])))
-        name, attribute, storage, writers = candidates[0]
+        name, attribute, storage, writers, reading_func = candidates[0]
         if storage == THREAD_LOCAL and attribute is None:
             missing(f"{name} is thread-local but {reader.name} reads it as a whole: not recognised")
             return None
@@ -270,7 +269,7 @@ class _Analysis:
         site = FlagSite(
             name=name, storage=storage, file=display, line=stmt.lineno, attribute=attribute,
             reader=f"{module.name}.{reader.name}", reader_file=display, reader_line=reader.lineno,
-            source=_flag_source(module, stmt, reader, name),
+            source=_flag_source(module, stmt, reader, reading_func, name),
             writer=writers[0][0] if writers else None, writer_line=writers[0][1] if writers else None,
             restores_saved_value=bool(writers and writers[0][2]),
         )
@@ -318,11 +317,16 @@ class _Analysis:
         return None
 
 
-def _flag_source(module: Module, definition: ast.stmt, reader: ast.AST, name: str) -> SourceLines:
+def _flag_source(module: Module, definition: ast.stmt, reader: ast.AST, reading_func: ast.AST,
+                 name: str) -> SourceLines:
+    """The flag's definition, then the `def` of the function that reads it (a helper of the predicate when the
+    predicate delegates) and its lines using the flag."""
     lines = module.source_lines(definition.lineno, definition.lineno)
-    body = module.source_lines(reader.lineno, reader.end_lineno or reader.lineno)
-    uses = [(n, text) for n, text in body[1:] if name in text]
-    return tuple(lines + body[:1] + uses[:5])
+    words = {name, reading_func.name}
+    for func in dict.fromkeys((reader, reading_func)):
+        body = module.source_lines(func.lineno, func.end_lineno or func.lineno)
+        lines += body[:1] + [(n, text) for n, text in body[1:] if any(word in text for word in words)][:4]
+    return tuple(sorted(dict.fromkeys(lines)))
 
 
 def _is_guard_raise(node: ast.Raise) -> bool:
