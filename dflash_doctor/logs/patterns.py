@@ -60,6 +60,13 @@ DEFAULT_THREAD_PATTERN = (
 BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*-\d+))\]")
 
 UNIT = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6}
+UNIT_BYTES = {unit.encode(): scale for unit, scale in UNIT.items()}
+# The usual progress line in one match on the raw bytes, tried at its first '[': '[drafter-0] ... step=12 ...
+# 7.1 Ktok/s'. Anything it does not match goes the general way (throughput(), step(), the thread pattern).
+PROGRESS_LINE = re.compile(
+    rb"\[(?P<thread>[A-Za-z][A-Za-z_]*-\d+|rank\d+)\][^\[]*?\bstep[=: ](?P<step>\d+)\b.*? "
+    rb"(?P<value>\d+(?:\.\d+)?) ?(?P<unit>[kKmM]?)tok/s"
+)
 
 
 def throughput(text: str):

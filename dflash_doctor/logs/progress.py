@@ -66,8 +66,14 @@ class ProgressTracker:
             state = self.threads[name] = ThreadProgress(first_line=line, baseline=deque(maxlen=self.window))
         return state
 
+    def record(self, thread: str, step: Optional[int], tok_s: Optional[float], line: int) -> Optional[DropEvent]:
+        """One progress line: its step and/or throughput."""
+        if step is not None:
+            self.step(thread, step, line)
+        return None if tok_s is None else self.throughput(thread, tok_s, line)
+
     def step(self, thread: str, step: int, line: int) -> None:
-        state = self._thread(thread, line)
+        state = self.threads.get(thread) or self._thread(thread, line)
         if state is None:
             return
         if state.last_step is not None and step > state.last_step:
@@ -79,12 +85,17 @@ class ProgressTracker:
         state.last_line = line
 
     def throughput(self, thread: str, tok_s: float, line: int) -> Optional[DropEvent]:
-        state = self._thread(thread, line)
+        state = self.threads.get(thread) or self._thread(thread, line)
         if state is None:
             return None
         state.last_tok_s, state.last_line = tok_s, line
         state.progress_lines += 1
         if len(state.baseline) < self.window:
+            state.baseline.append(tok_s)
+            return None
+        # The median is at most the window's maximum, so a sample at or above (1 - drop) x max cannot be low:
+        # most lines are decided without sorting the window.
+        if tok_s >= (1.0 - self.drop) * max(state.baseline) and not state.low:
             state.baseline.append(tok_s)
             return None
         base = _median(state.baseline)

@@ -25,13 +25,13 @@ from dflash_doctor.rules.logs import (
 )
 
 MAIN = "main"  # lines that name no thread
+NOTHING: List[Finding] = []  # returned (never mutated) when a line completes no finding
 BLOCK_GAP = 200  # lines after which an open block that stopped growing is closed (grep'd or interleaved logs)
 RECOMPILE_LOOKAHEAD = 3  # the 'function:' line follows the recompile-limit line
 MESSAGE_CHARS = 300
 # Dedup keys: one finding per thread for deaths, per (thread, GPU) for OOMs, per rank for NCCL, per function for
 # recompile limits, per log for the dense fallback (torch warns once per process; a traceback through sdpa_dense
 # after the warning is the same fact). Repeats are counted in facts["repeats"].
-DEATH_CODES = (LOG_FX_TRACE_RACE.code, LOG_CUDA_OOM.code, LOG_THREAD_DIED.code, LOG_NCCL_TIMEOUT.code)
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,25 @@ class LogScanner:
     def feed(self, raw: bytes, lineno: int) -> List[Finding]:
         self.lines = lineno
         self.bytes += len(raw) + 1
+        if not (self._blocks.active or self._pending_recompile):
+            if b"tok" in raw:  # the common progress line: no block, nothing pending, no other rule to try
+                start = raw.find(b"[")
+                if self._default_threads and start >= 0 and raw.find(b"step", 0, start) < 0:
+                    match = patterns.PROGRESS_LINE.match(raw, start)
+                    if match:
+                        thread, step, value, unit = match.group("thread", "step", "value", "unit")
+                        drop = self.progress.record(thread.decode(), int(step),
+                                                    float(value) * patterns.UNIT_BYTES[unit], lineno)
+                        return NOTHING if drop is None else self._drop(drop)
+                text = raw.decode("utf-8", "replace")
+                rate = patterns.throughput(text)
+                if rate is not None:
+                    return self._progress(text, rate, lineno)
+            elif not patterns.TRIGGER.search(raw):
+                return NOTHING
         new: List[Finding] = []
         if self._blocks.active and lineno - self._block_line > BLOCK_GAP:
             new += self._close(self._blocks.flush())
-        if not (self._blocks.active or self._pending_recompile or patterns.TRIGGER.search(raw)):
-            return new
         text = raw.decode("utf-8", "replace").rstrip("\r")
         closed, consumed = self._blocks.feed(text, lineno)
         if consumed:
@@ -131,23 +145,24 @@ class LogScanner:
                 return named[key]
         return next((g for g in match.groups() if g), MAIN)
 
+    def _progress(self, text: str, rate: Optional[float], lineno: int) -> List[Finding]:
+        drop = self.progress.record(self._thread_of(text), patterns.step(text), rate, lineno)
+        return NOTHING if drop is None else self._drop(drop)
+
+    def _drop(self, drop) -> List[Finding]:
+        return self._emit(
+            LOG_THROUGHPUT_DROP, (drop.thread, drop.from_line),
+            f"{drop.thread}: throughput fell from {drop.baseline:,.0f} to {drop.level:,.0f} tok/s "
+            f"({100 * (1 - drop.level / drop.baseline):.0f} % lower) from line {drop.from_line}",
+            drop.from_line, thread=drop.thread, **{"from": drop.baseline, "to": drop.level},
+            from_line=drop.from_line, sustained_at_line=drop.line)
+
     def _line(self, text: str, lineno: int) -> List[Finding]:
-        new = self._flush_recompile(text)
-        thread = self._thread_of(text)
+        new = self._flush_recompile(text) if self._pending_recompile is not None else []
         rate = patterns.throughput(text)
-        step = patterns.step(text)
-        if step is not None:
-            self.progress.step(thread, step, lineno)
-        if rate is not None:
-            drop = self.progress.throughput(thread, rate, lineno)
-            if drop is not None:
-                new += self._emit(
-                    LOG_THROUGHPUT_DROP, (drop.thread, drop.from_line),
-                    f"{drop.thread}: throughput fell from {drop.baseline:,.0f} to {drop.level:,.0f} tok/s "
-                    f"({100 * (1 - drop.level / drop.baseline):.0f} % lower) from line {drop.from_line}",
-                    drop.from_line, thread=drop.thread, **{"from": drop.baseline, "to": drop.level},
-                    from_line=drop.from_line, sustained_at_line=drop.line)
-            return new
+        if rate is not None or patterns.step(text) is not None:
+            return new + self._progress(text, rate, lineno)
+        thread = self._thread_of(text)
         if "FX to symbolically" in text and patterns.FX_TRACE_RACE.search(text):
             new += self._fx_race(thread, text.strip(), lineno, None)
         elif ("out of memory" in text or "OutOfMemory" in text) and patterns.CUDA_OOM.search(text):

@@ -211,3 +211,18 @@ def test_progress_parsing(text, tok_s, step):
     from dflash_doctor.logs import patterns
 
     assert (patterns.throughput(text), patterns.step(text)) == (tok_s, step)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["drafter", "target", "worker_x"]), st.integers(0, 99), st.integers(0, 10 ** 6),
+       st.decimals(0, 999, places=1), st.sampled_from(["", "K", "M", "k"]),
+       st.sampled_from(["[{t}] step={s} loss=2.1 {v} {u}tok/s", "2026-11-29 INFO [{t}] step={s} {v}{u}tok/s",
+                        "{t} | step: {s} | {v} {u}tok/s", "[{t}] lr=1e-4,{v}{u}tok/s step {s}",
+                        "thread={t} step={s} tput={v} {u}tokens/s"]))
+def test_fast_and_general_progress_paths_agree(role, n, step, value, unit, shape):
+    thread = f"{role}-{n}"
+    line = shape.format(t=thread, s=step, v=value, u=unit)
+    facts = scan_text(line + "\n").facts["threads"]
+    scale = {"": 1, "K": 1e3, "k": 1e3, "M": 1e6}[unit]
+    assert list(facts) == [thread]
+    assert (facts[thread]["last_step"], facts[thread]["last_tok_s"]) == (step, pytest.approx(float(value) * scale))
