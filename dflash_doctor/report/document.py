@@ -55,6 +55,9 @@ def _part_blocks(title: str, section: Optional[dict], missing: str) -> List[Bloc
             blocks.append(Block("paragraph", f"... and {more} more; counts by code: {section['counts']}"))
     for problem in section["problems"]:
         blocks.append(Block("paragraph", f"Could not check {problem['subject']}: {problem['reason']}"))
+    fixes = section["facts"].get("fixes") if isinstance(section["facts"], dict) else None
+    if isinstance(fixes, list) and fixes and all(isinstance(f, dict) and "fix" in f for f in fixes):
+        blocks.append(Block("table", header=("fix", "cost"), rows=[[f["fix"], f.get("cost", "")] for f in fixes]))
     return blocks + [Block("details", _json_text(section["facts"]), header=("facts",))]
 
 

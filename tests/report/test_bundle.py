@@ -36,7 +36,8 @@ def _planted_env(cache) -> dict:
 
 
 def _sources(env, **overrides) -> BundleSources:
-    guards = Report("guards", findings=[], facts={"verdict": "vulnerable", "torch": "2.13.0", "note": f"key={OPENAI}"})
+    guards = Report("guards", findings=[], facts={"verdict": "vulnerable", "torch": "2.13.0", "note": f"key={OPENAI}",
+                                                  "fixes": [{"fix": "Warm up in one thread.", "cost": "a serial warm-up"}]})
     scan = Report("scan", findings=[lookup("DFD101").finding(path=f"/home/{GITHUB}/train.py", line=4, column=9)],
                   facts={"files": 1})
     defaults = dict(
@@ -103,6 +104,7 @@ def test_bundle_has_every_section_and_no_planted_secret(tmp_path):
         assert "TORCH_LOGS=recompiles" in document
         assert "TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_me" in document
         assert "hub.example.com" in document
+    assert "| Warm up in one thread. | a serial warm-up |" in markdown.splitlines()
     assert re.findall(r"^## (.+)$", markdown, flags=re.MULTILINE) == [
         "Environment", "Guards", "Scan", "GPU snapshot", "Last repro"]
     parser = _Html()
