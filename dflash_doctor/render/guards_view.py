@@ -124,7 +124,9 @@ def source_rows(lines, token: str) -> list:
 def _state(console, facts: dict) -> None:
     from rich.markup import escape
 
-    console.print(f"\n[bold]State[/] [dim](from {escape(facts.get('state_source', '?'))})[/]")
+    source = facts.get("state_source", "?")
+    label = source if source.startswith("not read") else f"from {source}"
+    console.print(f"\n[bold]State[/] [dim]({escape(label)})[/]")
     config = facts.get("config") or {}
     flag_now = facts.get("fx_flag_now")
     flag_text = "[bold red]True: this process is corrupted[/]" if flag_now else escape(str(flag_now))
@@ -154,6 +156,10 @@ def _probes(console, facts: dict) -> None:
 
     details = facts.get("probe_details") or {}
     if not details:
+        return
+    reasons = {detail.get("detail") for detail in details.values() if detail.get("outcome") == "skipped"}
+    if len(reasons) == 1 and all(detail.get("outcome") == "skipped" for detail in details.values()):
+        console.print(f"\n[bold]Probes[/] [dim]skipped: {escape(str(reasons.pop()))}[/]")
         return
     console.print("\n[bold]Probes[/] [dim](each in its own child process)[/]")
     table = Table(box=None, show_header=True, header_style="bold", pad_edge=False, padding=(0, 2, 0, 2))
