@@ -81,7 +81,9 @@ def register(app: typer.Typer) -> None:
                                       help="same: every thread one shape; per-thread: each its own (more compiles)."),
         cache: Cache = typer.Option(Cache.COLD, "--cache",
                                     help="cold: a fresh TORCHINDUCTOR_CACHE_DIR per phase; warm: the current one."),
-        steps: int = typer.Option(3, "--steps", help="Steps per thread."),
+        steps: int = typer.Option(
+            3, "--steps", help="Steps per thread; a thread done early keeps stepping while another is still in its "
+            "first step (warm threads overlapping a compile, as in training), for at most --hang-after seconds."),
         trials: int = typer.Option(1, "--trials", help="Multi-thread trials, for a reproduction rate."),
         timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a phase child is killed."),
         hang_after: float = typer.Option(60.0, "--hang-after",

@@ -51,7 +51,8 @@ def timeline_rows(events: Sequence[dict], width: int = TIMELINE_WIDTH) -> List[T
             for column in range(lo, hi + 1):
                 if cells[column] is None or _PRIORITY[kind] > _PRIORITY[cells[column]]:
                     cells[column] = kind
-        rows.append((thread, "".join(_GLYPH[c] if c else "·" for c in cells)))
+        if any(cells):
+            rows.append((thread, "".join(_GLYPH[c] if c else "·" for c in cells)))
     return sorted(rows)
 
 
@@ -72,9 +73,9 @@ def render_repro_facts(console, facts: dict) -> None:
     from rich.table import Table
 
     console.print(
-        f"[bold]repro[/] torch {escape(str(facts.get('torch_version')))} · device {escape(str(facts.get('device')))} · "
-        f"{facts.get('threads')} threads · mode {facts.get('mode')} · mitigation {escape(str(facts.get('mitigation')))} · "
-        f"cache {facts.get('cache')}"
+        f"[bold]repro[/] torch {escape(str(facts.get('torch_version')))} · device "
+        f"{escape(str(facts.get('device')))} · {facts.get('threads')} threads · mode {facts.get('mode')} · "
+        f"mitigation {escape(str(facts.get('mitigation')))} · cache {facts.get('cache')}"
     )
     shim = facts.get("shim")
     if shim:
@@ -114,7 +115,8 @@ def render_repro_facts(console, facts: dict) -> None:
     kind = f" ({facts['kind']})" if facts.get("kind") else ""
     style = "bold red" if verdict == "reproduced" else "bold green"
     rate = facts.get("reproduction_rate")
-    trials = f" · {rate:.0%} of {len(facts.get('trials') or [])} trials" if rate is not None and facts.get("trials") else ""
+    trial_count = len(facts.get("trials") or [])
+    trials = f" · {rate:.0%} of {trial_count} trials" if rate is not None and trial_count else ""
     console.print(f"verdict: [{style}]{verdict}[/]{kind} in {facts.get('time_to_verdict_s')} s{trials}")
 
 

@@ -20,6 +20,7 @@ from typing import List, Optional
 from dflash_doctor.repro.spec import PhaseSpec
 
 FAULTHANDLER_GRACE_S = 15.0  # the C-level stack dump fires this long after the Python watchdog should have
+OVERLAP_PAUSE_S = 0.001
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -40,6 +41,8 @@ class PhaseChild:
         self._written = threading.Lock()
         self._fault_file = None
         self.started = clock()
+        self._first_steps_lock = threading.Lock()
+        self._first_steps_pending = spec.threads
 
     # -- set-up ------------------------------------------------------------------------------------------
     def install_mitigations(self) -> None:
@@ -75,25 +78,43 @@ class PhaseChild:
         return steps
 
     # -- running -----------------------------------------------------------------------------------------
+    def _first_step_over(self) -> None:
+        with self._first_steps_lock:
+            self._first_steps_pending -= 1
+
+    def _overlap_wanted(self, own_steps_done_at: float) -> bool:
+        """After its own steps a worker goes on stepping while another worker is still in its first step: in
+        training, warm threads keep calling compiled code while a cold one compiles, and that overlap is the
+        race. Capped at --hang-after, so a thread stuck in its first step cannot hide behind busy peers."""
+        return self._first_steps_pending > 0 and self.clock() - own_steps_done_at < self.spec.hang_after_s
+
     def worker(self, index: int, step, barrier: threading.Barrier) -> None:
         record = self.thread_results[index]
         try:
             barrier.wait(60.0)
         except threading.BrokenBarrierError:
             record.update(outcome="error", error="start barrier broken")
+            self._first_step_over()
             return
         started = self.clock()
-        for step_index in range(self.spec.steps):
-            try:
-                with self.recorder.step(step_index):
+        own_steps_done_at = None
+        try:
+            while own_steps_done_at is None or self._overlap_wanted(own_steps_done_at):
+                with self.recorder.step(record["steps"]):
                     step()
-            except Exception as exc:  # noqa: BLE001 - every failure is the data this harness collects
-                record.update(outcome="error", error=f"{type(exc).__name__}: {exc}",
-                              traceback=traceback.format_exc(limit=12))
-                break
-            record["steps"] += 1
-        else:
+                record["steps"] += 1
+                if record["steps"] == 1:
+                    self._first_step_over()
+                if own_steps_done_at is None and record["steps"] >= self.spec.steps:
+                    own_steps_done_at = self.clock()
+                if own_steps_done_at is not None:
+                    time.sleep(OVERLAP_PAUSE_S)  # lets a thread waiting on a lock the step takes get it
             record["outcome"] = "ok"
+        except Exception as exc:  # noqa: BLE001 - every failure is the data this harness collects
+            record.update(outcome="error", error=f"{type(exc).__name__}: {exc}",
+                          traceback=traceback.format_exc(limit=12))
+            if record["steps"] == 0:
+                self._first_step_over()  # a dead thread holds nobody back
         record["seconds"] = round(self.clock() - started, 6)
 
     def on_hang(self, report) -> None:

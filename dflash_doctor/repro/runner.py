@@ -120,7 +120,8 @@ def read_phase_result(phase_dir: Path, exit: ChildExit, spec: PhaseSpec) -> dict
     threads = [{"name": name, "outcome": "hung" if exit.timed_out else "error", "error": None, "steps": 0}
                for name in spec.thread_names]
     result = {"phase": spec.phase, "threads": threads, "events": [], "blame": [], "problems": [],
-              "seconds": round(exit.seconds, 6), "hang": None, "stacks": [], "log_tail": log_tail(phase_dir / "log.txt")}
+              "seconds": round(exit.seconds, 6), "hang": None, "stacks": [],
+              "log_tail": log_tail(phase_dir / "log.txt")}
     if exit.timed_out:
         result["outcome"] = "hung"
         result["hang"], result["stacks"] = _faulthandler_diagnosis(phase_dir, exit.seconds)

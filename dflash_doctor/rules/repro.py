@@ -7,7 +7,8 @@ _FX_ERROR = ("RuntimeError: Detected that you are using FX to symbolically trace
              "This is not supported at the moment.")
 
 
-def _facts(mitigation: str, verdict: str, kind, outcome: str, threads: str, blame: str = "[]", hang: str = "null") -> str:
+def _facts(mitigation: str, verdict: str, kind, outcome: str, threads: str, blame: str = "[]",
+           hang: str = "null") -> str:
     return (
         "{\n"
         '  "torch_version": "2.13.0+cpu", "device": "cpu", "threads": 3, "mode": "forced",\n'
@@ -57,7 +58,8 @@ FX_FLAG_STUCK = register(Rule(
         "of any compiled function in any thread raises. This is the 'Dynamo state globally corrupted' symptom; "
         "only a new process clears it."
     ),
-    fix="Make the flag thread-local: dflash_doctor.runtime.install_threadlocal_fx_flag() (torch 2.14 does it natively).",
+    fix=("Make the flag thread-local: dflash_doctor.runtime.install_threadlocal_fx_flag() (torch 2.14 does it "
+         "natively)."),
     example_format="repro-facts",
     bad=_facts("none", "reproduced", '"stuck-flag"', "error",
                '{"name": "drafter-1", "outcome": "error", "steps": 0, "error": "' + _FX_ERROR + '"}',

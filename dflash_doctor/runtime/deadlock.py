@@ -9,7 +9,7 @@ source shows them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
@@ -110,10 +110,13 @@ def _lock_wanted(frame: Frame) -> Optional[str]:
 
 
 def _locks_held(stack: ThreadStack) -> List[str]:
+    """`with` blocks the thread is inside. Calls (`with torch.no_grad():`, `with recorder.step():`) are context
+    managers made on the spot, not locks someone else could be waiting for, so they are left out."""
     held = []
     for index, frame in enumerate(stack.frames):
         innermost = index == len(stack.frames) - 1
-        held.extend(expr for line, expr in frame.enclosing_with if not (innermost and line == frame.line))
+        held.extend(expr for line, expr in frame.enclosing_with
+                    if not (innermost and line == frame.line) and "(" not in expr)
     return held
 
 

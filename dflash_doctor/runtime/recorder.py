@@ -238,11 +238,11 @@ def _install_dynamo_hooks() -> None:
     if handler is not None and hasattr(handler, "register_start_callback"):
         def on_start(args) -> None:
             if _ACTIVE is not None:
-                _ACTIVE.record("compile", "B", trigger=_trigger_name(args), compile_id=str(getattr(args, "compile_id", "")))
+                _ACTIVE.record("compile", "B", trigger=_trigger_name(args), compile_id=_compile_id(args))
 
         def on_end(args) -> None:
             if _ACTIVE is not None:
-                _ACTIVE.record("compile", "E", trigger=_trigger_name(args), compile_id=str(getattr(args, "compile_id", "")))
+                _ACTIVE.record("compile", "E", trigger=_trigger_name(args), compile_id=_compile_id(args))
 
         handler.register_start_callback(on_start)
         handler.register_end_callback(on_end)
@@ -258,6 +258,10 @@ def _install_dynamo_hooks() -> None:
             return result
 
         _patch(convert_frame, "get_and_maybe_log_recompilation_reasons", reasons)
+
+
+def _compile_id(args) -> str:
+    return str(getattr(args, "compile_id", ""))
 
 
 def _trigger_name(args) -> str:

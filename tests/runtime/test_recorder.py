@@ -117,7 +117,8 @@ def test_chrome_trace_has_metadata_slices_and_instants_per_thread(tmp_path):
     recorder.record("exception", "I", type="RuntimeError", message="x", holder="h")
     recorder.record("step", "E", index=0)
     path = tmp_path / "trace.json"
-    write_chrome_trace(path, [("3 threads", recorder.events), ("single-thread", [e.to_dict() for e in recorder.events])])
+    as_dicts = [e.to_dict() for e in recorder.events]
+    write_chrome_trace(path, [("3 threads", recorder.events), ("single-thread", as_dicts)])
     doc = json.loads(path.read_text())
     events = doc["traceEvents"]
     assert {e["ph"] for e in events} == {"M", "B", "E", "i"}

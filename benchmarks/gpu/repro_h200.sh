@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Issue 5: `dflash-doctor repro` on one H200 (torch 2.11+cu130, Python 3.12, no network). The lead runs it with
+# the device tool, from the repository root:
+#   run(command="bash benchmarks/gpu/repro_h200.sh", timeout_s=600)
+# Six runs, cold inductor/triton caches, 3 threads on cuda, forward+backward through compiled flex_attention;
+# each run's JSON report lands in "$OUT" and a table (expected vs got, time to verdict) is printed at the end
+# and written to "$OUT/summary.md". About 6-7 minutes; each run is capped by `timeout` so the whole script
+# stays under 9 minutes even if a child misbehaves.
+#   natural                                  expect hung / deadlock, cycle compile-lock-autograd
+#   non-lazy-backward, per-thread shapes     expect the FX RuntimeError (fx-flag-leak)
+#   first-call-lock, amplified, per-thread   expect the FX RuntimeError (fx-flag-leak)
+#   warmup                                   expect not reproduced
+#   global-lock                              expect not reproduced
+#   threadlocal-flag,non-lazy-backward, per-thread shapes   expect not reproduced
+# A single-thread cold step took 8.8 s on the H200 (FACTS section 2), so --hang-after 20 leaves room for a slow
+# compile (events keep coming while it compiles) and --timeout 100 per phase child is the hard stop.
+set -u
+OUT="${OUT:-$(mktemp -d)}"
+PY="${PYTHON:-python3}"
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+DEVICE="${REPRO_DEVICE:-cuda}"
+COMMON=(--threads 3 --device "$DEVICE" --cache cold --steps 3 --hang-after 20 --timeout 100 --format json)
+ERR="$OUT/stderr.log"
+: >"$ERR"
+
+run_case() {  # name, per-run cap (s), expected verdict/kind, repro arguments...
+  local name="$1" cap="$2" expected="$3"
+  shift 3
+  local started ended rc
+  started=$(date +%s%N)
+  timeout -k 5 "$cap" "$PY" -m dflash_doctor repro "${COMMON[@]}" "$@" --trace "$OUT/$name.trace.json" \
+    >"$OUT/$name.json" 2>>"$ERR"
+  rc=$?
+  ended=$(date +%s%N)
+  echo "$name|$expected|$rc|$(( (ended - started) / 1000000 ))e-3|$*" >>"$OUT/runs.txt"
+}
+
+: >"$OUT/runs.txt"
+run_case natural 120 "reproduced/deadlock"
+run_case non-lazy-per-thread 100 "reproduced/fx-flag-leak" --mitigation non-lazy-backward --shapes per-thread
+run_case first-call-lock-amplified 100 "reproduced/fx-flag-leak" --mitigation first-call-lock --mode amplified \
+  --shapes per-thread
+run_case warmup 80 "not-reproduced" --mitigation warmup
+run_case global-lock 80 "not-reproduced" --mitigation global-lock
+run_case threadlocal-non-lazy 80 "not-reproduced" --mitigation threadlocal-flag,non-lazy-backward --shapes per-thread
+
+"$PY" benchmarks/gpu/repro_table.py "$OUT/runs.txt" "$OUT" | tee "$OUT/summary.md"

@@ -1,0 +1,130 @@
+"""Verdict, kind and blame from phase results (plain dicts, as the children write them), and the parent's
+reading of a child that crashed or hung without reporting."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
+from dflash_doctor.repro.runner import ChildExit, ChildProcess, read_phase_result
+from dflash_doctor.repro.spec import PhaseSpec, parse_mitigation
+from tests.conftest import REPO
+
+FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is..."
+
+
+def thread(name, outcome="ok", error=None, steps=1):
+    return {"name": name, "outcome": outcome, "error": error, "steps": steps}
+
+
+def test_an_all_ok_phase_is_not_reproduced():
+    assert classify_phase({"outcome": "ok", "threads": [thread("a")]}) == (None, [])
+
+
+def test_fx_errors_with_a_holder_are_a_leak_and_keep_the_blame():
+    blame = [{"victim": "a", "holder": "fx-holder", "at_s": 1.0, "kind": "fx-flag-leak"}]
+    result = {"outcome": "error", "threads": [thread("a", "error", FX, 0)], "blame": blame}
+    assert classify_phase(result) == ("fx-flag-leak", blame)
+
+
+def test_fx_errors_after_a_stuck_exit_are_a_stuck_flag():
+    blame = [{"victim": "a", "holder": "fx-trace-b", "at_s": 1.0, "kind": "stuck-flag"}]
+    result = {"outcome": "error", "threads": [thread("a", "error", FX, 0)], "blame": blame}
+    assert classify_phase(result)[0] == "stuck-flag"
+
+
+def test_other_errors_and_hangs_without_a_lock_cycle_are_other_errors():
+    assert classify_phase({"outcome": "error", "threads": [thread("a", "error", "KeyError: 'x'")]})[0] == "other-error"
+    assert classify_phase({"outcome": "hung", "threads": [], "hang": {"kind": "other-error"}})[0] == "other-error"
+    assert classify_phase({"outcome": "hung", "threads": [], "hang": {"kind": "deadlock"}})[0] == "deadlock"
+
+
+def test_phase_facts_keep_the_contract_keys_and_steps_per_second():
+    facts = phase_facts({"outcome": "ok", "seconds": 2.0, "run_s": 0.5,
+                         "threads": [dict(thread("a", steps=3), traceback="tb"), thread("b", steps=2)]})
+    assert facts["threads"] == [thread("a", steps=3), thread("b", steps=2)]
+    assert (facts["outcome"], facts["seconds"], facts["steps_per_s"]) == ("ok", 2.0, 10.0)
+
+
+def test_process_results_merge_to_the_worst_outcome():
+    merged = merge_process_results([
+        {"outcome": "ok", "threads": [thread("drafter-0")], "run_s": 1.0, "events": [{"t": 0}]},
+        {"outcome": "error", "threads": [thread("drafter-1", "error", "boom", 0)], "run_s": 2.0},
+    ])
+    assert merged["outcome"] == "error" and [t["name"] for t in merged["threads"]] == ["drafter-0", "drafter-1"]
+    assert merged["run_s"] == 2.0 and merged["processes"][0] == {"threads": ["drafter-0"], "events": [{"t": 0}]}
+
+
+def test_mitigations_parse_in_a_stable_order():
+    assert parse_mitigation("non-lazy-backward,threadlocal-flag") == ("threadlocal-flag", "non-lazy-backward")
+    assert parse_mitigation("none") == ()
+
+
+def spec(names=("drafter-0",)):
+    return PhaseSpec(phase="multi", threads=len(names), devices=["cpu"], backward=False, checkpoint="none",
+                     shape_indices=[0] * len(names), steps=1, hang_after_s=1.0, mode="natural", mitigation=[],
+                     amplify_ms=0.0, preset="tiny", model=None, thread_names=list(names))
+
+
+def test_a_crashed_child_without_a_result_is_an_error_naming_the_signal(tmp_path):
+    (tmp_path / "log.txt").write_text("Fatal Python error: Segmentation fault\n")
+    result = read_phase_result(tmp_path, ChildExit(-signal.SIGSEGV, False, 3.0), spec())
+    assert result["outcome"] == "error" and result["crash"] == "killed by signal SIGSEGV"
+    assert result["threads"] == [{"name": "drafter-0", "outcome": "error", "steps": 0,
+                                  "error": "child process killed by signal SIGSEGV"}]
+    assert "Segmentation fault" in result["log_tail"]
+
+
+HUNG_CHILD = '''
+import json, sys, threading
+from pathlib import Path
+from dflash_doctor.runtime.watchdog import arm_faulthandler
+
+out = Path(sys.argv[1])
+lock_a, lock_b = threading.Lock(), threading.Lock()
+both = threading.Barrier(2)
+
+def take_ab():
+    with lock_a:
+        both.wait()
+        with lock_b:
+            pass
+
+def take_ba():
+    with lock_b:
+        both.wait()
+        with lock_a:
+            pass
+
+workers = [threading.Thread(target=take_ab, name="drafter-0"), threading.Thread(target=take_ba, name="drafter-1")]
+for worker in workers:
+    worker.start()
+(out / "threads.json").write_text(json.dumps({str(w.ident): w.name for w in workers}))
+handle = arm_faulthandler(out / "faulthandler.txt", 0.5)
+for worker in workers:
+    worker.join()
+'''
+
+
+@pytest.mark.timeout(60)
+def test_a_child_that_never_reports_is_killed_and_its_faulthandler_dump_classified(tmp_path):
+    script = tmp_path / "hung_child.py"
+    script.write_text(HUNG_CHILD)
+    log = open(tmp_path / "log.txt", "wb")
+    popen = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=log, stderr=subprocess.STDOUT,
+                             cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+                             start_new_session=True)
+    began = time.monotonic()
+    exit = ChildProcess(popen, log, time.monotonic).wait(3.0)
+    assert exit.timed_out and exit.returncode == -signal.SIGKILL and time.monotonic() - began < 15
+    result = read_phase_result(tmp_path, exit, spec(("drafter-0", "drafter-1")))
+    assert result["outcome"] == "hung"
+    assert [t["outcome"] for t in result["threads"]] == ["hung", "hung"]
+    assert result["hang"]["cycle"] == "lock-cycle"
+    assert set(result["hang"]["threads"]) == {"drafter-0", "drafter-1"}
+    assert json.dumps(result)  # what the parent reports stays JSON

@@ -1,0 +1,153 @@
+"""`dflash-doctor repro` end to end through the real CLI (JSON), on CPU: forced and stuck reproduce with the exact
+error and the right blame, the thread-local shim turns both into not-reproduced, a natural run gives a verdict,
+and a genuine lock-order deadlock is reported as hung within the timeout.
+
+Runs share one warm inductor cache (the first run fills it) and use one step per thread: the point here is the
+race, not a cold compile.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+FX_ERROR = ("RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
+            "This is not supported at the moment.")
+# Later options win, so DEADLOCK's own --threads/--hang-after/--timeout override these.
+COMMON = ("repro", "--threads", "3", "--device", "cpu", "--cache", "warm", "--steps", "1", "--hang-after", "60",
+          "--timeout", "200", "--format", "json")
+
+
+FORCED = ("--mode", "forced", "--trace", "TRACE")
+STUCK = ("--mode", "stuck", "--expect", "reproduced")
+SHIMMED = {mode: ("--mode", mode, "--mitigation", "threadlocal-flag") for mode in ("forced", "stuck")}
+NATURAL = ("--mode", "natural")
+DEADLOCK = ("--model", "tests.repro.deadlock_factory:build", "--threads", "2", "--shapes", "per-thread",
+            "--hang-after", "10", "--timeout", "120")
+
+
+@pytest.fixture(scope="module")
+def repro(tmp_path_factory):
+    """Every repro command this module checks, run once: the first fills the shared warm cache, the rest run two
+    at a time (CI has two cores and each child mostly waits on one). Tests look their run up by arguments."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = tmp_path_factory.mktemp("inductor-cache")
+    trace = tmp_path_factory.mktemp("traces") / "trace.json"
+
+    def run(extra):
+        args = [*COMMON, *extra]
+        if "--trace" in args:
+            args[args.index("--trace") + 1] = str(trace)
+        proc = run_cli(*args, timeout=560, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        try:
+            doc = json.loads(proc.stdout)
+        except json.JSONDecodeError as exc:
+            raise AssertionError(f"rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}") from exc
+        return proc, doc, trace
+
+    done = {FORCED: run(FORCED)}
+    rest = (STUCK, SHIMMED["forced"], SHIMMED["stuck"], NATURAL, DEADLOCK)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done.update(zip(rest, pool.map(run, rest)))
+    return done
+
+
+def threads_of(phase):
+    return {t["name"]: (t["outcome"], t["error"], t["steps"]) for t in phase["threads"]}
+
+
+@pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
+def test_forced_reproduces_the_exact_error_and_blames_the_holder(repro):
+    proc, doc, trace = repro[FORCED]
+    facts = doc["facts"]
+    assert proc.returncode == 1 and doc["exit_code"] == 1
+    assert (facts["verdict"], facts["kind"], facts["mode"], facts["mitigation"]) == (
+        "reproduced", "fx-flag-leak", "forced", "none")
+    assert facts["torch_version"].startswith("2.") and facts["device"] == "cpu" and facts["threads"] == 3
+    assert facts["single_thread"]["outcome"] == "ok"
+    assert threads_of(facts["single_thread"]) == {"drafter-0": ("ok", None, 1)}
+    assert facts["multi_thread"]["outcome"] == "error"
+    assert threads_of(facts["multi_thread"]) == {f"drafter-{i}": ("error", FX_ERROR, 0) for i in range(3)}
+    assert sorted((b["victim"], b["holder"]) for b in facts["blame"]) == [
+        ("drafter-0", "fx-holder"), ("drafter-1", "fx-holder"), ("drafter-2", "fx-holder")]
+    assert all(b["at_s"] > 0 for b in facts["blame"])
+    assert facts["time_to_verdict_s"] > 0
+    [finding] = doc["findings"]
+    assert (finding["code"], finding["name"]) == ("DFD701", "fx-flag-leak-reproduced")
+    assert finding["evidence"]["victims"] == ["drafter-0", "drafter-1", "drafter-2"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"drafter-0", "drafter-1", "drafter-2", "fx-holder"} <= threads
+    assert any(e["ph"] == "i" and e["name"] == "RuntimeError" for e in events)
+
+
+@pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
+def test_stuck_reproduces_and_blames_the_trace_that_left_the_flag_set(repro):
+    proc, doc, _ = repro[STUCK]
+    facts = doc["facts"]
+    assert proc.returncode == 0  # --expect reproduced, and it was
+    assert (facts["verdict"], facts["kind"]) == ("reproduced", "stuck-flag")
+    assert {b["holder"] for b in facts["blame"]} == {"fx-trace-b"}
+    assert all(error == FX_ERROR for _, error, _ in threads_of(facts["multi_thread"]).values())
+    assert [f["code"] for f in doc["findings"]] == ["DFD702"]
+
+
+@pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
+@pytest.mark.parametrize("mode", ["forced", "stuck"])
+def test_the_threadlocal_shim_turns_forced_and_stuck_into_not_reproduced(repro, mode):
+    proc, doc, _ = repro[SHIMMED[mode]]
+    facts = doc["facts"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (facts["verdict"], facts["kind"], facts["blame"]) == ("not-reproduced", None, [])
+    threads = threads_of(facts["multi_thread"])
+    assert sorted(threads) == ["drafter-0", "drafter-1", "drafter-2"]
+    # At least --steps each; a thread done early keeps stepping while another is still in its first step.
+    assert all(outcome == "ok" and error is None and steps >= 1 for outcome, error, steps in threads.values())
+    assert facts["shim"]["state"] == "installed" and facts["shim"]["self_check"]["ok"] is True
+    assert doc["findings"] == [] and doc["problems"] == []
+
+
+@pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
+def test_a_natural_run_gives_a_verdict(repro):
+    proc, doc, _ = repro[NATURAL]
+    facts = doc["facts"]
+    assert facts["verdict"] in ("reproduced", "not-reproduced")
+    assert proc.returncode == (1 if facts["verdict"] == "reproduced" else 0)
+    assert facts["single_thread"]["outcome"] == "ok"
+    assert facts["multi_thread"]["outcome"] in ("ok", "error", "hung")
+    assert len(facts["multi_thread"]["threads"]) == 3
+
+
+@pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
+def test_a_genuine_lock_order_deadlock_is_reported_hung_as_a_lock_cycle(repro):
+    proc, doc, _ = repro[DEADLOCK]
+    facts = doc["facts"]
+    assert proc.returncode == 1
+    assert (facts["verdict"], facts["kind"], facts["multi_thread"]["outcome"]) == ("reproduced", "deadlock", "hung")
+    assert facts["single_thread"]["outcome"] == "ok"
+    hang = facts["hang"]
+    assert hang["cycle"] == "lock-cycle" and set(hang["threads"]) == {"drafter-0", "drafter-1"}
+    assert any(step.startswith("drafter-0 holds LOCK_A and waits for LOCK_B") for step in hang["chain"])
+    assert any(step.startswith("drafter-1 holds LOCK_B and waits for LOCK_A") for step in hang["chain"])
+    assert facts["multi_thread"]["seconds"] < 100  # the watchdog (10 s), not the 120 s timeout, ended it
+    assert hang["stalled_s"] >= 10
+    assert [f["code"] for f in doc["findings"]] == ["DFD704"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--threads", "1"), "--threads must be at least 2"),
+    (("--device", "cpu", "--backward"), "flex_attention has no CPU backward"),
+    (("--mitigation", "bogus"), "unknown mitigation bogus"),
+    (("--mitigation", "processes,warmup"), "'processes' replaces threads"),
+    (("--device", "tpu"), "--device must be cpu, cuda"),
+    (("--hang-after", "10", "--timeout", "5"), "--timeout must be longer than --hang-after"),
+    (("--model", "no colon"), "--model must look like pkg.module:factory"),
+])
+def test_bad_options_are_one_line_and_exit_2(args, message):
+    proc = run_cli("repro", *args, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]

@@ -1,0 +1,34 @@
+"""The per-thread timeline is computed as data (rows of glyphs) before rich draws it."""
+from __future__ import annotations
+
+from dflash_doctor.render.repro_view import timeline_rows
+
+
+def ev(t, thread, kind, phase):
+    return {"t": t, "thread": thread, "tid": hash(thread) % 1000, "kind": kind, "phase": phase, "detail": {}}
+
+
+def test_spans_and_instants_land_in_their_columns_and_exceptions_win():
+    events = [
+        ev(0.0, "fx-holder", "fx-trace", "B"),
+        ev(0.0, "drafter-0", "step", "B"),
+        ev(0.5, "drafter-0", "compile", "B"),
+        ev(0.7, "drafter-0", "compile", "E"),
+        ev(0.9, "drafter-0", "exception", "I"),
+        ev(0.9, "drafter-0", "step", "E"),
+        ev(1.0, "fx-holder", "fx-trace", "E"),
+        ev(1.0, "MainThread", "note", "I"),
+    ]
+    rows = dict(timeline_rows(events, width=10))
+    assert rows["fx-holder"] == "TTTTTTTTTT"
+    assert rows["drafter-0"] == "=====CCC=X"
+    assert "MainThread" not in rows  # a thread with nothing to draw gets no row
+
+
+def test_a_span_still_open_at_the_end_runs_to_the_last_event():
+    rows = dict(timeline_rows([ev(0.0, "a", "step", "B"), ev(2.0, "watchdog", "hang", "I")], width=4))
+    assert rows == {"a": "====", "watchdog": "···H"}
+
+
+def test_no_events_no_rows():
+    assert timeline_rows([]) == []
