@@ -1,17 +1,19 @@
-"""JUnit XML, so a CI server lists each hazard: one failing test case per finding, one erroring test case per
-problem ("could not check"), grouped in one test suite per part of the tool (scan, guards, repro...).
+"""JUnit XML, so a CI server lists each hazard: one test case per finding, one erroring test case per problem
+("could not check"), grouped in one test suite per part of the tool (scan, guards, repro...).
 
-A part that ran clean still shows up as one passing test case when the report names the parts it ran in
-`facts["parts"]` (as `check` does), so "scan passed, guards failed" reads at a glance.
+A finding is a failing case when it is one that failed the run (at or above --fail-on), and a passing case that
+carries its details in <system-out> otherwise, so the CI server's red/green agrees with the exit code. A part
+that ran clean still shows up as one passing case when the report names the parts it ran in `facts["parts"]`
+(as `check` does), so "scan passed, guards failed" reads at a glance.
 """
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional
 
 from dflash_doctor import TOOL_NAME
-from dflash_doctor.findings import Finding, Report
+from dflash_doctor.findings import EXIT_FINDINGS, FailOn, Finding, Report, Severity
 from dflash_doctor.render.rules_doc import code_domain
 
 PROBLEMS_SUITE = "could-not-check"
@@ -30,7 +32,18 @@ def _where(finding: Finding) -> str:
     return ":".join(parts)
 
 
-def _finding_case(suite: ET.Element, finding: Finding, domain: str) -> None:
+def failing_findings(report: Report, exit_code: int, fail_on: Optional[FailOn]) -> Callable[[Finding], bool]:
+    """Which findings failed the run. Without `fail_on`, it is read back from the exit code: no findings bit
+    means none did; otherwise the default threshold (warning), or info when only info findings could have."""
+    if fail_on is None:
+        if not exit_code & EXIT_FINDINGS:
+            return lambda finding: False
+        worst = max((f.severity.rank for f in report.findings), default=0)
+        fail_on = FailOn.WARNING if worst >= Severity.WARNING.rank else FailOn.INFO
+    return lambda finding: fail_on.trips(finding.severity)
+
+
+def _finding_case(suite: ET.Element, finding: Finding, domain: str, failed: bool) -> None:
     attributes = {
         "classname": f"{TOOL_NAME}.{domain}.{finding.code}",
         "name": _clean(f"{finding.code} {finding.name} at {_where(finding)}"),
@@ -40,12 +53,15 @@ def _finding_case(suite: ET.Element, finding: Finding, domain: str) -> None:
         if finding.line:
             attributes["line"] = str(finding.line)
     case = ET.SubElement(suite, "testcase", attributes)
-    failure = ET.SubElement(
-        case, "failure", type=finding.severity.value, message=_clean(f"{finding.code} {finding.message}")
-    )
     details = [f"{finding.severity.value}: {finding.code} {finding.name} at {_where(finding)}", finding.message]
     details += [f"{key}: {value}" for key, value in finding.evidence.items()]
-    failure.text = _clean("\n".join(details))
+    if failed:
+        element = ET.SubElement(
+            case, "failure", type=finding.severity.value, message=_clean(f"{finding.code} {finding.message}")
+        )
+    else:
+        element = ET.SubElement(case, "system-out")
+    element.text = _clean("\n".join(details))
 
 
 def _suite(name: str, cases: int, failures: int, errors: int) -> ET.Element:
@@ -55,7 +71,8 @@ def _suite(name: str, cases: int, failures: int, errors: int) -> ET.Element:
     )
 
 
-def render_junit(report: Report, exit_code: int) -> str:
+def render_junit(report: Report, exit_code: int, fail_on: Optional[FailOn] = None) -> str:
+    failed = failing_findings(report, exit_code, fail_on)
     by_domain: Dict[str, List[Finding]] = {}
     for finding in report.sorted_findings():
         by_domain.setdefault(code_domain(finding.code), []).append(finding)
@@ -65,9 +82,10 @@ def render_junit(report: Report, exit_code: int) -> str:
     suites = []
     for domain in sorted(by_domain):
         findings = by_domain[domain]
-        suite = _suite(f"{TOOL_NAME} {report.command}: {domain}", len(findings), len(findings), 0)
+        failures = sum(1 for f in findings if failed(f))
+        suite = _suite(f"{TOOL_NAME} {report.command}: {domain}", len(findings), failures, 0)
         for finding in findings:
-            _finding_case(suite, finding, domain)
+            _finding_case(suite, finding, domain, failed(finding))
         suites.append(suite)
     for part in clean_parts:
         suite = _suite(f"{TOOL_NAME} {report.command}: {part}", 1, 0, 0)

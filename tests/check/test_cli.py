@@ -111,7 +111,9 @@ def test_risky_project_junit_lists_each_finding_as_a_failure(risky, risky_sarif)
     assert proc.returncode == 1, proc.stderr
     root = ET.parse(risky / "out.xml").getroot()
     results = risky_sarif[1]["runs"][0]["results"]
-    assert root.get("failures") == str(len(results)) and root.get("errors") == "0"
+    at_or_above_warning = [r for r in results if r["level"] in ("error", "warning")]
+    assert root.get("tests") == str(len(results)) and root.get("errors") == "0"
+    assert root.get("failures") == str(len(at_or_above_warning))
     scan = next(s for s in root.findall("testsuite") if s.get("name") == "dflash-doctor check: scan")
     assert [(c.get("file"), c.get("line"), c.find("failure").get("message").split()[0])
             for c in scan.findall("testcase")] == [("train.py", "10", "DFD102"), ("train.py", "17", "DFD201")]

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from dflash_doctor.findings import Problem, Report
+import pytest
+
+from dflash_doctor.findings import FailOn, Problem, Report, Severity
 from dflash_doctor.render.junit import render_junit
 from dflash_doctor.rules import all_rules, lookup
 
 
-def _parse(report: Report, exit_code: int = 1) -> ET.Element:
-    text = render_junit(report, exit_code)
+def _parse(report: Report, exit_code: int = 1, fail_on=None) -> ET.Element:
+    text = render_junit(report, exit_code, fail_on)
     assert text.startswith("<?xml")
     return ET.fromstring(text)
 
@@ -79,3 +81,40 @@ def test_control_characters_from_logs_do_not_break_the_xml():
     failure = root.find("testsuite/testcase/failure")
     assert failure.get("message").endswith("worker died\ufffd[31m\ufffd here")
     assert "tail: a\ufffdb" in failure.text
+
+
+def _mixed() -> Report:
+    return Report("check", findings=[
+        lookup("DFD201").finding(path="a.py", line=1, column=1),                          # error
+        lookup("DFD102").finding(path="a.py", line=2, column=1),                          # warning
+        lookup("DFD103").finding(path="a.py", line=3, column=1),                          # info
+    ])
+
+
+def _outcomes(root: ET.Element) -> dict:
+    return {c.get("name").split()[0]: ("failed" if c.find("failure") is not None else "passed")
+            for c in root.iter("testcase")}
+
+
+@pytest.mark.parametrize("fail_on, expected", [
+    (FailOn.ERROR, {"DFD201": "failed", "DFD102": "passed", "DFD103": "passed"}),
+    (FailOn.WARNING, {"DFD201": "failed", "DFD102": "failed", "DFD103": "passed"}),
+    (FailOn.INFO, {"DFD201": "failed", "DFD102": "failed", "DFD103": "failed"}),
+    (FailOn.NEVER, {"DFD201": "passed", "DFD102": "passed", "DFD103": "passed"}),
+])
+def test_red_and_green_follow_fail_on(fail_on, expected):
+    report = _mixed()
+    root = _parse(report, report.exit_code(fail_on), fail_on)
+    assert _outcomes(root) == expected
+    assert root.get("failures") == str(sum(1 for v in expected.values() if v == "failed"))
+    passed_info = next(c for c in root.iter("testcase") if c.get("name").startswith("DFD103"))
+    if expected["DFD103"] == "passed":
+        assert passed_info.find("system-out").text.startswith("info: DFD103")
+
+
+def test_without_fail_on_the_exit_code_decides():
+    report = _mixed()
+    assert set(_outcomes(_parse(report, 0)).values()) == {"passed"}
+    assert _outcomes(_parse(report, 1)) == {"DFD201": "failed", "DFD102": "failed", "DFD103": "passed"}
+    only_info = Report("scan", findings=[lookup("DFD103").finding(path="a.py", line=3, column=1)])
+    assert _outcomes(_parse(only_info, 1)) == {"DFD103": "failed"}
