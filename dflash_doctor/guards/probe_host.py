@@ -29,8 +29,12 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--fx-flag", default=None, help="NAME or NAME.ATTR in torch.fx._symbolic_trace")
     parser.add_argument("--isolation", choices=("fork", "none"), default="fork")
-    parser.add_argument("probes", nargs="*", choices=PROBE_NAMES)
+    # No `choices=` here: with nargs="*" argparse (before 3.12) rejects an empty list against them.
+    parser.add_argument("probes", nargs="*", help=f"any of {', '.join(PROBE_NAMES)}")
     args = parser.parse_args(argv)
+    unknown = [name for name in args.probes if name not in PROBE_NAMES]
+    if unknown:
+        parser.error(f"unknown probe(s) {', '.join(unknown)}; choose from {', '.join(PROBE_NAMES)}")
     began = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy": not ours to report

@@ -122,3 +122,11 @@ def test_a_real_host_without_fork_runs_its_probe_in_itself():
     assert run.results["stuck_flag"]["outcome"] == "reproduced", run.results
     assert "FX flag at rest: True" in run.results["stuck_flag"]["detail"]
     assert run.state["fx_flag_now"] is False
+
+
+def test_the_probe_host_refuses_an_unknown_probe_before_importing_torch():
+    result = run_child(host_argv(["stuck_flag", "bogus"], 5, None, "fork"), timeout=30)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        "python -m dflash_doctor.guards.probe_host: error: unknown probe(s) bogus; choose from cross_thread_leak, "
+        "stuck_flag, is_compiling_leak")
