@@ -6,8 +6,8 @@ in the same run.
     python benchmarks/run.py --only startup       # one section (startup, scan, guards, repro, recorder)
 
 Sections:
-- scan: `dflash-doctor scan` vs semgrep (one rule) vs grep vs a one-process `ast.parse` of every file, on the
-  corpus `benchmarks/scan_bench.py` picks (torch's own sources); the measure functions are that module's.
+- scan: `dflash-doctor scan` vs semgrep (one rule, when installed) vs grep vs a one-process `ast.parse` of every
+  file, on the installed torch's own sources (the corpus of shared/FACTS.md section 4).
 - startup: `dflash-doctor --help` and a one-file `scan`, against `python -c "import typer, rich.console"`
   (target: each <= 1.5x). Runs are interleaved and the median kept, because the machine is shared.
 - guards: `dflash-doctor guards` wall time (static + live probes), against `python -c "import torch"`.
@@ -24,6 +24,7 @@ import importlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,8 @@ class Row:
 
 def _child_env() -> Dict[str, str]:
     env = dict(os.environ)
+    # semgrep's version check waits on the network, which this machine does not have.
+    env["SEMGREP_ENABLE_VERSION_CHECK"] = "0"
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("COLUMNS", "120")
     # An installed tool has its .pyc files; without them every run would also time compiling our sources.
@@ -222,11 +225,70 @@ def measure_repro(repeats: int, repro_args: Sequence[str]) -> List[Row]:
     return rows
 
 
-def measure_scan(notes: List[str]) -> List[Row]:
-    module = _bench_module("scan_bench")
-    if module is None:
-        return [Row("scan", "benchmarks/scan_bench.py", None, note="not available")]
-    raise NotImplementedError("wire scan_bench's measure functions here")
+PARSE_FLOOR = (
+    "import ast, pathlib, sys\n"
+    "for path in pathlib.Path(sys.argv[1]).rglob('*.py'):\n"
+    "    try:\n"
+    "        ast.parse(path.read_bytes())\n"
+    "    except (SyntaxError, ValueError):\n"
+    "        pass\n"
+)
+SEMGREP_RULE = """rules:
+  - id: checkpoint-without-use-reentrant
+    languages: [python]
+    severity: WARNING
+    message: checkpoint without use_reentrant
+    patterns:
+      - pattern: checkpoint(...)
+      - pattern-not: checkpoint(..., use_reentrant=$X, ...)
+"""
+
+
+def scan_corpus() -> Optional[Path]:
+    """The installed torch's own sources (FACTS.md section 4's corpus), found without importing torch."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def measure_scan(repeats: int, notes: List[str]) -> List[Row]:
+    corpus = scan_corpus()
+    if corpus is None:
+        return [Row("scan", "dflash-doctor scan", None, note="no torch sources to scan (torch not installed)")]
+    files = sum(1 for _ in corpus.rglob("*.py"))
+    notes.append(f"scan corpus: {corpus} ({files} .py files)")
+    commands = {
+        "floor": lambda: wall([sys.executable, "-c", PARSE_FLOOR, str(corpus)]),
+        "scan": lambda: wall(_cli("scan", str(corpus), "--format", "json", "--fail-on", "never"), ok_codes=(0, 4)),
+        "grep": lambda: wall(["grep", "-rn", "-e", "checkpoint", "-e", "reentrant", str(corpus)], ok_codes=(0, 1)),
+    }
+    semgrep = shutil.which("semgrep")
+    with tempfile.TemporaryDirectory() as tmp:
+        if semgrep:
+            rule = Path(tmp) / "rule.yml"
+            rule.write_text(SEMGREP_RULE)
+            commands["semgrep"] = lambda: wall(
+                [semgrep, "--config", str(rule), "--metrics", "off", "--disable-version-check", "--quiet",
+                 "--no-git-ignore", str(corpus)],
+                ok_codes=(0, 1))
+        medians = interleaved_medians(commands, repeats)
+    floor = medians["floor"]
+    rows = [
+        Row("scan", "python: ast.parse of every file, one process", floor, note=f"anchor (the naive floor), {files} files"),
+        Row("scan", "dflash-doctor scan (all rules, default --jobs)", medians["scan"], "parse floor",
+            medians["scan"] / floor),
+        Row("scan", "grep -rn -e checkpoint -e reentrant", medians["grep"], "parse floor", medians["grep"] / floor,
+            note="text only: every mention, no semantics"),
+    ]
+    if semgrep:
+        rows.append(Row("scan", "semgrep, one rule (checkpoint without use_reentrant)", medians["semgrep"],
+                        "parse floor", medians["semgrep"] / floor))
+    else:
+        rows.append(Row("scan", "semgrep", None, note="not installed here (pip install semgrep to include it)"))
+    return rows
 
 
 def measure_recorder(rounds: int = 7, steps: int = 30) -> List[Row]:
@@ -335,7 +397,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif section == "recorder":
             rows += measure_recorder(args.recorder_rounds, args.recorder_steps)
         else:
-            rows += measure_scan(notes)
+            rows += measure_scan(args.slow_repeats, notes)
 
     out = table(rows)
     sys.stdout.write("\n".join(out) + "\n")
