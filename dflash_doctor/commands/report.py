@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
             dir_okay=False,
         ),
         probes: bool = typer.Option(True, "--probes/--no-probes", help="Run the guards' live probes (needs torch)."),
-        timeout: float = typer.Option(60.0, "--timeout", min=1.0, help="Seconds allowed to the guards' probes."),
+        timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds allowed to the guards' probes."),
     ) -> int:
         """Write a bug report: environment, guards verdict, scan summary, GPU snapshot and last repro, redacted."""
         kind = "markdown"

@@ -110,7 +110,7 @@ def build_bundle(
     paths: Sequence[str] = (".",),
     *,
     probes: bool = True,
-    timeout: float = 60.0,
+    timeout: float = 120.0,
     repro_json: Optional[Path] = None,
     sources: BundleSources = BundleSources(),
 ) -> Bundle:

@@ -44,6 +44,17 @@ def save_last_repro(envelope: dict, env: Optional[Mapping[str, str]] = None) -> 
     return path
 
 
+def remember_repro(report, exit_code: int, env: Optional[Mapping[str, str]] = None) -> Optional[Path]:
+    """What `repro` calls after each run: save its JSON envelope for `report`. A cache that cannot be written
+    (read-only home, full disk) must not fail the repro itself, so that is None instead of an error."""
+    from dflash_doctor.render.json_format import envelope
+
+    try:
+        return save_last_repro(envelope(report, exit_code), env)
+    except OSError:
+        return None
+
+
 class UnreadableRepro(Exception):
     """The repro file exists but is not a repro envelope; the message says why."""
 

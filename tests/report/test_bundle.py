@@ -201,3 +201,24 @@ def test_report_command_refuses_an_unknown_suffix(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"dflash-doctor: error: --out {tmp_path / 'bug.pdf'}: use a .md or .html file name"
     assert not (tmp_path / "bug.pdf").exists()
+
+
+def test_remember_repro_saves_the_envelope_report_reads_back(tmp_path):
+    from dflash_doctor.report.last_repro import load_repro, remember_repro
+
+    env = {"DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
+    report = Report("repro", findings=[lookup("DFD701").finding()], facts={"verdict": "reproduced"},
+                    exit_code_override=1)
+    path = remember_repro(report, 1, env)
+    assert path == last_repro_path(env) == tmp_path / "cache" / "last-repro.json"
+    document = load_repro(path)
+    assert (document["command"], document["exit_code"], document["facts"]["verdict"]) == ("repro", 1, "reproduced")
+    assert [f["code"] for f in document["findings"]] == ["DFD701"]
+
+
+def test_remember_repro_never_fails_the_repro(tmp_path):
+    from dflash_doctor.report.last_repro import remember_repro
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    assert remember_repro(Report("repro"), 0, {"DFLASH_DOCTOR_CACHE": str(blocker)}) is None
