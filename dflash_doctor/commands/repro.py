@@ -96,7 +96,9 @@ def register(app: typer.Typer) -> None:
             "none", "--mitigation",
             help="none, first-call-lock, global-lock, warmup, threadlocal-flag, non-lazy-backward, processes; "
                  "combine with commas."),
-        matrix: bool = typer.Option(False, "--matrix", help="Run every mitigation and print the table."),
+        matrix: bool = typer.Option(
+            False, "--matrix", help="Run every mitigation (one single-thread control, then each multi-thread run) "
+            "and print mitigation, outcome, kind, steps/s; verdict and exit code stay those of --mitigation."),
         amplify_ms: float = typer.Option(2.0, "--amplify-ms", help="Sleep per FX proxy in amplified mode."),
         preset: str = typer.Option("tiny", "--preset", help="Reference drafter size."),
         model: Optional[str] = typer.Option(None, "--model",

@@ -156,7 +156,7 @@ class PhaseChild:
         self.install_mitigations()
         self.recorder = runtime.install(runtime.FlightRecorder(clock=self.clock))
         if spec.mode == "amplified":
-            disturb.install_amplifier(spec.amplify_ms)
+            disturb.install_amplifier(spec.amplify_ms, on_sleep=self.recorder.mark_progress)
         self.started = self.clock()
         if spec.phase == "disturb":
             self.run_disturbance_only()

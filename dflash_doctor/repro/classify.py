@@ -35,7 +35,9 @@ def phase_facts(result: dict) -> dict:
     threads = [{"name": t["name"], "outcome": t["outcome"], "error": t.get("error"), "steps": t.get("steps", 0)}
                for t in result.get("threads", [])]
     facts = {"outcome": result.get("outcome", "error"), "seconds": result.get("seconds", 0.0), "threads": threads}
-    for key in ("run_s", "setup_s", "warmup_s", "hang", "disturbance", "crash", "log_tail", "shim", "shim_check"):
+    # stacks: every thread's frames at the hang, so a cycle the classifier did not name can still be read.
+    for key in ("run_s", "setup_s", "warmup_s", "hang", "stacks", "disturbance", "crash", "log_tail", "shim",
+                "shim_check"):
         if result.get(key):
             facts[key] = result[key]
     facts["steps_per_s"] = steps_per_second(result)

@@ -16,8 +16,12 @@ from dataclasses import dataclass, field
 from typing import Callable, List
 
 
-def install_amplifier(sleep_ms: float, sleep: Callable[[float], None] = time.sleep) -> None:
-    """Widen the race window: sleep `sleep_ms` in every FX proxy creation made while the FX flag is set."""
+def install_amplifier(sleep_ms: float, sleep: Callable[[float], None] = time.sleep,
+                      on_sleep: Callable[[], None] = lambda: None) -> None:
+    """Widen the race window: sleep `sleep_ms` in every FX proxy creation made while the FX flag is set.
+
+    `on_sleep` runs after each sleep: the harness marks progress there, so a trace slowed down on purpose is not
+    mistaken for a hang."""
     import torch.fx._symbolic_trace as symbolic_trace
     import torch.fx.proxy as fx_proxy
 
@@ -27,6 +31,7 @@ def install_amplifier(sleep_ms: float, sleep: Callable[[float], None] = time.sle
     def create_proxy(self, *args, **kwargs):
         if getattr(symbolic_trace, "_is_fx_tracing_flag", False):
             sleep(sleep_ms / 1000.0)
+            on_sleep()
         return original(self, *args, **kwargs)
 
     fx_proxy.TracerBase.create_proxy = create_proxy

@@ -8,10 +8,10 @@ _FX_ERROR = ("RuntimeError: Detected that you are using FX to symbolically trace
 
 
 def _facts(mitigation: str, verdict: str, kind, outcome: str, threads: str, blame: str = "[]",
-           hang: str = "null") -> str:
+           hang: str = "null", mode: str = "forced") -> str:
     return (
         "{\n"
-        '  "torch_version": "2.13.0+cpu", "device": "cpu", "threads": 3, "mode": "forced",\n'
+        f'  "torch_version": "2.13.0+cpu", "device": "cpu", "threads": 3, "mode": "{mode}",\n'
         f'  "mitigation": "{mitigation}", "cache": "cold",\n'
         '  "single_thread": {"outcome": "ok", "seconds": 9.1,\n'
         '                    "threads": [{"name": "drafter-0", "outcome": "ok", "error": null, "steps": 3}]},\n'
@@ -86,7 +86,7 @@ COMPILE_LOCK_DEADLOCK = register(Rule(
                '{"name": "drafter-0", "outcome": "hung", "steps": 0, "error": null}',
                hang='{"kind": "deadlock", "cycle": "compile-lock-autograd", "threads": ["drafter-1", "thread-77"], '
                     '"chain": ["drafter-1 holds compile_lock and waits in torch.autograd.grad", '
-                    '"thread-77 waits for compile_lock in compile_fx_backward"]}'),
+                    '"thread-77 waits for compile_lock in compile_fx_backward"]}', mode="natural"),
     good=_GOOD,
 ))
 
@@ -105,7 +105,7 @@ THREAD_DEADLOCK = register(Rule(
                '{"name": "drafter-0", "outcome": "hung", "steps": 1, "error": null}',
                hang='{"kind": "deadlock", "cycle": "lock-cycle", "threads": ["drafter-0", "drafter-1"], '
                     '"chain": ["drafter-0 holds lock_a and waits for lock_b", '
-                    '"drafter-1 holds lock_b and waits for lock_a"]}'),
+                    '"drafter-1 holds lock_b and waits for lock_a"]}', mode="natural"),
     good=_GOOD,
 ))
 
@@ -122,6 +122,6 @@ THREADED_STEP_FAILED = register(Rule(
     fix="Read the thread's error and traceback in the JSON facts; `--trace out.json` shows the timeline.",
     example_format="repro-facts",
     bad=_facts("none", "reproduced", '"other-error"', "error",
-               '{"name": "drafter-2", "outcome": "error", "steps": 1, "error": "KeyError: \'cache\'"}'),
+               '{"name": "drafter-2", "outcome": "error", "steps": 1, "error": "KeyError: \'cache\'"}', mode="natural"),
     good=_GOOD,
 ))

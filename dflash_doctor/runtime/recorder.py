@@ -76,6 +76,10 @@ class FlightRecorder:
         self.stuck_by: Optional[str] = None  # thread whose trace exit left the global flag True
 
     # -- recording ---------------------------------------------------------------------------------------
+    def mark_progress(self) -> None:
+        """Progress without an event (e.g. a deliberately slowed trace): keeps the watchdog quiet."""
+        self.last_progress = self._clock()
+
     def now(self) -> float:
         return self._clock() - self.started
 

@@ -1,5 +1,8 @@
 """A watchdog: no progress for `hang_after` seconds -> snapshot every thread's stack, classify the hang, report.
 
+Progress is an event (a step, an FX trace, a compile) or the process tree burning CPU: an inductor compile can go
+many seconds without an event, but it keeps a core busy, while deadlocked threads use none.
+
 In-process it uses `sys._current_frames()` from its own thread, which works while the stuck threads wait on
 locks (they release the GIL). If a thread holds the GIL forever the watchdog cannot run; `arm_faulthandler`
 sets up faulthandler's C-level dump as the fallback, which the repro harness reads after killing the child.
@@ -15,6 +18,27 @@ from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
 from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks
 
 
+BUSY_CORE_FRACTION = 0.1  # above this share of one core, averaged over a window, the tree counts as working
+BUSY_WINDOW_S = 1.0
+
+
+def process_tree_cpu_seconds() -> float:
+    """CPU seconds used so far by this process, its reaped children and its live descendants (compile workers,
+    the C++ compiler)."""
+    import psutil
+
+    me = psutil.Process()
+    times = me.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in me.children(recursive=True):
+        try:
+            child_times = child.cpu_times()
+        except psutil.Error:  # it ended between listing and reading
+            continue
+        total += child_times.user + child_times.system
+    return total
+
+
 @dataclass(frozen=True)
 class HangReport:
     diagnosis: HangDiagnosis
@@ -22,7 +46,8 @@ class HangReport:
 
 
 class Watchdog:
-    """Polls `last_progress()` (a value of `clock`); fires `on_hang(HangReport)` once when it is too old.
+    """Polls `last_progress()` (a value of `clock`); fires `on_hang(HangReport)` once when neither an event nor
+    CPU use (`cpu_seconds()`, cumulative; None to ignore CPU) showed progress for `hang_after_s`.
 
     Typical use: `Watchdog(lambda: recorder.last_progress, 60, on_hang).start()`.
     """
@@ -36,6 +61,7 @@ class Watchdog:
         clock: Callable[[], float] = time.perf_counter,
         poll_s: float = 0.2,
         capture: Callable[[], List[ThreadStack]] = capture_stacks,
+        cpu_seconds: Optional[Callable[[], float]] = process_tree_cpu_seconds,
         thread_factory=threading.Thread,
     ) -> None:
         self._last_progress = last_progress
@@ -44,6 +70,9 @@ class Watchdog:
         self._clock = clock
         self._poll = poll_s
         self._capture = capture
+        self._cpu_seconds = cpu_seconds
+        self._window = (clock(), cpu_seconds()) if cpu_seconds else None
+        self._last_busy = float("-inf")
         self._stop = threading.Event()
         self._thread = thread_factory(target=self._run, name="dflash-doctor-watchdog", daemon=True)
         self.fired: Optional[HangReport] = None
@@ -61,13 +90,27 @@ class Watchdog:
         """One poll: fire if progress is stale. Public so tests can step it with a fake clock."""
         if self.fired is not None:
             return None
-        stalled = self._clock() - self._last_progress()
+        now = self._clock()
+        self._note_cpu(now)
+        stalled = now - max(self._last_progress(), self._last_busy)
         if stalled < self._hang_after:
             return None
         stacks = self._capture()
         self.fired = HangReport(classify_hang(stacks, stalled), stacks)
         self._on_hang(self.fired)
         return self.fired
+
+    def _note_cpu(self, now: float) -> None:
+        """Close a CPU window every BUSY_WINDOW_S; a busy window counts as progress at its end."""
+        if self._window is None:
+            return
+        started, cpu_at_start = self._window
+        if now - started < BUSY_WINDOW_S:
+            return
+        cpu = self._cpu_seconds()
+        if cpu - cpu_at_start >= BUSY_CORE_FRACTION * (now - started):
+            self._last_busy = now
+        self._window = (now, cpu)
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll):

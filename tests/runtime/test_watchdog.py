@@ -26,7 +26,7 @@ class FakeClock:
 def test_fires_once_when_progress_is_older_than_hang_after():
     clock, fired = FakeClock(), []
     last = {"t": 100.0}
-    dog = Watchdog(lambda: last["t"], 5.0, fired.append, clock=clock, capture=lambda: [])
+    dog = Watchdog(lambda: last["t"], 5.0, fired.append, clock=clock, capture=lambda: [], cpu_seconds=None)
     clock.now = 104.9
     assert dog.check() is None
     last["t"] = 104.0  # progress resets the window
@@ -38,6 +38,22 @@ def test_fires_once_when_progress_is_older_than_hang_after():
     assert report.diagnosis.stalled_s == pytest.approx(5.5)
     clock.now = 200.0
     assert dog.check() is None and len(fired) == 1
+
+
+def test_a_busy_cpu_counts_as_progress_and_an_idle_one_does_not():
+    # An inductor compile goes seconds without an event but keeps a core busy; deadlocked threads use none.
+    clock, fired, cpu = FakeClock(), [], {"s": 0.0}
+    dog = Watchdog(lambda: 100.0, 5.0, fired.append, clock=clock, capture=lambda: [], cpu_seconds=lambda: cpu["s"])
+    for _ in range(20):  # 20 s of compiling at half a core, no events
+        clock.now += 1.0
+        cpu["s"] += 0.5
+        assert dog.check() is None
+    for second in range(1, 6):  # then idle: fires once five idle seconds have passed
+        clock.now += 1.0
+        cpu["s"] += 0.01
+        report = dog.check()
+        assert (report is not None) == (second == 5)
+    assert len(fired) == 1
 
 
 DEADLOCK_CHILD = textwrap.dedent('''
