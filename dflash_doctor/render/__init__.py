@@ -29,6 +29,9 @@ def emit(
     err: Optional[TextIO] = None,
 ) -> int:
     """Write `report` in `fmt` (report to stdout, problems and summary to stderr) and return its exit code."""
+    # Older typer releases hand an unannotated enum option over as its plain string: accept both.
+    fmt = OutputFormat(fmt)
+    fail_on = FailOn(fail_on)
     out = out or sys.stdout
     err = err or sys.stderr
     exit_code = report.exit_code(fail_on)
