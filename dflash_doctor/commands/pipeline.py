@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -119,4 +120,11 @@ def register(app: typer.Typer) -> None:
         report = Report("pipeline", facts=result.facts())
         if not result.ok:
             report.exit_code_override = 1
-        return finish(report, fmt, fail_on, output, facts_view=render_pipeline)
+        code = finish(report, fmt, fail_on, output, facts_view=render_pipeline)
+        if workers == "threads" and any(w.outcome == "hung" for w in result.workers):
+            # A deadlocked thread can never be joined, and interpreter shutdown with it inside torch can abort:
+            # the report is written, so leave now with its exit code.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code

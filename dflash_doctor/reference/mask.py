@@ -31,9 +31,13 @@ def sample_anchors(lengths: torch.Tensor, prompt_len: int, block_size: int, bloc
 def dflash_mask_mod(anchors: torch.Tensor, ctx_len: int, block_size: int):
     """mask_mod(b, h, q_idx, kv_idx) for flex_attention, closed over this step's anchors (batch, blocks)."""
 
+    last_block = anchors.shape[1] - 1
+
     def mask_mod(b, h, q_idx, kv_idx):
         q_block = q_idx // block_size
-        anchor = anchors[b, q_block]
+        # Compiled kernels may also evaluate the rows that pad Q_LEN up to a tile: clamp so those never index
+        # past the end of `anchors`.
+        anchor = anchors[b, q_block.clamp(max=last_block)]
         in_context = kv_idx < ctx_len
         sees_context = in_context & (kv_idx < anchor)
         sees_own_block = (~in_context) & ((kv_idx - ctx_len) // block_size == q_block)
