@@ -17,8 +17,8 @@ EPILOG = (
     "dflash-doctor pipeline --preset seeds --device cuda --target-devices 0,1,2,3,4 --drafter-devices 5,6,7  ·  "
     "dflash-doctor pipeline --save runs/d1 && dflash-doctor pipeline --save runs/d1 --resume  ·  "
     "dflash-doctor pipeline --fail-worker drafter-1 --fail-at-step 3 --format json   "
-    "Exit codes: 0 the run finished; 1 a worker died (named on stdout and in JSON `failed_worker`; the others "
-    "were shut down cleanly); 2 usage error; 3 internal error."
+    "Exit codes: 0 the run finished; 1 a worker died or hung (named on stdout and in JSON `failed_worker`; the "
+    "others were shut down cleanly); 2 usage error; 3 internal error; 4 a missing dependency (transformers)."
 )
 
 

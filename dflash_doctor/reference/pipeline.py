@@ -64,6 +64,17 @@ def default_devices(targets: int, drafters: int, device_type: str, available: in
             [f"cuda:{target_share + i % drafter_share}" for i in range(drafters)])
 
 
+def check_hf_checkpoint(path: str) -> None:
+    """Fail before any worker starts: a local folder with config.json, and transformers importable."""
+    from pathlib import Path
+
+    from dflash_doctor.errors import require
+
+    if not (Path(path) / "config.json").is_file():
+        raise ValueError(f"--target-checkpoint {path} is not a local Hugging Face checkpoint (no config.json in it)")
+    require("transformers", package="transformers", install="pip install transformers", purpose="--target-checkpoint")
+
+
 def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     """Validate options into a RunPlan; raises ValueError with one clear line for anything wrong."""
     from dflash_doctor.reference.attention import default_path
@@ -100,6 +111,8 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     names = [f"target-{i}" for i in range(len(targets))] + [f"drafter-{i}" for i in range(len(drafters))]
     if options.fail_worker and options.fail_worker not in names:
         raise ValueError(f"--fail-worker {options.fail_worker!r} is not a worker of this run ({', '.join(names)})")
+    if options.hf_checkpoint:
+        check_hf_checkpoint(options.hf_checkpoint)
     start = int(state["step"]) if state else 0
     return RunPlan(
         cfg=cfg, device_type=options.device, target_devices=targets, drafter_devices=drafters, steps=steps,

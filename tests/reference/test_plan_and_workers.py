@@ -37,6 +37,7 @@ def test_device_lists():
     (PipelineOptions(resume=True), "--resume needs --save DIR"),
     (PipelineOptions(fail_worker="drafter-9"), "--fail-worker 'drafter-9' is not a worker of this run"),
     (PipelineOptions(device="cuda"), "no CUDA device"),
+    (PipelineOptions(hf_checkpoint="/"), "--target-checkpoint / is not a local Hugging Face checkpoint"),
 ])
 def test_bad_options_are_one_clear_error(options, message):
     with pytest.raises(ValueError, match=message):
