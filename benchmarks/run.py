@@ -146,7 +146,8 @@ def measure_startup(repeats: int) -> List[Row]:
         return Row("startup", what, medians[key], anchor, medians[key] / base, against, note)
 
     return [
-        Row("startup", 'python -c "import typer, rich.console"', base, note=f"anchor; medians of {repeats}, interleaved"),
+        Row("startup", 'python -c "import typer, rich.console"', base,
+            note=f"anchor; medians of {repeats}, interleaved"),
         row("floor_help", "minimal typer app --help (rich help)"),
         row("floor_run", "minimal typer app, one command with a path"),
         row("help", "dflash-doctor --help", target, "floor_help"),
@@ -265,7 +266,9 @@ def measure_scan(repeats: int, notes: List[str]) -> List[Row]:
         "scan": lambda: wall(_cli("scan", str(corpus), "--format", "json", "--fail-on", "never"), ok_codes=(0, 4)),
         "grep": lambda: wall(["grep", "-rn", "-e", "checkpoint", "-e", "reentrant", str(corpus)], ok_codes=(0, 1)),
     }
-    semgrep = shutil.which("semgrep")
+    # Next to this Python first: a venv's tools are there even when the venv is not on PATH.
+    search = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+    semgrep = shutil.which("semgrep", path=search)
     with tempfile.TemporaryDirectory() as tmp:
         if semgrep:
             rule = Path(tmp) / "rule.yml"
@@ -277,7 +280,8 @@ def measure_scan(repeats: int, notes: List[str]) -> List[Row]:
         medians = interleaved_medians(commands, repeats)
     floor = medians["floor"]
     rows = [
-        Row("scan", "python: ast.parse of every file, one process", floor, note=f"anchor (the naive floor), {files} files"),
+        Row("scan", "python: ast.parse of every file, one process", floor,
+            note=f"anchor (the naive floor), {files} files"),
         Row("scan", "dflash-doctor scan (all rules, default --jobs)", medians["scan"], "parse floor",
             medians["scan"] / floor),
         Row("scan", "grep -rn -e checkpoint -e reentrant", medians["grep"], "parse floor", medians["grep"] / floor,

@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
             None, "--out", help="Write to FILE.md or FILE.html (default: Markdown on stdout).", dir_okay=False
         ),
         repro_json: Optional[Path] = typer.Option(
-            None, "--repro-json", help="A repro result (`repro --format json` output) to include instead of the last one.",
+            None, "--repro-json",
+            help="A repro result (`repro --format json` output) to include instead of the last one.",
             dir_okay=False,
         ),
         probes: bool = typer.Option(True, "--probes/--no-probes", help="Run the guards' live probes (needs torch)."),

@@ -147,7 +147,8 @@ def _markdown_block(block: Block) -> str:
     fence = _fence(block.text)
     if block.kind == "code":
         return f"{fence}\n{block.text}\n{fence}"
-    return f"<details><summary>{html.escape(block.header[0])}</summary>\n\n{fence}json\n{block.text}\n{fence}\n\n</details>"
+    summary = html.escape(block.header[0])
+    return f"<details><summary>{summary}</summary>\n\n{fence}json\n{block.text}\n{fence}\n\n</details>"
 
 
 def _html_block(block: Block) -> str:

@@ -51,7 +51,10 @@ def step(q, k):
     return attn(q, k)
 '''
 # Runs the CLI in a child where `import torch` fails, as on a CI runner without torch.
-NO_TORCH = "import sys; sys.modules['torch'] = None; from dflash_doctor.cli import main; sys.argv[0] = 'dflash-doctor'; main()"
+NO_TORCH = (
+    "import sys; sys.modules['torch'] = None; from dflash_doctor.cli import main; "
+    "sys.argv[0] = 'dflash-doctor'; main()"
+)
 
 
 def _project(root: Path, source: str) -> Path:

@@ -18,7 +18,10 @@ pytest.importorskip("pre_commit", reason="pre-commit is not installed (pip insta
 
 HOOK = "dflash-doctor-scan-system"
 RISKY = "import torch.utils.checkpoint as tuc\n\n\ndef f(fn, x):\n    return tuc.checkpoint(fn, x)\n"
-CLEAN = "import torch.utils.checkpoint as tuc\n\n\ndef f(fn, x):\n    return tuc.checkpoint(fn, x, use_reentrant=False)\n"
+CLEAN = (
+    "import torch.utils.checkpoint as tuc\n\n\ndef f(fn, x):\n"
+    "    return tuc.checkpoint(fn, x, use_reentrant=False)\n"
+)
 
 
 def _env(tmp_path: Path) -> dict:

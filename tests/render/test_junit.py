@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from dflash_doctor.findings import FailOn, Problem, Report, Severity
+from dflash_doctor.findings import FailOn, Problem, Report
 from dflash_doctor.render.junit import render_junit
 from dflash_doctor.rules import all_rules, lookup
 

@@ -32,7 +32,8 @@ def _every_rule_report(root: Path) -> Report:
                                          evidence={"call": "checkpoint(f, x)"}))
         else:
             findings.append(rule.finding(evidence={"gpu": 5}))
-    return Report("check", findings=findings, problems=[Problem("guards", "torch is not importable", "pip install torch")])
+    problems = [Problem("guards", "torch is not importable", "pip install torch")]
+    return Report("check", findings=findings, problems=problems)
 
 
 def _results(document: dict) -> list:

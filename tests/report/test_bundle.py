@@ -9,12 +9,12 @@ from html.parser import HTMLParser
 import pytest
 
 from dflash_doctor.errors import MissingDependency, UsageError
-from dflash_doctor.findings import Problem, Report
+from dflash_doctor.findings import Report
 from dflash_doctor.report import BundleSources, build_bundle, render_html, render_markdown, save_last_repro
 from dflash_doctor.report.gpu_snapshot import gpu_snapshot
 from dflash_doctor.report.last_repro import last_repro_path
 from dflash_doctor.report.redact import REDACTED
-from dflash_doctor.rules import all_rules, lookup
+from dflash_doctor.rules import lookup
 from tests.conftest import run_cli
 from tests.report.test_redact import AWS_ID, GITHUB, HF, OPENAI
 
@@ -36,8 +36,9 @@ def _planted_env(cache) -> dict:
 
 
 def _sources(env, **overrides) -> BundleSources:
+    fixes = [{"fix": "Warm up in one thread.", "cost": "a serial warm-up"}]
     guards = Report("guards", findings=[], facts={"verdict": "vulnerable", "torch": "2.13.0", "note": f"key={OPENAI}",
-                                                  "fixes": [{"fix": "Warm up in one thread.", "cost": "a serial warm-up"}]})
+                                                  "fixes": fixes})
     scan = Report("scan", findings=[lookup("DFD101").finding(path=f"/home/{GITHUB}/train.py", line=4, column=9)],
                   facts={"files": 1})
     defaults = dict(
