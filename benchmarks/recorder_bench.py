@@ -3,8 +3,9 @@
     python benchmarks/recorder_bench.py [--device cpu] [--rounds 7] [--steps 30] [--out benchmarks/results/recorder.md]
 
 The anchor is the same compiled step without the recorder, measured in the same process, interleaved with the
-recorded runs (A B A B ...) so machine noise hits both alike; the result is the ratio of medians. A second,
-steadier number: the cost of the recorder's per-step work alone (two events) as a fraction of the median step.
+recorded runs (A B A B ...) so machine noise hits both alike; the results are the ratio of medians and the ratio
+of the fastest rounds. The steadiest number: the cost of the recorder's per-step work alone (two events) as a
+fraction of the median step; that is the one the <= 1 % target is judged on.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def measure(device: str = "cpu", rounds: int = 7, steps: int = 30) -> dict:
     per_step_events = empty_step_cost(runtime.FlightRecorder())
     bare_median, recorded_median = statistics.median(bare), statistics.median(recorded)
     return {"bare": bare, "recorded": recorded, "bare_median_s": bare_median, "recorded_median_s": recorded_median,
-            "ratio_overhead": recorded_median / bare_median - 1.0, "per_step_events_s": per_step_events,
+            "ratio_overhead": recorded_median / bare_median - 1.0,
+            "min_ratio_overhead": min(recorded) / min(bare) - 1.0, "per_step_events_s": per_step_events,
             "event_share": per_step_events / bare_median, "target_share": 0.01}
 
 
@@ -87,6 +89,7 @@ def main(argv=None) -> int:
         f"| median step, no recorder (anchor) | {bare_median * 1e3:.3f} ms |",
         f"| median step, recorder installed + `recorder.step()` | {recorded_median * 1e3:.3f} ms |",
         f"| overhead, ratio of medians | {ratio * 100:+.2f} % |",
+        f"| overhead, ratio of fastest rounds (noise only adds time) | {numbers['min_ratio_overhead'] * 100:+.2f} % |",
         f"| recorder's own per-step work (2 events) | {per_step_events * 1e6:.2f} us |",
         f"| that work as a share of the anchor step | {event_share * 100:.4f} % |",
         f"| target | <= 1 % of a step: {'met' if event_share <= 0.01 else 'NOT met'} |",

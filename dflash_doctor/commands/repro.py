@@ -134,4 +134,7 @@ def register(app: typer.Typer) -> None:
         if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
+        from dflash_doctor.report.last_repro import remember_repro
+
+        remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
         return finish(report, fmt, output=output, facts_view=render_repro_facts)

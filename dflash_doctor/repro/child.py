@@ -185,7 +185,7 @@ class PhaseChild:
         for thread in workers:
             while thread.is_alive():
                 thread.join(1.0)
-                if self.clock() - self.recorder.last_progress < spec.hang_after_s:
+                if self.clock() - watchdog.last_alive() < spec.hang_after_s:
                     self.rearm_faulthandler()
         self.result["run_s"] = round(self.clock() - workers_started, 6)
         watchdog.stop()

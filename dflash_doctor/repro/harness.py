@@ -164,7 +164,7 @@ class Harness:
         from dflash_doctor.repro.findings import findings_from_facts
 
         report.findings.extend(findings_from_facts(facts))
-        if any(p.subject in ("threadlocal-flag", "non-lazy-backward") for p in report.problems):
+        if report.problems:  # a mitigation that could not be installed, a phase that ran out of time
             report.exit_code_override = EXIT_HARNESS_FAILURE
         else:
             report.exit_code_override = EXIT_REPRODUCED if facts["verdict"] == "reproduced" else EXIT_NOT_REPRODUCED
@@ -177,6 +177,12 @@ class Harness:
             result = self.run_multi(root, mitigation, f"multi-{label.replace(',', '+')}-t{trial + 1}")
             kind, blame = classify_phase(result)
             problems.extend(_problems(result))
+            if result.get("timed_out_busy"):
+                kind, blame = None, []
+                problems.append(Problem(
+                    f"{self.spec.threads}-thread phase ({label})",
+                    f"still making progress when --timeout ({self.spec.timeout_s:.0f} s) ended it: no verdict",
+                    "raise --timeout (cold compiles of several shapes take a while on a busy machine)"))
             trials.append({"trial": trial + 1, "outcome": result.get("outcome"), "kind": kind,
                            "seconds": result.get("seconds")})
             if kind is not None and chosen is None:

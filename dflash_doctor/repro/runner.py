@@ -125,6 +125,8 @@ def read_phase_result(phase_dir: Path, exit: ChildExit, spec: PhaseSpec) -> dict
     if exit.timed_out:
         result["outcome"] = "hung"
         result["hang"], result["stacks"] = _faulthandler_diagnosis(phase_dir, exit.seconds)
+        # No dump: the child kept showing progress (its dump is re-armed while it does) until the timeout.
+        result["timed_out_busy"] = not result["stacks"]
     else:
         result["outcome"] = "error"
         reason = (f"killed by signal {signal.Signals(-exit.returncode).name}" if exit.returncode and exit.returncode < 0
@@ -147,7 +149,5 @@ def _faulthandler_diagnosis(phase_dir: Path, seconds: float):
         names = {int(ident): name for ident, name in json.loads(names_path.read_text(encoding="utf-8")).items()}
     stacks = parse_faulthandler(text, names)
     if not stacks:
-        return ({"kind": "other-error", "cycle": "no-cycle", "threads": [], "stalled_s": round(seconds, 3),
-                 "chain": [f"the child made no report before the {seconds:.0f} s timeout and left no stack dump"],
-                 "hint": "rerun with a longer --timeout"}, [])
+        return None, []
     return classify_hang(stacks, seconds).to_dict(), [s.to_dict() for s in stacks]

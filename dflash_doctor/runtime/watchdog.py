@@ -86,13 +86,17 @@ class Watchdog:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 
+    def last_alive(self) -> float:
+        """When progress was last seen: an event, or a window in which the process tree used CPU."""
+        return max(self._last_progress(), self._last_busy)
+
     def check(self) -> Optional[HangReport]:
         """One poll: fire if progress is stale. Public so tests can step it with a fake clock."""
         if self.fired is not None:
             return None
         now = self._clock()
         self._note_cpu(now)
-        stalled = now - max(self._last_progress(), self._last_busy)
+        stalled = now - self.last_alive()
         if stalled < self._hang_after:
             return None
         stacks = self._capture()

@@ -36,17 +36,21 @@ def repro(tmp_path_factory):
 
     cache = tmp_path_factory.mktemp("inductor-cache")
     trace = tmp_path_factory.mktemp("traces") / "trace.json"
+    last_repro = tmp_path_factory.mktemp("doctor-cache")
 
     def run(extra):
         args = [*COMMON, *extra]
         if "--trace" in args:
             args[args.index("--trace") + 1] = str(trace)
-        proc = run_cli(*args, timeout=560, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        # Each run gets its own DFLASH_DOCTOR_CACHE, where repro leaves its result for `dflash-doctor report`.
+        saved = last_repro / str(abs(hash(extra)))
+        proc = run_cli(*args, timeout=560, env={"TORCHINDUCTOR_CACHE_DIR": str(cache),
+                                                "DFLASH_DOCTOR_CACHE": str(saved)})
         try:
             doc = json.loads(proc.stdout)
         except json.JSONDecodeError as exc:
             raise AssertionError(f"rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}") from exc
-        return proc, doc, trace
+        return proc, doc, (trace if "--trace" in extra else saved / "last-repro.json")
 
     done = {FORCED: run(FORCED)}
     rest = (STUCK, SHIMMED["forced"], SHIMMED["stuck"], NATURAL, DEADLOCK)
@@ -86,13 +90,14 @@ def test_forced_reproduces_the_exact_error_and_blames_the_holder(repro):
 
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
 def test_stuck_reproduces_and_blames_the_trace_that_left_the_flag_set(repro):
-    proc, doc, _ = repro[STUCK]
+    proc, doc, saved = repro[STUCK]
     facts = doc["facts"]
     assert proc.returncode == 0  # --expect reproduced, and it was
     assert (facts["verdict"], facts["kind"]) == ("reproduced", "stuck-flag")
     assert {b["holder"] for b in facts["blame"]} == {"fx-trace-b"}
     assert all(error == FX_ERROR for _, error, _ in threads_of(facts["multi_thread"]).values())
     assert [f["code"] for f in doc["findings"]] == ["DFD702"]
+    assert json.loads(saved.read_text()) == doc  # the envelope `dflash-doctor report` picks up
 
 
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
