@@ -46,9 +46,13 @@ def test_step_log_lines_carry_the_worker_name(trained):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode, victim", [("threads", "drafter-1"), ("processes", "drafter-1")])
-def test_killing_one_worker_ends_the_run_with_that_worker_named(mode, victim):
-    proc, doc = run_cli_json(*TINY, "--workers", mode, "--steps", "10", "--fail-worker", victim,
+@pytest.mark.parametrize("mode, victim, topology", [
+    ("threads", "drafter-1", ()),
+    # Two ranks are enough to see a rank SIGKILLed and its peer ended; each rank costs a torch import.
+    ("processes", "drafter-0", ("--target-devices", "cpu", "--drafter-devices", "cpu")),
+])
+def test_killing_one_worker_ends_the_run_with_that_worker_named(mode, victim, topology):
+    proc, doc = run_cli_json(*TINY, "--workers", mode, *topology, "--steps", "10", "--fail-worker", victim,
                              "--fail-at-step", "3", timeout=100)
     facts = doc["facts"]
     assert proc.returncode == 1 and doc["exit_code"] == 1  # documented: 1 = a worker died
