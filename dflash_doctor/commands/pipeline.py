@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-        bar = _progress_bar(fmt is OutputFormat.TEXT and output is None)
+        bar = _progress_bar(OutputFormat(fmt) is OutputFormat.TEXT and output is None)
         try:
             if bar is None:
                 result = run_plan(plan, workers)
