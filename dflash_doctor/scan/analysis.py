@@ -3,16 +3,18 @@ each rule look at the calls and assignments it cares about."""
 from __future__ import annotations
 
 import ast
+import bisect
+import re
 from dataclasses import dataclass, field
-from typing import FrozenSet, List, Optional
+from typing import FrozenSet, Iterable, List, Optional, Tuple
 
 from dflash_doctor.findings import Finding, Problem
-from dflash_doctor.scan.callgraph import CallGraphCollector
+from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.checkpointing import CheckpointRule
 from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.dynamo_config import DynamoConfigRule
 from dflash_doctor.scan.flex import FlexAttentionRule
-from dflash_doctor.scan.summary import ModuleSummary
+from dflash_doctor.scan.scopes import SCOPE_NODES
 from dflash_doctor.scan.threads import SpawnCollector
 
 
@@ -21,21 +23,93 @@ class FileResult:
     path: str
     findings: List[Finding] = field(default_factory=list)
     problems: List[Problem] = field(default_factory=list)
-    summary: Optional[ModuleSummary] = None
     parsed: bool = False
 
 
-def _walk(ctx: FileContext):
-    """(node, scope) pairs in source order; decorators, defaults and bases belong to the enclosing scope."""
+# Words whose lines hold every call the non-graph rules judge; aliases are added by `candidate_lines`.
+_RULE_WORDS = {
+    "DFD101": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs"),
+    "DFD102": ("checkpoint", "checkpoint_sequential"),
+    "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs"),
+    "DFD104": ("gradient_checkpointing_enable",),
+    "DFD301": ("error_on_nested_fx_trace", "force_compile_during_fx_trace"),
+    "DFD201": ("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool"),
+    "DFD202": ("flex_attention",),
+}
+_GRAPH_RULES = frozenset({"DFD201", "DFD202"})
+_ALIAS = re.compile(r"\bas\s+(\w+)")
+_LEFT = re.compile(r"^[\w\s,.\[\]*]+$")  # assignment targets; no "(" so `f(x=1)` keywords are not taken
+_NOT_ALIASES = frozenset({"self", "cls"})
+
+
+def _assigned_names(line: str) -> List[str]:
+    """Names on the left of a plain `=` (`a, self.b = ...`, `c: T = ...`); [] for other lines."""
+    position = line.find("=")
+    while position > 0 and (line[position - 1] in "=!<>+-*/%&|^@:" or line[position + 1: position + 2] == "="):
+        position = line.find("=", position + 2)
+    if position <= 0:
+        return []
+    left = line[:position].split(":", 1)[0]
+    if not _LEFT.match(left):
+        return []
+    return re.findall(r"[A-Za-z_]\w*", left)
+
+
+def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenSet[str]]:
+    """Sorted numbers of the lines that mention `words` or a name bound on such a line (`as ckpt`,
+    `ckpt = partial(checkpoint, ...)`), followed to a fixed point, and those names: a rule's call can only
+    start on such a line."""
+    names = set(words)
+    if not names:
+        return [], frozenset()
+    starts: Optional[List[int]] = None
+    hits: List[int] = []
+    for _ in range(4):
+        pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
+        offsets = [m.start() for m in pattern.finditer(text)]
+        if not offsets:
+            return [], frozenset(names)
+        if starts is None:
+            starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        hits = sorted({bisect.bisect_right(starts, offset) for offset in offsets})
+        found = set()
+        for number in hits:
+            line = text[starts[number - 1]: starts[number] if number < len(starts) else len(text)]
+            if " as " in line:
+                found.update(_ALIAS.findall(line))
+            if "=" in line:
+                found.update(_assigned_names(line))
+        found -= _NOT_ALIASES
+        if found <= names:
+            break
+        names |= found
+    return hits, frozenset(names)
+
+
+def _walk(ctx: FileContext, lines: Optional[List[int]] = None):
+    """(node, scope) pairs in source order; decorators, defaults and bases belong to the enclosing scope.
+
+    With `lines`, only subtrees whose line span holds one of those lines are entered."""
     table = ctx.table
-    stack = [(child, table.module) for child in reversed(table.module.node.body)]
+
+    def wanted(node: ast.AST) -> bool:
+        start = getattr(node, "lineno", None)
+        if lines is None or start is None:
+            return True
+        decorators = getattr(node, "decorator_list", None)
+        if decorators:  # a def's lineno is its `def` line; decorators sit above it
+            start = min(start, decorators[0].lineno)
+        index = bisect.bisect_left(lines, start)
+        return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
+
+    stack = [(child, table.module) for child in reversed(table.module.node.body) if wanted(child)]
     while stack:
         node, scope = stack.pop()
         yield node, scope
-        inner = table.scope_of.get(node)
-        if inner is None:
-            stack.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))))
+        if not isinstance(node, SCOPE_NODES):
+            stack.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))) if wanted(child))
             continue
+        inner = table.scope_for(node, scope)
         if isinstance(node, ast.Lambda):
             outer = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
             body = [node.body]
@@ -45,32 +119,45 @@ def _walk(ctx: FileContext):
         else:
             outer = node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
             body = node.body
-        stack.extend((child, inner) for child in reversed(body))
-        stack.extend((child, scope) for child in reversed(outer))
+        stack.extend((child, inner) for child in reversed(body) if wanted(child))
+        stack.extend((child, scope) for child in reversed(outer) if wanted(child))
 
 
 def analyse_tree(
     path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str] = None,
-) -> FileResult:
-    ctx = FileContext(path, text, tree, enabled, package)
-    graph = CallGraphCollector(ctx)
-    spawns = SpawnCollector(ctx, graph.summary)
+    graph: bool = False,
+) -> Tuple[FileResult, Optional[ModuleGraph]]:
+    """Findings of the `enabled` rules in one parsed file, and its call graph when a graph rule (DFD201,
+    DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into)."""
+    graph = graph or bool(enabled & _GRAPH_RULES)
+    compile_lines, compile_names = candidate_lines(text, ("compile",)) if graph else ([], frozenset())
+    lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS[code]})
+    if "DFD202" in enabled:  # flex coverage needs this file's compile sites
+        lines = sorted(set(lines) | set(compile_lines))
+    ctx = FileContext(path, text, tree, enabled, package, lines, compile_names)
+    module_graph = ModuleGraph(ctx) if graph else None
+    spawns = SpawnCollector(ctx, module_graph) if "DFD201" in enabled else None
+    flex = FlexAttentionRule(ctx) if "DFD202" in enabled else None
     checkpoints = CheckpointRule(ctx)
     config = DynamoConfigRule(ctx)
-    flex = FlexAttentionRule(ctx)
-    for node, scope in _walk(ctx):
+    for node, scope in _walk(ctx, lines):
         if isinstance(node, ast.Call):
             checkpoints.visit_call(node, scope)
             config.visit_call(node, scope)
-            flex.visit_call(node, scope)
-            graph.visit_call(node, scope)
-            spawns.visit_call(node, scope)
+            if spawns is not None:
+                spawns.visit_call(node, scope)
+            if flex is not None:
+                flex.visit_call(node, scope)
+                module_graph.visit_call(node, scope)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             config.visit_assign(node, scope)
-        if node in ctx.table.scope_of:
-            graph.visit_scope(node, scope)
+        elif flex is not None and isinstance(node, SCOPE_NODES):
+            module_graph.visit_scope(node, scope)
     checkpoints.finish()
-    summary = graph.finish()
-    spawns.finish()
-    flex.finish(summary)
-    return FileResult(path, ctx.findings, [], summary, parsed=True)
+    if spawns is not None:
+        spawns.finish()
+    if flex is not None:
+        flex.finish(module_graph)
+    if module_graph is None:
+        ctx.table.release()
+    return FileResult(path, ctx.findings, [], parsed=True), module_graph

@@ -1,51 +1,124 @@
-"""Collects one file's share of the call graph (functions, classes, module names, compile sites) for DFD201/202."""
+"""One file's share of the project call graph, built on demand: a function's calls are collected the first
+time a search reaches it, so a file costs one parse plus the functions a thread (or torch.compile) can run.
+
+The whole-file walk only visits candidate lines (spawn sites, compile sites, rule calls); see analysis.py.
+"""
 from __future__ import annotations
 
 import ast
-from typing import Optional
+from typing import Dict, List, Optional, Tuple
 
 from dflash_doctor.scan.context import FileContext
-from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass
-from dflash_doctor.scan.scopes import FUNCTION_NODES, Scope
-from dflash_doctor.scan.summary import ClassInfo, FuncInfo, ModuleSummary
+from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, Ref
+from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, Scope
+from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn
 
 THREAD_CLASS = "threading.Thread"
+_LOCALS = "<locals>"
 
 
-class CallGraphCollector:
+class ModuleGraph:
     def __init__(self, ctx: FileContext):
         self.ctx = ctx
-        self.summary = ModuleSummary(ctx.path)
+        self.path = ctx.path
+        self.spawns: List[Spawn] = []
+        self.compile_roots: List[Ref] = []  # what torch.compile(...) / @torch.compile / .compile() covers
+        self._functions: Dict[str, Optional[FuncInfo]] = {}
+        self._classes: Dict[str, Optional[ClassInfo]] = {}
+        self._names: Dict[str, Tuple[object, ...]] = {}
+
+    # -- compile sites, seen by the candidate-line walk ---------------------------------------------------
 
     def visit_scope(self, node: ast.AST, outer: Scope) -> None:
-        if not isinstance(node, FUNCTION_NODES):
-            return
-        scope = self.ctx.table.scope_of[node]
-        compiled = any(
-            self.ctx.resolver.is_compile(d, outer, node.lineno)
-            or self.ctx.resolver.is_compile_call(d, outer, node.lineno)
-            for d in getattr(node, "decorator_list", ())
-        )
-        # Two defs of one name (if/else variants) share one entry: either may be the one that runs.
-        info = self.summary.functions.setdefault(scope.qualname, FuncInfo(scope.qualname, node.lineno))
-        info.compiled = info.compiled or compiled
-        if compiled:
-            self.summary.compile_roots.append(FuncRef(self.ctx.path, scope.qualname))
+        if isinstance(node, FUNCTION_NODES) and self._decorated_compiled(node, outer):
+            self.compile_roots.append(FuncRef(self.path, self.ctx.table.scope_for(node, outer).qualname))
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver
         line = node.lineno
-        if resolver.is_compile_call(node, scope, line) and node.args:
+        if node.args and resolver.is_compile_call(node, scope, line):
             root = resolver.callee(node.args[0], scope, line)
             if root is not None:
-                self.summary.compile_roots.append(root)
+                self.compile_roots.append(root)
         elif isinstance(node.func, ast.Attribute) and node.func.attr == "compile" and not node.args:
             cls = resolver.instance_class(node.func.value, scope, line)
             if cls is not None:
-                self.summary.compile_roots.append(InstanceRef(cls))
-        if scope.kind not in ("function", "lambda"):
-            return
-        refs = self.summary.functions[scope.qualname].refs
+                self.compile_roots.append(InstanceRef(cls))
+
+    def _decorated_compiled(self, node: ast.AST, outer: Scope) -> bool:
+        resolver = self.ctx.resolver
+        return any(
+            resolver.is_compile(d, outer, node.lineno) or resolver.is_compile_call(d, outer, node.lineno)
+            for d in getattr(node, "decorator_list", ())
+        )
+
+    # -- lookups by qualified name --------------------------------------------------------------------------
+
+    def _scope_named(self, qualname: str) -> Optional[Scope]:
+        """The scope of `Class.method` / `f.<locals>.g` / a lambda, created on the way if need be."""
+        table = self.ctx.table
+        for scope in table.scope_of.values():
+            if scope.qualname == qualname:
+                return scope
+        scope = table.module
+        for part in qualname.split("."):
+            if part == _LOCALS:
+                continue
+            bindings = [b for b in table.bindings(scope).get(part, ()) if b.kind in ("def", "class")]
+            if not bindings:
+                return None
+            scope = table.scope_for(bindings[-1].node, scope)
+        return scope if scope.qualname == qualname else None
+
+    def function(self, qualname: str) -> Optional[FuncInfo]:
+        if qualname not in self._functions:
+            scope = self._scope_named(qualname)
+            self._functions[qualname] = self._function_info(scope) if scope and scope.kind != "class" else None
+        return self._functions[qualname]
+
+    def class_info(self, qualname: str) -> Optional[ClassInfo]:
+        if qualname not in self._classes:
+            scope = self._scope_named(qualname)
+            self._classes[qualname] = self._class_info(scope) if scope and scope.kind == "class" else None
+        return self._classes[qualname]
+
+    def name(self, name: str) -> Tuple[object, ...]:
+        """What a module-level name refers to (every binding: a conditional `step = torch.compile(step)` counts)."""
+        if name not in self._names:
+            table = self.ctx.table
+            refs: List[object] = []
+            for binding in table.bindings(table.module).get(name, ()):
+                if binding.kind == "class":
+                    ref = LocalClass(self.path, table.scope_for(binding.node, table.module).qualname)
+                else:
+                    ref = self.ctx.resolver.binding_callee(binding, name)
+                if ref is not None and ref not in refs:
+                    refs.append(ref)
+            self._names[name] = tuple(refs)
+        return self._names[name]
+
+    # -- building -------------------------------------------------------------------------------------------
+
+    def _function_info(self, scope: Scope) -> FuncInfo:
+        node = scope.node
+        info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.parent))
+        body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
+        stack = list(reversed(body))
+        while stack:
+            current = stack.pop()
+            if isinstance(current, SCOPE_NODES):
+                # A nested def/lambda is a function of its own; its decorators and defaults run here.
+                if not isinstance(current, ast.Lambda):
+                    stack.extend(reversed(current.decorator_list))
+                continue
+            if isinstance(current, ast.Call):
+                self._add_refs(info.refs, current, scope)
+            stack.extend(reversed(list(ast.iter_child_nodes(current))))
+        return info
+
+    def _add_refs(self, refs: List[Ref], node: ast.Call, scope: Scope) -> None:
+        resolver = self.ctx.resolver
+        line = node.lineno
         callee = resolver.callee(node.func, scope, line)
         if callee is not None and callee not in refs:
             refs.append(callee)
@@ -58,53 +131,36 @@ class CallGraphCollector:
                 if ref is not None and not isinstance(ref, ExtRef) and ref not in refs:
                     refs.append(ref)
 
-    def finish(self) -> ModuleSummary:
+    def _class_info(self, scope: Scope) -> ClassInfo:
         table = self.ctx.table
         resolver = self.ctx.resolver
-        path = self.ctx.path
-        for scope in table.scope_of.values():
-            if scope.kind != "class":
+        node = scope.node
+        bases = []
+        thread_base = False
+        for base in node.bases:
+            if resolver.dotted(base, scope.parent, node.lineno) == THREAD_CLASS:
+                thread_base = True
                 continue
-            node = scope.node
-            bases = []
-            thread_base = False
-            for base in node.bases:
-                if resolver.dotted(base, scope.parent, node.lineno) == THREAD_CLASS:
-                    thread_base = True
-                    continue
-                ref = resolver.class_ref(base, scope.parent, node.lineno)
-                if ref is not None:
-                    bases.append(ref)
-            info = ClassInfo(scope.qualname, node.lineno, tuple(bases), thread_base)
-            for name, bindings in scope.bindings.items():
-                if bindings[-1].kind == "def":
-                    info.methods[name] = table.scope_of[bindings[-1].node].qualname
-            for attr, bindings in scope.attributes.items():
-                refs = []
-                for binding in bindings:
-                    ref = self._attribute_ref(binding, f"{scope.qualname}.{attr}")
-                    if ref is not None and ref not in refs:
-                        refs.append(ref)
-                if refs:
-                    info.attributes[attr] = tuple(refs)
-            self.summary.classes[scope.qualname] = info
-        for name, bindings in table.module.bindings.items():
+            ref = resolver.class_ref(base, scope.parent, node.lineno)
+            if ref is not None:
+                bases.append(ref)
+        info = ClassInfo(scope.qualname, node.lineno, tuple(bases), thread_base)
+        for name, bindings in table.bindings(scope).items():
+            if bindings[-1].kind == "def":
+                info.methods[name] = table.scope_for(bindings[-1].node, scope).qualname
+        for attr, bindings in table.attributes(scope).items():
             refs = []
             for binding in bindings:
-                if binding.kind == "class":
-                    ref = LocalClass(path, table.scope_of[binding.node].qualname)
-                else:
-                    ref = resolver.binding_callee(binding, name)
+                ref = self._attribute_ref(binding, f"{scope.qualname}.{attr}")
                 if ref is not None and ref not in refs:
                     refs.append(ref)
             if refs:
-                self.summary.names[name] = tuple(refs)
-        return self.summary
+                info.attributes[attr] = tuple(refs)
+        return info
 
-    def _attribute_ref(self, binding, name: str) -> Optional[object]:
+    def _attribute_ref(self, binding: Binding, name: str) -> Optional[object]:
         if binding.kind == "compiled":
-            return CompiledRef(name, self.ctx.path, binding.line)
+            return CompiledRef(name, self.path, binding.line)
         if binding.kind == "assign":
             return self.ctx.resolver.value_callee(binding.node, binding.scope, binding.line, name)
         return None
-

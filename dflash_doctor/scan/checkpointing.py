@@ -123,6 +123,8 @@ class CheckpointRule:
         return literal
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
+        if not self.ctx.on_candidate_line(node):
+            return
         resolver = self.ctx.resolver
         line = node.lineno
         literal = self._literal_in(scope, line)

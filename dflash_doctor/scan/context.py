@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from typing import FrozenSet, List, Mapping, Optional
 
@@ -30,14 +31,26 @@ def suppressed(code: str, codes: Optional[FrozenSet[str]]) -> bool:
 
 
 class FileContext:
-    def __init__(self, path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str]):
+    def __init__(self, path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str],
+                 candidate_lines: Optional[List[int]] = None, compile_names: FrozenSet[str] = frozenset({"compile"})):
         self.path = path
         self.text = text
         self.enabled = enabled
+        # Sorted lines a rule call can start on (None: every line); see analysis.candidate_lines.
+        self.candidate_lines = candidate_lines
         self.table = ScopeTable(tree, package)
-        self.resolver = Resolver(self.table, path)
+        self.resolver = Resolver(self.table, path, compile_names)
         self.findings: List[Finding] = []
         self._lines: Optional[List[str]] = None
+
+    def on_candidate_line(self, node: ast.AST) -> bool:
+        """Whether `node` spans a candidate line: rules skip every other call without resolving names."""
+        lines = self.candidate_lines
+        if lines is None:
+            return True
+        start = node.lineno
+        index = bisect.bisect_left(lines, start)
+        return index < len(lines) and lines[index] <= (node.end_lineno or start)
 
     def noqa(self, line: int) -> Optional[FrozenSet[str]]:
         if "noqa" not in self.text:

@@ -27,6 +27,8 @@ class DynamoConfigRule:
         self.ctx = ctx
 
     def visit_assign(self, node: ast.AST, scope: Scope) -> None:
+        if not self.ctx.on_candidate_line(node):
+            return
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if getattr(node, "value", None) is None:
             return
@@ -37,6 +39,8 @@ class DynamoConfigRule:
                 self._check(node, target.attr, node.value, describe(target))
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
+        if not self.ctx.on_candidate_line(node):
+            return
         resolver = self.ctx.resolver
         func = node.func
         if isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) == 3:

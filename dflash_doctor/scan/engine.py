@@ -2,6 +2,7 @@
 then the cross-file DFD201 pass over the call graph."""
 from __future__ import annotations
 
+import gc
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -16,8 +17,8 @@ from dflash_doctor.scan.context import suppressed
 from dflash_doctor.scan.discovery import discover
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.resolve import FuncRef
-from dflash_doctor.scan.source import MAX_SOURCE_BYTES, RULE_TRIGGERS, parse_bytes, parse_text, read_bytes
-from dflash_doctor.scan.summary import ModuleSummary
+from dflash_doctor.scan.source import MAX_SOURCE_BYTES, parse_bytes, parse_text, read_bytes, triggered
+from dflash_doctor.scan.callgraph import ModuleGraph
 
 # Below this many files a process pool costs more than it saves, and a one-file scan must start instantly.
 PARALLEL_MIN_FILES = 96
@@ -61,33 +62,61 @@ def select_codes(select: Union[str, Sequence[str], None] = None,
     return frozenset(enabled)
 
 
-def _trigger_words(enabled: FrozenSet[str]) -> Tuple[bytes, ...]:
-    return tuple(sorted({w for code in enabled for w in RULE_TRIGGERS.get(code, ())}))
-
-
-def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str], words: Tuple[bytes, ...],
-                 max_bytes: int = MAX_SOURCE_BYTES) -> FileResult:
-    """Read one file and, when its bytes contain a trigger word, parse and analyse it. Never raises."""
+def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
+                 max_bytes: int = MAX_SOURCE_BYTES) -> Tuple[FileResult, Optional[ModuleGraph]]:
+    """Read one file and, when its bytes can trigger an enabled rule, parse and analyse it. Never raises."""
     data = read_bytes(path)
     if isinstance(data, Problem):
-        return FileResult(path, problems=[data])
-    if not any(word in data for word in words):
-        return FileResult(path)
+        return FileResult(path, problems=[data]), None
+    active = triggered(data, enabled)
+    if not active:
+        return FileResult(path), None
     parsed = parse_bytes(data, path, max_bytes)
     if isinstance(parsed, Problem):
-        return FileResult(path, problems=[parsed])
+        return FileResult(path, problems=[parsed]), None
     try:
-        return analyse_tree(path, parsed.text, parsed.tree, enabled, package)
+        return analyse_tree(path, parsed.text, parsed.tree, active, package)
     except (RecursionError, MemoryError):
         return FileResult(path, problems=[
             Problem(path, "too deeply nested to analyse", "simplify the nesting or exclude the file"),
-        ])
+        ]), None
 
 
-def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str], max_bytes: int
-                   ) -> List[FileResult]:
-    words = _trigger_words(enabled)
-    return [analyse_file(path, package, enabled, words, max_bytes) for path, package in items]
+def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str], max_bytes: int,
+                   index: ModuleIndex) -> Tuple[List[FileResult], List[str]]:
+    """Analyse some files and follow their threads' call chains (loading other files on demand, here, so the
+    ASTs need not cross processes). Returns the results and the files loaded only for call chains."""
+    # ASTs are large and acyclic: with the cyclic collector on, it re-scans the live trees every few thousand
+    # allocations, which more than doubled parse time on torch's sources. The only cycles made here (scopes
+    # and their bindings) are broken by ScopeTable.release, so reference counting frees each file's tree.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        results: Dict[str, FileResult] = {}
+        graphs: Dict[str, ModuleGraph] = {}
+        for path, package in items:
+            results[path], graph = analyse_file(path, package, enabled, max_bytes)
+            if graph is not None:
+                graphs[path] = graph
+        spawning = [g for g in graphs.values() if g.spawns]
+        loaded: List[str] = []
+        if spawning:
+            problems: List[Problem] = []
+            linker = Linker(
+                dict(graphs), index,
+                load=lambda path: _load_graph(path, index.packages.get(path), problems, max_bytes),
+            )
+            for graph in spawning:
+                results[graph.path].findings.extend(link_spawns(graph, linker))
+            loaded = list(linker.loaded)
+            if problems:
+                results[spawning[0].path].problems.extend(problems)
+        for graph in (linker.summaries if spawning else graphs).values():
+            graph.ctx.table.release()
+        return list(results.values()), loaded
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _chunks(items: List[Tuple[str, Optional[str]]], count: int) -> List[List[Tuple[str, Optional[str]]]]:
@@ -112,59 +141,56 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _analyse_all(items, enabled, workers: int, max_bytes: int) -> List[FileResult]:
+def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex
+                 ) -> Tuple[List[FileResult], List[str]]:
     if workers <= 1:
-        return _analyse_chunk(items, enabled, max_bytes)
+        return _analyse_chunk(items, enabled, max_bytes, index)
     chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        parts = pool.map(_analyse_chunk, chunks, [enabled] * len(chunks), [max_bytes] * len(chunks))
-        return [result for part in parts for result in part]
+        parts = list(pool.map(_analyse_chunk, chunks, *zip(*[(enabled, max_bytes, index)] * len(chunks))))
+    return [r for results, _ in parts for r in results], [path for _, loaded in parts for path in loaded]
 
 
 def _describe(ref: FuncRef, linker: Linker) -> str:
     return f"{ref.qualname} ({ref.path}:{linker.function_line(ref)})"
 
 
-def link_spawns(summaries: Iterable[ModuleSummary], linker: Linker) -> List[Finding]:
-    """DFD201: every spawn site whose target reaches a compiled callable, with the call chain as evidence."""
+def link_spawns(graph: ModuleGraph, linker: Linker) -> List[Finding]:
+    """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain."""
     findings = []
-    for summary in summaries:
-        for spawn in summary.spawns:
-            if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
-                continue
-            if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
-                continue
-            hit = linker.find_compiled(spawn.refs)
-            if hit is None:
-                continue
-            chain, compiled = hit
-            where = f"{compiled.path}:{compiled.line}"
-            findings.append(COMPILED_CALL_IN_THREAD.finding(
-                f"{spawn.kind} runs {spawn.target}, which calls torch.compile'd {compiled.name} (compiled at "
-                f"{where}) from a worker thread",
-                path=summary.path, line=spawn.line, column=spawn.column,
-                evidence={
-                    "spawn": spawn.kind,
-                    "target": spawn.target,
-                    "chain": [_describe(ref, linker) for ref in chain] + [f"{compiled.name} ({where})"],
-                    "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
-                },
-            ))
+    for spawn in graph.spawns:
+        if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
+            continue
+        if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
+            continue
+        hit = linker.find_compiled(spawn.refs)
+        if hit is None:
+            continue
+        chain, compiled = hit
+        where = f"{compiled.path}:{compiled.line}"
+        findings.append(COMPILED_CALL_IN_THREAD.finding(
+            f"{spawn.kind} runs {spawn.target}, which calls torch.compile'd {compiled.name} (compiled at "
+            f"{where}) from a worker thread",
+            path=graph.path, line=spawn.line, column=spawn.column,
+            evidence={
+                "spawn": spawn.kind,
+                "target": spawn.target,
+                "chain": [_describe(ref, linker) for ref in chain] + [f"{compiled.name} ({where})"],
+                "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
+            },
+        ))
     return findings
 
 
-def _load_summary(path: str, package: Optional[str], problems: List[Problem], max_bytes: int
-                  ) -> Optional[ModuleSummary]:
+def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_bytes: int
+                ) -> Optional[ModuleGraph]:
     """Parse a file the prefilter skipped because a thread's call chain leads into it."""
     data = read_bytes(path)
     parsed = data if isinstance(data, Problem) else parse_bytes(data, path, max_bytes)
     if isinstance(parsed, Problem):
         problems.append(Problem(parsed.subject, parsed.reason, "calls from threads into this file were not followed"))
         return None
-    try:
-        return analyse_tree(path, parsed.text, parsed.tree, frozenset(), package).summary
-    except (RecursionError, MemoryError):
-        return None
+    return analyse_tree(path, parsed.text, parsed.tree, frozenset(), package, graph=True)[1]
 
 
 def scan_paths(
@@ -190,31 +216,24 @@ def scan_paths(
     index = ModuleIndex(files)
     jobs = jobs or default_jobs()
     workers = jobs if len(files) >= parallel_min_files else 1
-    results = _analyse_all([(p, index.packages[p]) for p in files], enabled, workers, max_bytes)
+    items = [(p, index.packages[p]) for p in files]
+    results, loaded = _analyse_all(items, enabled, workers, max_bytes, index)
 
     report = Report("scan")
-    summaries: Dict[str, ModuleSummary] = {}
+    seen_problems = set()
     for result in results:
         report.findings.extend(result.findings)
-        report.problems.extend(result.problems)
-        if result.summary is not None:
-            summaries[result.path] = result.summary
-    loaded = 0
-    if COMPILED_CALL_IN_THREAD.code in enabled and any(s.spawns for s in summaries.values()):
-        spawning = [s for s in summaries.values() if s.spawns]
-        linker = Linker(
-            summaries, index,
-            load=lambda path: _load_summary(path, index.packages.get(path), report.problems, max_bytes),
-        )
-        report.findings.extend(link_spawns(spawning, linker))
-        loaded = len(linker.loaded)
+        for problem in result.problems:
+            if (problem.subject, problem.reason) not in seen_problems:  # two workers may load one file
+                seen_problems.add((problem.subject, problem.reason))
+                report.problems.append(problem)
     parsed = sum(1 for r in results if r.parsed)
     report.facts = {
         "paths": paths,
         "files": len(files),
         "parsed": parsed,
         "skipped_by_prefilter": sum(1 for r in results if not r.parsed and not r.problems),
-        "loaded_for_call_chains": loaded,
+        "loaded_for_call_chains": len(set(loaded)),
         "jobs": workers,
         "rules": sorted(enabled),
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
@@ -231,8 +250,6 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     parsed = parse_text(source, path)
     if isinstance(parsed, Problem):
         raise ValueError(f"{path}: {parsed.reason}")
-    enabled = frozenset(scan_codes())
-    result = analyse_tree(path, parsed.text, parsed.tree, enabled)
-    findings = list(result.findings)
-    findings.extend(link_spawns([result.summary], Linker({path: result.summary})))
+    result, graph = analyse_tree(path, parsed.text, parsed.tree, frozenset(scan_codes()))
+    findings = list(result.findings) + link_spawns(graph, Linker({path: graph}))
     return sorted(findings, key=Finding.sort_key)

@@ -9,7 +9,7 @@ from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.graph import Linker
 from dflash_doctor.scan.resolve import FuncRef, describe
 from dflash_doctor.scan.scopes import Scope
-from dflash_doctor.scan.summary import ModuleSummary
+from dflash_doctor.scan.callgraph import ModuleGraph
 
 FLEX_ATTENTION = "torch.nn.attention.flex_attention.flex_attention"
 
@@ -23,14 +23,14 @@ class FlexAttentionRule:
         self._calls: List[Tuple[ast.Call, Optional[str]]] = []
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
-        if self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION:
+        if self.ctx.on_candidate_line(node) and self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION:
             enclosing = scope.qualname if scope.kind in ("function", "lambda") else None
             self._calls.append((node, enclosing))
 
-    def finish(self, summary: ModuleSummary) -> None:
+    def finish(self, graph: ModuleGraph) -> None:
         if not self._calls:
             return
-        covered = Linker({summary.path: summary}).reachable(summary.compile_roots)
+        covered = Linker({graph.path: graph}).reachable(graph.compile_roots)
         for node, enclosing in self._calls:
             if enclosing is not None and FuncRef(self.ctx.path, enclosing) in covered:
                 continue

@@ -8,7 +8,8 @@ from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, MethodRef
-from dflash_doctor.scan.summary import ClassInfo, ModuleSummary
+from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.summary import ClassInfo
 
 MAX_CHAIN_DEPTH = 8  # calls between a thread's target and the compiled callable
 _MAX_HOPS = 6  # re-exports, base classes, attribute aliases followed while resolving one reference
@@ -64,11 +65,11 @@ Step = Tuple[str, object]  # ("node", FuncRef) or ("compiled", CompiledRef)
 class Linker:
     def __init__(
         self,
-        summaries: Dict[str, ModuleSummary],
+        summaries: Dict[str, ModuleGraph],
         index: Optional[ModuleIndex] = None,
-        load: Optional[Callable[[str], Optional[ModuleSummary]]] = None,
+        load: Optional[Callable[[str], Optional[ModuleGraph]]] = None,
     ):
-        self.summaries = summaries
+        self.summaries = summaries  # path -> ModuleGraph
         self.index = index
         self.load = load
         self.loaded: List[str] = []
@@ -76,7 +77,7 @@ class Linker:
 
     # -- files and names ------------------------------------------------------------------------------------
 
-    def summary(self, path: str) -> Optional[ModuleSummary]:
+    def summary(self, path: str) -> Optional[ModuleGraph]:
         if path in self.summaries:
             return self.summaries[path]
         if self.load is None or path in self._missing:
@@ -103,7 +104,7 @@ class Linker:
                 return []
             rest = parts[cut:]
             found: List[object] = []
-            for item in summary.names.get(rest[0], ()):
+            for item in summary.name(rest[0]):
                 if isinstance(item, ExtRef):
                     found.extend(self.resolve_ext(item, hops + 1))
                 else:
@@ -123,7 +124,7 @@ class Linker:
             return None
         if isinstance(ref, LocalClass):
             summary = self.summary(ref.path)
-            info = summary.classes.get(ref.qualname) if summary else None
+            info = summary.class_info(ref.qualname) if summary else None
             return (ref, info) if info else None
         return None
 
@@ -136,7 +137,7 @@ class Linker:
 
     def function_line(self, ref: FuncRef) -> int:
         summary = self.summary(ref.path)
-        info = summary.functions.get(ref.qualname) if summary else None
+        info = summary.function(ref.qualname) if summary else None
         return info.line if info else 0
 
     # -- references -----------------------------------------------------------------------------------------
@@ -149,7 +150,7 @@ class Linker:
             return [("compiled", ref)]
         if isinstance(ref, FuncRef):
             summary = self.summary(ref.path)
-            info = summary.functions.get(ref.qualname) if summary else None
+            info = summary.function(ref.qualname) if summary else None
             if info is None:
                 return []
             if info.compiled and not through_compiled:
@@ -209,7 +210,7 @@ class Linker:
                     queue.append((item, 0))
         while queue:
             node, depth = queue.popleft()
-            info = self.summary(node.path).functions[node.qualname]
+            info = self.summary(node.path).function(node.qualname)
             for ref in info.refs:
                 for kind, item in self.expand(ref):
                     if kind == "compiled":
@@ -231,7 +232,7 @@ class Linker:
                 if node in seen:
                     continue
                 seen.add(node)
-                info = self.summary(node.path).functions[node.qualname]
+                info = self.summary(node.path).function(node.qualname)
                 for ref in info.refs:
                     next_frontier.extend(
                         item for kind, item in self.expand(ref, through_compiled=True) if kind == "node"

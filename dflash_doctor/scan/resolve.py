@@ -4,7 +4,7 @@ graph, a reference to a function, method, compiled callable or instance that the
 from __future__ import annotations
 
 import ast
-from typing import NamedTuple, Optional, Union
+from typing import FrozenSet, NamedTuple, Optional, Union
 
 from dflash_doctor.scan.scopes import Binding, Scope, ScopeTable
 
@@ -54,9 +54,11 @@ Ref = Union[FuncRef, CompiledRef, MethodRef, InstanceRef, ExtRef]
 
 
 class Resolver:
-    def __init__(self, table: ScopeTable, path: str):
+    def __init__(self, table: ScopeTable, path: str, compile_names: FrozenSet[str] = frozenset({"compile"})):
         self.table = table
         self.path = path
+        # Only these final names can resolve to torch.compile (a cheap test before any lookup).
+        self.compile_names = compile_names
 
     # -- dotted names -------------------------------------------------------------------------------------
 
@@ -70,7 +72,7 @@ class Resolver:
         if isinstance(expr, ast.Attribute):
             owner = self.table.self_class(expr.value, scope, line)
             if owner is not None:
-                bindings = owner.attributes.get(expr.attr)
+                bindings = self.table.attributes(owner).get(expr.attr)
                 return self._binding_dotted(bindings[-1], depth) if bindings else None
             base = self.dotted(expr.value, scope, line, depth + 1)
             return f"{base}.{expr.attr}" if base else None
@@ -86,7 +88,8 @@ class Resolver:
         return None
 
     def is_compile(self, expr: ast.AST, scope: Scope, line: int) -> bool:
-        return self.dotted(expr, scope, line) in COMPILE_FUNCTIONS
+        final = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+        return final in self.compile_names and self.dotted(expr, scope, line) in COMPILE_FUNCTIONS
 
     def is_compile_call(self, expr: ast.AST, scope: Scope, line: int) -> bool:
         return isinstance(expr, ast.Call) and self.is_compile(expr.func, scope, line)
@@ -103,8 +106,8 @@ class Resolver:
             return self.table.lookup(expr.id, scope, line)
         if isinstance(expr, ast.Attribute):
             owner = self.table.self_class(expr.value, scope, line)
-            if owner is not None and owner.attributes.get(expr.attr):
-                return owner.attributes[expr.attr][-1]
+            if owner is not None and self.table.attributes(owner).get(expr.attr):
+                return self.table.attributes(owner)[expr.attr][-1]
         return None
 
     # -- call-graph references ----------------------------------------------------------------------------
@@ -125,7 +128,7 @@ class Resolver:
             receiver = self.instance_class(expr.value, scope, line, depth + 1)
             return MethodRef(receiver, expr.attr) if receiver is not None else None
         if isinstance(expr, ast.Lambda):
-            return FuncRef(self.path, self.table.scope_of[expr].qualname)
+            return FuncRef(self.path, self.table.scope_for(expr, scope).qualname)
         if isinstance(expr, ast.Call):
             if self.is_compile_call(expr, scope, line):
                 return CompiledRef(describe(expr), self.path, expr.lineno)
@@ -139,9 +142,10 @@ class Resolver:
         if binding is None:
             return None
         if binding.kind == "def":
-            return FuncRef(self.path, self.table.scope_of[binding.node].qualname)
+            return FuncRef(self.path, self.table.scope_for(binding.node, binding.scope).qualname)
         if binding.kind == "class":
-            return MethodRef(LocalClass(self.path, self.table.scope_of[binding.node].qualname), "__init__")
+            return MethodRef(LocalClass(self.path, self.table.scope_for(binding.node, binding.scope).qualname),
+                             "__init__")
         if binding.kind == "import":
             return ExtRef(binding.target, self.path)
         if binding.kind == "compiled":
@@ -172,7 +176,7 @@ class Resolver:
             if binding is None:
                 return None
             if binding.kind == "class":
-                return LocalClass(self.path, self.table.scope_of[binding.node].qualname)
+                return LocalClass(self.path, self.table.scope_for(binding.node, binding.scope).qualname)
             if binding.kind == "import":
                 return ExtRef(binding.target, self.path)
             if binding.kind == "assign" and isinstance(binding.node, (ast.Name, ast.Attribute)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -81,20 +81,31 @@ def resolve_relative(level: int, module: Optional[str], package: Optional[str]) 
 
 
 class ScopeTable:
-    """Every scope of one module, built once without recursion (deep ASTs must not overflow the stack)."""
+    """The scopes of one module, created as the walk reaches them; each scope's bindings are collected the first
+    time something is looked up in it, so a file where only a few calls matter costs only a few scopes. Nothing
+    here recurses over the AST (deep files must not overflow the stack)."""
 
     def __init__(self, tree: ast.Module, package: Optional[str] = None):
         self.package = package
         self.module = Scope("module", tree, None, "")
         self.scope_of: Dict[ast.AST, Scope] = {tree: self.module}
-        pending: List[Tuple[Scope, List[ast.AST]]] = [(self.module, list(tree.body))]
-        while pending:
-            scope, body = pending.pop()
-            pending.extend(self._collect(scope, body))
+        self._collected: set = set()
+        self._attributes_collected: set = set()
+
+    def release(self) -> None:
+        """Break the scope <-> binding cycles so the AST is freed at once, without the cyclic collector."""
+        for scope in self.scope_of.values():
+            scope.bindings.clear()
+            scope.attributes.clear()
+        self.scope_of.clear()
 
     # -- building -------------------------------------------------------------------------------------------
 
-    def _new_scope(self, node: ast.AST, parent: Scope) -> Scope:
+    def scope_for(self, node: ast.AST, parent: Scope) -> Scope:
+        """The scope a def, class or lambda opens (created on first use; `parent` is where it is defined)."""
+        scope = self.scope_of.get(node)
+        if scope is not None:
+            return scope
         if isinstance(node, ast.ClassDef):
             scope = Scope("class", node, parent, parent.child_qualname(node.name))
         elif isinstance(node, ast.Lambda):
@@ -114,21 +125,34 @@ class ScopeTable:
         self.scope_of[node] = scope
         return scope
 
-    def _collect(self, scope: Scope, body: List[ast.AST]) -> List[Tuple[Scope, List[ast.AST]]]:
-        children = []
+    def bindings(self, scope: Scope) -> Dict[str, List[Binding]]:
+        if scope not in self._collected:
+            self._collected.add(scope)
+            self._collect(scope)
+        return scope.bindings
+
+    def attributes(self, cls: Scope) -> Dict[str, List[Binding]]:
+        """`self.<attr> = ...` bindings from every method of `cls`."""
+        if cls not in self._attributes_collected:
+            self._attributes_collected.add(cls)
+            for binding in [b for bs in self.bindings(cls).values() for b in bs if b.kind == "def"]:
+                self.bindings(self.scope_of[binding.node])
+        return cls.attributes
+
+    def _collect(self, scope: Scope) -> None:
+        node = scope.node
+        body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         handled = set()
         stack = list(reversed(body))
         while stack:
             node = stack.pop()
             if isinstance(node, SCOPE_NODES):
-                child = self._new_scope(node, scope)
+                self.scope_for(node, scope)
                 if isinstance(node, ast.Lambda):
-                    children.append((child, [node.body]))
                     stack.extend(d for d in node.args.defaults + node.args.kw_defaults if d is not None)
                     continue
                 kind = "class" if isinstance(node, ast.ClassDef) else "def"
                 scope.bind(node.name, Binding(kind, node.lineno, scope, node=node))
-                children.append((child, list(node.body)))
                 stack.extend(node.decorator_list)
                 if isinstance(node, ast.ClassDef):
                     stack.extend(node.bases)
@@ -140,7 +164,6 @@ class ScopeTable:
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node not in handled:
                 scope.bind(node.id, Binding("local", node.lineno, scope))
             stack.extend(ast.iter_child_nodes(node))
-        return children
 
     def _bind_statement(self, scope: Scope, node: ast.AST, handled: set) -> None:
         if isinstance(node, ast.Import):
@@ -228,16 +251,16 @@ class ScopeTable:
             if current.kind == "class" and nested:
                 current = current.parent
                 continue
-            if name in current.global_names:
+            bindings = self.bindings(current).get(name)
+            if name in current.global_names and current.parent is not None:
                 current, nested = current.module, True
                 continue
-            bindings = current.bindings.get(name)
             if bindings:
                 if current.kind == "module" and nested:
                     return bindings[-1]
-                before = [b for b in bindings if b.line <= line]
-                if before:
-                    return before[-1]
+                for binding in reversed(bindings):
+                    if binding.line <= line:
+                        return binding
                 return bindings[-1] if current.kind in ("function", "lambda") else None
             if current.kind != "class":
                 nested = True
@@ -247,6 +270,9 @@ class ScopeTable:
     def self_class(self, node: ast.AST, scope: Scope, line: int) -> Optional[Scope]:
         """The class scope when `node` is a method's `self` (or `cls`)."""
         if not isinstance(node, ast.Name):
+            return None
+        method = self.method_of(scope)
+        if method is None or method.self_name != node.id:
             return None
         binding = self.lookup(node.id, scope, line)
         if binding is None or binding.kind != "param":

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from dataclasses import dataclass
-from typing import Union
+from typing import FrozenSet, Iterable, Union
 
 from dflash_doctor.findings import Problem
 
@@ -16,19 +17,40 @@ from dflash_doctor.findings import Problem
 # something larger costs memory for nothing a human will fix.
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
-# Which byte strings a file must contain for each rule to possibly fire. Every spelling the rules resolve
-# (aliases, partials, `from torch import compile`) still names the trigger somewhere in the file: the import.
+# What a file's bytes must contain for each rule to possibly fire: a cheap substring test first, then a
+# pattern. Every spelling the rules resolve still names its trigger in the file: torch.utils.checkpoint is
+# reached through "utils.checkpoint", "checkpoint.checkpoint", "utils import ... checkpoint" or a relative
+# import of it; a spawn site names Thread/Timer/ThreadPool; the other rules name their function or key.
+_CHECKPOINT_IMPORT = re.compile(
+    rb"utils\.checkpoint|checkpoint\.checkpoint|utils\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
+    rb"|from\s+\.+\s*checkpoint\s+import|from\s+\.+\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
+)
+_SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy")
+_FLEX = re.compile(rb"flex_attention")
+_CONFIG = re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace")
+_HF = re.compile(rb"gradient_checkpointing_(?:enable|kwargs)")
 RULE_TRIGGERS = {
-    "DFD101": (b"checkpoint",),
-    "DFD102": (b"checkpoint",),
-    "DFD103": (b"checkpoint",),
-    "DFD104": (b"gradient_checkpointing",),
-    # Spawn sites name threading.Thread/Timer, ThreadPoolExecutor or ThreadPool; files that only define
-    # functions or compiled callables on a thread's path are loaded on demand while chains are resolved.
-    "DFD201": (b"Thread", b"Timer"),
-    "DFD202": (b"flex_attention",),
-    "DFD301": (b"error_on_nested_fx_trace", b"force_compile_during_fx_trace"),
+    "DFD101": (b"checkpoint", _CHECKPOINT_IMPORT),
+    "DFD102": (b"checkpoint", _CHECKPOINT_IMPORT),
+    "DFD103": (b"checkpoint", _CHECKPOINT_IMPORT),
+    "DFD104": (b"gradient_checkpointing", _HF),
+    "DFD201": (b"T", _SPAWN),
+    "DFD202": (b"flex_attention", _FLEX),
+    "DFD301": (b"_fx_trace", _CONFIG),
 }
+# DFD101 and DFD103 also fire on gradient_checkpointing_kwargs={"use_reentrant": ...}.
+_ALSO = {"DFD101": (b"gradient_checkpointing", _HF), "DFD103": (b"gradient_checkpointing", _HF)}
+
+
+def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
+    """The enabled rules that could fire on a file with these bytes (empty: the file need not be parsed)."""
+    hits = set()
+    for code in enabled:
+        for word, pattern in (RULE_TRIGGERS[code],) + ((_ALSO[code],) if code in _ALSO else ()):
+            if word in data and pattern.search(data):
+                hits.add(code)
+                break
+    return frozenset(hits)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What one file contributes to the project-wide call graph: plain, picklable data (worker processes send it back)."""
+"""The call graph's records: a function's callees, a class's bases/methods/attributes, a thread's spawn site."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,13 +36,3 @@ class Spawn:
     refs: Tuple[Ref, ...]
     noqa: Optional[FrozenSet[str]] = None
     thread_class: Optional[LocalClass] = None  # for Thread subclasses: confirmed by the linker (bases may be imported)
-
-
-@dataclass
-class ModuleSummary:
-    path: str
-    functions: Dict[str, FuncInfo] = field(default_factory=dict)
-    classes: Dict[str, ClassInfo] = field(default_factory=dict)
-    names: Dict[str, Tuple[object, ...]] = field(default_factory=dict)  # module globals: Refs or LocalClass
-    spawns: List[Spawn] = field(default_factory=list)
-    compile_roots: List[Ref] = field(default_factory=list)  # what torch.compile(...) is applied to in this file

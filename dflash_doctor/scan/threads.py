@@ -7,7 +7,8 @@ from typing import Optional
 from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.resolve import LocalClass, MethodRef, describe
 from dflash_doctor.scan.scopes import Scope
-from dflash_doctor.scan.summary import ModuleSummary, Spawn
+from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.summary import Spawn
 
 # constructor -> (keyword naming the callable, its positional index)
 THREAD_CONSTRUCTORS = {
@@ -27,11 +28,13 @@ THREAD_POOLS = {
 
 
 class SpawnCollector:
-    def __init__(self, ctx: FileContext, summary: ModuleSummary):
+    def __init__(self, ctx: FileContext, graph: ModuleGraph):
         self.ctx = ctx
-        self.summary = summary
+        self.graph = graph
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
+        if not self.ctx.on_candidate_line(node):
+            return
         resolver = self.ctx.resolver
         line = node.lineno
         constructor = resolver.dotted(node.func, scope, line)
@@ -63,26 +66,22 @@ class SpawnCollector:
         ref = self.ctx.resolver.callee(target, scope, node.lineno)
         if ref is None:
             return
-        self.summary.spawns.append(Spawn(
+        self.graph.spawns.append(Spawn(
             kind, node.lineno, node.col_offset + 1, describe(target), (ref,), self.ctx.noqa(node.lineno),
         ))
 
     def finish(self) -> None:
-        """A class with a `run` method whose bases may lead to threading.Thread: the linker confirms the base."""
-        for qualname, info in self.summary.classes.items():
-            run = info.methods.get("run")
-            if run is None or not (info.thread_base or info.bases):
+        """A class with a `run` method whose bases may lead to threading.Thread: the linker confirms the base.
+
+        Only classes the candidate walk entered exist here; a Thread subclass's `class` line names Thread."""
+        table = self.ctx.table
+        for scope in [s for s in table.scope_of.values() if s.kind == "class"]:
+            run = [b for b in table.bindings(scope).get("run", ()) if b.kind == "def"]
+            if not run or not scope.node.bases:
                 continue
-            function = self.summary.functions[run]
-            cls = LocalClass(self.ctx.path, qualname)
-            self.summary.spawns.append(Spawn(
-                "Thread subclass", function.line, _def_column(self.ctx, run), f"{qualname}.run",
-                (MethodRef(cls, "run"),), self.ctx.noqa(function.line), thread_class=cls,
+            node = run[-1].node
+            cls = LocalClass(self.ctx.path, scope.qualname)
+            self.graph.spawns.append(Spawn(
+                "Thread subclass", node.lineno, node.col_offset + 1, f"{scope.qualname}.run",
+                (MethodRef(cls, "run"),), self.ctx.noqa(node.lineno), thread_class=cls,
             ))
-
-
-def _def_column(ctx: FileContext, qualname: str) -> int:
-    for scope in ctx.table.scope_of.values():
-        if scope.qualname == qualname and scope.kind == "function":
-            return scope.node.col_offset + 1
-    return 1

@@ -91,9 +91,10 @@ def test_scan_imports_no_torch(tmp_path):
 
 def test_deeply_nested_code_is_a_problem_not_a_crash(tmp_path):
     deep = tmp_path / "deep.py"
-    deep.write_text("checkpoint = " + "(" * 300 + "1" + ")" * 300 + "\n")
+    header = "from torch.utils.checkpoint import checkpoint\n"
+    deep.write_text(header + "checkpoint(f, " + "(" * 300 + "1" + ")" * 300 + ", use_reentrant=False)\n")
     long_chain = tmp_path / "chain.py"
-    long_chain.write_text("checkpoint = " + " + ".join(["1"] * 100_000) + "\n")
+    long_chain.write_text(header + "checkpoint(f, " + " + ".join(["1"] * 100_000) + ", use_reentrant=False)\n")
     report = scan_paths([str(tmp_path)], jobs=1)
     assert report.findings == []
     reasons = {os.path.basename(p.subject): p.reason for p in report.problems}
@@ -102,7 +103,7 @@ def test_deeply_nested_code_is_a_problem_not_a_crash(tmp_path):
 
 
 def test_files_over_the_cap_are_problems_and_others_go_on(tmp_path):
-    (tmp_path / "big.py").write_text("# checkpoint\n" + "x = 1\n" * 1000)
+    (tmp_path / "big.py").write_text("import torch.utils.checkpoint\n" + "x = 1\n" * 1000)
     (tmp_path / "small.py").write_text("from torch.utils.checkpoint import checkpoint\ncheckpoint(f, x)\n")
     (tmp_path / "big_but_irrelevant.py").write_text("x = 1\n" * 1000)
     report = scan_paths([str(tmp_path)], jobs=1, max_bytes=2000)

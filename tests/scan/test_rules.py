@@ -81,6 +81,17 @@ def test_module_level_shadowing_is_ordered():
     assert codes_at(source) == [(2, "DFD102")]
 
 
+def test_global_declarations_resolve_to_the_module():
+    source = """\
+        global ckpt
+        from torch.utils.checkpoint import checkpoint as ckpt
+        def f(x):
+            global ckpt
+            return ckpt(g, x)
+    """
+    assert codes_at(source) == [(5, "DFD102")]
+
+
 def test_noqa_suppresses_only_the_named_codes():
     source = """\
         from torch.utils.checkpoint import checkpoint

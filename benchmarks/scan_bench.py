@@ -1,0 +1,206 @@
+"""How fast is `dflash-doctor scan` on the installed torch's own sources, next to the tools a user would try?
+
+One command, every tool measured in the same run (so machine load hits all of them alike):
+
+    python benchmarks/scan_bench.py [--semgrep PATH] [--torchfix PATH] [--torchfix-timeout S] [--write FILE]
+
+Anchors: `grep -rn -e checkpoint -e reentrant` (what the seeds' engineer ran), one-process `ast.parse` of every
+file (the floor for a naive AST scanner), semgrep with one rule (checkpoint(...) without use_reentrant) and
+TorchFix TOR003. Targets (issue 2): dflash-doctor >= 5x faster than semgrep, <= 0.4x the ast.parse floor.
+`measure(torch_root)` is importable for benchmarks/run.py.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+SEMGREP_RULE = """\
+rules:
+  - id: checkpoint-without-use-reentrant
+    languages: [python]
+    severity: WARNING
+    message: checkpoint without use_reentrant
+    patterns:
+      - pattern-either:
+          - pattern: torch.utils.checkpoint.checkpoint(...)
+          - pattern: torch.utils.checkpoint.checkpoint_sequential(...)
+      - pattern-not: torch.utils.checkpoint.checkpoint(..., use_reentrant=$X, ...)
+      - pattern-not: torch.utils.checkpoint.checkpoint_sequential(..., use_reentrant=$X, ...)
+"""
+
+FLOOR_SCRIPT = """\
+import ast, pathlib, sys
+count = 0
+for path in pathlib.Path(sys.argv[1]).rglob("*.py"):
+    try:
+        ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):
+        pass
+    count += 1
+print(count)
+"""
+
+
+def torch_root() -> Path:
+    """The installed torch package folder, found without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("torch is not installed in this interpreter; the benchmark scans its sources")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _timed(command: List[str], timeout: float, clock: Callable[[], float] = time.perf_counter) -> dict:
+    started = clock()
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"seconds": clock() - started, "rc": None, "stdout": "", "stderr": f"timed out after {timeout:.0f} s"}
+    except OSError as exc:
+        return {"seconds": None, "rc": None, "stdout": "", "stderr": str(exc)}
+    return {"seconds": clock() - started, "rc": run.returncode, "stdout": run.stdout, "stderr": run.stderr}
+
+
+def _dflash_doctor(root: Path, out: Path) -> dict:
+    run = _timed([sys.executable, "-m", "dflash_doctor", "scan", str(root), "--format", "json", "-o", str(out)], 600)
+    row = {"tool": "dflash-doctor scan (CLI, JSON)", "seconds": run["seconds"], "found": None, "note": ""}
+    if out.exists():
+        document = json.loads(out.read_text())
+        row["found"] = len(document["findings"])
+        row["findings"] = [
+            f"{os.path.relpath(f['path'], root.parent)}:{f['line']} {f['code']}" for f in document["findings"]
+        ]
+        facts = document["facts"]
+        row["note"] = (
+            f"{facts['files']} files, {facts['parsed']} parsed, {facts['loaded_for_call_chains']} loaded for call "
+            f"chains, {facts['jobs']} jobs; " + ", ".join(f"{c}: {n}" for c, n in facts["rule_counts"].items() if n)
+        )
+    else:
+        row["note"] = f"failed: {run['stderr'].strip()[-300:]}"
+    return row
+
+
+def _grep(root: Path) -> dict:
+    run = _timed(["grep", "-rn", "-e", "checkpoint", "-e", "reentrant", str(root)], 120)
+    return {"tool": "grep -rn -e checkpoint -e reentrant", "seconds": run["seconds"],
+            "found": len(run["stdout"].splitlines()), "note": "lines, almost all weight checkpointing and prose"}
+
+
+def _floor(root: Path) -> dict:
+    run = _timed([sys.executable, "-c", FLOOR_SCRIPT, str(root)], 600)
+    return {"tool": "ast.parse of every file, one process", "seconds": run["seconds"],
+            "found": None, "note": f"{run['stdout'].strip()} files parsed (the floor for a naive AST scanner)"}
+
+
+def _semgrep(root: Path, semgrep: Optional[str], workdir: Path, timeout: float) -> dict:
+    row = {"tool": "semgrep, one rule (checkpoint without use_reentrant)", "seconds": None, "found": None}
+    if not semgrep:
+        row["note"] = "not installed (pip install semgrep, ideally in its own venv): not measured"
+        return row
+    rule = workdir / "rule.yaml"
+    rule.write_text(SEMGREP_RULE)
+    run = _timed([semgrep, "scan", "--config", str(rule), "--json", "--metrics=off", "--disable-version-check",
+                  "--no-git-ignore", "--jobs", str(os.cpu_count() or 1), str(root)], timeout)
+    if run["rc"] is None or not run["stdout"].strip():
+        row["note"] = f"could not run: {run['stderr'].strip()[-300:]}"
+        return row
+    results = json.loads(run["stdout"]).get("results", [])
+    row.update(seconds=run["seconds"], found=len(results), note="; ".join(
+        sorted({f"{os.path.relpath(r['path'], root.parent)}:{r['start']['line']}" for r in results})))
+    return row
+
+
+def _torchfix(root: Path, torchfix: Optional[str], timeout: float) -> dict:
+    row = {"tool": "TorchFix --select TOR003", "seconds": None, "found": None}
+    if not torchfix:
+        row["note"] = "not installed (pip install torchfix): not measured"
+        return row
+    run = _timed([torchfix, "--select", "TOR003", str(root)], timeout)
+    if run["rc"] is None:
+        row["note"] = run["stderr"]
+        return row
+    hits = [line for line in (run["stdout"] + run["stderr"]).splitlines() if "TOR003" in line]
+    row.update(seconds=run["seconds"], found=len(hits), note="; ".join(
+        os.path.relpath(h.split(":")[0], root.parent) + ":" + h.split(":")[1] for h in hits))
+    return row
+
+
+def measure(root: Optional[Path] = None, *, semgrep: Optional[str] = None, torchfix: Optional[str] = None,
+            torchfix_timeout: float = 600, semgrep_timeout: float = 600) -> List[dict]:
+    """Wall time of each tool on `root` (default: the installed torch), measured in one run."""
+    root = Path(root or torch_root())
+    with tempfile.TemporaryDirectory(prefix="scan-bench-") as tmp:
+        workdir = Path(tmp)
+        rows = [
+            _dflash_doctor(root, workdir / "scan.json"),
+            _grep(root),
+            _floor(root),
+            _semgrep(root, semgrep, workdir, semgrep_timeout),
+            _torchfix(root, torchfix, torchfix_timeout),
+        ]
+    ours = rows[0]["seconds"]
+    for row in rows:
+        row["ratio"] = (ours / row["seconds"]) if ours and row["seconds"] else None
+    return rows
+
+
+def targets(rows: List[dict]) -> List[str]:
+    by_tool = {row["tool"].split(",")[0].split(" ")[0]: row for row in rows}
+    ours = rows[0]["seconds"]
+    verdicts = []
+    floor = by_tool["ast.parse"]["seconds"]
+    verdicts.append(f"<= 0.4x ast.parse floor: {ours / floor:.2f}x -> {'met' if ours <= 0.4 * floor else 'MISSED'}")
+    semgrep = by_tool["semgrep"]["seconds"]
+    if semgrep:
+        verdicts.append(f">= 5x faster than semgrep: {semgrep / ours:.1f}x -> {'met' if semgrep >= 5 * ours else 'MISSED'}")
+    else:
+        verdicts.append(">= 5x faster than semgrep: not measured (semgrep did not run)")
+    return verdicts
+
+
+def render(rows: List[dict], root: Path) -> str:
+    lines = [
+        f"torch sources: `{root}` ({sum(1 for _ in root.rglob('*.py'))} .py files); "
+        f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores",
+        "",
+        "| tool | wall (s) | dflash-doctor / tool | found | notes |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
+        ratio = f"{row['ratio']:.2f}x" if row.get("ratio") is not None else "-"
+        found = "-" if row["found"] is None else str(row["found"])
+        lines.append(f"| {row['tool']} | {seconds} | {ratio} | {found} | {row.get('note', '')} |")
+    lines += ["", "Targets: " + "; ".join(targets(rows)), "", "dflash-doctor findings:", ""]
+    lines += [f"- `{f}`" for f in rows[0].get("findings", [])] or ["- (none)"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--torch-root", type=Path, default=None, help="default: the installed torch package")
+    parser.add_argument("--semgrep", default=shutil.which("semgrep"), help="semgrep executable")
+    parser.add_argument("--torchfix", default=shutil.which("torchfix"), help="torchfix executable")
+    parser.add_argument("--torchfix-timeout", type=float, default=600)
+    parser.add_argument("--write", type=Path, default=None, help="also write the table to this file")
+    args = parser.parse_args(argv)
+    root = args.torch_root or torch_root()
+    rows = measure(root, semgrep=args.semgrep, torchfix=args.torchfix, torchfix_timeout=args.torchfix_timeout)
+    table = render(rows, root)
+    sys.stdout.write(table)
+    if args.write:
+        args.write.write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
