@@ -1,6 +1,8 @@
 """What a target worker and a drafter worker do, independent of whether they run as threads or processes."""
 from __future__ import annotations
 
+import logging
+import time
 from typing import List, Optional
 
 import torch
@@ -9,6 +11,9 @@ from dflash_doctor.reference.config import PipelineConfig
 from dflash_doctor.reference.drafter import Drafter
 from dflash_doctor.reference.target import Target, load_hf_target
 from dflash_doctor.reference.training import TargetBatch, drafter_loss, pad_past_lengths, random_lengths
+
+
+LOG = logging.getLogger("dflash_doctor.reference")
 
 
 class InjectedFailure(RuntimeError):
@@ -38,8 +43,13 @@ class TargetRole:
         self.generator = torch.Generator().manual_seed(seed * 7919 + index + 1)
         vocab = self.target.spec.vocab_size
         prompts = torch.randint(1, vocab - 1, (cfg.corpus_per_target, cfg.prompt_len), generator=self.generator)
-        chunks = [self.target.generate(part.to(device), cfg.seq_len) for part in prompts.split(cfg.batch_size)]
-        self.corpus = torch.cat(chunks)
+        # Long startup work says what it is doing: greedy decoding is sequential, one token per forward.
+        LOG.info("writing the corpus: %d greedy continuations, %d -> %d tokens", cfg.corpus_per_target,
+                 cfg.prompt_len, cfg.seq_len)
+        began = time.perf_counter()
+        # One batch for the whole corpus: the decode loop's cost is per token, not per sequence.
+        self.corpus = self.target.generate(prompts.to(device), cfg.seq_len)
+        LOG.info("corpus ready in %.1f s", time.perf_counter() - began)
 
     def next_batch(self) -> TargetBatch:
         cfg = self.cfg
@@ -63,6 +73,7 @@ class DrafterRole:
     def __init__(self, cfg: PipelineConfig, index: int, device: torch.device, seed: int, checkpoint: str,
                  attention_path: str, hf_checkpoint: Optional[str] = None, state: Optional[dict] = None):
         self.cfg, self.device, self.checkpoint, self.attention_path = cfg, device, checkpoint, attention_path
+        self._stepped = False
         embed, lm_head = shared_heads(cfg, device, seed, hf_checkpoint)
         spec = cfg.target
         self.drafter = Drafter(spec, cfg.drafter_layers, len(cfg.target_layer_ids), embed, lm_head,
@@ -77,6 +88,9 @@ class DrafterRole:
 
     def compute(self, batch: TargetBatch) -> float:
         """Forward and backward on one batch; gradients are left in .grad for averaging."""
+        if not self._stepped:
+            LOG.info("first step: compiling the attention forward and backward (a cold cache can take minutes)")
+            self._stepped = True
         self.optimizer.zero_grad(set_to_none=False)
         loss = drafter_loss(self.drafter, batch, self.cfg, self.anchor_generator, self.attention_path,
                             self.checkpoint)
