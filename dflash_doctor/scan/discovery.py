@@ -18,6 +18,8 @@ INSTALLED_DIR_NAMES = frozenset({"site-packages", "dist-packages"})
 
 
 def _excluded(display: str, relative: str, patterns: Sequence[str]) -> bool:
+    if not patterns:
+        return False
     name = os.path.basename(display.rstrip("/\\")) or display
     candidates = (display.replace(os.sep, "/"), relative.replace(os.sep, "/"), name)
     return any(fnmatch.fnmatch(c, p) or fnmatch.fnmatch(c, p.rstrip("/")) for p in patterns for c in candidates)
@@ -49,7 +51,8 @@ def discover(
     seen = set()
 
     def take(path: str) -> None:
-        key = os.path.realpath(path)
+        # abspath, not realpath: realpath costs an lstat per path component, and walks never follow links.
+        key = os.path.abspath(path)
         if key not in seen:
             seen.add(key)
             found.append(path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from dflash_doctor.errors import UsageError
@@ -145,6 +144,8 @@ def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleInde
                  ) -> Tuple[List[FileResult], List[str]]:
     if workers <= 1:
         return _analyse_chunk(items, enabled, max_bytes, index)
+    from concurrent.futures import ProcessPoolExecutor  # only large scans pay for importing multiprocessing
+
     chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
         parts = list(pool.map(_analyse_chunk, chunks, *zip(*[(enabled, max_bytes, index)] * len(chunks))))

@@ -30,24 +30,42 @@ _FLEX = re.compile(rb"flex_attention")
 _CONFIG = re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace")
 _HF = re.compile(rb"gradient_checkpointing_(?:enable|kwargs)")
 RULE_TRIGGERS = {
-    "DFD101": (b"checkpoint", _CHECKPOINT_IMPORT),
-    "DFD102": (b"checkpoint", _CHECKPOINT_IMPORT),
-    "DFD103": (b"checkpoint", _CHECKPOINT_IMPORT),
-    "DFD104": (b"gradient_checkpointing", _HF),
-    "DFD201": (b"T", _SPAWN),
-    "DFD202": (b"flex_attention", _FLEX),
-    "DFD301": (b"_fx_trace", _CONFIG),
+    "DFD101": ((b"checkpoint",), _CHECKPOINT_IMPORT),
+    "DFD102": ((b"checkpoint",), _CHECKPOINT_IMPORT),
+    "DFD103": ((b"checkpoint",), _CHECKPOINT_IMPORT),
+    "DFD104": ((b"gradient_checkpointing",), _HF),
+    "DFD201": ((b"Thread", b"Timer", b"multiprocessing.dummy"), _SPAWN),
+    "DFD202": ((b"flex_attention",), _FLEX),
+    "DFD301": ((b"_fx_trace",), _CONFIG),
 }
 # DFD101 and DFD103 also fire on gradient_checkpointing_kwargs={"use_reentrant": ...}.
-_ALSO = {"DFD101": (b"gradient_checkpointing", _HF), "DFD103": (b"gradient_checkpointing", _HF)}
+_ALSO = {"DFD101": RULE_TRIGGERS["DFD104"], "DFD103": RULE_TRIGGERS["DFD104"]}
+
+
+_WINDOW = 400  # bytes around each trigger word that a pattern must match in (patterns are line-local)
+
+
+def _mentions(data: bytes, words, pattern: "re.Pattern[bytes]") -> bool:
+    """Whether a pattern matches near an occurrence of one of `words`: the regex only ever sees small
+    windows, so a 400 kB file costs a few substring searches, not a regex pass."""
+    for word in words:
+        start = data.find(word)
+        while start != -1:
+            if pattern.search(data, max(0, start - _WINDOW), start + _WINDOW):
+                return True
+            start = data.find(word, start + _WINDOW)
+    return False
 
 
 def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
     """The enabled rules that could fire on a file with these bytes (empty: the file need not be parsed)."""
     hits = set()
+    seen = {}
     for code in enabled:
-        for word, pattern in (RULE_TRIGGERS[code],) + ((_ALSO[code],) if code in _ALSO else ()):
-            if word in data and pattern.search(data):
+        for trigger in (RULE_TRIGGERS[code],) + ((_ALSO[code],) if code in _ALSO else ()):
+            if trigger not in seen:
+                seen[trigger] = _mentions(data, *trigger)
+            if seen[trigger]:
                 hits.add(code)
                 break
     return frozenset(hits)
