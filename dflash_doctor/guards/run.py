@@ -14,7 +14,7 @@ from dflash_doctor.guards.hazards import layout_findings, state_findings
 from dflash_doctor.guards.layout import Layout, read_layout
 from dflash_doctor.guards.probes import ERROR, PROBE_NAMES, SKIPPED
 from dflash_doctor.guards.runner import Runner, run_child, run_probes
-from dflash_doctor.guards.sources import installed_torch_root
+from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
 from dflash_doctor.guards.state import (
     CONFIG_FLAGS, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state, read_env,
     read_versions, triton_cache_dir,
@@ -62,6 +62,10 @@ def run_guards(
     if torch_root is not None:
         state_source = "not read: --torch-root analyses sources only"
     elif probes:
+        if fork is None and is_accelerator_build(root):
+            # Measured on the H200 (torch 2.11+cu130): a fresh compile in a process forked after `import torch`
+            # hangs there, so on CUDA/ROCm builds each probe gets an interpreter of its own.
+            fork = False
         run = run_probes(PROBE_NAMES, timeout, fx_flag_spec(layout), runner=runner, fork=fork)
         probe_details.update(run.results)
         probe_seconds = run.seconds

@@ -79,3 +79,17 @@ def installed_torch_root() -> Optional[Path]:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0])
+
+
+def is_accelerator_build(torch_root: Optional[Path]) -> bool:
+    """Whether the torch at `torch_root` is a CUDA or ROCm build, read from its generated version.py (no import)."""
+    import re
+
+    try:
+        text = (torch_root / "version.py").read_text(encoding="utf-8") if torch_root else ""
+    except OSError:
+        return False
+    return any(
+        match.group(2) not in ("None", "")
+        for match in re.finditer(r"^(cuda|hip)\s*(?::[^=]*)?=\s*['\"]?([^'\"\n]*)", text, re.MULTILINE)
+    )
