@@ -7,7 +7,7 @@ in the same run.
 
 Sections:
 - scan: `dflash-doctor scan` vs semgrep (one rule, when installed) vs grep vs a one-process `ast.parse` of every
-  file, on the installed torch's own sources (the corpus of shared/FACTS.md section 4).
+  file, on the installed torch's own sources: `benchmarks/scan_bench.py`'s `measure()`, as ratios to the floor.
 - startup: `dflash-doctor --help` and a one-file `scan`, against `python -c "import typer, rich.console"`
   (target: each <= 1.5x). Runs are interleaved and the median kept, because the machine is shared.
 - guards: `dflash-doctor guards` wall time (static + live probes), against `python -c "import torch"`.
@@ -59,8 +59,6 @@ class Row:
 
 def _child_env() -> Dict[str, str]:
     env = dict(os.environ)
-    # semgrep's version check waits on the network, which this machine does not have.
-    env["SEMGREP_ENABLE_VERSION_CHECK"] = "0"
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("COLUMNS", "120")
     # An installed tool has its .pyc files; without them every run would also time compiling our sources.
@@ -226,72 +224,31 @@ def measure_repro(repeats: int, repro_args: Sequence[str]) -> List[Row]:
     return rows
 
 
-PARSE_FLOOR = (
-    "import ast, pathlib, sys\n"
-    "for path in pathlib.Path(sys.argv[1]).rglob('*.py'):\n"
-    "    try:\n"
-    "        ast.parse(path.read_bytes())\n"
-    "    except (SyntaxError, ValueError):\n"
-    "        pass\n"
-)
-SEMGREP_RULE = """rules:
-  - id: checkpoint-without-use-reentrant
-    languages: [python]
-    severity: WARNING
-    message: checkpoint without use_reentrant
-    patterns:
-      - pattern: checkpoint(...)
-      - pattern-not: checkpoint(..., use_reentrant=$X, ...)
-"""
-
-
-def scan_corpus() -> Optional[Path]:
-    """The installed torch's own sources (FACTS.md section 4's corpus), found without importing torch."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("torch")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def measure_scan(repeats: int, notes: List[str]) -> List[Row]:
-    corpus = scan_corpus()
-    if corpus is None:
-        return [Row("scan", "dflash-doctor scan", None, note="no torch sources to scan (torch not installed)")]
-    files = sum(1 for _ in corpus.rglob("*.py"))
-    notes.append(f"scan corpus: {corpus} ({files} .py files)")
-    commands = {
-        "floor": lambda: wall([sys.executable, "-c", PARSE_FLOOR, str(corpus)]),
-        "scan": lambda: wall(_cli("scan", str(corpus), "--format", "json", "--fail-on", "never"), ok_codes=(0, 4)),
-        "grep": lambda: wall(["grep", "-rn", "-e", "checkpoint", "-e", "reentrant", str(corpus)], ok_codes=(0, 1)),
-    }
-    # Next to this Python first: a venv's tools are there even when the venv is not on PATH.
+def _tool(name: str) -> Optional[str]:
+    """An executable next to this Python first (a venv's tools, even when the venv is not on PATH), then PATH."""
     search = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
-    semgrep = shutil.which("semgrep", path=search)
-    with tempfile.TemporaryDirectory() as tmp:
-        if semgrep:
-            rule = Path(tmp) / "rule.yml"
-            rule.write_text(SEMGREP_RULE)
-            commands["semgrep"] = lambda: wall(
-                [semgrep, "--config", str(rule), "--metrics", "off", "--disable-version-check", "--quiet",
-                 "--no-git-ignore", str(corpus)],
-                ok_codes=(0, 1))
-        medians = interleaved_medians(commands, repeats)
-    floor = medians["floor"]
-    rows = [
-        Row("scan", "python: ast.parse of every file, one process", floor,
-            note=f"anchor (the naive floor), {files} files"),
-        Row("scan", "dflash-doctor scan (all rules, default --jobs)", medians["scan"], "parse floor",
-            medians["scan"] / floor),
-        Row("scan", "grep -rn -e checkpoint -e reentrant", medians["grep"], "parse floor", medians["grep"] / floor,
-            note="text only: every mention, no semantics"),
-    ]
-    if semgrep:
-        rows.append(Row("scan", "semgrep, one rule (checkpoint without use_reentrant)", medians["semgrep"],
-                        "parse floor", medians["semgrep"] / floor))
-    else:
-        rows.append(Row("scan", "semgrep", None, note="not installed here (pip install semgrep to include it)"))
+    return shutil.which(name, path=search)
+
+
+def measure_scan(notes: List[str]) -> List[Row]:
+    """scan_bench's measurement (one run of each tool on torch's sources), as ratios to the ast.parse floor."""
+    module = _bench_module("scan_bench")
+    if module is None:
+        return [Row("scan", "benchmarks/scan_bench.py", None, note="not available")]
+    try:
+        root = module.torch_root()
+    except SystemExit as exc:  # scan_bench's way of saying torch is not installed
+        return [Row("scan", "dflash-doctor scan", None, note=str(exc))]
+    measured = module.measure(root, semgrep=_tool("semgrep"), torchfix=_tool("torchfix"))
+    floor = next(row["seconds"] for row in measured if row["tool"].startswith("ast.parse"))
+    rows = []
+    for row in measured:
+        found = "" if row["found"] is None else f"found {row['found']}; "
+        is_floor = row["tool"].startswith("ast.parse")
+        ratio = None if is_floor or not (row["seconds"] and floor) else row["seconds"] / floor
+        rows.append(Row("scan", row["tool"], row["seconds"], "" if is_floor else "parse floor", ratio,
+                        note=("anchor; " if is_floor else "") + found + str(row.get("note", ""))[:160]))
+    notes.append(f"scan corpus: {root}; " + "; ".join(module.targets(measured)))
     return rows
 
 
@@ -341,8 +298,10 @@ def machine_description() -> List[str]:
         torch_version = "not installed"
     import typer
 
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     return [
-        f"- date: {dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()}",
+        f"- date: {dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat()}; load average at the end: "
+        f"{load} (other processes share these cores; read the ratios, not the absolute times)",
         f"- CPU: {cpu}, {os.cpu_count()} logical cores; memory: {_memory_gib()} GiB",
         f"- OS: {platform.platform()}",
         f"- Python {platform.python_version()} ({sys.executable}); torch {torch_version}; typer {typer.__version__}",
@@ -401,7 +360,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif section == "recorder":
             rows += measure_recorder(args.recorder_rounds, args.recorder_steps)
         else:
-            rows += measure_scan(args.slow_repeats, notes)
+            rows += measure_scan(notes)
 
     out = table(rows)
     sys.stdout.write("\n".join(out) + "\n")
