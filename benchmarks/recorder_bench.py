@@ -10,6 +10,7 @@ fraction of the median step; that is the one the <= 1 % target is judged on.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -82,7 +83,8 @@ def main(argv=None) -> int:
         f"--steps {args.steps}`",
         f"Machine: {platform.machine()}, {platform.python_implementation()} {platform.python_version()}, "
         f"torch {torch.__version__}; step: reference drafter `tiny`, forward through compiled flex_attention "
-        f"on {args.device}, warm.",
+        f"on {args.device}, warm. Load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        f"on {os.cpu_count()} cores.",
         "",
         "| measure | value |",
         "|---|---|",
