@@ -23,7 +23,7 @@ DEVICE="${PIPELINE_DEVICE:-cuda}"
 SMALL="${PIPELINE_SMALL:-small}"
 SEEDS="${PIPELINE_SEEDS:-seeds}"
 STEPS="${PIPELINE_STEPS:-30}"
-BUDGET="${PIPELINE_BUDGET_S:-230}"
+BUDGET="${PIPELINE_BUDGET_S:-450}"
 START=$SECONDS
 : >"$OUT/runs.txt"
 
@@ -47,8 +47,8 @@ run_case() {  # name, cap (s), pipeline arguments...
 
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
   torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' >"$OUT/env.txt" 2>&1
-run_case small-threads 100 --preset "$SMALL" --workers threads --steps "$STEPS"
-run_case small-processes 100 --preset "$SMALL" --workers processes --steps "$STEPS"
+run_case small-threads 170 --preset "$SMALL" --workers threads --steps "$STEPS"
+run_case small-processes 170 --preset "$SMALL" --workers processes --steps "$STEPS"
 run_case seeds-threads 100 --preset "$SEEDS" --workers threads --steps 10 --stall-timeout 60
 "$PY" benchmarks/gpu/pipeline_table.py "$OUT" | tee "$OUT/summary.md"
 cat "$OUT/env.txt" "$OUT/runs.txt"
