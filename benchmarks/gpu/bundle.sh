@@ -12,5 +12,6 @@ for script in "$@"; do
   began=$SECONDS
   OUT="$SCRATCH/$name" bash "$script"
   echo "##### $name rc=$? wall=$((SECONDS - began))s"
+  # after every script, so a command cut off by the device's time limit still brings back what finished
+  tar czf "$FINAL/gpu-evidence.tgz" -C "$SCRATCH" .
 done
-tar czf "$FINAL/gpu-evidence.tgz" -C "$SCRATCH" .
