@@ -115,7 +115,7 @@ def markdown(result: dict, command: str) -> str:
         "",
         f"Command: `{command}`  ",
         f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {platform.machine()}, "
-        f"{os.cpu_count()} CPUs, Python {platform.python_version()} (a shared box: other jobs were running).  ",
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, load average {os.getloadavg()[0]:.2f} at the start.  ",
         f"Log: {result['bytes'] / 2 ** 30:.2f} GiB generated ({result['generate_s']:.0f} s), deleted afterwards.",
         "",
         "| what | wall s | CPU s | MB/s (wall) | MB/s (CPU) | x grep (CPU) | peak RSS MiB |",
@@ -128,7 +128,7 @@ def markdown(result: dict, command: str) -> str:
                      f"{row['maxrss_kib'] / 1024:.0f} |")
     lines += [
         "",
-        "CPU seconds are the fair comparison on this shared 2-core box (wall time includes waiting for the other",
+        "CPU seconds are the fair comparison on a shared 2-core box (wall time includes waiting for any other",
         "jobs). Peak RSS of dflash-doctor is the interpreter with typer and rich loaded; it does not grow with the",
         "log (tests/logs/test_streaming.py asserts that on 1.5 and 6 MB logs).",
     ]

@@ -24,7 +24,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    # Plain (click) help: rich help makes typer import typer.rich_utils -> rich.markdown, markdown_it, pygments,
+    # which alone puts `--help` at ~1.9x a bare `import typer, rich.console` (issue 7's target is 1.5x).
+    # benchmarks/results/run.md has the numbers. Help texts use no rich markup.
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -28,6 +27,8 @@ EXIT_CODES_HELP = (
 
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename, so a reader never sees half a report."""
+    import tempfile  # here, not at the top: only --output needs it, and start-up time is a target (issue 7)
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))

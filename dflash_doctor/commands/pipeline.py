@@ -1,7 +1,6 @@
 """`dflash-doctor pipeline`: train the bundled reference DFlash drafter with target and drafter workers."""
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from pathlib import Path
@@ -22,12 +21,17 @@ EPILOG = (
 )
 
 
-class _CurrentStderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is at emit time, so log lines go above rich's progress bar, not through it."""
+def _current_stderr_handler():
+    """A log handler writing to whatever sys.stderr is at emit time, so log lines go above rich's progress bar,
+    not through it. logging is imported here, not at the top: `--help` and `scan` must not pay for it."""
+    import logging
 
-    def emit(self, record):
-        self.stream = sys.stderr
-        super().emit(record)
+    class _CurrentStderrHandler(logging.StreamHandler):
+        def emit(self, record):
+            self.stream = sys.stderr
+            super().emit(record)
+
+    return _CurrentStderrHandler(sys.stderr)
 
 
 def _progress_bar(enabled: bool):
@@ -76,6 +80,8 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Train the reference DFlash drafter: frozen target workers feed drafter workers; prints tok/s, loss and
         every worker's health."""
+        import logging
+
         from dflash_doctor.errors import UsageError, require_torch
         from dflash_doctor.findings import Report
         from dflash_doctor.render import OutputFormat
@@ -97,7 +103,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError(str(exc)) from exc
 
         logger = logging.getLogger("dflash_doctor.reference")
-        handler = _CurrentStderrHandler(sys.stderr)
+        handler = _current_stderr_handler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

@@ -67,6 +67,14 @@ PROGRESS_LINE = re.compile(
     rb"\[(?P<thread>[A-Za-z][A-Za-z_]*-\d+|rank\d+)\][^\[]*?\bstep[=: ](?P<step>\d+)\b.*? "
     rb"(?P<value>\d+(?:\.\d+)?) ?(?P<unit>[kKmM]?)tok/s"
 )
+# The same test over a whole block of lines in one findall: one (line, thread, step, value, unit) row per line,
+# the last four empty unless the line is such a progress line whose first '[' is the thread's and has no 'step'
+# before it (what LogScanner.feed checks before PROGRESS_LINE).
+PROGRESS_ROWS = re.compile(
+    rb"((?:[^\[\ns]*(?:s(?!tep)[^\[\ns]*)*"
+    rb"\[([A-Za-z][A-Za-z_]*-\d+|rank\d+)\][^\[\n]*?\bstep[=: ](\d+)\b[^\n]*? "
+    rb"(\d+(?:\.\d+)?) ?([kKmM]?)tok/s)?[^\n]*)\n"
+)
 
 
 def throughput(text: str):

@@ -29,6 +29,10 @@ NOTHING: List[Finding] = []  # returned (never mutated) when a line completes no
 BLOCK_GAP = 200  # lines after which an open block that stopped growing is closed (grep'd or interleaved logs)
 RECOMPILE_LOOKAHEAD = 3  # the 'function:' line follows the recompile-limit line
 MESSAGE_CHARS = 300
+NAME_CACHE = 4096  # decoded thread names kept for the progress fast path
+PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
+TRIGGER = patterns.TRIGGER.search
+UNIT_BYTES = patterns.UNIT_BYTES
 # Dedup keys: one finding per thread for deaths, per (thread, GPU) for OOMs, per rank for NCCL, per function for
 # recompile limits, per log for the dense fallback (torch warns once per process; a traceback through sdpa_dense
 # after the warning is the same fact). Repeats are counted in facts["repeats"].
@@ -71,6 +75,7 @@ class LogScanner:
         self._per_code: Dict[str, int] = {}
         self._deaths: Dict[str, dict] = {}
         self._pending_recompile: Optional[dict] = None
+        self._names: Dict[bytes, str] = {}
         self.lines = 0
         self.bytes = 0
         self.exceptions = 0
@@ -78,8 +83,48 @@ class LogScanner:
     # -- input ---------------------------------------------------------------------------------------------
 
     def feed(self, raw: bytes, lineno: int) -> List[Finding]:
+        """One line (without its newline): the findings it completes."""
         self.lines = lineno
         self.bytes += len(raw) + 1
+        return self._feed_line(raw, lineno)
+
+    def feed_block(self, block: bytes, lineno: int) -> List[Finding]:
+        """Whole lines (reader.BlockSplitter's blocks), the first of them numbered `lineno`: the findings they
+        complete. The same result as feeding each line, at a fraction of the cost: one findall parses every usual
+        progress line of the block, and lines with no trigger word are skipped without leaving C."""
+        self.bytes += len(block)
+        new: List[Finding] = []
+        feed_line = self._feed_line
+        if not self._default_threads:
+            for line in block.split(b"\n")[:-1]:
+                if self._blocks.active or self._pending_recompile or b"tok" in line or TRIGGER(line):
+                    self.lines = lineno
+                    new += feed_line(line, lineno)
+                lineno += 1
+            self.lines = lineno - 1
+            return new
+        record = self.progress.record
+        names = self._names
+        idle = not (self._blocks.active or self._pending_recompile)
+        for line, thread, step, value, unit in PROGRESS_ROWS(block):
+            if thread and idle:
+                name = names.get(thread)
+                if name is None:
+                    name = thread.decode()
+                    if len(names) < NAME_CACHE:
+                        names[thread] = name
+                drop = record(name, int(step), float(value) * UNIT_BYTES[unit], lineno)
+                if drop is not None:
+                    new += self._drop(drop)
+            elif not idle or b"tok" in line or TRIGGER(line):
+                self.lines = lineno
+                new += feed_line(line, lineno)
+                idle = not (self._blocks.active or self._pending_recompile)
+            lineno += 1
+        self.lines = lineno - 1
+        return new
+
+    def _feed_line(self, raw: bytes, lineno: int) -> List[Finding]:
         if not (self._blocks.active or self._pending_recompile):
             if b"tok" in raw:  # the common progress line: no block, nothing pending, no other rule to try
                 start = raw.find(b"[")
@@ -346,19 +391,19 @@ def _gpu(text: str) -> dict:
 
 def scan_stream(stream, path: str, options: LogOptions = LogOptions()) -> Report:
     """Scan a binary stream to its end."""
-    from dflash_doctor.logs.reader import iter_lines
+    from dflash_doctor.logs.reader import iter_blocks
 
     scanner = LogScanner(path, options)
-    feed = scanner.feed
-    for lineno, raw in enumerate(iter_lines(stream), start=1):
-        feed(raw, lineno)
+    feed_block = scanner.feed_block
+    for block in iter_blocks(stream):
+        feed_block(block, scanner.lines + 1)
     return scanner.finish()
 
 
 def follow_file(path: str, options: LogOptions, should_stop, on_findings=None, sleep=None, poll: float = 0.25
                 ) -> Report:
     """`tail -f` a file from its start until `should_stop()` or Ctrl-C; `on_findings` gets new findings live."""
-    from dflash_doctor.logs.reader import follow_lines
+    from dflash_doctor.logs.reader import follow_blocks
 
     scanner = LogScanner(path, options)
 
@@ -367,14 +412,14 @@ def follow_file(path: str, options: LogOptions, should_stop, on_findings=None, s
         if found and on_findings is not None:
             on_findings(found)
 
-    lineno = 0
+    lineno = 1
     try:
-        for raw in follow_lines(path, should_stop, on_idle=idle, sleep=sleep, poll=poll):
-            if raw is None:  # truncated: line numbers restart with the new content
-                lineno = 0
+        for block in follow_blocks(path, should_stop, on_idle=idle, sleep=sleep, poll=poll):
+            if block is None:  # truncated: line numbers restart with the new content
+                lineno = 1
                 continue
-            lineno += 1
-            found = scanner.feed(raw, lineno)
+            found = scanner.feed_block(block, lineno)
+            lineno = scanner.lines + 1
             if found and on_findings is not None:
                 on_findings(found)
     except KeyboardInterrupt:

@@ -226,3 +226,32 @@ def test_fast_and_general_progress_paths_agree(role, n, step, value, unit, shape
     scale = {"": 1, "K": 1e3, "k": 1e3, "M": 1e6}[unit]
     assert list(facts) == [thread]
     assert (facts[thread]["last_step"], facts[thread]["last_tok_s"]) == (step, pytest.approx(float(value) * scale))
+
+
+LOG_LINES = st.sampled_from([
+    "[drafter-0] step={n} loss=2.1 {v} Ktok/s", "[drafter-1] step={n} loss=2.0 {v}Ktok/s",
+    "[target-2] step={n} {v} tok/s", "2026-11-29 INFO [rank1] step: {n} tput {v} tok/s",
+    "step={n} [drafter-0] {v} tok/s", "[drafter-0] lr=1e-4 {v} tok/s", "[drafter-0] stepper={n} {v} tok/s",
+    "Exception in thread drafter-{m}:", "Traceback (most recent call last):", '  File "train.py", line {n}, in run',
+    "    loss = step(batch)",
+    "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU {m} has a total capacity",
+    "[rank{m}]:[E1129 ProcessGroupNCCL.cpp:1500] Watchdog caught collective operation timeout",
+    "noise {n} with a [bracket] and the word tok", "", "   ", "\tstep {n}", "\xff\xfe garbage",
+])
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(LOG_LINES, st.integers(0, 300), st.integers(1, 99999), st.integers(0, 3)), max_size=80),
+       st.booleans())
+def test_block_scan_equals_line_by_line(rows, trailing_newline):
+    # scan_stream feeds whole blocks through a regex fast path; feeding each line must give the same report.
+    lines = [shape.format(n=n, v=v / 10, m=m).encode("utf-8", "surrogateescape") for shape, n, v, m in rows]
+    data = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
+    blocks = scan_stream(io.BytesIO(data), "t.log", LogOptions())
+    by_line = LogScanner("t.log", LogOptions())
+    for lineno, raw in enumerate(iter_lines(io.BytesIO(data)), start=1):
+        by_line.feed(raw, lineno)
+    one = by_line.finish()
+    assert [f.to_dict() for f in blocks.findings] == [f.to_dict() for f in one.findings]
+    assert blocks.facts == one.facts
