@@ -108,3 +108,22 @@ def test_help_and_explain_do_not_import_torch():
         imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
         assert not {m for m in imported if m == "torch" or m.startswith("torch.")}, args
         assert "pynvml" not in imported
+
+
+def test_every_rule_examples_format_is_run_by_its_domain_tests():
+    # Each format's examples run in one domain's tests (scan, gpus, logs, guards, repro); a new format with no
+    # runner would leave its examples untested, so the set is pinned here.
+    from dflash_doctor.rules.registry import EXAMPLE_FORMATS
+
+    used = {rule.example_format for rule in all_rules()}
+    assert used == set(EXAMPLE_FORMATS)
+    by_prefix = {"DFD1": "python", "DFD2": "python", "DFD3": "python", "DFD4": "nvidia-smi-csv", "DFD5": "log",
+                 "DFD7": "repro-facts"}
+    for rule in all_rules():
+        expected = by_prefix.get(rule.code[:4])
+        assert rule.example_format in ((expected,) if expected else ("torch-layout", "guards-state")), rule.code
+
+
+def test_a_rule_with_an_unknown_example_format_is_refused():
+    with pytest.raises(ValueError, match="example format"):
+        register(Rule("DFD998", "made-up-format", Severity.INFO, "s", "r", "b", "g", example_format="yaml"))

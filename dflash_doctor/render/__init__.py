@@ -45,7 +45,11 @@ def emit(
     elif fmt is OutputFormat.SARIF:
         from dflash_doctor.render.sarif import render_sarif as render
     else:
-        from dflash_doctor.render.junit import render_junit as render
+        from dflash_doctor.render.junit import render_junit
+
+        # JUnit marks as failures exactly the findings at or above --fail-on; the others pass with details.
+        def render(report: Report, exit_code: int) -> str:
+            return render_junit(report, exit_code, fail_on)
     out.write(render(report, exit_code))
     out.write("\n")
     from dflash_doctor.render.text import render_problems_and_summary

@@ -14,6 +14,11 @@ from dflash_doctor.findings import Finding, Severity
 _CODE = re.compile(r"^DFD[1-9]\d\d$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
+# How a rule's bad/good examples are written, and so which domain runs them as tests (tests/<domain>/):
+# python source (scan), an nvidia-smi CSV (gpus), a log excerpt (logs), a torch source layout or a guards state
+# (guards), a repro facts document (repro).
+EXAMPLE_FORMATS = ("python", "nvidia-smi-csv", "log", "torch-layout", "guards-state", "repro-facts")
+
 RULES: Dict[str, "Rule"] = {}
 _BY_NAME: Dict[str, "Rule"] = {}
 
@@ -27,7 +32,7 @@ class Rule:
     rationale: str  # why it matters, for `explain` and SARIF help
     bad: str  # an example that fires; runs as a test
     good: str  # the fixed example; runs as a test and must be clean
-    example_format: str = "python"  # python | nvidia-smi-csv | log | torch-layout | repro-facts
+    example_format: str = "python"  # one of EXAMPLE_FORMATS
     fix: str = ""
 
     def finding(
@@ -57,6 +62,8 @@ def register(rule: Rule) -> Rule:
         raise ValueError(f"bad rule code {rule.code!r}")
     if not _NAME.match(rule.name):
         raise ValueError(f"bad rule name {rule.name!r}")
+    if rule.example_format not in EXAMPLE_FORMATS:
+        raise ValueError(f"rule {rule.code}: unknown example format {rule.example_format!r}")
     if rule.code in RULES or rule.name in _BY_NAME:
         raise ValueError(f"rule {rule.code} {rule.name} registered twice")
     RULES[rule.code] = rule
@@ -87,10 +94,5 @@ def load_all() -> None:
     import importlib
 
     for domain in _DOMAINS:
-        try:
-            importlib.import_module(f"dflash_doctor.rules.{domain}")
-        except ModuleNotFoundError as exc:
-            # A domain whose rule table is not written yet simply has no rules.
-            if exc.name != f"dflash_doctor.rules.{domain}":
-                raise
-    _loaded = True
+        importlib.import_module(f"dflash_doctor.rules.{domain}")
+    _loaded = True  # only once every table imported: a broken table fails every lookup, not just the first

@@ -118,3 +118,22 @@ def test_without_fail_on_the_exit_code_decides():
     assert _outcomes(_parse(report, 1)) == {"DFD201": "failed", "DFD102": "failed", "DFD103": "passed"}
     only_info = Report("scan", findings=[lookup("DFD103").finding(path="a.py", line=3, column=1)])
     assert _outcomes(_parse(only_info, 1)) == {"DFD103": "failed"}
+
+
+def test_the_cli_passes_fail_on_to_junit(tmp_path):
+    # One DFD201 (error) and one DFD102 (warning): with --fail-on error only the error is a failing case.
+    from tests.conftest import run_cli
+
+    source = tmp_path / "train.py"
+    source.write_text(
+        "import threading\nimport torch\nfrom torch.utils.checkpoint import checkpoint\n"
+        "step = torch.compile(lambda x: x)\n"
+        "def work():\n    step(1)\n    checkpoint(work)\n"
+        "threading.Thread(target=work).start()\n"
+    )
+    proc = run_cli("scan", str(source), "--format", "junit", "--fail-on", "error", timeout=60)
+    root = ET.fromstring(proc.stdout)
+    assert proc.returncode == 1, proc.stderr
+    failed = [case.get("name").split()[0] for case in root.iter("testcase") if case.find("failure") is not None]
+    assert failed == ["DFD201"]
+    assert (root.get("tests"), root.get("failures")) == ("2", "1")
