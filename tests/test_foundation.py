@@ -127,3 +127,24 @@ def test_every_rule_examples_format_is_run_by_its_domain_tests():
 def test_a_rule_with_an_unknown_example_format_is_refused():
     with pytest.raises(ValueError, match="example format"):
         register(Rule("DFD998", "made-up-format", Severity.INFO, "s", "r", "b", "g", example_format="yaml"))
+
+
+def test_enum_options_are_annotated_in_every_command():
+    # An unannotated `fail_on=FAIL_ON_OPTION` reaches the command as the string 'FailOn.WARNING' under typer 0.27
+    # on Python 3.12 (the H200 image), which crashed `pipeline` after 30 steps of training.
+    import typing
+
+    from dflash_doctor.cli import app
+    from dflash_doctor.commands.common import FAIL_ON_OPTION, FORMAT_OPTION
+    from dflash_doctor.findings import FailOn
+    from dflash_doctor.render import OutputFormat
+
+    checked = 0
+    for command in app.registered_commands:
+        hints = typing.get_type_hints(command.callback)
+        for name, parameter in __import__("inspect").signature(command.callback).parameters.items():
+            expected = {id(FORMAT_OPTION): OutputFormat, id(FAIL_ON_OPTION): FailOn}.get(id(parameter.default))
+            if expected is not None:
+                assert hints.get(name) is expected, f"{command.callback.__name__}: {name}"
+                checked += 1
+    assert checked >= 10

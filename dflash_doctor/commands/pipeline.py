@@ -9,6 +9,8 @@ from typing import Optional
 import typer
 
 from dflash_doctor.commands.common import FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, finish, guarded
+from dflash_doctor.findings import FailOn
+from dflash_doctor.render import OutputFormat
 
 EPILOG = (
     "Examples:  dflash-doctor pipeline --preset tiny --device cpu --steps 30  ·  "
@@ -74,8 +76,10 @@ def register(app: typer.Typer) -> None:
         stall_timeout: float = typer.Option(
             600.0, "--stall-timeout", help="Seconds without a drafter step (the first includes compiling) before "
             "the run is declared hung and stopped: a deadlocked compile never returns."),
-        fmt=FORMAT_OPTION,
-        fail_on=FAIL_ON_OPTION,
+        # Annotated like every other command: unannotated, typer 0.27 on Python 3.12 passed the default as the
+        # string 'FailOn.WARNING' (seen on the H200), which no enum accepts.
+        fmt: OutputFormat = FORMAT_OPTION,
+        fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
         """Train the reference DFlash drafter: frozen target workers feed drafter workers; prints tok/s, loss and
@@ -84,7 +88,6 @@ def register(app: typer.Typer) -> None:
 
         from dflash_doctor.errors import UsageError, require_torch
         from dflash_doctor.findings import Report
-        from dflash_doctor.render import OutputFormat
         from dflash_doctor.render.pipeline_view import render_pipeline
 
         require_torch("the reference pipeline")
