@@ -109,8 +109,13 @@ def test_gradient_averager_gives_every_replica_the_mean_and_stops_when_asked():
 def test_a_run_without_progress_is_declared_hung_and_returns():
     from dataclasses import replace
 
-    plan = replace(make_plan(PipelineOptions(steps=5)), stall_timeout_s=0.3, join_timeout_s=2.0)
-    result = run_threads(plan)  # building models and the corpus alone takes longer than 0.3 s
+    import itertools
+
+    # A clock that moves 10 s per reading: the first poll that finds no drafter step (building the models and the
+    # corpus takes many 0.05 s polls) is already past the stall timeout, however fast this machine is.
+    ticks = itertools.count(step=10.0)
+    plan = replace(make_plan(PipelineOptions(steps=5)), stall_timeout_s=0.3, join_timeout_s=2.0, poll_s=0.05)
+    result = run_threads(plan, clock=lambda: next(ticks))
     for thread in threading.enumerate():  # they are not deadlocked, only slow: they leave at the stop event
         if thread.name in ("target-0", "drafter-0", "drafter-1"):
             thread.join(timeout=40)
