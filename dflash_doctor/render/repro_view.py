@@ -118,6 +118,8 @@ def render_repro_facts(console, facts: dict) -> None:
     trial_count = len(facts.get("trials") or [])
     trials = f" · {rate:.0%} of {trial_count} trials" if rate is not None and trial_count else ""
     console.print(f"verdict: [{style}]{verdict}[/]{kind} in {facts.get('time_to_verdict_s')} s{trials}")
+    for line in facts.get("next_steps") or []:
+        console.print(f"[dim]next:[/] {escape(line)}")
 
 
 def render_matrix(console, rows: Sequence[dict]) -> None:

@@ -160,6 +160,9 @@ class Harness:
             facts["matrix"] = [_matrix_row(row) for row in matrix_rows]
         for row in matrix_rows:
             report.problems.extend(row["problems"])
+        from dflash_doctor.repro.advice import next_steps
+
+        facts["next_steps"] = next_steps(facts)
         report.facts = facts
         from dflash_doctor.repro.findings import findings_from_facts
 

@@ -32,3 +32,19 @@ def test_a_span_still_open_at_the_end_runs_to_the_last_event():
 
 def test_no_events_no_rows():
     assert timeline_rows([]) == []
+
+
+def test_the_text_view_ends_with_the_next_steps():
+    import io
+
+    from rich.console import Console
+
+    from dflash_doctor.render.repro_view import render_repro_facts
+
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    render_repro_facts(console, {"device": "cpu", "threads": 3, "mode": "natural", "mitigation": "none",
+                                 "verdict": "not-reproduced", "time_to_verdict_s": 1.0,
+                                 "next_steps": ["first thing", "second [thing]"]})
+    lines = console.file.getvalue().splitlines()
+    assert lines[-3].startswith("verdict: not-reproduced")
+    assert lines[-2:] == ["next: first thing", "next: second [thing]"]
