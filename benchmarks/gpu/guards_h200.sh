@@ -5,9 +5,7 @@ set -u
 OUT="${OUT:-$(mktemp -d)}"
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-began=$SECONDS
-timeout 90 python3 -m dflash_doctor guards --format json --output "$OUT/guards.json" 2>"$OUT/guards.err"
-echo "guards rc=$? wall=$((SECONDS - began))s" | tee "$OUT/summary.txt"
+OUT="$OUT" bash benchmarks/gpu/guards_only.sh  # the full run (JSON) and the text view; starts summary.txt
 for probe in cross_thread_leak stuck_flag is_compiling_leak; do
   began=$SECONDS
   timeout 90 python3 -m dflash_doctor.guards.probe_host --timeout 60 "$probe" >"$OUT/probe_$probe.json" 2>&1
