@@ -6,6 +6,7 @@ Heavy modules (torch, pynvml) are never imported here: each command imports its 
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -31,8 +32,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# Each command lives in dflash_doctor/commands/<name>.py and registers itself; a missing one is skipped so the
-# CLI keeps working while commands are added.
+# Each command lives in dflash_doctor/commands/<name>.py and registers itself.
 COMMANDS = ("scan", "explain", "guards", "repro", "pipeline", "gpus", "logs", "status", "check", "report")
 
 
@@ -53,17 +53,25 @@ def _root(
 
 def _register_commands() -> None:
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"dflash_doctor.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"dflash_doctor.commands.{name}":
-                raise
-            continue
-        module.register(app)
+        importlib.import_module(f"dflash_doctor.commands.{name}").register(app)
 
 
 _register_commands()
 
 
 def main() -> None:
-    app(prog_name=TOOL_NAME)
+    # Not standalone: click's own usage errors come back here as exceptions, to be shown as one line like every
+    # other error instead of click's usage block. Typer vendors click in some releases, so match by attributes.
+    try:
+        code = app(prog_name=TOOL_NAME, standalone_mode=False)
+    except Exception as exc:  # noqa: BLE001 - only click's exceptions are handled; anything else re-raises
+        if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `dflash-doctor` or group: the help, as click does
+            exc.show()
+        else:
+            context = getattr(exc, "ctx", None)
+            hint = f" (see '{context.command_path} --help')" if context is not None else ""
+            common.error_line(f"{exc.format_message()}{hint}")
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -34,6 +34,11 @@ def require(module: str, *, package: str, install: str, purpose: str):
 
 
 def require_torch(purpose: str):
+    import warnings
+
+    # torch without numpy (a bare CPU venv, like CI's) warns on import; nothing here uses numpy, so the warning
+    # would only be noise at the top of every report.
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
     return require(
         "torch",
         package="torch",

@@ -94,8 +94,22 @@ def test_unknown_rule_is_one_line_and_exit_2():
     assert "Traceback" not in proc.stderr
 
 
-def test_bad_option_is_a_usage_error():
-    assert run_cli("explain", "--no-such-option", timeout=60).returncode == 2
+@pytest.mark.parametrize("args, says", [
+    (("explain", "--no-such-option"), "No such option: --no-such-option"),
+    (("scan",), "Missing argument"),
+    (("scan", ".", "--format", "yaml"), "'yaml' is not one of"),
+    (("no-such-command",), "No such command"),
+])
+def test_click_usage_errors_are_one_line_and_exit_2(args, says):
+    proc = run_cli(*args, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("dflash-doctor: error: ") and says in proc.stderr
+    assert "--help" in proc.stderr  # where to look next
+
+
+def test_no_arguments_prints_the_help():
+    proc = run_cli(timeout=60)
+    assert "Usage: dflash-doctor" in proc.stdout + proc.stderr and "repro" in proc.stdout + proc.stderr
 
 
 def test_help_and_explain_do_not_import_torch():
