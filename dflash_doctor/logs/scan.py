@@ -95,18 +95,13 @@ class LogScanner:
         self.bytes += len(block)
         new: List[Finding] = []
         feed_line = self._feed_line
-        if not self._default_threads:
-            for line in block.split(b"\n")[:-1]:
-                if self._blocks.active or self._pending_recompile or b"tok" in line or TRIGGER(line):
-                    self.lines = lineno
-                    new += feed_line(line, lineno)
-                lineno += 1
-            self.lines = lineno - 1
-            return new
         record = self.progress.record
         names = self._names
         idle = not (self._blocks.active or self._pending_recompile)
-        for line, thread, step, value, unit in PROGRESS_ROWS(block):
+        # With --thread-pattern the progress fast path does not apply: every row goes the general way.
+        rows = (PROGRESS_ROWS(block) if self._default_threads
+                else [(line, b"", b"", b"", b"") for line in block.split(b"\n")[:-1]])
+        for line, thread, step, value, unit in rows:
             if thread and idle:
                 name = names.get(thread)
                 if name is None:

@@ -41,16 +41,19 @@ def emit(
         render_text(report, out, err, facts_view=facts_view, exit_code=exit_code)
         return exit_code
     if fmt is OutputFormat.JSON:
-        from dflash_doctor.render.json_format import render_json as render
+        from dflash_doctor.render.json_format import render_json
+
+        document = render_json(report, exit_code)
     elif fmt is OutputFormat.SARIF:
-        from dflash_doctor.render.sarif import render_sarif as render
+        from dflash_doctor.render.sarif import render_sarif
+
+        document = render_sarif(report, exit_code)
     else:
         from dflash_doctor.render.junit import render_junit
 
         # JUnit marks as failures exactly the findings at or above --fail-on; the others pass with details.
-        def render(report: Report, exit_code: int) -> str:
-            return render_junit(report, exit_code, fail_on)
-    out.write(render(report, exit_code))
+        document = render_junit(report, exit_code, fail_on)
+    out.write(document)
     out.write("\n")
     from dflash_doctor.render.text import render_problems_and_summary
 

@@ -243,13 +243,13 @@ LOG_LINES = st.sampled_from([
 
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.tuples(LOG_LINES, st.integers(0, 300), st.integers(1, 99999), st.integers(0, 3)), max_size=80),
-       st.booleans())
-def test_block_scan_equals_line_by_line(rows, trailing_newline):
+       st.booleans(), st.sampled_from([None, r"\[(?P<thread>[a-z]+-\d+)\]"]))
+def test_block_scan_equals_line_by_line(rows, trailing_newline, thread_pattern):
     # scan_stream feeds whole blocks through a regex fast path; feeding each line must give the same report.
     lines = [shape.format(n=n, v=v / 10, m=m).encode("utf-8", "surrogateescape") for shape, n, v, m in rows]
     data = b"\n".join(lines) + (b"\n" if trailing_newline and lines else b"")
-    blocks = scan_stream(io.BytesIO(data), "t.log", LogOptions())
-    by_line = LogScanner("t.log", LogOptions())
+    blocks = scan_stream(io.BytesIO(data), "t.log", LogOptions(thread_pattern=thread_pattern))
+    by_line = LogScanner("t.log", LogOptions(thread_pattern=thread_pattern))
     for lineno, raw in enumerate(iter_lines(io.BytesIO(data)), start=1):
         by_line.feed(raw, lineno)
     one = by_line.finish()
