@@ -1,0 +1,295 @@
+"""The mitigation registry: every fix dflash-doctor knows, declared once.
+
+An entry says what the fix is (its CLI name and the call a trainer makes), which hazards it stops and what it
+leaves open, what it costs, on which releases it applies, how repro and the reference pipeline apply it, and
+which stresses repro must put it through before calling it holding. `repro --mitigation/--matrix`, `pipeline
+--mitigation`, `guards`, `explain`, scan's mitigation-aware DFD201 and docs/mitigations.md all read it from here,
+so they cannot disagree. Adding a fix is one entry below plus its runtime function (dflash_doctor/runtime).
+
+What each fix did on an H200 (torch 2.11, three threads, cold cache) is in docs/races.md, "What held".
+Importing this module never imports torch: the apply hooks import the runtime lazily.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+from dflash_doctor.errors import UsageError
+from dflash_doctor.hazards import STRESS_ORDER, Hazard, Release, Stress
+
+NONE = "none"
+
+
+def _setup_threadlocal_flag() -> dict:
+    from dflash_doctor import runtime
+
+    status = runtime.install_threadlocal_fx_flag()
+    facts = {"shim": status.to_dict()}
+    if status.state != "unknown-layout":
+        ok, detail = runtime.verify_threadlocal_fx_flag()
+        facts["shim_check"] = {"ok": ok, "detail": detail}
+        if not ok:
+            raise MitigationFailed("the thread-local FX-flag shim is installed but not effective: " + detail)
+    else:
+        raise MitigationFailed("this torch's FX module is not a layout the shim knows: " + status.detail)
+    return facts
+
+
+def _setup_non_lazy_backward() -> dict:
+    from dflash_doctor import runtime
+
+    try:
+        previous = runtime.enable_non_lazy_backward()
+    except runtime.MitigationUnavailable as exc:
+        raise MitigationFailed(str(exc)) from exc
+    return {"non_lazy_backward_was": previous}
+
+
+def _wrap_first_call_lock(step: Callable) -> Callable:
+    from dflash_doctor import runtime
+
+    return runtime.first_call_lock(step)
+
+
+def _wrap_global_lock(step: Callable) -> Callable:
+    from dflash_doctor import runtime
+
+    return runtime.global_lock(step)
+
+
+class MitigationFailed(RuntimeError):
+    """A mitigation could not be applied here (no hook in this torch, a shim that did not take)."""
+
+
+def _needs_global_flag(release: Release) -> Optional[str]:
+    if release.fx_flag_thread_local:
+        return "this release's FX flag is already thread-local (torch >= 2.14)"
+    return None
+
+
+def _needs_non_lazy_flag(release: Release) -> Optional[str]:
+    if release.non_lazy_backward_available is False:
+        return "this release has no torch._functorch.config.force_non_lazy_backward_lowering (added in 2.10)"
+    return None
+
+
+@dataclass(frozen=True)
+class Mitigation:
+    name: str  # the CLI name: `--mitigation NAME`
+    summary: str  # one line for --help, tables and docs
+    api: str  # what a trainer writes to apply it
+    covers: FrozenSet[Hazard]  # what it stops while it holds
+    caveats: Tuple[str, ...]  # what it leaves open
+    cost: str
+    # The stresses repro must apply before the fix may be called holding: natural and amplified always; a fix that
+    # claims to stop the FX-flag leak also faces the forced leak and the stuck flag.
+    claims_flag_safety: bool = False
+    recommended: bool = True  # False: measured, and documented as not a fix
+    unavailable: Callable[[Release], Optional[str]] = lambda release: None  # why it cannot apply on a release
+    # How repro's child and the reference pipeline apply it (exactly one kind each):
+    setup: Optional[Callable[[], dict]] = None  # process-wide, before any compile wrapper exists; returns facts
+    wrap_step: Optional[Callable[[Callable], Callable]] = None  # wraps each worker's step
+    warm_up: bool = False  # every worker's step runs once, serially, before the workers start
+    separate_processes: bool = False  # one process per worker instead of threads
+    # Names a trainer's source contains once it applies the fix (scan's mitigation-aware DFD201 reads them).
+    source_markers: Tuple[str, ...] = ()
+    solo: bool = False  # combines with nothing else
+
+    @property
+    def ladder(self) -> Tuple[Stress, ...]:
+        extra = (Stress.FORCED, Stress.STUCK) if self.claims_flag_safety else ()
+        return (Stress.NATURAL, Stress.AMPLIFIED) + extra
+
+
+REGISTRY: Tuple[Mitigation, ...] = (
+    Mitigation(
+        name="first-call-lock",
+        summary="serialise each thread's first step (the seeds' _exec_lock); NOT a fix",
+        api="step = dflash_doctor.runtime.first_call_lock(step)",
+        covers=frozenset(),
+        caveats=("a warm thread keeps calling compiled code while another thread compiles, so the FX flag still "
+                 "leaks into it",
+                 "a new shape or a recompile after the first step compiles outside the lock"),
+        cost="the first steps run one after another",
+        recommended=False,
+        wrap_step=_wrap_first_call_lock,
+        source_markers=("first_call_lock",),
+    ),
+    Mitigation(
+        name="global-lock",
+        summary="hold one process-wide lock around every step",
+        api="step = dflash_doctor.runtime.global_lock(step)",
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        caveats=("the workers stop overlapping: throughput of one worker",
+                 "an FX trace outside the locked step (your own symbolic_trace, another library) still leaks"),
+        cost="60 steps of 3 threads took 15.8 s under the lock against 0.27 s after a warm-up (H200, torch 2.11)",
+        wrap_step=_wrap_global_lock,
+        source_markers=("global_lock",),
+    ),
+    Mitigation(
+        name="warmup",
+        summary="run every shape's forward and backward in one thread before the workers start",
+        api="dflash_doctor.runtime.warmup([step_for_shape_and_device, ...])",
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        caveats=("a shape, device or dtype not warmed up, a recompile (guard failure, dynamic shapes) or a "
+                 "cleared compile cache reopens the race",
+                 "every shape must be known before the workers start",
+                 "an FX trace outside the compiles (your own symbolic_trace, another library) still leaks"),
+        cost="a serial warm-up per process (15.6 s for 3 GPUs of compiled flex_attention, H200, torch 2.11)",
+        warm_up=True,
+        source_markers=("warmup",),
+    ),
+    Mitigation(
+        name="threadlocal-flag",
+        summary="make the FX-tracing flag thread-local (stops the leak and the stuck flag, not the deadlock)",
+        api="dflash_doctor.runtime.install_threadlocal_fx_flag()  # before any torch.compile wrapper exists",
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG}),
+        caveats=("alone it leaves the compile-lock / autograd deadlock: pair it with non-lazy-backward",
+                 "compile wrappers created before the call keep reading the global flag"),
+        cost="none measurable: one thread-local read per compiled call",
+        claims_flag_safety=True,
+        unavailable=_needs_global_flag,
+        setup=_setup_threadlocal_flag,
+        source_markers=("install_threadlocal_fx_flag",),
+    ),
+    Mitigation(
+        name="non-lazy-backward",
+        summary="compile the backward with the forward (stops the deadlock, not the leak)",
+        api="dflash_doctor.runtime.enable_non_lazy_backward()  "
+            "# torch._functorch.config.force_non_lazy_backward_lowering = True",
+        covers=frozenset({Hazard.DEADLOCK}),
+        caveats=("alone it turns the deadlock into the FX RuntimeError: the longer compile leaks the flag into warm "
+                 "threads; pair it with threadlocal-flag where the flag is a module global (torch < 2.14)",),
+        cost="a longer first step: the backward compiles before it is needed",
+        unavailable=_needs_non_lazy_flag,
+        setup=_setup_non_lazy_backward,
+        source_markers=("enable_non_lazy_backward", "force_non_lazy_backward_lowering"),
+    ),
+    Mitigation(
+        name="processes",
+        summary="run each worker in a process of its own (own Dynamo and FX state)",
+        api="torch.multiprocessing workers instead of threads (dflash-doctor pipeline --workers processes)",
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
+        caveats=("the hand-off between workers needs IPC (CUDA IPC on one GPU, NCCL across GPUs)",),
+        cost="one CUDA context and one compile per worker, more host memory",
+        claims_flag_safety=True,
+        separate_processes=True,
+        solo=True,
+        source_markers=(),
+    ),
+)
+
+BY_NAME: Dict[str, Mitigation] = {m.name: m for m in REGISTRY}
+NAMES: Tuple[str, ...] = tuple(m.name for m in REGISTRY)
+# The --matrix rows: the baseline, every fix alone, then the combination that let three threads compile
+# concurrently with no error and no hang on the H200.
+MATRIX: Tuple[Tuple[str, ...], ...] = ((),) + tuple((name,) for name in NAMES) + (
+    ("threadlocal-flag", "non-lazy-backward"),)
+
+
+def get(name: str) -> Mitigation:
+    return BY_NAME[name]
+
+
+def label(names: Iterable[str]) -> str:
+    names = tuple(names)
+    return ",".join(names) if names else NONE
+
+
+def parse(text: str) -> Tuple[str, ...]:
+    """`threadlocal-flag,non-lazy-backward` -> ('threadlocal-flag', 'non-lazy-backward'); 'none' -> ()."""
+    names = [part.strip().lower() for part in str(text).split(",") if part.strip()]
+    unknown = [name for name in names if name != NONE and name not in BY_NAME]
+    if unknown or not names:
+        raise UsageError(f"unknown mitigation {', '.join(unknown) or repr(text)}; choose from "
+                         f"{', '.join((NONE,) + NAMES)} (combine with commas)")
+    if NONE in names:
+        if len(names) > 1:
+            raise UsageError("mitigation 'none' cannot be combined with others")
+        return ()
+    ordered = tuple(name for name in NAMES if name in names)
+    solo = [name for name in ordered if BY_NAME[name].solo]
+    if solo and len(ordered) > 1:
+        raise UsageError(f"'{solo[0]}' replaces threads; it does not combine with thread mitigations")
+    return ordered
+
+
+def ladder(names: Iterable[str]) -> Tuple[Stress, ...]:
+    """The stresses a combination must survive: the union of its parts' ladders (the baseline gets them all)."""
+    names = tuple(names)
+    if not names:
+        return STRESS_ORDER
+    wanted = {stress for name in names for stress in BY_NAME[name].ladder}
+    return tuple(stress for stress in STRESS_ORDER if stress in wanted)
+
+
+def covers(names: Iterable[str]) -> FrozenSet[Hazard]:
+    return frozenset(h for name in names for h in BY_NAME[name].covers)
+
+
+def help_text() -> str:
+    """The --mitigation option's help, for every command that takes one."""
+    return ("none, " + ", ".join(NAMES) + "; combine with commas (threadlocal-flag,non-lazy-backward). "
+            "`dflash-doctor explain mitigations` says what each stops and leaves open.")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    mitigations: Tuple[str, ...]
+    covers: FrozenSet[Hazard]
+    gaps: FrozenSet[Hazard]  # hazards of the release this one leaves open
+    caveats: Tuple[str, ...]
+    api: Tuple[str, ...]
+    cost: str
+
+    @property
+    def label(self) -> str:
+        return label(self.mitigations)
+
+    @property
+    def complete(self) -> bool:
+        return not self.gaps
+
+    def to_dict(self) -> dict:
+        return {"mitigation": self.label, "covers": sorted(h.value for h in self.covers),
+                "gaps": sorted(h.value for h in self.gaps), "caveats": list(self.caveats), "api": list(self.api),
+                "cost": self.cost, "complete": self.complete}
+
+
+# Preference when several fixes cover what a release needs: keep the workers concurrent first, then the cheap
+# warm-up (breaks on a new shape), then serialising, then a rewrite into processes.
+_PREFERENCE = (("threadlocal-flag", "non-lazy-backward"), ("warmup",), ("global-lock",), ("processes",))
+
+
+def recommend(hazards: Iterable[Hazard], release: Release = Release()) -> List[Recommendation]:
+    """Fixes for `hazards` on `release`, complete ones first, each with what it leaves open.
+
+    The concurrent combination keeps only the parts the release needs (no shim where the flag is already
+    thread-local, no non-lazy backward where the backward compile takes no lock) and drops parts the release
+    lacks. `first-call-lock` is never recommended.
+    """
+    needed = frozenset(hazards)
+    if not needed:
+        return []
+    recommendations = []
+    for names in _PREFERENCE:
+        usable = tuple(name for name in names if BY_NAME[name].unavailable(release) is None
+                       and (len(names) == 1 or BY_NAME[name].covers & needed))
+        if not usable:
+            continue
+        recommendations.append(_recommendation(usable, needed))
+    recommendations.sort(key=lambda r: (not r.complete, len(r.gaps)))
+    return recommendations
+
+
+def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> Recommendation:
+    entries = [BY_NAME[name] for name in names]
+    covered = covers(names)
+    caveats = tuple(c for entry in entries for c in entry.caveats
+                    if not (len(entries) > 1 and "pair it with" in c))  # a pairing caveat is met by the pair
+    return Recommendation(names, covered & needed, needed - covered, caveats, tuple(e.api for e in entries),
+                          "; ".join(e.cost for e in entries))
+
+
+__all__ = ["BY_NAME", "MATRIX", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
+           "covers", "get", "help_text", "label", "ladder", "parse", "recommend"]
