@@ -25,6 +25,28 @@ EXIT_CODES_HELP = (
 )
 
 
+def finite(value: Optional[float], option: str, *, minimum: Optional[float] = None,
+           maximum: Optional[float] = None, inclusive_minimum: bool = True) -> Optional[float]:
+    """`value` if it is a finite number in range (None passes through), else a UsageError naming `option`.
+
+    click's FloatRange lets NaN through (every comparison with NaN is false), and a NaN timeout disables the
+    very watchdog it configures, so every float option goes through here."""
+    import math
+
+    from dflash_doctor.errors import UsageError
+
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise UsageError(f"{option} must be a finite number, got {value}")
+    low_ok = minimum is None or (value >= minimum if inclusive_minimum else value > minimum)
+    if not low_ok or (maximum is not None and value > maximum):
+        bound = (f" {'>=' if inclusive_minimum else '>'} {minimum:g}" if minimum is not None else "") + (
+            f"{' and' if minimum is not None else ''} <= {maximum:g}" if maximum is not None else "")
+        raise UsageError(f"{option} must be{bound}, got {value:g}")
+    return value
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write via a temporary file in the same folder and rename, so a reader never sees half a report."""
     import tempfile  # here, not at the top: only --output needs it, and start-up time is a target (issue 7)
