@@ -11,7 +11,7 @@ Importing this module never imports torch: the apply hooks import the runtime la
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
@@ -142,10 +142,11 @@ REGISTRY: Tuple[Mitigation, ...] = (
     Mitigation(
         name="threadlocal-flag",
         summary="make the FX-tracing flag thread-local (stops the leak and the stuck flag, not the deadlock)",
-        api="dflash_doctor.runtime.install_threadlocal_fx_flag()  # before any torch.compile wrapper exists",
+        api="dflash_doctor.runtime.install_threadlocal_fx_flag()",
         covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG}),
         caveats=("alone it leaves the compile-lock / autograd deadlock: pair it with non-lazy-backward",
-                 "compile wrappers created before the call keep reading the global flag"),
+                 "call it before any torch.compile wrapper exists: wrappers created earlier keep reading the global "
+                 "flag"),
         cost="none measurable: one thread-local read per compiled call",
         claims_flag_safety=True,
         unavailable=_needs_global_flag,
@@ -154,9 +155,9 @@ REGISTRY: Tuple[Mitigation, ...] = (
     ),
     Mitigation(
         name="non-lazy-backward",
-        summary="compile the backward with the forward (stops the deadlock, not the leak)",
-        api="dflash_doctor.runtime.enable_non_lazy_backward()  "
-            "# torch._functorch.config.force_non_lazy_backward_lowering = True",
+        summary="compile the backward with the forward: torch._functorch.config.force_non_lazy_backward_lowering "
+                "(stops the deadlock, not the leak)",
+        api="dflash_doctor.runtime.enable_non_lazy_backward()",
         covers=frozenset({Hazard.DEADLOCK}),
         caveats=("alone it turns the deadlock into the FX RuntimeError: the longer compile leaks the flag into warm "
                  "threads; pair it with threadlocal-flag where the flag is a module global (torch < 2.14)",),

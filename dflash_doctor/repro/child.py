@@ -46,36 +46,32 @@ class PhaseChild:
 
     # -- set-up ------------------------------------------------------------------------------------------
     def install_mitigations(self) -> None:
-        from dflash_doctor import runtime
+        """Each requested mitigation's process-wide set-up (mitigations.py), before any compile wrapper exists."""
+        from dflash_doctor import mitigations as registry
 
-        if "threadlocal-flag" in self.spec.mitigation:
-            status = runtime.install_threadlocal_fx_flag()
-            self.result["shim"] = status.to_dict()
-            if status.state == "unknown-layout":
-                self.result["problems"].append(
-                    {"subject": "threadlocal-flag", "reason": status.detail,
-                     "hint": "this torch's FX module is not a layout the shim knows; the run used no shim"})
-            else:
-                ok, detail = runtime.verify_threadlocal_fx_flag()
-                self.result["shim_check"] = {"ok": ok, "detail": detail}
-                if not ok:
-                    self.result["problems"].append({"subject": "threadlocal-flag", "reason": detail,
-                                                    "hint": "the shim is installed but not effective"})
-        if "non-lazy-backward" in self.spec.mitigation:
+        for name in self.spec.mitigation:
+            entry = registry.get(name)
+            if entry.setup is None:
+                continue
             try:
-                runtime.enable_non_lazy_backward()
-            except runtime.MitigationUnavailable as exc:
-                self.result["problems"].append({"subject": "non-lazy-backward", "reason": str(exc),
-                                                "hint": "this torch cannot compile the backward eagerly"})
+                self.result.update(entry.setup())
+            except registry.MitigationFailed as exc:
+                self.result["problems"].append({"subject": name, "reason": str(exc),
+                                                "hint": "this torch cannot apply it; the run went on without it"})
 
     def wrap_steps(self, steps):
-        from dflash_doctor import runtime
+        from dflash_doctor import mitigations as registry
 
-        if "global-lock" in self.spec.mitigation:
-            return [runtime.global_lock(step) for step in steps]
-        if "first-call-lock" in self.spec.mitigation:
-            return [runtime.first_call_lock(step) for step in steps]
+        for name in self.spec.mitigation:
+            wrap = registry.get(name).wrap_step
+            if wrap is not None:
+                steps = [wrap(step) for step in steps]
         return steps
+
+    def warm_up_wanted(self) -> bool:
+        from dflash_doctor import mitigations as registry
+
+        return any(registry.get(name).warm_up for name in self.spec.mitigation)
 
     # -- running -----------------------------------------------------------------------------------------
     def _first_step_over(self) -> None:
@@ -164,7 +160,7 @@ class PhaseChild:
         self.thread_results = [{"name": name, "outcome": "running", "error": None, "steps": 0, "seconds": 0.0}
                                for name in spec.thread_names]
         steps = self.wrap_steps(build_thread_steps(spec))
-        if "warmup" in spec.mitigation:
+        if self.warm_up_wanted():
             self.result["warmup_s"] = [round(s, 6) for s in runtime.warmup(steps, clock=self.clock)]
         self.result["setup_s"] = round(self.clock() - self.started, 6)
         watchdog = runtime.Watchdog(lambda: self.recorder.last_progress, spec.hang_after_s, self.on_hang,
@@ -226,8 +222,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = PhaseSpec.from_dict(json.loads(spec_path.read_text(encoding="utf-8")))
     child = PhaseChild(spec, result_path)
+    from dflash_doctor.errors import UsageError
+
     try:
         child.run()
+    except UsageError as exc:  # a --model that cannot be imported or built: one line for the user, no traceback
+        child.result["usage_error"] = str(exc)
+        child.finish("error")
+        return 2
     except BaseException as exc:  # noqa: BLE001 - the parent must get a result, whatever broke here
         child.result["problems"].append({"subject": f"{spec.phase}-thread phase", "reason":
                                          f"{type(exc).__name__}: {exc}", "hint": traceback.format_exc(limit=8)})
