@@ -1,9 +1,10 @@
 """The verdicts table: each ground-truth row, what the plain loop did and what `dflash-doctor repro` said, both
 read from their own JSON (benchmarks/gpu/repro_h200.sh writes them).
 
-    python benchmarks/gpu/repro_table.py OUT_DIR
+    python benchmarks/gpu/repro_table.py OUT_DIR [--loops LOOP_DIR]
 
-OUT_DIR holds loop_truth/<case>.json (plain_loop.py) and repro_rows/<case>.json (the tool's --format json).
+OUT_DIR holds repro_rows/<case>.json (the tool's --format json) and loop_truth/<case>.json (plain_loop.py), or
+the loop results come from LOOP_DIR when they were measured in another device call.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Optional
 # (row, the loop cases' name prefix, where the tool's answer is, the truth the loop established in earlier runs)
 ROWS = (
     ("no mitigation, same shapes (the defaults)", "loop-same-t", ("run", "repro-default"), "deadlock"),
-    ("no mitigation, different shapes", "loop-diff-t", ("run", "repro-per-thread"), "deadlock"),
+    ("no mitigation, different shapes", "loop-diff-t", ("row", "none"), "deadlock"),
     ("thread-local FX shim alone, different shapes", "loop-diff-shim-t", ("row", "threadlocal-flag"), "deadlock"),
     ("non-lazy backward alone, different shapes", "loop-diff-nonlazy-t", ("row", "non-lazy-backward"), "fx-error"),
     ("first-call lock, different shapes", "loop-diff-firstlock-t", ("row", "first-call-lock"), "fx-error (rare)"),
@@ -84,8 +85,9 @@ def tool_cell(out: Path, where) -> tuple:
     if row is None:
         return "no matrix row", None, None
     kind = row.get("kind")
+    first = (facts.get("time_to_verdict_s") if name == "none" else None)
     return (f"{row.get('outcome')} ({_cells(row.get('stresses') or {})})", KIND_WORD.get(kind, "ok") if kind else "ok",
-            None)
+            first)
 
 
 def matches(truth: str, tool_kind: Optional[str]) -> str:
@@ -95,12 +97,14 @@ def matches(truth: str, tool_kind: Optional[str]) -> str:
 
 
 def main(argv=None) -> int:
-    out = Path((sys.argv[1:] if argv is None else argv)[0])
+    args = sys.argv[1:] if argv is None else argv
+    out = Path(args[0])
+    loops = Path(args[args.index("--loops") + 1]) if "--loops" in args else out
     lines = ["| row | the plain loop (this run) | known truth | `dflash-doctor repro` (its JSON) | match | first verdict |",
              "|---|---|---|---|---|---|"]
     for title, prefix, where, truth in ROWS:
         tool, kind, ttv = tool_cell(out, where)
-        lines.append(f"| {title} | {loop_cell(out, prefix)} | {truth} | {tool} | {matches(truth, kind)} | "
+        lines.append(f"| {title} | {loop_cell(loops, prefix)} | {truth} | {tool} | {matches(truth, kind)} | "
                      f"{'%.1f s' % ttv if ttv is not None else '-'} |")
     matrix = _load(out / "repro_rows" / "repro-matrix.json")
     if matrix:

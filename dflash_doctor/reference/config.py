@@ -144,12 +144,11 @@ REPLAY = PipelineConfig(
     drafter_workers=3,
     corpus_per_target=8,
 )
-REPLAY_MHA = replace(REPLAY, name="replay-mha", target=replace(REPLAY.target, num_kv_heads=4))
 
 # The seeds' topology: 5 target workers and 3 drafter workers (scaled onto the devices present).
 SEEDS = replace(SMALL, name="seeds", target_workers=5, drafter_workers=3, batch_size=8, corpus_per_target=16)
 
-PRESETS = {c.name: c for c in (TINY, SMALL, SEEDS, REPLAY, REPLAY_MHA)}
+PRESETS = {c.name: c for c in (TINY, SMALL, SEEDS, REPLAY)}
 
 
 def preset(name: str) -> PipelineConfig:

@@ -7,6 +7,7 @@ can show is repro/capabilities.py's. It never prints; `progress(message)` is cal
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -111,6 +112,9 @@ class Harness:
         self.capabilities = capabilities
         self._phase_counter = 0
         self.started = clock()
+        # Trials side by side share the cores: each child's inductor worker pool gets its share, not all of them.
+        jobs = spec.effective_jobs
+        self.compile_threads = max(2, (os.cpu_count() or 2) // jobs) if jobs > 1 else None
 
     # -- children ----------------------------------------------------------------------------------------
     def phase_spec(self, phase: str, threads: int, mitigation: Tuple[str, ...], names: List[str],
@@ -127,7 +131,7 @@ class Harness:
         self._phase_counter += 1
         phase_dir = root / f"{self._phase_counter:03d}-{label}"
         spec_path = write_spec(phase_dir, phase_spec)
-        env = child_env(phase_dir, self.spec.cache == "cold")
+        env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads)
         child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt",
                                   user_code=self.spec.model is not None)
         return phase_dir, child
@@ -161,6 +165,8 @@ class Harness:
         if spec.mitigation and spec.mitigation not in wanted:
             wanted.insert(0, spec.mitigation)
         rows = [ladder.mitigation_row(names, spec.trials, skipped) for names in wanted]
+        if matrix:  # longest ladders first, so the slowest rows do not start last (longest-processing-time order)
+            rows.sort(key=lambda row: -ladder.expected_cost(row))
         needed = {stress for row in rows for stress in row.stresses}
         baseline = ladder.qualifying_baseline(tuple(s for s in STRESS_ORDER if s in needed), spec.trials, skipped)
         headline = baseline if not spec.mitigation else next(r for r in rows if r.names == spec.mitigation)
@@ -198,7 +204,9 @@ class Harness:
             facts["single_thread"] = None
         self._headline_facts(facts, headline, baseline)
         if matrix:
-            facts["matrix"] = [self._matrix_row(row, baseline) for row in rows]
+            order = [(), *registry.MATRIX[1:]]
+            facts["matrix"] = [self._matrix_row(row, baseline)
+                               for row in sorted(rows, key=lambda r: order.index(r.names) if r.names in order else -1)]
         report.problems.extend(Problem(p["subject"], p["reason"], p.get("hint", ""))
                                for result in results for p in result.problems)
         from dflash_doctor.repro.advice import next_steps

@@ -97,7 +97,11 @@ class Row:
         return len(results) >= self.trials[stress]
 
     def finished(self) -> bool:
-        if self.kind is not RowKind.QUALIFY and self.failed() is not None:
+        if self.kind is RowKind.ESCALATE:  # done once a stress reproduced and its trials all ended (the rate)
+            level = headline_level(self)
+            if level is not None:
+                return self.stress_finished(level)
+        elif self.kind is RowKind.LADDER and self.failed() is not None:
             return True
         return all(self.stress_finished(s) for s in self.runnable())
 
@@ -122,10 +126,13 @@ class Row:
         self.results.setdefault(result.task.stress, []).append(result)
 
     def wanted(self, task: Task) -> bool:
-        """Is a started task still worth waiting for? (Rows stop at a reproduction; qualifying stresses too.)"""
+        """Is a started task still worth waiting for? A ladder row stops at its first reproduction, a qualifying
+        stress too; an escalating row lets every trial of its stress end, for the rate."""
         if self.kind is RowKind.QUALIFY:
             return not self.reproduced_at(task.stress)
-        return self.failed() is None
+        if self.kind is RowKind.LADDER:
+            return self.failed() is None
+        return True
 
     def tally(self) -> Dict[str, dict]:
         """Per stress: trials run, how many reproduced, of which kinds; or why it was skipped."""
@@ -155,6 +162,12 @@ def mitigation_row(names: Tuple[str, ...], trials: int, skipped: Dict[Stress, st
     stresses = registry.ladder(names)
     return Row(names, RowKind.LADDER, stresses, trials_per_stress(trials),
                {s: why for s, why in skipped.items() if s in stresses})
+
+
+def expected_cost(row: Row) -> float:
+    """Trials a row runs if nothing breaks it, a process-per-worker trial counting as two."""
+    trials = sum(row.trials[s] for s in row.runnable())
+    return trials * (2.0 if any(registry.get(n).separate_processes for n in row.names) else 1.0)
 
 
 def judge(row: Row, baseline: Row) -> Tuple[Outcome, str]:

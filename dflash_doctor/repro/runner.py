@@ -97,11 +97,16 @@ class ProcessRunner:
         return ChildProcess(popen, log, self.clock)
 
 
-def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The child's environment (children.child_env), and for a cold cache fresh inductor/triton caches."""
+def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None,
+              compile_threads: Optional[int] = None) -> Dict[str, str]:
+    """The child's environment (children.child_env): for a cold cache fresh inductor/triton caches, and with
+    trials side by side a share of the cores for inductor's compile workers (unless the user set it)."""
     from dflash_doctor.children import child_env as clean_env
 
     extra = {}
+    source = os.environ if base is None else base
+    if compile_threads and "TORCHINDUCTOR_COMPILE_THREADS" not in source:
+        extra["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
     if cold_cache:
         extra = {"TORCHINDUCTOR_CACHE_DIR": str(phase_dir / "inductor-cache"),
                  "TRITON_CACHE_DIR": str(phase_dir / "triton-cache")}

@@ -66,12 +66,12 @@ def parse_devices(text: str) -> Tuple[str, ...]:
 
 
 def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> int:
-    """Trials run side by side on a GPU machine (a trial is mostly one CPU-bound compile); one at a time on a
-    CPU, where the trials themselves are the CPU work."""
+    """Trials run side by side on a GPU machine (a trial is mostly one single-threaded Dynamo/AOT compile); one
+    at a time on a CPU, where the trials themselves are the CPU work."""
     if devices == ("cpu",):
         return 1
     cores = cpu_count or os.cpu_count() or 1
-    return max(1, min(6, cores // 3))
+    return max(1, min(8, cores // 2))
 
 
 @dataclass(frozen=True)
