@@ -175,8 +175,9 @@ def judge(row: Row, baseline: Row) -> Tuple[Outcome, str]:
     failure = row.failed()
     if failure is not None:
         stress = failure.task.stress
-        ran = len(row.done_at(stress))
-        return Outcome.FAILS, f"{failure.kind} under {stress.value} stress (trial {failure.task.index + 1} of {ran})"
+        finished = row.done_at(stress)
+        broke = sum(1 for r in finished if r.reproduced)
+        return Outcome.FAILS, f"{failure.kind} under {stress.value} stress ({broke} of {len(finished)} finished trials)"
     gaps: List[str] = []
     skipped: Dict[str, List[str]] = {}
     for stress in row.stresses:
@@ -192,8 +193,8 @@ def judge(row: Row, baseline: Row) -> Tuple[Outcome, str]:
     gaps.extend(f"{', '.join(stresses)} not run ({why})" for why, stresses in skipped.items())
     if gaps:
         return Outcome.INCONCLUSIVE, "; ".join(gaps)
-    return Outcome.HOLDS, "survived " + ", ".join(
-        f"{s.value} {len(row.done_at(s))}/{len(row.done_at(s))}" for s in row.stresses)
+    return Outcome.HOLDS, "no reproduction in " + ", ".join(
+        f"{len(row.done_at(s))} {s.value}" for s in row.stresses) + " trials"
 
 
 def headline_level(row: Row) -> Optional[Stress]:
