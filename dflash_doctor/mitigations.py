@@ -11,6 +11,7 @@ Importing this module never imports torch: the apply hooks import the runtime la
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
@@ -119,7 +120,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         name="global-lock",
         summary="hold one process-wide lock around every step",
         api="step = dflash_doctor.runtime.global_lock(step)",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
         caveats=("the workers stop overlapping: throughput of one worker",
                  "an FX trace outside the locked step (your own symbolic_trace, another library) still leaks"),
         cost="60 steps of 3 threads took 15.8 s under the lock against 0.27 s after a warm-up (H200, torch 2.11)",
@@ -130,7 +131,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         name="warmup",
         summary="run every shape's forward and backward in one thread before the workers start",
         api="dflash_doctor.runtime.warmup([step_for_shape_and_device, ...])",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
         caveats=("a shape, device or dtype not warmed up, a recompile (guard failure, dynamic shapes) or a "
                  "cleared compile cache reopens the race",
                  "every shape must be known before the workers start",
@@ -285,10 +286,19 @@ def recommend(hazards: Iterable[Hazard], release: Release = Release()) -> List[R
 def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> Recommendation:
     entries = [BY_NAME[name] for name in names]
     covered = covers(names)
-    caveats = tuple(c for entry in entries for c in entry.caveats
-                    if not (len(entries) > 1 and "pair it with" in c))  # a pairing caveat is met by the pair
+    caveats = tuple(c for entry in entries for c in entry.caveats if not _pairing_moot(c, names, needed))
     return Recommendation(names, covered & needed, needed - covered, caveats, tuple(e.api for e in entries),
                           "; ".join(e.cost for e in entries))
+
+
+def _pairing_moot(caveat: str, names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> bool:
+    """A "pair it with X" caveat is met by a pair, and moot where X stops nothing this release needs (torch 2.4
+    and 2.5 have no compile-lock deadlock for non-lazy-backward to stop)."""
+    match = re.search(r"pair it with ([a-z-]+)", caveat)
+    if match is None:
+        return False
+    partner = BY_NAME.get(match.group(1))
+    return len(names) > 1 or (partner is not None and not partner.covers & needed)
 
 
 __all__ = ["BY_NAME", "MATRIX", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
