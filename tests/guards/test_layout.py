@@ -16,7 +16,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
     [
         ("torch-2.4", "2.4.1", "_fn", "is_fx_tracing", "module-global", "_is_fx_tracing_flag", False, "module-global",
          False, "vulnerable"),
-        ("torch-2.6", "2.6.0+cu124", "compile_wrapper", "is_fx_tracing", "module-global", "_is_fx_tracing_flag", False,
+        ("torch-2.6", "2.6.0+cu124", "_fn", "is_fx_tracing", "module-global", "_is_fx_tracing_flag", False,
          "module-global", False, "vulnerable"),
         ("torch-2.11", "2.11.0+cu130", "compile_wrapper", "is_fx_symbolic_tracing", "module-global",
          "_is_fx_tracing_flag", True, "module-global", False, "vulnerable"),
