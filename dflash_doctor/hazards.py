@@ -25,6 +25,12 @@ class Hazard(str, enum.Enum):
     def title(self) -> str:
         return _TITLES[self]
 
+    @property
+    def minor(self) -> bool:
+        """Changes code paths in other threads, but neither raises nor hangs: advice never trades a severe
+        hazard for it."""
+        return self is Hazard.IS_COMPILING_LEAK
+
 
 _TITLES = {
     Hazard.FX_FLAG_LEAK: "FX-flag leak across threads",

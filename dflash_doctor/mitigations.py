@@ -94,6 +94,12 @@ class Mitigation:
     # Names a trainer's source contains once it applies the fix (scan's mitigation-aware DFD201 reads them).
     source_markers: Tuple[str, ...] = ()
     solo: bool = False  # combines with nothing else
+    # The fix that completes this one (and why), stated as data so advice can tell when the pairing is met or moot.
+    pair_with: Optional[str] = None
+    pair_reason: str = ""
+
+    def pairing_caveat(self) -> Optional[str]:
+        return f"{self.pair_reason}: pair it with {self.pair_with}" if self.pair_with else None
 
     @property
     def ladder(self) -> Tuple[Stress, ...]:
@@ -119,7 +125,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         name="global-lock",
         summary="hold one process-wide lock around every step",
         api="step = dflash_doctor.runtime.global_lock(step)",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
         caveats=("the workers stop overlapping: throughput of one worker",
                  "an FX trace outside the locked step (your own symbolic_trace, another library) still leaks"),
         cost="60 steps of 3 threads took 15.8 s under the lock against 0.27 s after a warm-up (H200, torch 2.11)",
@@ -130,7 +136,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         name="warmup",
         summary="run every shape's forward and backward in one thread before the workers start",
         api="dflash_doctor.runtime.warmup([step_for_shape_and_device, ...])",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
         caveats=("a shape, device or dtype not warmed up, a recompile (guard failure, dynamic shapes) or a "
                  "cleared compile cache reopens the race",
                  "every shape must be known before the workers start",
@@ -144,11 +150,12 @@ REGISTRY: Tuple[Mitigation, ...] = (
         summary="make the FX-tracing flag thread-local (stops the leak and the stuck flag, not the deadlock)",
         api="dflash_doctor.runtime.install_threadlocal_fx_flag()",
         covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG}),
-        caveats=("alone it leaves the compile-lock / autograd deadlock: pair it with non-lazy-backward",
-                 "call it before any torch.compile wrapper exists: wrappers created earlier keep reading the global "
+        caveats=("call it before any torch.compile wrapper exists: wrappers created earlier keep reading the global "
                  "flag"),
         cost="none measurable: one thread-local read per compiled call",
         claims_flag_safety=True,
+        pair_with="non-lazy-backward",
+        pair_reason="alone it leaves the compile-lock / autograd deadlock",
         unavailable=_needs_global_flag,
         setup=_setup_threadlocal_flag,
         source_markers=("install_threadlocal_fx_flag",),
@@ -159,8 +166,10 @@ REGISTRY: Tuple[Mitigation, ...] = (
                 "(stops the deadlock, not the leak)",
         api="dflash_doctor.runtime.enable_non_lazy_backward()",
         covers=frozenset({Hazard.DEADLOCK}),
-        caveats=("alone it turns the deadlock into the FX RuntimeError: the longer compile leaks the flag into warm "
-                 "threads; pair it with threadlocal-flag where the flag is a module global (torch < 2.14)",),
+        caveats=(),
+        pair_with="threadlocal-flag",
+        pair_reason="alone it turns the deadlock into the FX RuntimeError where the flag is a module global "
+                    "(torch < 2.14): the longer compile leaks the flag into warm threads",
         cost="a longer first step: the backward compiles before it is needed",
         unavailable=_needs_non_lazy_flag,
         setup=_setup_non_lazy_backward,
@@ -249,7 +258,9 @@ class Recommendation:
 
     @property
     def complete(self) -> bool:
-        return not self.gaps
+        """Leaves no severe hazard open (a minor one, the is-compiling leak, is named in `gaps` but does not
+        count against it)."""
+        return not any(not hazard.minor for hazard in self.gaps)
 
     def to_dict(self) -> dict:
         return {"mitigation": self.label, "covers": sorted(h.value for h in self.covers),
@@ -279,18 +290,34 @@ def recommend(hazards: Iterable[Hazard], release: Release = Release()) -> List[R
         if not usable:
             continue
         recommendations.append(_recommendation(usable, needed))
-    recommendations.sort(key=lambda r: (not r.complete, len(r.gaps)))
+    recommendations.sort(key=lambda r: (not r.complete, sum(not h.minor for h in r.gaps)))
     return recommendations
 
 
 def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> Recommendation:
     entries = [BY_NAME[name] for name in names]
     covered = covers(names)
-    caveats = tuple(c for entry in entries for c in entry.caveats
-                    if not (len(entries) > 1 and "pair it with" in c))  # a pairing caveat is met by the pair
+    caveats = tuple(c for entry in entries for c in entry.caveats) + tuple(
+        entry.pairing_caveat() for entry in entries if _pairing_needed(entry, names, needed))
     return Recommendation(names, covered & needed, needed - covered, caveats, tuple(e.api for e in entries),
                           "; ".join(e.cost for e in entries))
 
 
-__all__ = ["BY_NAME", "MATRIX", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
+def _pairing_needed(entry: Mitigation, names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> bool:
+    """Met when the partner is in the recommendation; moot where the partner stops nothing this release needs
+    (torch 2.4 and 2.5 have no compile-lock deadlock for non-lazy-backward to stop)."""
+    partner = BY_NAME.get(entry.pair_with or "")
+    return partner is not None and partner.name not in names and bool(partner.covers & needed)
+
+
+def caveats_for(names: Iterable[str]) -> Tuple[str, ...]:
+    """What a fix, or a combination, leaves open as applied: each part's caveats, and a pairing unless the
+    partner is part of it."""
+    names = tuple(names)
+    entries = [BY_NAME[name] for name in names]
+    return tuple(c for entry in entries for c in entry.caveats) + tuple(
+        entry.pairing_caveat() for entry in entries if entry.pair_with and entry.pair_with not in names)
+
+
+__all__ = ["BY_NAME", "MATRIX", "caveats_for", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
            "covers", "get", "help_text", "label", "ladder", "parse", "recommend"]

@@ -47,13 +47,13 @@ def next_steps(facts: dict) -> List[str]:
     steps: List[str] = []
     if mitigation != registry.NONE:
         outcome, reason = facts.get("outcome"), facts.get("outcome_reason", "")
-        entries = [registry.get(name) for name in registry.parse(mitigation)]
+        caveats = registry.caveats_for(registry.parse(mitigation))
         if outcome == "fails":
             steps.append(f"--mitigation {mitigation} fails: {reason}")
-            steps.extend(f"it leaves open: {c}" for e in entries for c in e.caveats)
+            steps.extend(f"it leaves open: {c}" for c in caveats)
         elif outcome == "holds":
             steps.append(f"--mitigation {mitigation} holds: {reason}")
-            steps.extend(f"caveat: {c}" for e in entries for c in e.caveats)
+            steps.extend(f"caveat: {c}" for c in caveats)
         else:
             steps.append(f"--mitigation {mitigation} is inconclusive: {reason}")
         line = fix_line(facts) if outcome != "holds" else None

@@ -376,7 +376,7 @@ class Harness:
             outcome, reason = ladder.judge(row, baseline)
             entry.update(outcome=outcome.value, reason=reason,
                          covers=sorted(h.value for h in registry.covers(row.names)),
-                         caveats=[c for name in row.names for c in registry.get(name).caveats])
+                         caveats=list(registry.caveats_for(row.names)))
         else:
             level = ladder.headline_level(row)
             entry.update(outcome="reproduced" if first else "not-reproduced",
