@@ -75,6 +75,8 @@ def _needs_non_lazy_flag(release: Release) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Mitigation:
+    """One fix. Tuples of text are checked at import (a bare string would pass for a tuple of characters)."""
+
     name: str  # the CLI name: `--mitigation NAME`
     summary: str  # one line for --help, tables and docs
     api: str  # what a trainer writes to apply it
@@ -97,6 +99,11 @@ class Mitigation:
     # The fix that completes this one (and why), stated as data so advice can tell when the pairing is met or moot.
     pair_with: Optional[str] = None
     pair_reason: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("caveats", "source_markers"):
+            if not isinstance(getattr(self, field_name), tuple):
+                raise TypeError(f"mitigation {self.name}: {field_name} must be a tuple of strings")
 
     def pairing_caveat(self) -> Optional[str]:
         return f"{self.pair_reason}: pair it with {self.pair_with}" if self.pair_with else None
@@ -151,7 +158,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         api="dflash_doctor.runtime.install_threadlocal_fx_flag()",
         covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG}),
         caveats=("call it before any torch.compile wrapper exists: wrappers created earlier keep reading the global "
-                 "flag"),
+                 "flag",),
         cost="none measurable: one thread-local read per compiled call",
         claims_flag_safety=True,
         pair_with="non-lazy-backward",

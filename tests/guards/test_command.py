@@ -63,7 +63,7 @@ def test_real_torch_2_13_is_vulnerable_with_both_races_reproduced(real_run, cach
     assert facts["release"] == {"version": facts["torch_version"], "fx_flag_thread_local": False,
                                 "non_lazy_backward_available": True, "backward_compile_takes_compile_lock": True}
     assert [f.get("mitigation") or f["kind"] for f in facts["fixes"]] == [
-        "warmup", "global-lock", "processes", "upgrade", "threadlocal-flag,non-lazy-backward"]
+        "threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes", "upgrade"]
     assert sorted(f["code"] for f in doc["findings"]) == ["DFD601", "DFD604", "DFD605", "DFD606", "DFD607",
                                                           "DFD608", "DFD609"]
     assert doc["problems"] == [] and proc.returncode == doc["exit_code"] == 1

@@ -77,9 +77,9 @@ def test_unknown_layout_is_a_problem_per_hazard_and_verdict_unknown(tmp_path):
     # worst first: the deadlock, the stuck flag, the leak, the is-compiling leak
     assert report.facts["verdict_reasons"][1:3] == [f"stuck FX flag: unknown: {reason}",
                                                     f"FX-flag leak across threads: unknown: {reason}"]
-    # every hazard may be there: the fixes that stop them all, then the concurrent pair, which cannot
+    # every hazard may be there: the concurrent pair stops every severe one (the is-compiling leak is minor)
     assert [fix["mitigation"] for fix in report.facts["fixes"]] == [
-        "warmup", "global-lock", "processes", "threadlocal-flag,non-lazy-backward"]
+        "threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes"]
 
 
 @pytest.mark.timeout(120)

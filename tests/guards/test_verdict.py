@@ -97,10 +97,10 @@ def _labels(fixes):
     ("torch-2.6", ["warmup", "global-lock", "processes", "threadlocal-flag", "upgrade"]),
     # 2.10-2.12: the shim with non-lazy backward is complete and keeps the workers concurrent
     ("torch-2.11", ["threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes", "upgrade"]),
-    # 2.13: the upgrade adds nothing, so it ranks before the fixes that leave the is-compiling leak
-    ("torch-2.13", ["warmup", "global-lock", "processes", "upgrade", "threadlocal-flag,non-lazy-backward"]),
+    # 2.13: the concurrent pair still ranks first: it leaves only the minor is-compiling leak open
+    ("torch-2.13", ["threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes", "upgrade"]),
     # 2.14: no shim (the flag is thread-local), no upgrade (no later release fixes the deadlock)
-    ("torch-2.14", ["warmup", "global-lock", "processes", "non-lazy-backward"]),
+    ("torch-2.14", ["non-lazy-backward", "warmup", "global-lock", "processes"]),
 ])
 def test_fixes_are_ranked_for_the_release(folder, labels):
     assert _labels(_ranked(folder)) == labels
@@ -117,7 +117,7 @@ def test_mitigation_entries_are_the_registrys_own_words():
 def test_the_shim_on_2_4_carries_no_deadlock_caveat_but_on_2_6_it_does():
     [on_24] = [f for f in _ranked("torch-2.4") if f.get("mitigation") == "threadlocal-flag"]
     [on_26] = [f for f in _ranked("torch-2.6") if f.get("mitigation") == "threadlocal-flag"]
-    pairing = [c for c in BY_NAME["threadlocal-flag"].caveats if "pair it with" in c]
+    pairing = [BY_NAME["threadlocal-flag"].pairing_caveat()]
     assert pairing and not set(pairing) & set(on_24["caveats"]) and set(pairing) <= set(on_26["caveats"])
     assert (on_24["gaps"], on_26["gaps"]) == ([], ["deadlock"])
 
@@ -130,7 +130,7 @@ def test_the_shim_on_2_4_carries_no_deadlock_caveat_but_on_2_6_it_does():
 def test_upgrade_advice_is_true_for_the_release_it_starts_from(folder, removes, adds, keeps):
     [advice] = [f for f in _ranked(folder) if f["kind"] == "upgrade"]
     assert (advice["to"], advice["removes"], advice["adds"], advice["keeps"]) == ("2.14.1", removes, adds, keeps)
-    assert advice["then"] == ["warmup", "global-lock", "processes", "non-lazy-backward"]
+    assert advice["then"] == ["non-lazy-backward", "warmup", "global-lock", "processes"]
 
 
 def test_no_upgrade_is_offered_from_a_thread_local_release_or_past_the_table():
@@ -142,7 +142,7 @@ def test_no_upgrade_is_offered_from_a_thread_local_release_or_past_the_table():
 def test_restart_and_restored_config_come_before_any_fix():
     fixes = _ranked("torch-2.13", flag_now=True, config={"error_on_nested_fx_trace": False})
     assert fixes[0]["fix"] == RESTART.fix and fixes[1]["fix"] == RESTORE_CONFIG.fix
-    assert _labels(fixes)[:3] == ["restart", "restore-config", "warmup"]
+    assert _labels(fixes)[:3] == ["restart", "restore-config", "threadlocal-flag,non-lazy-backward"]
 
 
 def test_rule_fix_texts_come_from_the_registry():
