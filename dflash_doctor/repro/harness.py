@@ -297,10 +297,15 @@ class Harness:
             raise UsageError(result["usage_error"])
         kind, blame = classify_phase(result)
         problems = list(result.get("problems") or [])
-        no_verdict = bool(result.get("timed_out_busy"))
-        if no_verdict:
+        subject = f"{task.stress.value} trial {task.index + 1} ({registry.label(task.row)})"
+        no_verdict = bool(result.get("timed_out_busy") or result.get("crash"))
+        if result.get("crash"):  # the child died without a word: that is the harness's failure, not a race
             kind, blame = None, []
-            problems.append({"subject": f"{task.stress.value} trial {task.index + 1} ({registry.label(task.row)})",
+            problems.append({"subject": subject, "reason": f"the trial's child {result['crash']}",
+                             "hint": "its log tail is in the JSON facts (multi_thread.log_tail)"})
+        elif no_verdict:
+            kind, blame = None, []
+            problems.append({"subject": subject,
                              "reason": f"still making progress when --timeout ({self.spec.timeout_s:.0f} s) "
                                        "ended it: no verdict",
                              "hint": "raise --timeout (cold compiles of several shapes take a while on a busy "
