@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from dflash_doctor.commands.common import (
-    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, finish, guarded,
+    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded,
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Read the installed torch's compile guard, its FX-tracing flag and the caches, probe them live, and say
         whether compiled code is safe to call from several threads, with ranked fixes."""
+        check_output(output)
         from dflash_doctor.guards import run_guards
         from dflash_doctor.render.guards_view import guards_view
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from dflash_doctor.commands.common import FORMAT_OPTION, OUTPUT_OPTION, finish, guarded
+from dflash_doctor.commands.common import FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact
 from dflash_doctor.render import OutputFormat
 
 EPILOG = (
@@ -112,6 +112,8 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Replay the drafter step single- then multi-threaded, each phase in its own process; name the race
         (FX-flag leak, stuck flag, deadlock), blame the thread that caused it, and test the mitigations."""
+        check_output(output)
+        check_output(trace, [output], "--trace")
         import sys
 
         from dflash_doctor.render.repro_view import render_repro_facts
@@ -127,13 +129,12 @@ def register(app: typer.Typer) -> None:
         )
         err = console_for(sys.stderr)
         report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro: {message}[/]"))
-        if trace is not None:
-            from dflash_doctor.runtime.chrome_trace import write_chrome_trace
-
-            write_chrome_trace(trace, trace_phases(report.facts))
         if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
+        from dflash_doctor.runtime.chrome_trace import write_chrome_trace
+
+        write_artifact(report, "--trace", trace, lambda path: write_chrome_trace(path, trace_phases(report.facts)))
         from dflash_doctor.report.last_repro import remember_repro
 
         remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
