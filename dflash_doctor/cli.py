@@ -98,7 +98,14 @@ def main() -> None:
         code = app(prog_name=TOOL_NAME, standalone_mode=False)
         sys.stdout.flush()
     except BrokenPipeError:  # the final flush, after the command (inside one, `guarded` handles it)
-        common.quiet_exit_on_broken_pipe()
+        common.quiet_exit_on_broken_pipe(common.streams_without_reader() or [sys.stdout.fileno()])
+    except SystemExit as exc:
+        # click ends a broken pipe outside any command (`--help | head -1`) with exit 1, which reads as
+        # "findings" here: give it the same code as inside a command.
+        gone = common.streams_without_reader() if exc.code == 1 else []
+        if gone:
+            common.quiet_exit_on_broken_pipe(gone)
+        raise
     except KeyboardInterrupt as exc:  # outside a command (while parsing, while importing one)
         terminated = isinstance(exc, common.Terminated)
         common.error_line("terminated" if terminated else "interrupted")

@@ -69,8 +69,26 @@ def _nearest_folder(path: Path) -> Path:
     return Path(os.sep)
 
 
-def check_output(path: Optional[PathLike], inputs: Iterable[Optional[PathLike]] = (), option: str = "--output") -> None:
-    """Raise UsageError when `path` cannot take the command's output (see the module docstring); None passes."""
+def _read_through(path: PathLike, found: Optional[os.stat_result], source: PathLike,
+                  read_suffixes: Tuple[str, ...]) -> Optional[str]:
+    """How the command would read `path` through its input `source`, if it would: as the same file, or as a
+    file it picks up below the folder `source` (an existing `train.py` under `scan .`)."""
+    if _same_file(path, found, source):
+        return f"is the same file as {os.fspath(source)}"
+    if found is None or not read_suffixes or not os.path.isdir(source):
+        return None
+    target = os.path.realpath(path)
+    if target.endswith(read_suffixes) and target.startswith(os.path.join(os.path.realpath(source), "")):
+        return f"is a file this command reads in {os.fspath(source)}"
+    return None
+
+
+def check_output(path: Optional[PathLike], inputs: Iterable[Optional[PathLike]] = (), option: str = "--output",
+                 *, read_suffixes: Tuple[str, ...] = ()) -> None:
+    """Raise UsageError when `path` cannot take the command's output (see the module docstring); None passes.
+
+    `inputs` are the files and folders the command reads (`-` and None are skipped); `read_suffixes` the kinds
+    of file it reads inside a folder, so an existing one there counts as an input too."""
     if path is None:
         return
     shown = os.fspath(path)
@@ -81,9 +99,9 @@ def check_output(path: Optional[PathLike], inputs: Iterable[Optional[PathLike]] 
     for source in inputs:
         if source is None or os.fspath(source) == "-":
             continue
-        if _same_file(path, found, source):
-            raise UsageError(f"{option} {shown} is the same file as {os.fspath(source)}, which this command reads "
-                             "or writes; refusing to overwrite it (name another file)")
+        how = _read_through(path, found, source, read_suffixes)
+        if how:
+            raise UsageError(f"{option} {shown} {how}; refusing to overwrite an input (name another file)")
     if found is not None:
         why = refusal(found.st_mode)
         if why:

@@ -5,7 +5,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 
@@ -194,26 +194,32 @@ def _float_options(command) -> Dict[str, str]:
     return found
 
 
-def is_broken_pipe_on_stdout() -> bool:
-    """Whether stdout's reader has gone (`dflash-doctor scan -f json | head -c 10`), as opposed to a pipe to
-    a child breaking, which is a real error."""
+def streams_without_reader() -> List[int]:
+    """The file descriptors of stdout/stderr whose reader has gone (`dflash-doctor scan -f json | head -c 10`),
+    as opposed to a pipe to a child breaking, which is a real error."""
     import select
 
-    try:
-        poller = select.poll()
-        poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
-    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout already closed
-        return True
+    gone = []
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            poller = select.poll()
+            fd = stream.fileno()
+            poller.register(fd, select.POLLOUT)
+            if any(events & select.POLLERR for _, events in poller.poll(0)):
+                gone.append(fd)
+        except (AttributeError, OSError, ValueError):  # no poll (Windows), or the stream is already closed
+            continue
+    return gone
 
 
-def quiet_exit_on_broken_pipe() -> None:
-    """The reader of stdout went away (`| head`): stop without a word, as other command-line tools do. Later
-    writes, the interpreter's final flush included, go to /dev/null instead of raising again."""
+def quiet_exit_on_broken_pipe(fds: Sequence[int]) -> None:
+    """The reader went away: stop without a word, as other command-line tools do. Later writes to those
+    streams, the interpreter's final flush included, go to /dev/null instead of raising again."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+        for fd in fds:
+            os.dup2(devnull, fd)
+    except OSError:
         pass
     sys.exit(EXIT_BROKEN_PIPE)
 
@@ -250,8 +256,9 @@ def guarded(command):
             terminated = isinstance(exc, Terminated)
             fail("terminated" if terminated else "interrupted", EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
         except BrokenPipeError:
-            if is_broken_pipe_on_stdout():
-                quiet_exit_on_broken_pipe()
+            gone = streams_without_reader()
+            if gone:
+                quiet_exit_on_broken_pipe(gone)
             fail("internal error: BrokenPipeError (rerun with --debug for the traceback)", EXIT_INTERNAL)
         except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback, unless --debug
             fail(f"internal error: {exc.__class__.__name__}: {exc} (rerun with --debug for the traceback)",

@@ -22,6 +22,14 @@ def _safe_console_class():
         def render_str(self, text, **kwargs):
             return super().render_str(printable(text, keep_newlines=True), **kwargs)
 
+        def on_broken_pipe(self) -> None:
+            # rich's own handling exits 1 (the findings code here) and silences stdout even for a stderr
+            # console: let the command's guard decide, as for any other write.
+            import errno
+
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
     return SafeConsole
 
 

@@ -167,7 +167,8 @@ def redact_argv(argv: Sequence[str]) -> List[str]:
 
 def redact_data(value: object) -> object:
     """A JSON-like structure with secrets masked: a key that says secret hides its string value (numbers are
-    counts and sizes, not secrets), and every other string is redacted as text, keys included."""
+    counts and sizes, not secrets), a list of strings is read as a command line, and every other string is
+    redacted as text, keys included."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
@@ -179,5 +180,7 @@ def redact_data(value: object) -> object:
                 result[redact_text(key) if isinstance(key, str) else key] = redact_data(item)
         return result
     if isinstance(value, (list, tuple)):
+        if all(isinstance(item, str) for item in value):  # maybe a command line: ["--password", "x"]
+            return redact_argv(value)
         return [redact_data(item) for item in value]
     return value

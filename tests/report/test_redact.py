@@ -181,11 +181,12 @@ def test_argv_hides_the_values_of_secret_options_only():
 
 def test_json_data_hides_values_under_secret_keys_and_shapes_anywhere():
     data = {"env": {"HF_TOKEN": "anything", "DB_PASS": PASSWORD, "tokens_per_s": 1234.5, "TORCH_LOGS": "+dynamo"},
-            "stderr": [f"Authorization: Bearer {TOKEN}"], "count": 3, "api_key": 12345, "nested": [{"secret": "x"}]}
+            "stderr": [f"Authorization: Bearer {TOKEN}"], "count": 3, "api_key": 12345, "nested": [{"secret": "x"}],
+            "argv": ["train.py", "--password", PASSWORD, "--steps", "3"]}
     assert redact_data(data) == {
         "env": {"HF_TOKEN": REDACTED, "DB_PASS": REDACTED, "tokens_per_s": 1234.5, "TORCH_LOGS": "+dynamo"},
         "stderr": [f"Authorization: Bearer {REDACTED}"], "count": 3, "api_key": 12345,
-        "nested": [{"secret": REDACTED}]}
+        "nested": [{"secret": REDACTED}], "argv": ["train.py", "--password", REDACTED, "--steps", "3"]}
 
 
 @pytest.mark.timeout(30)
