@@ -86,8 +86,9 @@ TOKEN = "tok" + "3n-9f8e7d6c5b4a3210"
 PASSWORD = "pw-" + "Hunter2Hunter2"
 PEM_BODY = "\n".join(["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj"] * 3 + ["MqHp9Q=="])
 PEM = f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----"
-OPENSSH_CUT = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n" \
-              "QyNTUxOQAAACB3ZjVqcmRkZWV0b3JtZW50ZnJvbWhlcmU"  # a log cut off before the END line
+OPENSSH_CUT = ("-----BEGIN OPENSSH PRIVATE KEY-----\n"
+               "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+               "QyNTUxOQAAACB3ZjVqcmRkZWV0b3JtZW50ZnJvbWhlcmU")  # a log cut off before the END line
 
 
 @pytest.mark.parametrize("text, secret, survivor", [

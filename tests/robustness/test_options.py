@@ -65,7 +65,7 @@ def test_unknown_enum_values_are_one_line(tmp_path, option):
 ])
 def test_empty_or_contradictory_selections_are_usage_errors(tmp_path, args):
     required_args("logs", tmp_path)  # writes run.log and train.py
-    result = run(*[a.format(d=tmp_path) for a in args], cwd=tmp_path, timeout=10)
+    result = run(*[a.format(d=tmp_path) for a in args], cwd=tmp_path, timeout=6)
     assert_one_error_line(result, 2)
 
 

@@ -6,17 +6,13 @@ import json
 
 import pytest
 
+from tests.report.test_redact import AWS_ID, GITHUB, GITHUB_FINE, HF, SLACK
 from tests.robustness.harness import run
 
 # Fake values shaped like the real thing; none was ever a credential.
 TOKEN = "tKn" + "9f8e7d6c5b4a3210zyxw"
 PASSWORD = "Pw0" + "rd-Hunter2-Hunter2"
 SIGNATURE = "5ig" + "0123456789abcdef0123456789abcdef"
-HF = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmNoPq"
-GITHUB = "ghp_" + "Z9y8X7w6V5u4T3s2R1q0PoNmLkJi"
-GITHUB_FINE = "github_pat_" + "11ABCDEFG0123456789_abcdefghijklmnopqrstuv"
-AWS_ID = "AKIA" + "IOSFODNN7EXAMPLE"
-SLACK = "xoxb-" + "123456789012-abcdefABCDEF"
 KEY_LINE = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW"
 PRIVATE_KEY_WITHOUT_END = f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_LINE}\n{KEY_LINE[::-1]}"
 

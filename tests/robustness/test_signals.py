@@ -50,7 +50,8 @@ def _stop_and_watch(proc: subprocess.Popen, signum: int):
             for process in family + [psutil.Process(proc.pid)]:  # the workers hold the pipes open too
                 _kill(process)
             stdout, stderr = proc.communicate()
-            raise AssertionError(f"still running {STOP_BOUND_S:g}s after {signal.Signals(signum).name}: {stderr[-2000:]}")
+            name = signal.Signals(signum).name
+            raise AssertionError(f"still running {STOP_BOUND_S:g}s after {name}: {stderr[-2000:]}")
         _, alive = psutil.wait_procs(family, timeout=max(0.1, STOP_BOUND_S - 1))
         return proc.returncode, stdout, stderr, alive
     finally:
