@@ -24,6 +24,8 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.render.explain_view import render_rule, render_rule_list, rules_json
         from dflash_doctor.rules import all_rules, lookup
 
+        if list_rules and code is not None:
+            raise UsageError(f"give a rule ({code!r}) or --list, not both")
         if list_rules or code is None:
             rules = all_rules()
         else:

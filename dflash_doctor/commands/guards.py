@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from dflash_doctor.commands.common import (
-    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, finish, finite, guarded,
+    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
@@ -44,6 +44,7 @@ def register(app: typer.Typer) -> None:
         """Read the installed torch's compile guard, FX-tracing flag and backward compile, probe them live, and give
         a verdict per hazard (FX-flag leak, stuck flag, is-compiling leak, compile-lock deadlock) with fixes
         ranked for that release."""
+        check_output(output)
         from dflash_doctor.guards import run_guards
         from dflash_doctor.render.guards_view import guards_view
 

@@ -8,7 +8,9 @@ from typing import Optional
 import typer
 
 from dflash_doctor import mitigations as registry
-from dflash_doctor.commands.common import FORMAT_OPTION, OUTPUT_OPTION, finish, finite, guarded
+from dflash_doctor.commands.common import (
+    FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact,
+)
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.repro.spec import DEFAULT_PRESET, Cache, Checkpoint, Expect, Mode, Shapes
 
@@ -107,6 +109,8 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Replay the drafter step in one thread, then in N threads up the stress ladder (each trial in its own
         process); name the race (FX-flag leak, stuck flag, deadlock), blame the thread, and test the fixes."""
+        check_output(output)
+        check_output(trace, [output], "--trace")
         import sys
 
         from dflash_doctor.render.repro_view import render_repro_facts
@@ -114,9 +118,6 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
         from dflash_doctor.repro.spec import ReproSpec, parse_devices
 
-        for name, value, low in (("--timeout", timeout, 0.0), ("--hang-after", hang_after, 0.0),
-                                 ("--amplify-ms", amplify_ms, 0.0)):
-            finite(value, name, minimum=low)
         devices = parse_devices(device or detect_device())
         spec = ReproSpec(
             threads=threads, devices=devices, backward=backward, checkpoint=checkpoint.value, shapes=shapes.value,
@@ -126,45 +127,15 @@ def register(app: typer.Typer) -> None:
         ).validate()
         check_torch(devices)
         err = console_for(sys.stderr)
-        with _terminate_as_interrupt():
-            report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro {message}[/]",
-                                                                                     highlight=False))
-        if trace is not None:
-            from dflash_doctor.runtime.chrome_trace import write_chrome_trace
-
-            write_chrome_trace(trace, trace_phases(report.facts))
+        report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro {message}[/]",
+                                                                                 highlight=False))
         if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
+        from dflash_doctor.runtime.chrome_trace import write_chrome_trace
+
+        write_artifact(report, "--trace", trace, lambda path: write_chrome_trace(path, trace_phases(report.facts)))
         from dflash_doctor.report.last_repro import remember_repro
 
         remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
         return finish(report, fmt, output=output, facts_view=render_repro_facts)
-
-
-class _terminate_as_interrupt:
-    """SIGTERM ends a repro like Ctrl-C: the harness kills every child and removes its folder, then exit 143."""
-
-    def __enter__(self):
-        import signal
-
-        def on_term(signum, frame):
-            raise _Terminated()
-
-        self._previous = signal.signal(signal.SIGTERM, on_term)
-        return self
-
-    def __exit__(self, kind, value, tb):
-        import signal
-
-        signal.signal(signal.SIGTERM, self._previous)
-        if kind is _Terminated:
-            from dflash_doctor.commands.common import error_line
-
-            error_line("terminated: every repro child was stopped and its folder removed")
-            raise typer.Exit(143)
-        return False
-
-
-class _Terminated(BaseException):
-    """Raised by the SIGTERM handler; a BaseException so no `except Exception` in between swallows it."""

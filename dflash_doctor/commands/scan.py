@@ -11,6 +11,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    check_output,
     finish,
     guarded,
 )
@@ -46,6 +47,7 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Find gradient checkpointing that runs reentrant, compiled calls from threads, uncompiled
         flex_attention and a silenced nested-FX-trace error. Pure AST: never imports torch or your code."""
+        check_output(output, paths, read_suffixes=(".py",))
         from dflash_doctor.scan import scan_paths
 
         report = scan_paths([str(p) for p in paths], exclude=exclude, jobs=jobs, select=select, ignore=ignore)

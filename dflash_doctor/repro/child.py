@@ -24,9 +24,9 @@ OVERLAP_PAUSE_S = 0.001
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    from dflash_doctor.outputs import write_atomically
+
+    write_atomically(path, json.dumps(data, default=str))
 
 
 class PhaseChild:
