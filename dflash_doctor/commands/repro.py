@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
         from dflash_doctor.repro.spec import ReproSpec, parse_devices
 
-        devices = parse_devices(device or detect_device())
+        devices = parse_devices(detect_device() if device is None else device)
         spec = ReproSpec(
             threads=threads, devices=devices, backward=backward, checkpoint=checkpoint.value, shapes=shapes.value,
             cache=cache.value, steps=steps, trials=trials, timeout_s=timeout, hang_after_s=hang_after,

@@ -22,9 +22,7 @@ from tests.conftest import REPO
 # these fails today and passes once that branch is merged; strict, so the lead sees it flip.
 SCAN_BRANCH = "wt-scan"
 LOGS_BRANCH = "wt-logs"
-GUARDS_BRANCH = "wt-guards"
 PIPELINE_BRANCH = "wt-pipeline"
-REPRO_BRANCH = "main (repro, the lead)"
 
 
 def fixed_on(branch: str, what: str):

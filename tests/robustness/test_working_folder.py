@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.robustness.harness import (
-    GUARDS_BRANCH,
-    REPRO_BRANCH,
-    fixed_on,
-    plant,
-    run,
-    run_until_a_child_has_torch,
-)
+from tests.robustness.harness import plant, run, run_until_a_child_has_torch
 
 # Each command that imports torch or starts a child, with the least work that still gets there.
 TORCH_COMMANDS = [
-    pytest.param(["guards", "--timeout", "60"], id="guards",
-                 marks=fixed_on(GUARDS_BRANCH, "probe host started with `python -m` (working folder first)")),
-    pytest.param(["check", "train.py", "--timeout", "60"], id="check",
-                 marks=fixed_on(GUARDS_BRANCH, "check runs the guards' probe host with `python -m`")),
+    pytest.param(["guards", "--timeout", "60"], id="guards"),
+    pytest.param(["check", "train.py", "--timeout", "60"], id="check"),
     pytest.param(["repro", "--mode", "forced", "--device", "cpu", "--threads", "2", "--steps", "1",
-                  "--timeout", "120", "--hang-after", "60"], id="repro-forced-cpu",
-                 marks=fixed_on(REPRO_BRANCH, "phase children started with `python -m`")),
+                  "--timeout", "120", "--hang-after", "60"], id="repro-forced-cpu"),
     pytest.param(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "2"], id="pipeline-threads"),
     pytest.param(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "2", "--workers", "processes"],
                  id="pipeline-processes"),
