@@ -22,7 +22,8 @@ class Hazard(str, enum.Enum):
     DEADLOCK = "deadlock"
 
     @property
-    def title(self) -> str:
+    def label(self) -> str:
+        """The hazard in words, for docs and reports (`title` is str's own method)."""
         return _TITLES[self]
 
     @property

@@ -105,8 +105,9 @@ class Mitigation:
             if not isinstance(getattr(self, field_name), tuple):
                 raise TypeError(f"mitigation {self.name}: {field_name} must be a tuple of strings")
 
-    def pairing_caveat(self) -> Optional[str]:
-        return f"{self.pair_reason}: pair it with {self.pair_with}" if self.pair_with else None
+    def pairing_caveat(self) -> str:
+        """"" when the fix needs no partner."""
+        return f"{self.pair_reason}: pair it with {self.pair_with}" if self.pair_with else ""
 
     @property
     def ladder(self) -> Tuple[Stress, ...]:

@@ -92,7 +92,7 @@ def upgrade(hazards: frozenset, later: Sequence, hazards_of: Callable[..., froze
     adds = sorted(since, key=lambda h: [row.release for row in later].index(since[h]))
     text = f"Upgrade to torch {target.read_from} or later ({UPGRADE_GOAL}): it removes {_titles(removes)}"
     if adds:
-        text += ", but adds " + " and ".join(f"the {h.title} (present from torch {since[h]})" for h in adds)
+        text += ", but adds " + " and ".join(f"the {h.label} (present from torch {since[h]})" for h in adds)
     if keeps:
         text += f"; it does not remove {_titles(keeps)}"
     cost = "a torch upgrade and re-validation (wheels matching your CUDA/ROCm and triton)"
@@ -136,7 +136,7 @@ def _ordered(hazards: Iterable[Hazard]) -> List[Hazard]:
 
 
 def _titles(hazards: Iterable[Hazard]) -> str:
-    return " and ".join(f"the {h.title}" for h in _ordered(hazards)) or "nothing"
+    return " and ".join(f"the {h.label}" for h in _ordered(hazards)) or "nothing"
 
 
 def _values(hazards: Iterable[Hazard]) -> List[str]:

@@ -194,7 +194,7 @@ def _problems(verdicts: Sequence[HazardVerdict], probe_details: Mapping[str, dic
         if verdict.state == UNKNOWN:
             problems.append(Problem(
                 f"hazard {verdict.hazard.value}",
-                f"could not tell whether the {verdict.hazard.title} is possible here: {verdict.reason}",
+                f"could not tell whether the {verdict.hazard.label} is possible here: {verdict.reason}",
                 "facts.layout_notes and facts.backward_compile.notes say what was found; the probes, where they "
                 "run, test the FX-flag hazards live",
             ))

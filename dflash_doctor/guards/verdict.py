@@ -42,7 +42,7 @@ class HazardVerdict:
     probe: Optional[str] = None  # the outcome of the probe that tests this hazard, when one ran
 
     def to_dict(self) -> dict:
-        return {"hazard": self.hazard.value, "title": self.hazard.title, "state": self.state, "reason": self.reason,
+        return {"hazard": self.hazard.value, "title": self.hazard.label, "state": self.state, "reason": self.reason,
                 "cited": [c.to_dict() for c in self.cited], "probe": self.probe}
 
 
@@ -227,4 +227,4 @@ def verdict_reasons(verdicts: Sequence[HazardVerdict]) -> List[str]:
     by_hazard = {v.hazard: v for v in verdicts}
     ordered = [by_hazard[h] for h in WORST_FIRST if h in by_hazard]
     shown = [v for v in ordered if v.state != ABSENT] or ordered
-    return [f"{v.hazard.title}: {v.state}: {v.reason}" for v in shown]
+    return [f"{v.hazard.label}: {v.state}: {v.reason}" for v in shown]

@@ -25,7 +25,7 @@ RELEASE_FAMILIES: Tuple[Tuple[str, Release], ...] = (
 
 
 def _titles(hazards) -> str:
-    return ", ".join(h.title for h in sorted(hazards, key=lambda h: list(Hazard).index(h))) or "-"
+    return ", ".join(h.label for h in sorted(hazards, key=lambda h: list(Hazard).index(h))) or "-"
 
 
 def entry_lines(entry: registry.Mitigation) -> List[str]:

@@ -15,9 +15,10 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import IO, List, Optional
 
 from dflash_doctor.repro.spec import PhaseSpec
+from dflash_doctor.runtime.recorder import FlightRecorder
 
 FAULTHANDLER_GRACE_S = 15.0  # the C-level stack dump fires this long after the Python watchdog should have
 OVERLAP_PAUSE_S = 0.001
@@ -37,9 +38,10 @@ class PhaseChild:
         self.result: dict = {"phase": spec.phase, "problems": [], "shim": None, "shim_check": None,
                              "warmup_s": [], "hang": None, "stacks": [], "threads": []}
         self.thread_results: List[dict] = []
-        self.recorder = None
+        # Plain data until run() installs its hooks into torch (runtime.install).
+        self.recorder = FlightRecorder(clock=clock)
         self._written = threading.Lock()
-        self._fault_file = None
+        self._fault_file: Optional[IO[str]] = None
         self.started = clock()
         self._first_steps_lock = threading.Lock()
         self._first_steps_pending = spec.threads
@@ -127,8 +129,7 @@ class PhaseChild:
         if not self._written.acquire(blocking=False):
             return
         self.result.update(outcome=outcome, threads=self.thread_results,
-                           events=self.recorder.to_dicts() if self.recorder else [],
-                           blame=[b.to_dict() for b in self.recorder.blames] if self.recorder else [],
+                           events=self.recorder.to_dicts(), blame=[b.to_dict() for b in self.recorder.blames],
                            seconds=round(self.clock() - self.started, 6))
         _write_json(self.result_path, self.result)
 
@@ -150,7 +151,7 @@ class PhaseChild:
         self.result.update(torch_version=torch.__version__, python=sys.version.split()[0], pid=os.getpid())
         self._fault_file = open(self.result_path.with_name("faulthandler.txt"), "w", encoding="utf-8")
         self.install_mitigations()
-        self.recorder = runtime.install(runtime.FlightRecorder(clock=self.clock))
+        runtime.install(self.recorder)
         if spec.mode == "amplified":
             disturb.install_amplifier(spec.amplify_ms, on_sleep=self.recorder.mark_progress)
         self.started = self.clock()

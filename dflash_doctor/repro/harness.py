@@ -20,7 +20,7 @@ from dflash_doctor.hazards import STRESS_ORDER, Stress
 from dflash_doctor.repro import ladder
 from dflash_doctor.repro.capabilities import Capabilities, assess
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
-from dflash_doctor.repro.runner import ProcessRunner, child_env, read_phase_result, write_spec
+from dflash_doctor.repro.runner import Child, ChildExit, ProcessRunner, child_env, read_phase_result, write_spec
 from dflash_doctor.repro.spec import PhaseSpec, ReproSpec
 
 EXIT_NOT_REPRODUCED = 0
@@ -46,10 +46,9 @@ class _Trial:
 
     def __init__(self, harness: "Harness", root: Path, task: Optional[ladder.Task], label: str) -> None:
         self.task, self.label, self.harness = task, label, harness
-        self.started = harness.clock()
-        self.children: List[Tuple[PhaseSpec, Path, object]] = []
-        self.disturber = None
-        self.exits: Dict[int, object] = {}
+        self.children: List[Tuple[PhaseSpec, Path, Child]] = []
+        self.disturber: Optional[Tuple[PhaseSpec, Path, Child]] = None
+        self.exits: Dict[int, ChildExit] = {}
         if task is None:  # the single-thread control
             self._start(root, label, harness.phase_spec("single", 1, (), thread_names(1), Stress.NATURAL))
         elif task.row and registry.get(task.row[0]).separate_processes:
@@ -127,7 +126,7 @@ class Harness:
                          amplify_ms=spec.amplify_ms, preset=spec.preset, model=spec.model, thread_names=names,
                          disturb_hold_s=spec.timeout_s)
 
-    def start_child(self, root: Path, label: str, phase_spec: PhaseSpec):
+    def start_child(self, root: Path, label: str, phase_spec: PhaseSpec) -> Tuple[Path, Child]:
         self._phase_counter += 1
         phase_dir = root / f"{self._phase_counter:03d}-{label}"
         spec_path = write_spec(phase_dir, phase_spec)
@@ -291,6 +290,7 @@ class Harness:
 
     def _trial_result(self, trial: _Trial, result: dict) -> ladder.TrialResult:
         task = trial.task
+        assert task is not None, "the control is not a trial"
         if result.get("usage_error"):
             from dflash_doctor.errors import UsageError
 
@@ -362,8 +362,8 @@ class Harness:
             time_to_verdict_s=round(first.finished_at_s if first else self.elapsed(), 3),
             wall_s=round(self.elapsed(), 3),
         )
-        shim = (chosen.phase or {}).get("shim") if chosen else None
-        if shim:
+        shim = chosen.phase.get("shim") if chosen else None
+        if chosen and shim:
             facts["shim"] = {**shim, "self_check": chosen.phase.get("shim_check")}
         if row.names:
             outcome, reason = ladder.judge(row, baseline)

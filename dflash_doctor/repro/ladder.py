@@ -109,7 +109,7 @@ class Row:
         """Tasks that may start now (the scheduler runs as many as it has room for, in this order)."""
         if self.finished():
             return []
-        tasks = []
+        tasks: List[Task] = []
         for stress in self.runnable():
             if self.stress_finished(stress):
                 continue

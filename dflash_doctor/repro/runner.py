@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Protocol
 
 from dflash_doctor.repro.spec import PhaseSpec
 
@@ -26,6 +26,16 @@ class ChildExit:
     returncode: Optional[int]
     timed_out: bool
     seconds: float
+
+
+class Child(Protocol):
+    """What the harness needs of a started child; ChildProcess is the real one, tests pass small fakes."""
+
+    def poll(self, timeout_s: float) -> Optional[ChildExit]: ...
+
+    def stop(self) -> ChildExit: ...
+
+    def kill(self) -> None: ...
 
 
 class ChildProcess:

@@ -138,7 +138,7 @@ class Watchdog:
 
     def _note_cpu(self, now: float) -> None:
         """Close a CPU window every BUSY_WINDOW_S; a busy window counts as progress at its end."""
-        if self._window is None:
+        if self._window is None or self._cpu_seconds is None:
             return
         started, cpu_at_start = self._window
         if now - started < BUSY_WINDOW_S:

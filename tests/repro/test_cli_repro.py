@@ -186,3 +186,19 @@ def test_a_model_that_cannot_be_imported_is_one_line_and_exit_2():
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("dflash-doctor: error: --model no_such_module_anywhere:build: cannot import")
+
+
+def test_no_torch_at_all_is_exit_4_and_a_cuda_request_of_a_cpu_build_is_exit_2(monkeypatch, tmp_path):
+    # The one thing this machine cannot lack for real (the suite needs torch): the finder is faked, the rest real.
+    from dflash_doctor.commands import repro as command
+    from dflash_doctor.errors import MissingDependency, UsageError
+    from dflash_doctor.guards import sources
+
+    monkeypatch.setattr(sources, "installed_torch_root", lambda: None)
+    with pytest.raises(MissingDependency, match="repro needs torch"):
+        command.check_torch(("cpu",))
+    (tmp_path / "version.py").write_text("cuda = None\n", encoding="utf-8")
+    monkeypatch.setattr(sources, "installed_torch_root", lambda: tmp_path)
+    with pytest.raises(UsageError, match="CPU-only build"):
+        command.check_torch(("cuda",))
+    command.check_torch(("cpu",))
