@@ -318,6 +318,18 @@ def _pairing_needed(entry: Mitigation, names: Tuple[str, ...], needed: FrozenSet
     return partner is not None and partner.name not in names and bool(partner.covers & needed)
 
 
+def fix_text(*hazards: Hazard, release: Release = Release()) -> str:
+    """A rule's fix, in the registry's words: the complete recommendations for `hazards`, best first. A severe
+    hazard brings every other severe hazard the release can have along, because a fix for one that opens another
+    (non-lazy backward alone turning the deadlock into the FX error) is no fix."""
+    needed = set(hazards)
+    if any(not h.minor for h in needed):
+        needed |= {h for h in release.hazards() if not h.minor}
+    ranked = [r for r in recommend(needed, release) if r.complete]
+    listed = "; ".join(f"{r.label} ({'; '.join(BY_NAME[n].summary for n in r.mitigations)})" for r in ranked)
+    return f"One of, best first: {listed}. `dflash-doctor guards` ranks them for the installed release."
+
+
 def caveats_for(names: Iterable[str]) -> Tuple[str, ...]:
     """What a fix, or a combination, leaves open as applied: each part's caveats, and a pairing unless the
     partner is part of it."""
@@ -327,5 +339,5 @@ def caveats_for(names: Iterable[str]) -> Tuple[str, ...]:
         entry.pairing_caveat() for entry in entries if entry.pair_with and entry.pair_with not in names)
 
 
-__all__ = ["BY_NAME", "MATRIX", "caveats_for", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
+__all__ = ["BY_NAME", "MATRIX", "caveats_for", "fix_text", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
            "covers", "get", "help_text", "label", "ladder", "parse", "recommend"]

@@ -37,20 +37,6 @@ RESTORE_CONFIG = Advice(
 )
 # The upgrade goal: the first release whose FX-tracing flag is thread-local (the upstream fix of the leak).
 UPGRADE_GOAL = "a thread-local FX-tracing flag"
-_HOW_TO_RANK = "`dflash-doctor guards` ranks them for the installed release"
-
-
-def mitigations_for(hazards: Iterable[Hazard]) -> List[str]:
-    """The recommended registry entries that stop every one of `hazards`, in registry order."""
-    wanted = frozenset(hazards)
-    return [m.name for m in REGISTRY if m.recommended and wanted <= m.covers]
-
-
-def fix_text(*hazards: Hazard) -> str:
-    """A rule's fix: the registry's mitigations that stop its hazards, each with its one-line summary."""
-    entries = [m for m in REGISTRY if m.name in mitigations_for(hazards)]
-    listed = "; ".join(f"{m.name}: {m.summary}" for m in entries)
-    return f"One of: {listed}. {_HOW_TO_RANK}."
 
 
 def hazard_fixes(hazard: Hazard, release: Release, present: bool = True) -> dict:
@@ -143,5 +129,5 @@ def _values(hazards: Iterable[Hazard]) -> List[str]:
     return [h.value for h in _ordered(hazards)]
 
 
-__all__ = ["RESTART", "RESTORE_CONFIG", "Advice", "fix_text", "hazard_fixes", "mitigations_for", "rank_fixes",
+__all__ = ["RESTART", "RESTORE_CONFIG", "Advice", "hazard_fixes", "rank_fixes",
            "release_from_row", "upgrade"]

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.guards import read_layout
-from dflash_doctor.guards.advice import RESTART, RESTORE_CONFIG, fix_text, rank_fixes, upgrade
+from dflash_doctor.guards.advice import RESTART, RESTORE_CONFIG, rank_fixes, upgrade
+from dflash_doctor.mitigations import fix_text
 from dflash_doctor.guards.releases import TABLE, corroborate, later_rows, row_for
 from dflash_doctor.guards.state import CONFIG_DEFAULTS
 from dflash_doctor.guards.verdict import (
@@ -150,7 +151,9 @@ def test_rule_fix_texts_come_from_the_registry():
 
     assert lookup("DFD601").fix == fix_text(F, S)
     assert lookup("DFD609").fix == fix_text(D)
-    assert all(f"{name}: {BY_NAME[name].summary}" in lookup("DFD609").fix
-               for name in ("global-lock", "warmup", "non-lazy-backward", "processes"))
-    assert "threadlocal-flag" not in lookup("DFD609").fix and "first-call-lock" not in lookup("DFD601").fix
+    # the deadlock's fix keeps the leak shut too: non-lazy backward comes paired, never alone
+    assert lookup("DFD609").fix.startswith("One of, best first: threadlocal-flag,non-lazy-backward (")
+    assert all(f"{name} ({BY_NAME[name].summary})" in lookup("DFD609").fix
+               for name in ("global-lock", "warmup", "processes"))
+    assert "first-call-lock" not in lookup("DFD601").fix and "first-call-lock" not in lookup("DFD609").fix
     assert lookup("DFD602").fix.startswith(RESTART.fix) and lookup("DFD603").fix == RESTORE_CONFIG.fix
