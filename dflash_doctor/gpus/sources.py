@@ -1,9 +1,10 @@
 """Turn a GPU source (a CSV snapshot, live NVML) into the gpus Report: read, describe processes, analyze."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence
 
 from dflash_doctor.findings import Problem, Report
+from dflash_doctor.gpus.advice import next_steps
 from dflash_doctor.gpus.analyze import Thresholds, analyze_gpus
 from dflash_doctor.gpus.csv_snapshot import read_csv_snapshot
 from dflash_doctor.gpus.nvml import LiveSnapshot, NvmlDevices, NvmlUnavailable, PynvmlDevices, iter_samples
@@ -27,7 +28,52 @@ def report_from_csv(
     if not snapshot.readings:
         report.problems.append(Problem(source, "no GPU rows in the snapshot",
                                        "feed nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv"))
-    report.facts.update(columns=list(snapshot.columns), header=snapshot.header, rows=snapshot.rows)
+    report.facts.update(columns=list(snapshot.columns), header=snapshot.header, rows=snapshot.rows,
+                        next_steps=next_steps(report.findings, source))
+    return report
+
+
+MAX_CSV_LINE = 4096  # an nvidia-smi row is under 200 bytes; longer lines are cut (and then fail to parse)
+
+
+def report_from_csv_input(
+    path: str,
+    *,
+    columns: Optional[Sequence[str]] = None,
+    roles: Optional[RoleMap] = None,
+    thresholds: Thresholds = Thresholds(),
+    memory_total_mib: Optional[float] = None,
+) -> Report:
+    """`report_from_csv` over a path (`-`: stdin), read like a log: only regular files, bounded lines, and
+    anything else (a device, a FIFO, binary data) a Problem in the report, never a hang."""
+    from dflash_doctor.logs.printable import printable
+    from dflash_doctor.logs.reader import binary_problem, iter_lines, open_log
+
+    opened = open_log(path)
+    if isinstance(opened, Problem):
+        report = Report(command="gpus", problems=[opened])
+        report.facts = {"source": "csv", "path": printable(path), "gpus": []}
+        return report
+    stream, name, _ = opened
+    name = printable(name)
+    checked: List[Problem] = []
+
+    def lines() -> Iterator[str]:
+        for index, raw in enumerate(iter_lines(stream, max_line=MAX_CSV_LINE, chunk=1 << 16)):
+            if index == 0:
+                problem = binary_problem(name, raw + b"\n")
+                if problem is not None:
+                    checked.append(problem)
+                    return
+            yield raw.decode("utf-8", "replace")
+
+    try:
+        report = report_from_csv(lines(), name, columns=columns, roles=roles, thresholds=thresholds,
+                                 memory_total_mib=memory_total_mib)
+    finally:
+        if path != "-":
+            stream.close()
+    report.problems[:0] = checked
     return report
 
 
@@ -56,7 +102,8 @@ def report_from_nvml(
     try:
         for last in iter_samples(devices, samples, interval, sleep):
             if on_sample is not None:
-                report = _live_report(last, probe, roles, thresholds, memory_total_mib)
+                report = _live_report(last, probe, roles, thresholds, memory_total_mib,
+                                      (last.samples - 1) * interval)
                 on_sample(report)
     except NvmlUnavailable as exc:
         return _unavailable(exc)
@@ -66,16 +113,17 @@ def report_from_nvml(
     finally:
         devices.shutdown()
     if report is None or report.facts.get("samples") != last.samples:
-        report = _live_report(last, probe, roles, thresholds, memory_total_mib)
+        report = _live_report(last, probe, roles, thresholds, memory_total_mib, (last.samples - 1) * interval)
     return report
 
 
-def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_mib) -> Report:
+def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_mib, span_s) -> Report:
     readings = describe_processes(snapshot.readings, probe)
     report = analyze_gpus(readings, roles=roles, thresholds=thresholds, memory_total_mib=memory_total_mib,
-                          live=True, source="nvml")
+                          live=True, source="nvml", span_s=span_s)
     report.problems[:0] = snapshot.problems
     report.facts["samples"] = snapshot.samples
+    report.facts["next_steps"] = next_steps(report.findings, "snapshot.csv")
     return report
 
 

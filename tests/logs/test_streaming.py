@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from dflash_doctor.logs.scan import LogOptions, follow_file
+from dflash_doctor.logs.options import LogOptions
+from dflash_doctor.logs.source import follow_file
 from tests.conftest import REPO
 
 # Writes a log of about SIZE bytes shaped like a real run (progress of 8 threads, info noise, a thread death every
@@ -17,7 +18,8 @@ from tests.conftest import REPO
 MEASURE = r'''
 import json, resource, sys
 sys.path.insert(0, sys.argv[3])
-from dflash_doctor.logs.scan import LogOptions, scan_stream
+from dflash_doctor.logs.options import LogOptions
+from dflash_doctor.logs.source import scan_stream
 
 path, size = sys.argv[1], int(sys.argv[2])
 with open(path, "w") as out:

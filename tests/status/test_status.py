@@ -5,7 +5,8 @@ import pytest
 
 from dflash_doctor.gpus.roles import parse_roles
 from dflash_doctor.gpus.sources import report_from_csv
-from dflash_doctor.logs.scan import LogOptions, scan_stream
+from dflash_doctor.logs.options import LogOptions
+from dflash_doctor.logs.source import scan_stream
 from dflash_doctor.status.join import join_status
 from tests.conftest import REPO, run_cli, run_cli_json
 
@@ -26,7 +27,7 @@ def test_seed_dead_drafter_left_gpu_5_idle():
     report = joined("seed003_grep.log", "seed003_snapshot.csv")
     assert report.facts["workers"] == [{
         "thread": "drafter-0", "state": "dead", "gpu": 5, "role": "drafter",
-        "cause": {"code": "DFD501", "exception": "RuntimeError", "line": 3,
+        "cause": {"code": "DFD501", "exception": "RuntimeError", "line": 3, "signal": None, "root_cause": False,
                   "message": "Detected that you are using FX to symbolically trace a dynamo-optimized function. "
                              "This is not supported at the moment."},
         "last_step": None, "last_tok_s": None, "gpu_utilization": 0.0, "gpu_memory_used_mib": 46705.0,

@@ -1,0 +1,119 @@
+"""How often `dflash-doctor logs` is fully right on real failure logs from public issue threads.
+
+    python benchmarks/logs_heldout/evaluate.py            # table on stdout
+    python benchmarks/logs_heldout/evaluate.py --write    # ... and rewrite benchmarks/logs_heldout/results.md
+
+manifest.json lists each log's source (a GitHub issue or pull request), what kind of failure it shows and the
+findings a careful reader expects, judged by hand before the tool ran on it. The log texts are not in git: put
+the text pasted in each thread in cache/<id>.log (cache/ is ignored). None of these logs is a test fixture: the
+fixtures the tests tune on are stand-ins written for the repository (fixtures/logs/).
+
+A log is right when every expected finding is there (its code; its worker, GPU or severity where the manifest
+gives one) and every finding the tool reports is expected or allowed (an extra cause or death is a wrong answer).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+MANIFEST = HERE / "manifest.json"
+CACHE = HERE / "cache"
+RESULTS = HERE / "results.md"
+
+
+def _matches(finding: dict, want: dict) -> bool:
+    if finding["code"] != want["code"]:
+        return False
+    evidence = finding["evidence"]
+    if want.get("worker") is not None and evidence.get("thread") != want["worker"]:
+        return False
+    if "gpu" in want and evidence.get("gpu") != want["gpu"]:
+        return False
+    return "severity" not in want or finding["severity"] == want["severity"]
+
+
+def judge(entry: dict, findings: List[dict]) -> Tuple[str, List[str]]:
+    """('right' | 'missed' | 'wrong' | 'missed+wrong', what went wrong)."""
+    missed = [want for want in entry["expect"] if not any(_matches(f, want) for f in findings)]
+    accepted = entry["expect"] + entry.get("allow", [])
+    extra = [f for f in findings if not any(_matches(f, {"code": a["code"], "worker": a.get("worker")})
+                                            for a in accepted)]
+    why = [f"missed {_label(w)}" for w in missed] + [
+        f"extra {f['code']} ({f['evidence'].get('thread')}): {f['message'][:90]}" for f in extra]
+    outcome = "right" if not why else "+".join(k for k, v in (("missed", missed), ("wrong", extra)) if v)
+    return outcome, why
+
+
+def _label(want: dict) -> str:
+    return want["code"] + "".join(f" {k}={v}" for k, v in want.items() if k != "code" and v is not None)
+
+
+def evaluate() -> Dict[str, object]:
+    sys.path.insert(0, str(REPO))
+    from dflash_doctor.logs.options import LogOptions
+    from dflash_doctor.logs.source import scan_stream
+
+    manifest = json.loads(MANIFEST.read_text())
+    rows, missing = [], []
+    for entry in manifest["logs"]:
+        path = CACHE / f"{entry['id']}.log"
+        if not path.is_file():
+            missing.append(entry["id"])
+            continue
+        report = scan_stream(io.BytesIO(path.read_bytes()), entry["id"], LogOptions())
+        findings = [f.to_dict() for f in report.findings]
+        outcome, why = judge(entry, findings)
+        rows.append({"id": entry["id"], "url": entry["url"], "kind": entry["kind"], "outcome": outcome,
+                     "why": why, "found": sorted({f["code"] for f in findings})})
+    right = sum(1 for r in rows if r["outcome"] == "right")
+    return {"rows": rows, "missing": missing, "right": right, "total": len(rows)}
+
+
+def markdown(result: Dict[str, object], command: str) -> str:
+    rows: List[dict] = result["rows"]  # type: ignore[assignment]
+    total, right = result["total"], result["right"]
+    share = 100.0 * right / total if total else 0.0
+    lines = [
+        "# `logs` on held-out real logs",
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC.  ",
+        f"**{right} of {total} logs fully right ({share:.1f} %).**"
+        + (f" Not cached here, not counted: {', '.join(result['missing'])}." if result["missing"] else ""),
+        "",
+        "Sources, kinds and the expected findings are in manifest.json; the judgement is evaluate.py's `judge`.",
+        "",
+        "| log | kind | outcome | found | what went wrong |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        why = "; ".join(row["why"]).replace("|", "\\|")
+        lines.append(f"| [{row['id']}]({row['url']}) | {row['kind']} | {row['outcome']} | "
+                     f"{', '.join(row['found']) or '-'} | {why} |")
+    misses = [row for row in rows if row["outcome"] != "right"]
+    lines += ["", "## Misses", ""]
+    lines += [f"- {row['id']}: {'; '.join(row['why'])}" for row in misses] or ["- none"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"rewrite {RESULTS.relative_to(REPO)}")
+    args = parser.parse_args()
+    result = evaluate()
+    text = markdown(result, "python benchmarks/logs_heldout/evaluate.py" + (" --write" if args.write else ""))
+    sys.stdout.write(text)
+    if args.write:
+        RESULTS.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
