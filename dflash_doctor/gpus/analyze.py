@@ -91,13 +91,14 @@ def analyze_gpus(
     if loaded and not working:
         _all_idle(loaded, report, thresholds, span_s, role, where, evidence)
         idle_held = {r.index for r in loaded}
+    busiest = ", ".join(str(w.index) for w in sorted(working, key=lambda w: -(w.utilization or 0))[:4])
     for r in loaded:
         if working and r.utilization <= thresholds.idle_util:
             idle_held.add(r.index)
             report.findings.append(GPU_IDLE_MEMORY_HELD.finding(
                 f"GPU {r.index} ({role[r.index] or 'no role'}) holds {_gib(r.memory_used_mib)} at "
-                f"{r.utilization:.0f} % utilization over {r.samples} sample(s) while GPU "
-                f"{', '.join(str(w.index) for w in working[:4])} work: a stalled or dead worker",
+                f"{r.utilization:.0f} % utilization over {r.samples} sample(s) while GPU {busiest} work: a stalled "
+                "or dead worker",
                 evidence=evidence(r), **where(r)))
     loaded_indices = {r.index for r in loaded}
     for r in usable:

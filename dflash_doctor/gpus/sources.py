@@ -1,7 +1,7 @@
 """Turn a GPU source (a CSV snapshot, live NVML) into the gpus Report: read, describe processes, analyze."""
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from dflash_doctor.findings import Problem, Report
 from dflash_doctor.gpus.advice import next_steps
@@ -46,35 +46,21 @@ def report_from_csv_input(
 ) -> Report:
     """`report_from_csv` over a path (`-`: stdin), read like a log: only regular files, bounded lines, and
     anything else (a device, a FIFO, binary data) a Problem in the report, never a hang."""
-    from dflash_doctor.logs.printable import printable
-    from dflash_doctor.logs.reader import binary_problem, iter_lines, open_log
+    from dflash_doctor.logs.reader import iter_lines, open_log
 
     opened = open_log(path)
     if isinstance(opened, Problem):
         report = Report(command="gpus", problems=[opened])
-        report.facts = {"source": "csv", "path": printable(path), "gpus": []}
+        report.facts = {"source": "csv", "path": opened.subject, "gpus": []}
         return report
     stream, name, _ = opened
-    name = printable(name)
-    checked: List[Problem] = []
-
-    def lines() -> Iterator[str]:
-        for index, raw in enumerate(iter_lines(stream, max_line=MAX_CSV_LINE, chunk=1 << 16)):
-            if index == 0:
-                problem = binary_problem(name, raw + b"\n")
-                if problem is not None:
-                    checked.append(problem)
-                    return
-            yield raw.decode("utf-8", "replace")
-
+    lines = (raw.decode("utf-8", "replace") for raw in iter_lines(stream, max_line=MAX_CSV_LINE, chunk=1 << 16))
     try:
-        report = report_from_csv(lines(), name, columns=columns, roles=roles, thresholds=thresholds,
-                                 memory_total_mib=memory_total_mib)
+        return report_from_csv(lines, name, columns=columns, roles=roles, thresholds=thresholds,
+                               memory_total_mib=memory_total_mib)
     finally:
         if path != "-":
             stream.close()
-    report.problems[:0] = checked
-    return report
 
 
 def report_from_nvml(

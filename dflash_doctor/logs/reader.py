@@ -18,6 +18,7 @@ from dflash_doctor.findings import Problem
 
 MAX_LINE = 64 * 1024
 CHUNK = 1 << 20
+SAMPLE = 64 * 1024  # read first to tell text from binary data
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"))
 _UNSUPPORTED_MAGIC = ((b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
 _READ_ONLY_REGULAR = "only regular files and - (stdin) are read"
@@ -163,7 +164,16 @@ def open_log(path: str, stdin: Optional[BinaryIO] = None) -> Union[Tuple[BinaryI
             return Problem(name, f"not read: {kind}-compressed", f"decompress it first and pipe it: "
                            f"{'zstdcat' if kind == 'zstd' else 'unzip -p'} {name} | dflash-doctor logs -")
     stream, compression = _decompressing(head, _Peeked(head, raw))
-    return stream, name, compression  # type: ignore[return-value]
+    try:
+        sample = stream.read(SAMPLE)
+    except (OSError, EOFError) as exc:
+        _close(stream, path)
+        return Problem(name, f"not read: {exc}", "a damaged or truncated compressed file?")
+    problem = binary_problem(name, sample)
+    if problem is not None:
+        _close(stream, path)
+        return problem
+    return _Peeked(sample, stream), name, compression  # type: ignore[return-value]
 
 
 def _close(stream, path: str) -> None:
@@ -172,8 +182,9 @@ def _close(stream, path: str) -> None:
 
 
 def binary_problem(name: str, block: bytes) -> Optional[Problem]:
-    """Text logs hold no NUL bytes; a block that is mostly NUL (a device, an image, a core dump) is not a log."""
-    if block.count(b"\0") * 4 > len(block):
+    """Text logs hold (almost) no NUL bytes; a start that is a tenth NUL (a device, an image, a core dump) is not
+    a log."""
+    if block.count(b"\0") * 10 > len(block):
         return Problem(name, "not read: binary data (NUL bytes), not a text log",
                        "pass the log itself; compressed logs (gzip, bzip2, xz) are read as they are")
     return None

@@ -463,9 +463,9 @@ class LogScanner:
     def _look_back(self, worker: str) -> None:
         """Where progress was sampled, find the worker's last progress line before the line being parsed (its
         traceback's first line, or the line saying it died) in this block."""
-        tag = self._tags.get(worker)
-        if self._where is None or tag is None:
+        if self._where is None or worker == MAIN:
             return
+        tag = self._tags.get(worker) or f"[{worker}]".encode("utf-8", "replace")
         block, offset, line = self._where
         state = self.progress.threads.get(worker)
         hit = block.rfind(tag, 0, offset)

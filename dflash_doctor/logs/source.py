@@ -8,24 +8,22 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report
 from dflash_doctor.logs.options import LogOptions
 from dflash_doctor.logs.printable import printable
-from dflash_doctor.logs.reader import REOPENED, TRUNCATED, binary_problem, follow_blocks, iter_buffers, open_log
+from dflash_doctor.logs.reader import CHUNK, REOPENED, TRUNCATED, follow_blocks, iter_buffers, open_log
 from dflash_doctor.logs.scan import LogScanner
 
 OnFindings = Callable[[List[Finding]], None]
+COMPRESSED_CHUNK = 64 * 1024
 
 
-def scan_stream(stream, path: str, options: LogOptions = LogOptions()) -> Report:
-    """Scan a binary stream to its end. Binary data, or a read that fails half-way (a truncated gzip), is a
-    Problem; the findings then cover what was read."""
+def scan_stream(stream, path: str, options: LogOptions = LogOptions(), chunk: int = CHUNK) -> Report:
+    """Scan a binary stream to its end. A read that fails half-way (a truncated gzip) is a Problem; the findings
+    then cover what was read. `chunk` is the read size: a compressed stream is read in smaller pieces, so less of
+    it is lost to the read that fails."""
     scanner = LogScanner(path, options)
     feed_block = scanner.feed_block
     problem: Optional[Problem] = None
     try:
-        for index, (block, end) in enumerate(iter_buffers(stream)):
-            if index == 0:
-                problem = binary_problem(path, bytes(block[:min(end, 1 << 16)]))
-                if problem is not None:
-                    break
+        for block, end in iter_buffers(stream, chunk=chunk):
             feed_block(block, scanner.lines + 1, end)
     except _read_errors() as exc:
         problem = Problem(path, f"read stopped after line {scanner.lines:,}: {exc}",
@@ -59,7 +57,7 @@ def scan_log(path: str, options: LogOptions, follow: bool = False, max_seconds: 
         return report
     stream, name, compression = opened
     try:
-        report = scan_stream(stream, name, options)
+        report = scan_stream(stream, name, options, chunk=CHUNK if compression is None else COMPRESSED_CHUNK)
     finally:
         if path != "-":
             stream.close()

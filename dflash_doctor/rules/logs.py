@@ -685,6 +685,8 @@ LOG_PROCESS_DIED = declare(Rule(
         '[rank1]:   File "/workspace/train.py", line 77, in <module>\n'
         "[rank1]:     batch = next(loader)\n"
         "[rank1]: KeyError: 'input_ids'\n"
+        "E1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 1 (pid: 4243) of binary: /usr/bin/python3\n"
     ),
     good=(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
