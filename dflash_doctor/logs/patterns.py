@@ -25,7 +25,7 @@ EXCEPTION_LINE = re.compile(
     r"Iteration|Warning|Failure|Failed|Timeout|Empty|Hit|OutOfResources))(?::\s?(?P<message>.*))?$"
 )
 # Lines that end a multi-line exception message: another log record, a prefix, a progress line.
-RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b)"
+RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|terminate called )"
                           r"|\b(?:[Ss]tep|STEP|iteration)\b\s*[=:]?\s*\d|\d\s?[kKmM]?(?:tok|tokens|samples|it)/s\b"
                           r"|\b(?:tps|wps):")
 

@@ -26,7 +26,7 @@ from dflash_doctor.logs.prefilter import Prefilter
 from dflash_doctor.logs.progress import TOTAL, DropEvent, ProgressTracker
 from dflash_doctor.logs.stackdump import StackDumpParser, crash_context
 from dflash_doctor.logs.throughput import IT_S, TOK_S, rate, step
-from dflash_doctor.logs.torchrun import Failure, SummaryParser
+from dflash_doctor.logs.torchrun import EXIT_FIELD, RANK_FIELD, Failure, SummaryParser
 from dflash_doctor.rules.logs import (
     LOG_DENSE_ATTENTION_FALLBACK,
     LOG_KILLED_BY_SIGNAL,
@@ -262,6 +262,13 @@ class LogScanner:
             self._blocks.end_message(stream)
             self._summary = SummaryParser(lineno)
             self._summary.feed(body)
+        elif self._summary is None and EXIT_FIELD.match(body):
+            self._summary = SummaryParser(lineno)  # a summary pasted from its middle
+            previous = self._line_before()
+            if previous is not None and RANK_FIELD.match(previous):
+                self._summary.feed(previous)
+            self._summary.feed(body)
+            return new
         if consumed:
             opened = patterns.THREAD_EXCEPTION.match(body) if body.startswith("Exception in thread ") else None
             if opened is not None:
@@ -332,6 +339,16 @@ class LogScanner:
             self._death(worker, code, lineno, lineno, details, exception=_exception_type(body),
                         message=body.strip(), kind="signal" if code == LOG_KILLED_BY_SIGNAL.code else "process")
         return new
+
+    def _line_before(self) -> Optional[str]:
+        """The line just before the one being parsed (read from the block: the scanner may have skipped it)."""
+        if self._where is None:
+            return self._previous
+        block, offset, _ = self._where
+        if offset == 0:
+            return self._previous
+        start = block.rfind(b"\n", 0, offset - 1) + 1
+        return bytes(block[start:offset - 1]).decode("utf-8", "replace").rstrip("\r")
 
     def _worker_for(self, worker: str, details: Dict[str, Any]) -> str:
         """A line that names no worker but a rank ('[PG 0 Rank 3]', torchrun's 'local_rank: 3') is that rank's."""

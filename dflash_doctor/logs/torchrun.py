@@ -41,6 +41,10 @@ _RANK = re.compile(r"(?P<rank>\d+)(?: \(local_rank: (?P<local>\d+)\))?")
 _EXITCODE = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
 _SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\)")
 _BORDER = re.compile(r"^\s*(?:={8,}|-{8,})\s*$")
+# A summary cut before its headers (grep'd, or pasted from the middle) is still known by its exitcode field, with
+# the rank field just before it.
+RANK_FIELD = re.compile(r"^\s*rank\s*:\s*\d+ \(local_rank: \d+\)")
+EXIT_FIELD = re.compile(r"^\s*exitcode\s*:\s*-?\d+ \(pid: \d+\)")
 
 
 @dataclass
@@ -107,9 +111,13 @@ class SummaryParser:
             self._in_traceback = False
             return True
         field_match = _FIELD.match(text)
-        if field_match is not None and self._current is not None:
-            self._field(field_match.group("key"), field_match.group("value").strip())
-            return True
+        if field_match is not None:
+            if self._current is None and len(self.failures) < MAX_FAILURES:
+                self._current = Failure(root=self._root_section)  # its '[N]:' line was cut off
+                self.failures.append(self._current)
+            if self._current is not None:
+                self._field(field_match.group("key"), field_match.group("value").strip())
+                return True
         if self._current is not None and self._in_traceback and (text.startswith("  ") or not text.strip()):
             if len(self._current.traceback) < 64:
                 self._current.traceback.append(text.strip())

@@ -292,8 +292,41 @@ LOG_CUDA_ILLEGAL_MEMORY_ACCESS = declare(Rule(
     describe=lambda d: "CUDA error: an illegal memory access was encountered" + _on_gpu(d)
     + " (a kernel fault, not OOM)")
 
+LOG_CUDA_DEVICE_ASSERT = declare(Rule(
+    code="DFD517",
+    name="log-cuda-device-assert",
+    severity=Severity.ERROR,
+    summary="a CUDA kernel's own assertion failed (device-side assert): usually an index out of range",
+    rationale=(
+        "'CUDA error: device-side assert triggered' means a kernel checked its input and stopped: most often a class "
+        "label >= the number of classes (cross_entropy, nll_loss), a token id >= the embedding's vocabulary, an "
+        "index out of range in gather/scatter/index_select, or a BCE input outside [0, 1]. The kernel's own line "
+        "('Assertion `t >= 0 && t < n_classes` failed') names which, when it was captured. Like an illegal memory "
+        "access it is reported asynchronously and leaves the CUDA context unusable; unlike one, the fix is in the "
+        "data, not in a kernel."
+    ),
+    fix=(
+        "Check the ranges of labels and indices against the model (num_classes, vocab size, padding ids); rerun on "
+        "the CPU, or with CUDA_LAUNCH_BLOCKING=1, to get the failing line."
+    ),
+    example_format="log",
+    bad=(
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 139, in main\n'
+        "    loss = F.cross_entropy(logits, labels)\n"
+        "RuntimeError: CUDA error: device-side assert triggered\n"
+    ),
+    good=(
+        "[rank0] step=10 loss=2.4 9.0 Ktok/s\n"
+    ),
+), triggers=("device-side assert",), fatal=True,
+    pattern=re.compile(r"device-side assert(?:ion)? triggered"), details=_gpu_details,
+    describe=lambda d: "CUDA error: device-side assert triggered" + _on_gpu(d)
+    + " (a kernel's input check: an index or label out of range)")
+
 _ABORT_INNER = (
-    ("collective timeout", re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds")),
+    ("collective timeout", re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds"
+                                      r"|checkTimeout")),
     ("illegal memory access", re.compile(r"illegal memory access")),
     ("NCCL error", re.compile(r"NCCL error|nccl\w*Error|unhandled (?:cuda|system) error", re.I)),
     ("heartbeat monitor timeout", re.compile(r"Heartbeat monitor timed out|watchdog got stuck")),
@@ -339,7 +372,8 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     ),
 ), triggers=("thread terminated with exception", "ProcessGroupNCCL", "DistBackendError"), fatal=True,
     pattern=re.compile(r"watchdog thread terminated with exception|taking the entire process down"
-                       r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"),
+                       r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
+                       r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"),
     details=_abort_details,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
@@ -532,6 +566,7 @@ _SIGNAL_LINE = re.compile(
     r"[Ss]ignal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"
     r"|failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid2>\d+)\)"
     r"|(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name2>SIG[A-Z]+)"
+    r"|(?:interrupted by|received) signal (?:\d+: )?(?P<name3>SIG[A-Z]+)"
     r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal"
     r"|Out of memory: Killed process (?P<oom_pid>\d+)"
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
@@ -546,7 +581,7 @@ _SIGNAL_LINE = re.compile(
 
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     g = match.groupdict()
-    name = g["name"] or g["name2"] or g["agent"]
+    name = g["name"] or g["name2"] or g["name3"] or g["agent"]
     if g["exitcode"]:
         name = SIGNALS.get(-int(g["exitcode"]), f"signal {-int(g['exitcode'])}")
     elif g["oom_pid"]:
@@ -692,7 +727,7 @@ LOG_PROCESS_DIED = declare(Rule(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
     ),
 ), triggers=("Traceback (most recent call", "ChildFailedError", "Root Cause (first observed failure)",
-             "failed (exitcode: ", "Process "),
+             "exitcode", "Process "),
     pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"),
     details=lambda match, text: {"exitcode": int(match.group("exitcode")),
                                  "local_rank": int(match.group("local_rank"))},

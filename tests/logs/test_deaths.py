@@ -163,3 +163,37 @@ def test_a_crash_dump_after_fatal_python_error_is_the_crash_not_a_hang():
     text = ("Fatal Python error: Segmentation fault\n\nThread 0x00007f0f4e7f0740 (most recent call first):\n"
             '  File "/w/train.py", line 12 in step\n')
     assert [(f.code, f.evidence["signal"]) for f in scan_text(text).findings] == [("DFD514", "SIGSEGV")]
+
+
+def test_a_summary_pasted_from_its_middle_still_names_the_rank():
+    text = ("  rank      : 3 (local_rank: 3)\n  exitcode  : -11 (pid: 812)\n  error_file: <N/A>\n"
+            "  traceback : Signal 11 (SIGSEGV) received by PID 812\n=====================================\n")
+    assert [(f.code, f.evidence["thread"], f.evidence["signal"]) for f in scan_text(text).findings] == [
+        ("DFD514", "rank3", "SIGSEGV")]
+
+
+@pytest.mark.parametrize("line, signal", [
+    ("Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)", "SIGSEGV"),
+    ('Thread 1 "python" received signal SIGSEGV, Segmentation fault.', "SIGSEGV"),
+    ("subprocess.CalledProcessError: Command 'python train.py' died with <Signals.SIGKILL: 9>.", "SIGKILL"),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal SIGBUS", "SIGBUS"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).",
+     "SIGBUS"),
+    ("**Killed**", "SIGKILL"), ("`Segmentation fault(core dumped)`", "SIGSEGV"), ("已杀死", "SIGKILL"),
+])
+def test_signal_wordings(line, signal):
+    assert [(f.code, f.evidence["signal"]) for f in scan_text(line + "\n").findings] == [("DFD514", signal)]
+
+
+def test_the_watchdog_abort_known_by_its_cpp_frames_alone():
+    text = ("frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long> >) "
+            "+ 0x1d2 (0x1554e9e0f8f2 in /usr/lib/python3/torch/lib/libtorch_cuda.so)\n"
+            "frame #2: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233 (0x1554e9e16333 in libtorch_cuda.so)\n")
+    report = scan_text(text)
+    assert [(f.code, f.evidence["inner_cause"]) for f in report.findings] == [("DFD512", "collective timeout")]
+
+
+def test_device_side_assert_is_its_own_kind_not_an_illegal_memory_access():
+    text = ('  File "/w/train.py", line 18, in forward\n    loss = F.cross_entropy(out, labels)\n'
+            "RuntimeError: CUDA error: device-side assert triggered\n")
+    assert [(f.code, f.evidence["thread"]) for f in scan_text(text).findings] == [("DFD517", "main")]

@@ -187,10 +187,10 @@ def sampled_log(seed: int, size: int) -> bytes:
         step += 1
         lines += [f"2026-11-29 09:00:00 INFO [{t}] step={step} loss=2.1 {7 + rnd.random():.2f} Ktok/s" for t in alive]
         lines.append(f"2026-11-29 09:00:00 INFO loader refilled queue {step}")
-        if len(alive) > 2 and rnd.random() < 0.0008:
+        if len(alive) > 2 and rnd.random() < 0.002:
             victim = alive.pop(rnd.randrange(len(alive)))
             lines += [line.format(t=victim) for line in rnd.choice(EVENTS)]
-        if rnd.random() < 0.0005:
+        if rnd.random() < 0.001:
             lines.append(f"[rank{rnd.randrange(8)}]:[E1129 ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught "
                          "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600067 "
                          "milliseconds before timing out.")
