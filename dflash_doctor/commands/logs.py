@@ -67,6 +67,10 @@ def register(app: typer.Typer) -> None:
         finite(tokens_per_it, "--tokens-per-it", minimum=0.0, inclusive_minimum=False)
         options = make_options(thread_pattern, baseline_window, sustain, drop, stall_steps, tokens_per_it)
         live = console_for(sys.stderr)
-        report = scan_log(path, options, follow, max_seconds,
-                          on_findings=lambda found: [render_finding_live(live, f) for f in found])
+
+        def show_live(found) -> None:
+            for finding in found:
+                render_finding_live(live, finding)
+
+        report = scan_log(path, options, follow, max_seconds, on_findings=show_live)
         return finish(report, fmt, fail_on, output, facts_view=render_logs)

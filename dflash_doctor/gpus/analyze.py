@@ -33,6 +33,14 @@ class Thresholds:
     busy_util: float = 30.0  # percent above which a GPU holding memory is at work (a busy peer)
 
 
+def _util(reading: GpuReading) -> float:
+    return reading.utilization if reading.utilization is not None else 0.0
+
+
+def _held(reading: GpuReading) -> float:
+    return reading.memory_used_mib if reading.memory_used_mib is not None else 0.0
+
+
 def _gib(mib: float) -> str:
     return f"{mib:.0f} MiB ({mib / 1024:.1f} GiB)"
 
@@ -85,47 +93,47 @@ def analyze_gpus(
         return base
 
     usable = [r for r in readings if not r.lost and r.utilization is not None]
-    loaded = [r for r in usable if (r.memory_used_mib or 0) >= thresholds.min_held_mib]
-    working = [r for r in loaded if r.utilization > thresholds.idle_util]
+    loaded = [r for r in usable if _held(r) >= thresholds.min_held_mib]
+    working = [r for r in loaded if _util(r) > thresholds.idle_util]
     idle_held = set()
     if loaded and not working:
         _all_idle(loaded, report, thresholds, span_s, role, where, evidence)
         idle_held = {r.index for r in loaded}
-    busiest = ", ".join(str(w.index) for w in sorted(working, key=lambda w: -(w.utilization or 0))[:4])
+    busiest = ", ".join(str(w.index) for w in sorted(working, key=lambda w: -_util(w))[:4])
     for r in loaded:
-        if working and r.utilization <= thresholds.idle_util:
+        if working and _util(r) <= thresholds.idle_util:
             idle_held.add(r.index)
             report.findings.append(GPU_IDLE_MEMORY_HELD.finding(
-                f"GPU {r.index} ({role[r.index] or 'no role'}) holds {_gib(r.memory_used_mib)} at "
-                f"{r.utilization:.0f} % utilization over {r.samples} sample(s) while GPU {busiest} work: a stalled "
+                f"GPU {r.index} ({role[r.index] or 'no role'}) holds {_gib(_held(r))} at "
+                f"{_util(r):.0f} % utilization over {r.samples} sample(s) while GPU {busiest} work: a stalled "
                 "or dead worker",
                 evidence=evidence(r), **where(r)))
     loaded_indices = {r.index for r in loaded}
     for r in usable:
-        if r.index in loaded_indices or r.utilization > thresholds.idle_util or role[r.index] is None:
+        if r.index in loaded_indices or _util(r) > thresholds.idle_util or role[r.index] is None:
             continue
-        busy = [p for p in working if role[p.index] == role[r.index] and p.utilization >= thresholds.busy_util]
+        busy = [p for p in working if role[p.index] == role[r.index] and _util(p) >= thresholds.busy_util]
         if busy:
             report.findings.append(GPU_IDLE_EMPTY_BESIDE_BUSY.finding(
-                f"GPU {r.index} ({role[r.index]}) idle at {r.utilization:.0f} % holding only "
-                f"{_gib(r.memory_used_mib or 0)} while its peers GPU {', '.join(str(p.index) for p in busy[:4])} "
+                f"GPU {r.index} ({role[r.index]}) idle at {_util(r):.0f} % holding only "
+                f"{_gib(_held(r))} while its peers GPU {', '.join(str(p.index) for p in busy[:4])} "
                 "work: likely a worker that died and freed it",
                 evidence=evidence(r, busy_peers=[p.index for p in busy]), **where(r)))
 
     # A GPU holding less than min_held (a bare CUDA context) is not running the job: it is nobody's peer.
     levels: Dict[str, float] = {}
-    for name in sorted({role[r.index] for r in loaded if role[r.index] is not None}):
+    for name in sorted({name for name in (role[r.index] for r in loaded) if name is not None}):
         peers = [r for r in loaded if role[r.index] == name]
-        level = busy_level([r.utilization for r in peers])
+        level = busy_level([_util(r) for r in peers])
         if level is None:
             continue
         levels[name] = level
         for r in peers:
             if r.index in idle_held:
                 continue
-            if level - r.utilization >= thresholds.imbalance_gap and r.utilization <= thresholds.imbalance_ratio * level:
+            if level - _util(r) >= thresholds.imbalance_gap and _util(r) <= thresholds.imbalance_ratio * level:
                 report.findings.append(GPU_ROLE_IMBALANCE.finding(
-                    f"GPU {r.index} ({name}) at {r.utilization:.0f} % while its role peers run at {level:.0f} % "
+                    f"GPU {r.index} ({name}) at {_util(r):.0f} % while its role peers run at {level:.0f} % "
                     f"(median of the busiest half of {len(peers)} GPUs)",
                     evidence=evidence(r, role_busy_level=level, peers=[p.index for p in peers if p is not r]),
                     **where(r)))

@@ -98,6 +98,8 @@ def report_from_nvml(
             raise
     finally:
         devices.shutdown()
+    if last is None:
+        return _unavailable(NvmlUnavailable("stopped before the first sample"))
     if report is None or report.facts.get("samples") != last.samples:
         report = _live_report(last, probe, roles, thresholds, memory_total_mib, (last.samples - 1) * interval)
     return report

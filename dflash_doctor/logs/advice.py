@@ -73,8 +73,8 @@ def _steps_for(code: str, found: List[Finding], threads: Dict[str, dict], worker
         return ["dflash-doctor scan <trainer dir>: flex_attention reached uncompiled (DFD202) or the FX error "
                 "silenced (DFD301)", _fix(code)]
     if code == "DFD503":
-        first = found[0]
-        return [f"read the log just before line {first.evidence.get('from_line', first.line)}: a worker that "
+        drop = found[0]
+        return [f"read the log just before line {drop.evidence.get('from_line', drop.line)}: a worker that "
                 "died, a recompile or a fallback explains most drops"]
     return [_fix(code)]
 

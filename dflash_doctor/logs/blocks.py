@@ -113,11 +113,12 @@ class _Stream:
             if block is None or (block.ended and not block.chained):
                 if block is not None:
                     closed.append(block.close())
-                self.open = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
+                block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
+                self.open = block
             else:
-                self.open.ended = False  # the next section of a chained traceback
-                self.open.chained = False
-            self.open.started = True
+                block.ended = False  # the next section of a chained traceback
+                block.chained = False
+            block.started = True
             return closed, True
         if block is None:
             return closed, False

@@ -11,7 +11,7 @@ favour of a plain substring search for its words: the answer never depends on th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
 # Bytes from most to least frequent in training logs (English text, digits, INFO/WARNING/ERROR records, paths,
 # 'Ktok/s'); any byte not listed counts as rarer than all of them.
@@ -62,7 +62,7 @@ class Prefilter:
 
     def line_starts(self, block: bytes, end: int) -> List[int]:
         """Offsets of the lines in block[:end] holding a trigger word, sorted."""
-        starts = set()
+        starts: Set[int] = set()
         for anchor in self.anchors:
             starts.update(_sweep(block, end, anchor))
         return sorted(starts)

@@ -203,13 +203,15 @@ class ProgressTracker:
             needed = max(self.stall_steps, 3 * state.typical_increment())
             best = None
             for peer, before in state.peers_at_last_step.items():
-                if peer == name:
+                now = self.threads[peer].last_step
+                if peer == name or now is None:
                     continue
-                advanced = self.threads[peer].last_step - before
+                advanced = now - before
                 if advanced >= needed and (best is None or advanced > best[1]):
                     best = (peer, advanced)
             if best:
-                events.append(StallEvent(name, state.last_step, state.last_step_line, best[0], best[1]))
+                events.append(StallEvent(name, state.last_step, state.last_step_line or state.last_line, best[0],
+                                         best[1]))
         return events
 
 

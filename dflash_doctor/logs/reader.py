@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import BinaryIO, Callable, Iterator, List, Optional, Tuple, Union
+from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Tuple, Union
 
 from dflash_doctor.findings import Problem
 
@@ -85,7 +85,7 @@ def file_kind(mode: int) -> str:
 class _Peeked:
     """A binary stream whose first bytes were already read (to look for magic bytes): gives them back first."""
 
-    def __init__(self, head: bytes, stream: BinaryIO) -> None:
+    def __init__(self, head: bytes, stream: Any) -> None:
         self._head, self._stream = head, stream
 
     def readinto(self, target) -> int:
@@ -110,7 +110,7 @@ class _Peeked:
         self._stream.close()
 
 
-def _decompressing(head: bytes, stream) -> Tuple[object, Optional[str]]:
+def _decompressing(head: bytes, stream: Any) -> Tuple[Any, Optional[str]]:
     for magic, name in _MAGIC:
         if head.startswith(magic):
             if name == "gzip":

@@ -27,6 +27,7 @@ from dflash_doctor.logs.progress import TOTAL, DropEvent, ProgressTracker
 from dflash_doctor.logs.stackdump import StackDumpParser, crash_context
 from dflash_doctor.logs.throughput import IT_S, TOK_S, rate, step
 from dflash_doctor.logs.torchrun import EXIT_FIELD, RANK_FIELD, Failure, SummaryParser
+from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.logs import (
     LOG_DENSE_ATTENTION_FALLBACK,
     LOG_KILLED_BY_SIGNAL,
@@ -216,8 +217,8 @@ class LogScanner:
             self._emit(LOG_THREAD_STALLED, (stall.thread,),
                        f"thread {stall.thread} made no step progress after step {stall.last_step} while "
                        f"{stall.peer} advanced {stall.peer_advanced} steps",
-                       stall.line, thread=stall.thread, last_step=stall.last_step, peer=stall.peer,
-                       peer_advanced=stall.peer_advanced)
+                       stall.line, dict(thread=stall.thread, last_step=stall.last_step, peer=stall.peer,
+                                        peer_advanced=stall.peer_advanced))
         report = Report(command="logs", findings=list(self._findings))
         report.facts = self.facts()
         report.facts["next_steps"] = next_steps(report.findings, report.facts["threads"])
@@ -316,7 +317,7 @@ class LogScanner:
         if code == LOG_DENSE_ATTENTION_FALLBACK.code:
             return self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
                               f"{worker}: flex_attention ran without torch.compile (dense path that materialises "
-                              "the full scores matrix)", lineno, thread=worker, via="warning")
+                              "the full scores matrix)", lineno, dict(thread=worker, via="warning"))
         details = entry.details(match, body)
         worker = self._worker_for(worker, details)
         if code == LOG_NCCL_WATCHDOG_ABORT.code:
@@ -385,8 +386,8 @@ class LogScanner:
                 LOG_THROUGHPUT_DROP, (drop.thread, drop.unit, drop.from_line),
                 f"{who}: throughput fell from {drop.baseline:,.0f} to {drop.level:,.0f} {drop.unit} "
                 f"({100 * (1 - drop.level / drop.baseline):.0f} % lower) from line {drop.from_line}{how}",
-                drop.from_line, thread=drop.thread, unit=drop.unit, **{"from": drop.baseline, "to": drop.level},
-                from_line=drop.from_line, sustained_at_line=drop.line, at_end=drop.at_end)
+                drop.from_line, {"thread": drop.thread, "unit": drop.unit, "from": drop.baseline, "to": drop.level,
+                                 "from_line": drop.from_line, "sustained_at_line": drop.line, "at_end": drop.at_end})
         return new
 
     def _close(self, blocks: List[ExceptionBlock]) -> List[Finding]:
@@ -397,7 +398,7 @@ class LogScanner:
         return new
 
     def _block(self, block: ExceptionBlock) -> List[Finding]:
-        worker = (block.stream or block.thread) if block.process else (block.thread or block.stream or MAIN)
+        worker = (block.stream or block.thread or MAIN) if block.process else (block.thread or block.stream or MAIN)
         final = block.final
         if final is not None and final.type.endswith("ChildFailedError"):
             return []  # torchrun's own traceback: its summary (torchrun.py) names the rank that failed
@@ -419,8 +420,8 @@ class LogScanner:
             line = final.line if final else block.start_line
             new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
                               f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
-                              thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
-                              block_line=block.start_line)
+                              dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
+                                   block_line=block.start_line))
         if final is None and block.thread is None:
             return new
         thread_death = block.thread is not None and not block.process
@@ -434,8 +435,8 @@ class LogScanner:
                 said = f": {_first_line(final.message)}" if final.message else ""
                 message = f"{what} died: {final.type}{said}"[:MESSAGE_CHARS]
             new += self._emit(rule, (worker,), message, final.line if final else block.start_line,
-                              thread=worker, exception=final.type if final else None, block_line=block.start_line,
-                              last_step=self._last_step(worker))
+                              dict(thread=worker, exception=final.type if final else None,
+                                   block_line=block.start_line, last_step=self._last_step(worker)))
             cause = (rule.code, {})
         code, details = cause
         self._death(worker, code, final.line if final else block.start_line, block.start_line, details,
@@ -458,8 +459,8 @@ class LogScanner:
         severity = Severity.ERROR if rule.code == LOG_RECOMPILE_LIMIT.code and details.get("fatal") else None
         evidence = dict(details, thread=worker, block_line=block.start_line if block else None,
                         last_step=self._last_step(worker))
-        return self._emit(rule, key, f"{worker}: {entry.message(details)}"[:MESSAGE_CHARS * 2], line,
-                          severity=severity, **evidence)
+        return self._emit(rule, key, f"{worker}: {entry.message(details)}"[:MESSAGE_CHARS * 2], line, evidence,
+                          severity=severity)
 
     def _death(self, worker: str, code: str, line: int, block_line: int, details: Dict[str, Any], *,
                exception: Optional[str], message: str, kind: str, last_frame: Optional[str] = None) -> None:
@@ -528,7 +529,7 @@ class LogScanner:
         details = {k: pending[k] for k in ("limit", "limit_value", "fatal", "why", "function")}
         entry = LOG_RULES[LOG_RECOMPILE_LIMIT.code]
         return self._emit(LOG_RECOMPILE_LIMIT, (pending["function"] or pending["thread"],),
-                          entry.message(details), pending["line"], thread=pending["thread"], **details)
+                          entry.message(details), pending["line"], dict(details, thread=pending["thread"]))
 
     def _flush_abort(self) -> List[Finding]:
         """A 'terminate called' line no rank claimed within ABORT_LINES: the process's own abort."""
@@ -610,7 +611,7 @@ class LogScanner:
             else:
                 new += self._emit(LOG_PROCESS_DIED, (worker,),
                                   f"{worker}: failed first ({_failure_words(root)})", summary.start_line,
-                                  thread=worker, last_step=self._last_step(worker), **common)
+                                  dict(common, thread=worker, last_step=self._last_step(worker)))
                 self._death(worker, LOG_PROCESS_DIED.code, summary.start_line, summary.start_line, common,
                             exception=None, message=_failure_words(root), kind="process")
         if worker in self._deaths:
@@ -632,9 +633,9 @@ class LogScanner:
             message = (f"{self._dump_worker}: stack dump of a stuck process, {len(threads)} thread(s), {idle} idle"
                        + (f": {where}" if where else ""))
         return self._emit(LOG_STACK_DUMP_HANG, (dump.start_line,), message[:MESSAGE_CHARS * 2], dump.start_line,
-                          severity=Severity.ERROR if deadlock else None, thread=self._dump_worker,
-                          cycle=diagnosis.cycle, chain=list(diagnosis.chain), threads=threads,
-                          hint=diagnosis.hint)
+                          dict(thread=self._dump_worker, cycle=diagnosis.cycle, chain=list(diagnosis.chain),
+                               threads=threads, hint=diagnosis.hint),
+                          severity=Severity.ERROR if deadlock else None)
 
     def _demote_handled(self) -> None:
         """A worker that logs progress after its traceback only logged a handled error: not dead."""
@@ -659,8 +660,8 @@ class LogScanner:
                     kept.append(finding)
             self._findings = kept
 
-    def _emit(self, rule, key: tuple, message: str, line: int, severity: Optional[Severity] = None,
-              **evidence) -> List[Finding]:
+    def _emit(self, rule: Rule, key: tuple, message: str, line: int, evidence: Dict[str, Any],
+              severity: Optional[Severity] = None) -> List[Finding]:
         full_key = (rule.code,) + key
         if full_key in self._seen:
             self._seen[full_key] += 1
