@@ -3,7 +3,8 @@
 What each fatal kind's text looks like lives with its rule (dflash_doctor/rules/logs.py). Sources for these:
 Lib/threading.py and Modules/_threadmodule.c (excepthook: 'Exception in thread NAME:', written in pieces, so two
 threads dying together print 'Exception in thread Exception in thread A:' and later a bare 'B:'),
-Lib/traceback.py, torchrun's per-rank line prefix ('[rank1]:', older '[default1]:'), Ray's '(Worker pid=N)'.
+Lib/traceback.py, torchrun's per-rank line prefix ('[rank1]:', older '[default1]:'), Ray's '(Worker pid=N)', vLLM's
+'(VllmWorker rank=2 pid=N)'.
 """
 from __future__ import annotations
 
@@ -30,8 +31,12 @@ RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DE
                           r"|\b(?:tps|wps):")
 
 # A per-worker prefix on every line: torchrun's '[rank1]:' / '[default1]:', Ray's '(Name pid=123)'.
+# vLLM adds a role between name and pid ('(VllmWorker rank=2 pid=267)', '(VllmWorker TP1 pid=9)') and nests them
+# ('(EngineCore_0 pid=8) (VllmWorker TP1 pid=9) '): the innermost names the worker.
+_PROC = r"\((?P<proc>[A-Za-z_][\w.]*)(?P<role>(?: [A-Za-z]+=?\w+)*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?"
 WORKER_PREFIX = re.compile(
-    r"^\[(?:rank|default)(?P<rank>\d+)\]: ?|^\((?P<proc>[A-Za-z_][\w.]*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?"
+    r"^\[(?:rank|default)(?P<rank>\d+)\]: ?"
+    r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
 )
 
 # Which thread a line belongs to: thread=NAME / worker=NAME, [NAME-N], NAME-N, [rankN]. Leftmost match wins.

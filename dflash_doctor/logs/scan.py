@@ -52,6 +52,7 @@ NAME_CACHE = 4096  # decoded thread names kept for the progress fast path
 SAMPLE_BYTES = 8 * 1024  # parsed in full at the end of every large block (throughput samples)
 DENSE_BYTES = 64 * 1024  # blocks up to this size are parsed in full
 LOOKBACK_TRIES = 16
+CRASH_DUMP_LINES = 4  # a faulthandler dump starting this close after 'Fatal Python error' is the crash's
 ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its  # lines holding a dead worker's name tried when looking back for its last step
 
 FATAL_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if entry.fatal and entry.pattern)
@@ -85,6 +86,8 @@ class LogScanner:
         self._dump_worker = MAIN
         self._pending_recompile: Optional[Dict[str, Any]] = None
         self._previous: Optional[str] = None
+        self._fatal_error_line: Optional[int] = None
+        self._lineno = 0
         self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
         self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
@@ -227,6 +230,7 @@ class LogScanner:
     # -- one line ----------------------------------------------------------------------------------------------
 
     def _line(self, raw: bytes, lineno: int) -> List[Finding]:
+        self._lineno = lineno
         new: List[Finding] = []
         if self._blocks.active and lineno - self._blocks.last_consumed > BLOCK_GAP:
             new += self._close(self._blocks.flush())
@@ -236,7 +240,7 @@ class LogScanner:
         body = text
         if prefix is not None:
             stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else \
-                f"{prefix.group('proc')} pid={prefix.group('pid')}"
+                f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
             body = text[prefix.end():]
             if stream not in self._tags:
                 self._tags[stream] = prefix.group(0).rstrip().encode()
@@ -310,7 +314,9 @@ class LogScanner:
                    lineno: int) -> List[Finding]:
         code = entry.rule.code
         if code == LOG_STACK_DUMP_HANG.code:
-            self._dump = StackDumpParser(lineno, crash=crash_context(self._previous))
+            crash = crash_context(self._previous) or (
+                self._fatal_error_line is not None and lineno - self._fatal_error_line <= CRASH_DUMP_LINES)
+            self._dump = StackDumpParser(lineno, crash=crash)
             self._dump_worker = stream or MAIN
             self._dump.feed(body)
             return []
@@ -320,6 +326,8 @@ class LogScanner:
                               "the full scores matrix)", lineno, dict(thread=worker, via="warning"))
         details = entry.details(match, body)
         worker = self._worker_for(worker, details)
+        if code == LOG_KILLED_BY_SIGNAL.code and "Fatal Python error" in body:
+            self._fatal_error_line = lineno  # faulthandler's thread dump follows: the crash's stack, not a hang
         if code == LOG_NCCL_WATCHDOG_ABORT.code:
             # C++ prints 'terminate called ...' without a rank, before or after the line that names it
             if worker == MAIN:
@@ -453,7 +461,9 @@ class LogScanner:
         if rule.code == "DFD502":
             key = (worker, details.get("gpu"))
         elif rule.code == LOG_KILLED_BY_SIGNAL.code:
-            key = (worker, details.get("signal"), details.get("pid"))
+            # a DataLoader worker's crash is printed twice (by the worker, then by the loader with its pid)
+            key = (worker, details.get("signal"),
+                   "DataLoader" if details.get("worker_kind") else details.get("pid"))
         elif "rank" in details and details.get("rank") is not None and worker.startswith("rank"):
             key = (f"rank{details['rank']}",)
         severity = Severity.ERROR if rule.code == LOG_RECOMPILE_LIMIT.code and details.get("fatal") else None
@@ -620,6 +630,8 @@ class LogScanner:
 
     def _end_dump(self) -> List[Finding]:
         dump, self._dump = self._dump, None
+        if dump is not None and dump.crash:
+            self._fatal_error_line = self._lineno  # a crash dump cut by an odd line may go on after it
         if dump is None or dump.crash or not dump.threads:
             return []
         diagnosis = dump.diagnosis()

@@ -22,7 +22,7 @@ _THREAD = re.compile(r"^\s*(?:Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+|\d
 _PYSPY_FRAME = re.compile(r"^ {4}(?P<func>\S.*?) \((?P<file>[^()]+?):(?P<line>\d+)\)\s*$")
 _NATIVE_FRAME = re.compile(r"^ {4}\S.*\([^()]*\)\s*$|^ {4}0x[0-9a-fA-F]+")
 _FAULT_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
-_LOCALS = re.compile(r"^ {8,}\S")
+_LOCALS = re.compile(r"^ {8,}\S|^\s*<no Python frame>\s*$")  # also faulthandler's frameless thread
 _HEADER = re.compile(r"^(?:Process \d+: |Python v\d|Timeout \(\d+:\d\d:\d\d\)!)")
 
 

@@ -232,8 +232,10 @@ LOG_CUDA_OOM = declare(Rule(
         "An OOM kills the step (and, in a worker thread, the worker). The message names the GPU ('GPU 2 has a "
         "total capacity of ...'; torch 2.1 printed 'total capacty'; older torch: '(GPU 2; ... total capacity "
         "...)'; some trainers: 'OOM on device 2'), which the evidence carries so it can be joined with a GPU "
-        "snapshot. In flex_attention pipelines an OOM inside sdpa_dense or math_attention means the uncompiled "
-        "dense path ran (DFD505)."
+        "snapshot. Older and lower-level wordings count too ('cuda runtime error (2) : out of memory', THC's "
+        "'error=2 : out of memory', 'CUDA error: out of memory', CUDA_ERROR_OUT_OF_MEMORY, cuBLAS's "
+        "CUBLAS_STATUS_ALLOC_FAILED); the host's OOM killer is not one of them (DFD514). In flex_attention "
+        "pipelines an OOM inside sdpa_dense or math_attention means the uncompiled dense path ran (DFD505)."
     ),
     fix="Check DFD505 first; otherwise reduce batch or sequence length on that GPU.",
     example_format="log",
@@ -249,10 +251,17 @@ LOG_CUDA_OOM = declare(Rule(
     good=(
         "[drafter-2] step=300 loss=2.10 7.0 Ktok/s\n"
     ),
-), triggers=("of memory", "OOM", "Tried to allocate"), fatal=True,
+), triggers=("of memory", "OOM", "Tried to allocate", "OUT_OF_MEMORY", "MemoryAllocation", "ALLOC_FAILED"),
+    fatal=True,
     pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
                        r"(?:device|GPU|cuda:|rank) ?\d|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+; "
-                       r"[\d.]+ ?[KMGT]?i?B total capacity"),
+                       r"[\d.]+ ?[KMGT]?i?B total capacity"
+                       # older and lower-level wordings: THC's 'cuda runtime error (2) : out of memory' and
+                       # 'THCudaCheck FAIL ... error=2 : out of memory', 'CUDA error: out of memory', the driver
+                       # and runtime enums, cuBLAS failing to allocate its workspace, spconv's tensorview
+                       r"|[Cc][Uu][Dd][Aa] runtime error \(2\) ?: ?out of memory|\berror=2 : out of memory"
+                       r"|CUDA error: out of memory|cuda failed with error 2 out of memory"
+                       r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"),
     details=_oom_details,
     describe=lambda d: "CUDA out of memory" + _on_gpu(d)
     + (f" (tried to allocate {d['tried_to_allocate']})" if d.get("tried_to_allocate") else ""))
@@ -459,8 +468,8 @@ LOG_NCCL_ERROR = declare(Rule(
     good=(
         "[rank0]: NCCL INFO Channel 00/02 :    0   1\n"
     ),
-), triggers=("NCCL error",), fatal=True,
-    pattern=re.compile(r"NCCL error|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"),
+), triggers=("NCCL error", "NCCL Error"), fatal=True,
+    pattern=re.compile(r"NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"),
     details=_gpu_details,
     describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
 
@@ -562,6 +571,11 @@ SIGNAL_MEANING = {
     "SIGILL": "an illegal instruction: a binary built for another CPU or GPU architecture",
     "SIGFPE": "an arithmetic fault in native code",
 }
+# torch's DataLoader signal handler, in the worker: 'ERROR: Unexpected segmentation fault encountered in worker.'
+_LOADER_SIGNALS = {"bus error": "SIGBUS", "segmentation fault": "SIGSEGV", "floating-point exception": "SIGFPE"}
+# DeepSpeed's launcher: "[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1', ...]
+# exits with return code = -9"
+_DS_LOCAL_RANK = re.compile(r"'--local_rank=(\d+)'")
 _SIGNAL_LINE = re.compile(
     r"[Ss]ignal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"
     r"|failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid2>\d+)\)"
@@ -572,7 +586,8 @@ _SIGNAL_LINE = re.compile(
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
     r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: (?P<loader>Bus error|Aborted|Killed|Segmentation fault"
     r"|Terminated|Floating point exception)"
-    r"|(?P<shm>Unexpected bus error) encountered in worker"
+    r"|Unexpected (?P<unexpected>bus error|segmentation fault|floating-point exception) encountered in worker"
+    r"|\] exits with return code = (?P<dsret>-\d+)"
     r"|^[\s>*`]*(?:\S+: line \d+: +(?P<pid3>\d+) )?(?P<shell>Killed|Segmentation fault|Aborted|Bus error"
     r"|Illegal instruction|Floating point exception|Terminated|已杀死|段错误)(?: *\((?:core dumped|核心已转储)\))?"
     r"[*`]*(?:\s|$)"
@@ -588,18 +603,24 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = "SIGKILL"
     elif g["fatal"] or g["shell"] or g["loader"]:
         name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"]]
-    elif g["shm"]:
-        name = "SIGBUS"
+    elif g["unexpected"]:
+        name = _LOADER_SIGNALS[g["unexpected"]]
+    elif g["dsret"]:
+        name = SIGNALS.get(-int(g["dsret"]), f"signal {-int(g['dsret'])}")
     pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
                                "meaning": SIGNAL_MEANING.get(name or "", "")}
-    if g["local_rank"]:
-        details["local_rank"] = int(g["local_rank"])
+    local_rank = g["local_rank"]
+    if local_rank is None and g["dsret"]:
+        named = _DS_LOCAL_RANK.search(text)
+        local_rank = named.group(1) if named else None
+    if local_rank:
+        details["local_rank"] = int(local_rank)
     if g["oom_pid"]:
         details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
     if g["agent"]:
         details["meaning"] = "the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)"
-    if g["loader"] or g["shm"]:
+    if g["loader"] or g["unexpected"]:
         details["worker_kind"] = "DataLoader worker"
     return details
 
@@ -611,8 +632,10 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
     summary="a worker process was killed by a signal (SIGKILL, SIGSEGV, SIGABRT, SIGBUS, ...)",
     rationale=(
         "A process killed by a signal prints no Python traceback: what is left is torchrun's 'Signal 9 "
-        "(SIGKILL) received by PID N' or 'exitcode: -9', the shell's 'Killed' or 'Segmentation fault (core "
-        "dumped)', the kernel's 'Out of memory: Killed process N', or faulthandler's 'Fatal Python error'. The "
+        "(SIGKILL) received by PID N' or 'exitcode: -9', DeepSpeed's 'exits with return code = -9', the shell's "
+        "'Killed' or 'Segmentation fault (core dumped)', the kernel's 'Out of memory: Killed process N', a "
+        "DataLoader worker's 'Unexpected segmentation fault encountered in worker', or faulthandler's 'Fatal "
+        "Python error' (its thread dump is the crash's stack, not a hang). The "
         "signal says where to look: SIGKILL is usually the host OOM killer, SIGSEGV a native crash, SIGABRT a C++ "
         "abort (often the NCCL watchdog, DFD512), SIGBUS a full /dev/shm, SIGTERM the launcher stopping workers "
         "after another rank failed."
@@ -629,7 +652,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
     ),
 ), triggers=("SIG", "exitcode: -", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
-             "Unexpected bus error", "已杀死", "段错误"), fatal=True,
+             "encountered in worker", "return code = -", "已杀死", "段错误"), fatal=True,
     pattern=_SIGNAL_LINE, details=_signal_details,
     describe=lambda d: (f"{d['worker_kind']} " if d.get("worker_kind") else "")
     + f"killed by {d.get('signal') or 'a signal'}"
@@ -700,6 +723,15 @@ LOG_THREAD_DIED = declare(Rule(
     ),
 ), triggers=("Exception in thread",))
 
+def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    """torchrun's agent ('failed (exitcode: 1) local_rank: 3') or DeepSpeed's launcher ('... '--local_rank=3' ...]
+    exits with return code = 1')."""
+    if match.group("exitcode") is not None:
+        return {"exitcode": int(match.group("exitcode")), "local_rank": int(match.group("local_rank"))}
+    rank = _DS_LOCAL_RANK.search(text)
+    return {"exitcode": int(match.group("ds_exitcode")), "local_rank": int(rank.group(1)) if rank else None}
+
+
 LOG_PROCESS_DIED = declare(Rule(
     code="DFD513",
     name="log-process-died",
@@ -727,10 +759,10 @@ LOG_PROCESS_DIED = declare(Rule(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
     ),
 ), triggers=("Traceback (most recent call", "ChildFailedError", "Root Cause (first observed failure)",
-             "exitcode", "Process "),
-    pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"),
-    details=lambda match, text: {"exitcode": int(match.group("exitcode")),
-                                 "local_rank": int(match.group("local_rank"))},
+             "exitcode", "Process ", "exits with return code"),
+    pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"
+                       r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"),
+    details=_exit_details,
     describe=lambda d: f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)")
 
 LOG_THROUGHPUT_DROP = declare(Rule(
