@@ -52,6 +52,11 @@ NAME_CACHE = 4096  # decoded thread names kept for the progress fast path
 SAMPLE_BYTES = 8 * 1024  # parsed in full at the end of every large block (throughput samples)
 DENSE_BYTES = 64 * 1024  # blocks up to this size are parsed in full
 LOOKBACK_TRIES = 16
+MAX_HANDLED = 4096
+BARE_MESSAGE_LINES = 3  # lines after a bare exception line that may still be its message
+# The line before a traceback that says the program went on: CPython's unraisable hook, retry/recover loggers.
+HANDLED = re.compile(r"(?i)\bexception ignored in\b|attempting to recover|\bretrying\b|\bwill retry\b"
+                     r"|\brecovering\b|\bignor(?:ed|ing) (?:the |this )?(?:error|exception)")
 CRASH_DUMP_LINES = 4  # a faulthandler dump starting this close after 'Fatal Python error' is the crash's
 ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its  # lines holding a dead worker's name tried when looking back for its last step
 
@@ -63,6 +68,12 @@ _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
 PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
 PROGRESS_HINT = patterns.PROGRESS_HINT.search
 UNIT_BYTES = patterns.UNIT_BYTES
+
+
+def _launcher_frames(frames: Tuple[Tuple[str, int, str], ...]) -> bool:
+    """Frames of torchrun's / torch.distributed.launch's agent reporting a failed child (not a death itself)."""
+    return any("distributed/launcher/api.py" in file or "elastic/multiprocessing" in file or file.endswith("/torchrun")
+               for file, _, _ in frames)
 
 
 def _trigger_regex() -> "re.Pattern[bytes]":
@@ -87,6 +98,8 @@ class LogScanner:
         self._pending_recompile: Optional[Dict[str, Any]] = None
         self._previous: Optional[str] = None
         self._fatal_error_line: Optional[int] = None
+        self._bare: Optional[Tuple[str, int, Optional[Finding]]] = None  # the last bare exception line's death
+        self._handled: set = set()  # start lines of tracebacks printed by a program that went on
         self._lineno = 0
         self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
         self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
@@ -278,8 +291,12 @@ class LogScanner:
             opened = patterns.THREAD_EXCEPTION.match(body) if body.startswith("Exception in thread ") else None
             if opened is not None:
                 self._look_back(opened.group("thread"))
-            elif stream is not None and patterns.TRACEBACK_START.search(body):
-                self._look_back(stream)
+            elif patterns.TRACEBACK_START.search(body):
+                before = self._line_before()
+                if before is not None and HANDLED.search(before) and len(self._handled) < MAX_HANDLED:
+                    self._handled.add(lineno)
+                if stream is not None:
+                    self._look_back(stream)
             self._previous = body
             return new
         new += self._free(body, stream, lineno)
@@ -343,11 +360,29 @@ class LogScanner:
             self._pending_recompile = dict(details, thread=worker, line=lineno, function=None, seen=0)
             return []
         died = code in _DEATH_LINES or patterns.EXCEPTION_LINE.match(body.strip()) is not None
+        if self._bare is not None and entry.fatal and code not in _DEATH_LINES:  # a cause, not another death
+            self._supersede_bare(worker, lineno)
         new = self._cause(entry, details, worker, lineno, None)
+        if code == LOG_PROCESS_DIED.code and details.get("exception"):
+            self._bare = (worker, lineno, new[0] if new else None)
         if died:
             self._death(worker, code, lineno, lineno, details, exception=_exception_type(body),
                         message=body.strip(), kind="signal" if code == LOG_KILLED_BY_SIGNAL.code else "process")
         return new
+
+    def _supersede_bare(self, worker: str, lineno: int) -> None:
+        """'RuntimeError: TensorStorage ...' then 'cuda failed with error 2 out of memory': the exception's message
+        went on to the next lines, which name the cause; the bare exception's finding gives way to it."""
+        bare_worker, bare_line, finding = self._bare or (None, 0, None)
+        self._bare = None
+        if bare_worker != worker or not 0 < lineno - bare_line <= BARE_MESSAGE_LINES:
+            return
+        if finding is not None:
+            self._findings = [f for f in self._findings if f is not finding]
+            self._seen.pop((LOG_PROCESS_DIED.code, worker), None)
+            self._per_code[LOG_PROCESS_DIED.code] -= 1
+        if self._deaths.get(worker, {}).get("line") == bare_line:
+            del self._deaths[worker]
 
     def _line_before(self) -> Optional[str]:
         """The line just before the one being parsed (read from the block: the scanner may have skipped it)."""
@@ -408,6 +443,8 @@ class LogScanner:
     def _block(self, block: ExceptionBlock) -> List[Finding]:
         worker = (block.stream or block.thread or MAIN) if block.process else (block.thread or block.stream or MAIN)
         final = block.final
+        if block.start_line in self._handled:
+            return self._handled_block(block, worker)
         if final is not None and final.type.endswith("ChildFailedError"):
             return []  # torchrun's own traceback: its summary (torchrun.py) names the rank that failed
         new: List[Finding] = []
@@ -430,8 +467,8 @@ class LogScanner:
                               f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
                               dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
                                    block_line=block.start_line))
-        if final is None and block.thread is None:
-            return new
+        if final is None and block.thread is None and (not block.frames or _launcher_frames(block.frames)):
+            return new  # nothing to go on, or torchrun's own traceback (its summary names the failed rank)
         thread_death = block.thread is not None and not block.process
         if cause is None:
             rule = LOG_THREAD_DIED if thread_death else LOG_PROCESS_DIED
@@ -452,6 +489,22 @@ class LogScanner:
                     kind="thread" if thread_death else "process",
                     last_frame=(f"{block.frames[-1][0]}:{block.frames[-1][1]} in {block.frames[-1][2]}"
                                 if block.frames else None))
+        return new
+
+    def _handled_block(self, block: ExceptionBlock, worker: str) -> List[Finding]:
+        """A traceback the program printed and went on from ('Exception ignored in:', '... attempting to recover'):
+        no death; a named cause is still reported, as a warning."""
+        new: List[Finding] = []
+        for exc in block.exceptions:
+            text = f"{exc.type}: {exc.message}" if exc.message else exc.type
+            entry = next((e for e in FATAL_RULES if e.pattern is not None and e.pattern.search(text)), None)
+            if entry is not None and entry.rule.code != LOG_PROCESS_DIED.code:
+                match = entry.pattern.search(text) if entry.pattern is not None else None
+                details = entry.details(match, text) if match is not None else {}
+                new += self._emit(entry.rule, (worker, "handled", exc.line),
+                                  f"{worker}: {entry.message(details)} (handled: the log says it went on)"[:MESSAGE_CHARS],
+                                  exc.line, dict(details, thread=worker, block_line=block.start_line, survived=True),
+                                  severity=Severity.WARNING)
         return new
 
     def _cause(self, entry: LogRule, details: Dict[str, Any], worker: str, line: int,

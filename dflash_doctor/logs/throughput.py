@@ -4,7 +4,10 @@ Throughput comes with its unit, and only the number that belongs to the unit cou
 - value then unit: '7.1 Ktok/s', '7.1Ktok/s', '21500 tokens/s', '12.5 samples/s', tqdm's '4.95it/s' and '1.3s/it';
 - unit then value: 'tokens/s=9800', 'tok/s: 7100', torchtitan's 'tps: 5,856' (and its older 'wps'),
   'samples_per_second=12.3';
-- Megatron's 'elapsed time per iteration (ms): 812.4' (iterations per second, inverted).
+- Megatron's 'elapsed time per iteration (ms): 812.4' (iterations per second, inverted);
+- SGLang's 'gen throughput (token/s): 1635.11' (unit in parentheses before the value).
+A rate labelled prompt, input or prefill throughput (vLLM's 'Avg prompt throughput', SGLang's prefill 'input
+throughput') is skipped: prefill comes in bursts and idles at 0, the steady rate is the generation one beside it.
 'loss=2.1 tokens/s=9800' is 9800 tok/s: the 2.1 belongs to 'loss='. A number before a unit counts only when it is
 not the value of another key (`tput=7.1 Ktok/s` counts, `loss=2.1 tok/s` does not).
 """
@@ -27,7 +30,7 @@ _UNIT_WORD = {"tok": TOK_S, "toks": TOK_S, "token": TOK_S, "tokens": TOK_S, "sam
 # Unit first, then '=' or ':' and the value.
 _AFTER = re.compile(
     r"(?<![\w/])(?P<key>tok(?:en)?s?/s(?:ec)?(?:/gpu)?|tps|wps|tok(?:en)?s?_per_s(?:ec(?:ond)?)?"
-    r"|(?:train_)?samples?_per_s(?:ec(?:ond)?)?|samples?/s(?:ec)?|it/s)[\x27\x22]?\s*[:=]\s*(?P<num>" + _NUMBER + r")"
+    r"|(?:train_)?samples?_per_s(?:ec(?:ond)?)?|samples?/s(?:ec)?|it/s)[\x27\x22)]?\s*[:=]\s*(?P<num>" + _NUMBER + r")"
     r"\s?(?P<si>[kKmM]?)(?![\w.])", re.IGNORECASE)
 # Value, then an optional SI prefix, then the unit.
 _BEFORE = re.compile(
@@ -36,6 +39,7 @@ _BEFORE = re.compile(
 _SECONDS_PER_IT = re.compile(r"(?:(?<=[\s(\[,|])|^)(?P<num>\d+(?:\.\d+)?)\s?s/it\b")
 _MEGATRON = re.compile(r"elapsed time per iteration \(ms\):\s*(?P<num>\d+(?:\.\d+)?)")
 _KEY_BEFORE = re.compile(r"(?P<key>[A-Za-z_]\w*)\s*[=:]\s*$")
+_PREFILL = re.compile(r"(?i)\b(?:prompt|input|prefill)\b[^,|;]{0,16}$")  # the label just before a rate
 
 STEP_AT = re.compile(r"[Ss](?:tep|TEP)\s*[=:]?\s*(?P<step>\d+)")
 _ITERATION = re.compile(r"\biteration\s+(?P<step>\d+)\s*/")
@@ -48,14 +52,17 @@ def _number(text: str) -> float:
 def rate(text: str) -> Optional[Tuple[float, str]]:
     """(value, unit) of the throughput on the line, or None. Units: tok/s, samples/s, it/s."""
     if "/s" in text or "_per_s" in text or "tps" in text or "wps" in text:
-        after = _AFTER.search(text)
-        if after is not None:
+        for after in _AFTER.finditer(text):
+            if _PREFILL.search(text, max(0, after.start() - 32), after.start()):
+                continue
             key = after.group("key").lower()
             unit = SAMPLES_S if "sample" in key else IT_S if key == "it/s" else TOK_S
             return _number(after.group("num")) * _SCALE[after.group("si")], unit
         for before in _BEFORE.finditer(text):
             key = _KEY_BEFORE.search(text, max(0, before.start() - 24), before.start())
             if key is not None and key.group("key").lower() not in _RATE_KEYS:
+                continue
+            if _PREFILL.search(text, max(0, before.start() - 32), before.start()):
                 continue
             unit = _UNIT_WORD[before.group("unit").lower()]
             return _number(before.group("num")) * _SCALE[before.group("si")], unit

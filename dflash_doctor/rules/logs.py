@@ -379,8 +379,10 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     good=(
         "[rank1]:[I1129 09:30:02.414 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 1] ProcessGroupNCCL initialized\n"
     ),
-), triggers=("thread terminated with exception", "ProcessGroupNCCL", "DistBackendError"), fatal=True,
-    pattern=re.compile(r"watchdog thread terminated with exception|taking the entire process down"
+), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations"),
+    fatal=True,
+    pattern=re.compile(r"watchdog thread terminated with\b|taking the entire process down"
+                       r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"),
     details=_abort_details,
@@ -468,7 +470,8 @@ LOG_NCCL_ERROR = declare(Rule(
     good=(
         "[rank0]: NCCL INFO Channel 00/02 :    0   1\n"
     ),
-), triggers=("NCCL error", "NCCL Error"), fatal=True,
+), triggers=("NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError",
+             "ncclRemoteError", "ncclInvalidUsage"), fatal=True,
     pattern=re.compile(r"NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"),
     details=_gpu_details,
     describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
@@ -522,8 +525,8 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
         "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016] torch._dynamo recompiling 'attend'\n"
     ),
 ), triggers=("dynamo hit", "FailOnRecompileLimitHit"), fatal=True,
-    pattern=re.compile(r"torch\._dynamo hit config\.(?:accumulated_)?(?:recompile_limit|cache_size_limit) \(\d+\)"
-                       r"|torchdynamo hit recompilation cache limit \(\d+\)|FailOnRecompileLimitHit"),
+    pattern=re.compile(r"(?:torch\._dynamo|torchdynamo) hit (?:config\.)?(?:accumulated_)?(?:recompile_limit"
+                       r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"),
     details=_recompile_details, describe=_recompile_message)
 
 # -- events: no death by themselves ------------------------------------------------------------------------------
@@ -573,6 +576,11 @@ SIGNAL_MEANING = {
 }
 # torch's DataLoader signal handler, in the worker: 'ERROR: Unexpected segmentation fault encountered in worker.'
 _LOADER_SIGNALS = {"bus error": "SIGBUS", "segmentation fault": "SIGSEGV", "floating-point exception": "SIGFPE"}
+# Windows has no signals: a crashed process exits with an NTSTATUS, printed signed, unsigned or in hex.
+_NTSTATUS = {"C0000005": "SIGSEGV", "C000001D": "SIGILL", "C00000FD": "SIGSEGV", "C0000409": "SIGABRT"}
+_NTSTATUS_DECIMAL = {"-1073741819": "C0000005", "3221225477": "C0000005", "-1073741795": "C000001D",
+                     "3221225501": "C000001D", "-1073741571": "C00000FD", "3221225725": "C00000FD",
+                     "-1073740791": "C0000409", "3221226505": "C0000409"}
 # DeepSpeed's launcher: "[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1', ...]
 # exits with return code = -9"
 _DS_LOCAL_RANK = re.compile(r"'--local_rank=(\d+)'")
@@ -588,6 +596,13 @@ _SIGNAL_LINE = re.compile(
     r"|Terminated|Floating point exception)"
     r"|Unexpected (?P<unexpected>bus error|segmentation fault|floating-point exception) encountered in worker"
     r"|\] exits with return code = (?P<dsret>-\d+)"
+    # Windows: the process's NTSTATUS (PyCharm: 'Process finished with exit code -1073741819 (0xC0000005)')
+    r"|exit (?:code|status)[: ]+(?:-?\d+ )?\(?0x(?P<ntstatus>C0000005|C000001D|C00000FD|C0000409)\b"
+    r"|exit (?:code|status)[: ]+(?P<ntdecimal>-1073741819|3221225477|-1073741795|3221225501|-1073741571|3221225725"
+    r"|-1073740791|3221226505)\b"
+    # a C++ exception nothing caught: 'terminate called after throwing ...' then '  what():  <reason>' (reasons a
+    # rule above names, such as an illegal memory access or the NCCL watchdog, are matched by that rule first)
+    r"|^\s*what\(\):\s+(?P<what>\S.*)"
     r"|^[\s>*`]*(?:\S+: line \d+: +(?P<pid3>\d+) )?(?P<shell>Killed|Segmentation fault|Aborted|Bus error"
     r"|Illegal instruction|Floating point exception|Terminated|已杀死|段错误)(?: *\((?:core dumped|核心已转储)\))?"
     r"[*`]*(?:\s|$)"
@@ -607,6 +622,10 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = _LOADER_SIGNALS[g["unexpected"]]
     elif g["dsret"]:
         name = SIGNALS.get(-int(g["dsret"]), f"signal {-int(g['dsret'])}")
+    elif g["ntstatus"] or g["ntdecimal"]:
+        name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
+    elif g["what"]:
+        name = "SIGABRT"
     pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
                                "meaning": SIGNAL_MEANING.get(name or "", "")}
@@ -622,6 +641,11 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["meaning"] = "the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)"
     if g["loader"] or g["unexpected"]:
         details["worker_kind"] = "DataLoader worker"
+    if g["what"]:
+        details["meaning"] = f"a C++ exception nothing caught (terminate, then abort): {g['what'].strip()[:200]}"
+    if g["ntstatus"] or g["ntdecimal"]:
+        details["meaning"] = "Windows NTSTATUS " + (g["ntstatus"] and "0x" + g["ntstatus"] or g["ntdecimal"]) \
+            + ": " + SIGNAL_MEANING.get(name or "", "")
     return details
 
 
@@ -652,7 +676,9 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
     ),
 ), triggers=("SIG", "exitcode: -", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
-             "encountered in worker", "return code = -", "已杀死", "段错误"), fatal=True,
+             "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
+             "段错误"),
+    fatal=True,
     pattern=_SIGNAL_LINE, details=_signal_details,
     describe=lambda d: (f"{d['worker_kind']} " if d.get("worker_kind") else "")
     + f"killed by {d.get('signal') or 'a signal'}"
@@ -724,8 +750,10 @@ LOG_THREAD_DIED = declare(Rule(
 ), triggers=("Exception in thread",))
 
 def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
-    """torchrun's agent ('failed (exitcode: 1) local_rank: 3') or DeepSpeed's launcher ('... '--local_rank=3' ...]
-    exits with return code = 1')."""
+    """torchrun's agent ('failed (exitcode: 1) local_rank: 3'), DeepSpeed's launcher ('... '--local_rank=3' ...]
+    exits with return code = 1'), or an exception's last line with no traceback above it."""
+    if match.group("exception") is not None:
+        return {"exception": match.group("exception"), "said": (match.group("said") or "").strip()[:200]}
     if match.group("exitcode") is not None:
         return {"exitcode": int(match.group("exitcode")), "local_rank": int(match.group("local_rank"))}
     rank = _DS_LOCAL_RANK.search(text)
@@ -741,9 +769,11 @@ LOG_PROCESS_DIED = declare(Rule(
         "A traceback outside any 'Exception in thread' block is the main thread's: the process ends with it. "
         "Under torchrun (torch >= 2.2) every line a rank prints carries a '[rankN]:' prefix, so tracebacks of "
         "several ranks can interleave and are still told apart; torchrun's ChildFailedError summary names the "
-        "rank that failed first ('Root Cause (first observed failure)'). Reported when no more specific rule "
-        "explains the exception. A worker that keeps logging progress after its traceback only logged a handled "
-        "error and is not counted as dead."
+        "rank that failed first ('Root Cause (first observed failure)'). An exception's last line with no traceback "
+        "above it ('RuntimeError: ...' at the start of a line) and a traceback cut before its exception count too: "
+        "the process ended with them even though the log lost part of the text. Reported when no more specific "
+        "rule explains the exception. A worker that keeps logging progress after its traceback only logged a "
+        "handled error and is not counted as dead."
     ),
     fix="Read the exception of the root-cause rank first: the other ranks usually died because it did.",
     example_format="log",
@@ -759,11 +789,16 @@ LOG_PROCESS_DIED = declare(Rule(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
     ),
 ), triggers=("Traceback (most recent call", "ChildFailedError", "Root Cause (first observed failure)",
-             "exitcode", "Process ", "exits with return code"),
+             "exitcode", "Process ", "exits with return code", "Error:", "Exception:"),
     pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"
-                       r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"),
+                       r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"
+                       # 'RuntimeError: ...' starting a line outside any traceback: the traceback was not pasted
+                       # (or not printed), the exception still ended the process; quoting and markdown stripped
+                       r"|^[\s>*`]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:\*\*)?:"
+                       r"(?P<said>.*)"),
     details=_exit_details,
-    describe=lambda d: f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)")
+    describe=lambda d: (f"died: {d['exception']}: {d['said']} (its traceback is not in the log)" if d.get("exception")
+                        else f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)"))
 
 LOG_THROUGHPUT_DROP = declare(Rule(
     code="DFD503",

@@ -117,3 +117,147 @@ def test_vllm_worker_prefixes_with_a_role_and_nesting_name_the_worker():
             "(VllmWorker rank=2 pid=267) KeyError: 'req-1'\n")
     assert findings(text) == [("DFD513", "VllmWorker TP1 pid=9", None, None),
                               ("DFD513", "VllmWorker rank=2 pid=267", None, None)]
+
+
+# -- deaths with part of their text missing ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line,worker,exception", [
+    ("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one.\n",
+     "main", "RuntimeError"),
+    ("[rank5]: **RuntimeError: Expected to mark a variable ready only once**. This error is caused by\n",
+     "rank5", "RuntimeError"),
+    ("> torch.AcceleratorError: CUDA error: unspecified launch failure\n", "main", "torch.AcceleratorError"),
+    ("RuntimeError:cuda error:unspecified launch failure\n", "main", "RuntimeError"),
+])
+def test_an_exception_line_without_its_traceback_is_a_death(line, worker, exception):
+    report = scan_text(line)
+    assert [(f.code, f.evidence["thread"], f.evidence["exception"]) for f in report.findings] == [
+        ("DFD513", worker, exception)]
+    assert report.facts["threads"].get(worker, {}).get("died") or worker == "main"
+
+
+@pytest.mark.parametrize("line", [
+    "UserWarning: TypedStorage is deprecated\n",
+    "Error: no such file\n",
+    "ERROR: could not connect\n",
+    "2024-05-01 10:00:00 ERROR trainer: RuntimeError: retry 1 of 3\n",
+    "    raise RuntimeError('DataLoader worker exited unexpectedly')\n",
+])
+def test_lines_that_only_look_like_an_exception_are_not_deaths(line):
+    assert scan_text(line).findings == []
+
+
+def test_a_bare_exception_then_progress_from_the_same_worker_was_handled():
+    text = ("[rank1]: step=10 loss=2.0 tok/s=9000\n"
+            "[rank1]: ValueError: bad sample 17, skipped\n"
+            "[rank1]: step=11 loss=2.0 tok/s=9000\n")
+    assert [f.code for f in scan_text(text).findings] == []
+
+
+def test_a_bare_exception_whose_message_names_the_cause_on_the_next_line_is_that_cause():
+    text = "RuntimeError: TensorStorage tensor.h 168\ncuda failed with error 2 out of memory.\n"
+    assert findings(text) == [("DFD502", "main", None, None)]
+
+
+def test_a_traceback_cut_before_its_exception_is_still_a_death():
+    text = ("INFO starting\n"
+            "Traceback (most recent call last):\n"
+            '  File "/workspace/train.py", line 125, in <module>\n'
+            "    train(opt)\n"
+            '  File "/workspace/train.py", line 118, in train\n')
+    report = scan_text(text)
+    assert [(f.code, f.evidence["thread"], f.evidence["exception"]) for f in report.findings] == [
+        ("DFD513", "main", None)]
+    assert "not in the log" in report.findings[0].message
+
+
+def test_torchruns_own_traceback_cut_short_is_not_another_death():
+    text = ("E0801 13:23:20.000000 1 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) "
+            "local_rank: 3 (pid: 33054) of binary: /usr/bin/python3\n"
+            "Traceback (most recent call last):\n"
+            '  File "/usr/bin/torchrun", line 10, in <module>\n'
+            "    sys.exit(main())\n"
+            '  File "/opt/torch/distributed/launcher/api.py", line 139, in __call__\n')
+    assert [(f.code, f.evidence["thread"]) for f in scan_text(text).findings] == [("DFD513", "rank3")]
+
+
+@pytest.mark.parametrize("before", ["Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__>",
+                                    "2020-01-19 23:16:16,356\tERROR trainer.py:357 -- Error in train call, "
+                                    "attempting to recover"])
+def test_a_traceback_the_program_went_on_from_is_not_a_death(before):
+    text = (before + "\nTraceback (most recent call last):\n"
+            '  File "/workspace/train.py", line 40, in step\n'
+            "    out = model(batch)\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of "
+            "79.1 GiB\n")
+    report = scan_text(text)
+    assert [(f.code, f.severity.value, f.evidence.get("survived")) for f in report.findings] == [
+        ("DFD502", "warning", True)]
+    assert not any(t["died"] for t in report.facts["threads"].values())
+
+
+# -- C++ aborts, Windows exit codes, NCCL's last words, old Dynamo ---------------------------------------------
+
+
+def test_an_uncaught_cpp_exception_is_an_abort_with_its_reason():
+    text = ("terminate called after throwing an instance of 'c10::Error'\n"
+            "  what():  CUDA error: unspecified launch failure (insert_events at CUDACachingAllocator.cpp:764)\n"
+            "frame #0: c10::Error::Error(c10::SourceLocation, std::string const&) + 0x33 (0x7fe2 in libc10.so)\n")
+    report = scan_text(text)
+    assert [(f.code, f.evidence["signal"]) for f in report.findings] == [("DFD514", "SIGABRT")]
+    assert "unspecified launch failure" in report.findings[0].message
+
+
+@pytest.mark.parametrize("what,code", [
+    ("  what():  CUDA error: an illegal memory access was encountered", "DFD511"),
+    ("  what():  [Rank 7] NCCL watchdog thread terminated with", "DFD512"),
+])
+def test_a_cpp_abort_whose_reason_a_rule_names_is_that_rule(what, code):
+    text = "terminate called after throwing an instance of 'std::runtime_error'\n" + what + "\n"
+    assert [c for c, *_ in findings(text)] == [code]
+
+
+@pytest.mark.parametrize("line,signal", [
+    ("Process finished with exit code -1073741819 (0xC0000005)", "SIGSEGV"),
+    ("Process finished with exit code -1073741795 (0xC000001D)", "SIGILL"),
+    ("train.exe exited with exit code 3221225477", "SIGSEGV"),
+])
+def test_windows_crash_exit_codes(line, signal):
+    assert findings(line + "\n") == [("DFD514", "main", None, signal)]
+
+
+def test_a_normal_exit_code_is_not_a_crash():
+    assert findings("Process finished with exit code 0\n") == []
+
+
+def test_nccl_failed_or_timed_out_alone_is_the_watchdog_taking_the_process_down():
+    text = ("[rank2]:[E220 01:25:08.728702337 ProcessGroupNCCL.cpp:681] [Rank 2] Some NCCL operations have failed or "
+            "timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+            "corrupted/incomplete data.\n")
+    assert findings(text) == [("DFD512", "rank2", None, None)]
+
+
+def test_2022_torchdynamo_cache_size_limit_wording():
+    text = ("[2022-10-14 15:59:22,874] torchdynamo.convert_frame: [WARNING] torchdynamo hit config.cache_size_limit "
+            "(64)\n   function: 'forward' (/opt/torchvision/models/resnet.py:284)\n")
+    assert [c for c, *_ in findings(text)] == ["DFD506"]
+
+
+# -- serving logs: the steady rate, not the bursty one -------------------------------------------------------
+
+
+def test_vllm_stats_read_the_generation_rate_not_the_prompt_rate():
+    line = ("INFO 05-19 10:13:{s:02d} [loggers.py:271] Engine 000: Avg prompt throughput: {p} tokens/s, Avg generation "
+            "throughput: 1200.0 tokens/s, Running: 18 reqs, Waiting: 4 reqs\n")
+    text = "".join(line.format(s=i, p=("18032.5" if i % 3 == 0 else "0.0")) for i in range(12))
+    report = scan_text(text)
+    assert report.findings == [] and report.facts["threads"]["main"]["last_rate"] == 1200.0
+
+
+def test_sglang_decode_rate_in_parentheses_and_prefill_input_rate_skipped():
+    text = ("[2026-04-05 20:02:51] Decode batch, #running-req: 32, gen throughput (token/s): 1635.11, #queue-req: 0\n"
+            "[2026-04-05 20:02:51] Prefill batch, #new-seq: 1, input throughput (token/s): 559.53\n"
+            "[2026-04-05 20:02:52] Prefill batch, #new-seq: 1, input throughput (token/s): 120.00\n")
+    report = scan_text(text)
+    assert report.findings == [] and report.facts["threads"]["main"]["last_rate"] == 1635.11
