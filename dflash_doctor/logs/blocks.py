@@ -139,6 +139,11 @@ class _Stream:
                 block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
                 block.started = True
             return closed, True
+        if not block.ended and text.startswith("File "):
+            frame = patterns.UNINDENTED_FRAME.match(text)
+            if frame:
+                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
+                return closed, True
         exc = patterns.EXCEPTION_LINE.match(text)
         if exc and (not block.ended or block.chained):
             if len(block.exceptions) >= MAX_CHAINED:

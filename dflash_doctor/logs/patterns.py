@@ -4,7 +4,7 @@ What each fatal kind's text looks like lives with its rule (dflash_doctor/rules/
 Lib/threading.py and Modules/_threadmodule.c (excepthook: 'Exception in thread NAME:', written in pieces, so two
 threads dying together print 'Exception in thread Exception in thread A:' and later a bare 'B:'),
 Lib/traceback.py, torchrun's per-rank line prefix ('[rank1]:', older '[default1]:'), Ray's '(Worker pid=N)', vLLM's
-'(VllmWorker rank=2 pid=N)'.
+'(VllmWorker rank=2 pid=N)', pdsh's '10.0.0.7: '.
 """
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
 TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):\s*$")
 CHAIN = re.compile(r"^\s*(During handling of the above exception|The above exception was the direct cause)")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)')
+# The same frame pasted without its indentation (some consoles and issue pastes strip it); only read inside a
+# traceback that is still open, and the function name may have been cut.
+UNINDENTED_FRAME = re.compile(r'^File "(?P<file>[^"]*)", line (?P<line>\d+), in ?(?P<func>\S*)')
 # The last line of a traceback: a (possibly module-qualified) exception type, optionally ': message'.
 # Classes defined in functions print as module.func.<locals>.Name.
 EXCEPTION_LINE = re.compile(
@@ -36,6 +39,8 @@ RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DE
 _PROC = r"\((?P<proc>[A-Za-z_][\w.]*)(?P<role>(?: [A-Za-z]+=?\w+)*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?"
 WORKER_PREFIX = re.compile(
     r"^\[(?:rank|default)(?P<rank>\d+)\]: ?"
+    # pdsh (DeepSpeed's multi-node launcher) puts the node's address before each line: '10.223.4.143: Traceback'
+    r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
 )
 

@@ -252,7 +252,7 @@ class LogScanner:
         stream = None
         body = text
         if prefix is not None:
-            stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else \
+            stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else prefix.group("host") or \
                 f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
             body = text[prefix.end():]
             if stream not in self._tags:
@@ -467,8 +467,8 @@ class LogScanner:
                               f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
                               dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
                                    block_line=block.start_line))
-        if final is None and block.thread is None and (not block.frames or _launcher_frames(block.frames)):
-            return new  # nothing to go on, or torchrun's own traceback (its summary names the failed rank)
+        if final is None and block.thread is None and _launcher_frames(block.frames):
+            return new  # torchrun's own traceback: its summary names the rank that failed
         thread_death = block.thread is not None and not block.process
         if cause is None:
             rule = LOG_THREAD_DIED if thread_death else LOG_PROCESS_DIED

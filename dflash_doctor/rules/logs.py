@@ -794,7 +794,7 @@ LOG_PROCESS_DIED = declare(Rule(
                        r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"
                        # 'RuntimeError: ...' starting a line outside any traceback: the traceback was not pasted
                        # (or not printed), the exception still ended the process; quoting and markdown stripped
-                       r"|^[\s>*`]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:\*\*)?:"
+                       r"|^[\s>*`\x22\x27]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:\*\*)?:"
                        r"(?P<said>.*)"),
     details=_exit_details,
     describe=lambda d: (f"died: {d['exception']}: {d['said']} (its traceback is not in the log)" if d.get("exception")

@@ -261,3 +261,44 @@ def test_sglang_decode_rate_in_parentheses_and_prefill_input_rate_skipped():
             "[2026-04-05 20:02:52] Prefill batch, #new-seq: 1, input throughput (token/s): 120.00\n")
     report = scan_text(text)
     assert report.findings == [] and report.facts["threads"]["main"]["last_rate"] == 1635.11
+
+
+# -- pastes that lost their shape ----------------------------------------------------------------------------
+
+
+def test_a_traceback_pasted_without_indentation_keeps_its_frames():
+    text = ("Traceback (most recent call last):\n"
+            'File "/opt/bin/train", line 8, in\n'
+            "sys.exit(main())\n"
+            'File "/opt/lib/trainer.py", line 922, in train_step\n'
+            "output = self.network(data)\n"
+            "KeyError: 'image'\n")
+    report = scan_text(text)
+    assert [(f.code, f.evidence["thread"], f.evidence["exception"]) for f in report.findings] == [
+        ("DFD513", "main", "KeyError")]
+    assert report.facts["threads"]["main"]["died"]["last_frame"] == "/opt/lib/trainer.py:922 in train_step"
+
+
+def test_a_traceback_cut_right_after_its_header_is_still_a_death():
+    report = scan_text("For gpu:0. Running epoch: 3\nTraceback (most recent call last):\n  Fil\n")
+    assert [(f.code, f.evidence["thread"]) for f in report.findings] == [("DFD513", "main")]
+
+
+def test_pdsh_node_prefixes_name_the_worker():
+    text = ("10.0.0.7: NCCL version 2.14.3+cuda11.7\n"
+            "10.0.0.8: Traceback (most recent call last):\n"
+            '10.0.0.8:   File "/workspace/train.py", line 14, in <module>\n'
+            "10.0.0.8:     main()\n"
+            "10.0.0.8: ValueError: bad config\n")
+    assert [(f.code, f.evidence["thread"]) for f in scan_text(text).findings] == [("DFD513", "10.0.0.8")]
+
+
+def test_an_exception_line_in_quotes_is_still_one():
+    text = '" RuntimeError: [enforce fail at alloc_cpu.cpp:81] data. DefaultCPUAllocator: not enough memory."\n'
+    assert [(f.code, f.evidence["exception"]) for f in scan_text(text).findings] == [("DFD513", "RuntimeError")]
+
+
+def test_host_memory_allocation_failure_is_not_a_cuda_oom():
+    text = ("RuntimeError: [enforce fail at alloc_cpu.cpp:73] . DefaultCPUAllocator: can't allocate memory: you tried "
+            "to allocate 116813856768 bytes. Error code 12 (Cannot allocate memory)\n")
+    assert [c for c, *_ in findings(text)] == ["DFD513"]
