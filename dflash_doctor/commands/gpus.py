@@ -13,6 +13,7 @@ from dflash_doctor.commands.common import (
     OUTPUT_OPTION,
     check_output,
     finish,
+    finite,
     guarded,
 )
 from dflash_doctor.errors import UsageError
@@ -25,35 +26,6 @@ EPILOG = (
     "dflash-doctor gpus --from - --roles target=0-4,drafter=5-7 --memory-total 97871  ·  "
     "dflash-doctor gpus --watch --interval 1  ·  " + EXIT_CODES_HELP
 )
-
-
-def open_text(path: str):
-    """`-` is stdin; a missing or unreadable file is a usage error (one line, exit 2)."""
-    import io
-    import sys
-
-    if path == "-":
-        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-    try:
-        return open(path, encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def thresholds_from(idle_util, min_held, imbalance_gap, imbalance_ratio, near_capacity):
-    from dflash_doctor.gpus.analyze import Thresholds
-    from dflash_doctor.gpus.csv_snapshot import BadValue, parse_mib
-
-    try:
-        held = parse_mib(min_held)
-    except BadValue:
-        held = None
-    if held is None:
-        raise UsageError(f"--min-held {min_held!r}: expected a size like 2048 (MiB) or 2GiB")
-    if not 0 < imbalance_ratio <= 1:
-        raise UsageError("--imbalance-ratio must be in (0, 1]")
-    return Thresholds(idle_util=idle_util, min_held_mib=held, imbalance_gap=imbalance_gap,
-                      imbalance_ratio=imbalance_ratio, near_capacity=near_capacity)
 
 
 def register(app: typer.Typer) -> None:
@@ -74,7 +46,7 @@ def register(app: typer.Typer) -> None:
             "96GiB, 141GB."),
         samples: Optional[int] = typer.Option(
             None, "--samples", "-n", min=1, help="Live samples to average (default 5; --watch: until Ctrl-C)."),
-        interval: float = typer.Option(0.5, "--interval", "-i", min=0.0, help="Seconds between live samples."),
+        interval: float = typer.Option(0.5, "--interval", "-i", help="Seconds between live samples."),
         watch: bool = typer.Option(False, "--watch", "-w", help="Refresh the table after every live sample."),
         idle_util: float = typer.Option(3.0, "--idle-util", help="Utilization % at or below which a GPU is idle."),
         min_held: str = typer.Option("2048", "--min-held", help="Memory an idle GPU must hold for DFD401 (MiB or "
@@ -84,29 +56,34 @@ def register(app: typer.Typer) -> None:
         imbalance_ratio: float = typer.Option(0.5, "--imbalance-ratio", help="DFD402: and at most this fraction "
                                               "of it."),
         near_capacity: float = typer.Option(95.0, "--near-capacity", help="DFD403: memory.used % of memory.total."),
+        busy_util: float = typer.Option(30.0, "--busy-util", help="DFD405: utilization % above which a peer "
+                                        "holding memory counts as busy."),
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
         """Compare every GPU with its role peers: idle GPUs holding memory, starved peers, memory near capacity."""
         check_output(output, [source])
+        from dflash_doctor.gpus.analyze import make_thresholds
         from dflash_doctor.gpus.csv_snapshot import parse_columns, parse_memory_total
         from dflash_doctor.gpus.roles import parse_roles
         from dflash_doctor.render.gpus_view import render_gpus
 
+        for option, value in (("--idle-util", idle_util), ("--imbalance-gap", imbalance_gap),
+                              ("--near-capacity", near_capacity), ("--busy-util", busy_util)):
+            finite(value, option, minimum=0.0, maximum=100.0)
+        finite(imbalance_ratio, "--imbalance-ratio", minimum=0.0, maximum=1.0, inclusive_minimum=False)
+        finite(interval, "--interval", minimum=0.0)
         role_map = parse_roles(roles)
         total = parse_memory_total(memory_total)
-        thresholds = thresholds_from(idle_util, min_held, imbalance_gap, imbalance_ratio, near_capacity)
+        thresholds = make_thresholds(idle_util, min_held, imbalance_gap, imbalance_ratio, near_capacity, busy_util)
         if source is not None:
             if watch or samples is not None:
                 raise UsageError("--watch and --samples sample NVML live; they do not apply to --from")
-            from dflash_doctor.gpus.sources import report_from_csv
+            from dflash_doctor.gpus.sources import report_from_csv_input
 
-            with open_text(source) as stream:
-                report = report_from_csv(
-                    stream, "<stdin>" if source == "-" else source,
-                    columns=parse_columns(columns) if columns else None, roles=role_map, thresholds=thresholds,
-                    memory_total_mib=total)
+            report = report_from_csv_input(source, columns=parse_columns(columns) if columns else None,
+                                           roles=role_map, thresholds=thresholds, memory_total_mib=total)
         else:
             report = live_report(samples, interval, watch, fmt, role_map, thresholds, total)
         return finish(report, fmt, fail_on, output, facts_view=render_gpus)

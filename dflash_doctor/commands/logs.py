@@ -1,4 +1,4 @@
-"""`dflash-doctor logs FILE|-`: stream a training log in constant memory; thread deaths, known errors, stalls."""
+"""`dflash-doctor logs FILE|-`: stream a training log in constant memory; deaths, their causes, slowdowns, hangs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,65 +13,19 @@ from dflash_doctor.commands.common import (
     OUTPUT_OPTION,
     check_output,
     finish,
+    finite,
     guarded,
 )
-from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import FailOn
+from dflash_doctor.logs.options import DEFAULTS, THREAD_PATTERN_HELP
 from dflash_doctor.render import OutputFormat
 
 EPILOG = (
     "Examples:  dflash-doctor logs train.log  ·  ssh gpu-box cat /workspace/train.log | dflash-doctor logs -  ·  "
-    "dflash-doctor logs train.log --follow --max-seconds 600  ·  "
-    "dflash-doctor logs train.log --thread-pattern '\\[(\\w+-\\d+)\\]' --format json  ·  " + EXIT_CODES_HELP
+    "dflash-doctor logs train.log.gz  ·  dflash-doctor logs train.log --follow --max-seconds 600  ·  "
+    "dflash-doctor logs train.log --thread-pattern '\\[(\\w+-\\d+)\\]' --format json  ·  Only regular files (plain, "
+    "gzip, bzip2, xz) and - are read.  ·  " + EXIT_CODES_HELP
 )
-
-
-def log_options(thread_pattern, baseline_window, sustain, drop, stall_steps):
-    from dflash_doctor.logs.scan import LogOptions, compile_thread_pattern
-
-    compile_thread_pattern(thread_pattern)  # a bad regex is a usage error before any reading
-    if not 0 < drop < 1:
-        raise UsageError("--drop must be a fraction in (0, 1), e.g. 0.3 for 30 % below the baseline")
-    return LogOptions(thread_pattern=thread_pattern, baseline_window=baseline_window, sustain=sustain, drop=drop,
-                      stall_steps=stall_steps)
-
-
-def open_binary(path: str):
-    import sys
-
-    if path == "-":
-        return sys.stdin.buffer
-    try:
-        return open(path, "rb")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
-
-
-def scan_log(path: str, options, follow: bool = False, max_seconds: Optional[float] = None, on_findings=None):
-    """The logs Report for `path` (`-`: stdin), read to its end or followed until `max_seconds` / Ctrl-C."""
-    from dflash_doctor.logs.scan import follow_file, scan_stream
-
-    if not follow:
-        stream = open_binary(path)
-        try:
-            return scan_stream(stream, "<stdin>" if path == "-" else path, options)
-        finally:
-            if path != "-":
-                stream.close()
-    if path == "-":
-        raise UsageError("--follow needs a file; a pipe is already read as it is written, until it closes")
-    if not Path(path).is_file():
-        raise UsageError(f"cannot follow {path}: not a file")
-    import time
-
-    deadline = None if max_seconds is None else time.monotonic() + max_seconds
-    return follow_file(path, options, should_stop=lambda: deadline is not None and time.monotonic() >= deadline,
-                       on_findings=on_findings)
-
-
-THREAD_PATTERN_OPTION = typer.Option(
-    None, "--thread-pattern", help="Regex whose group 'thread' (or group 1) names a line's thread; default: "
-    "thread=NAME, [rankN], or a NAME-N token like drafter-0.")
 
 
 def register(app: typer.Typer) -> None:
@@ -79,31 +33,46 @@ def register(app: typer.Typer) -> None:
     @guarded
     def logs(
         path: str = typer.Argument(..., metavar="FILE|-", help="The training log, or - for stdin."),
-        follow: bool = typer.Option(False, "--follow", "-F", help="Keep reading as the file grows, like tail -f "
-                                    "(Ctrl-C or --max-seconds ends it and prints the report)."),
-        max_seconds: Optional[float] = typer.Option(None, "--max-seconds", min=0.0,
-                                                    help="Stop following after this many seconds."),
-        thread_pattern: Optional[str] = THREAD_PATTERN_OPTION,
-        baseline_window: int = typer.Option(10, "--baseline-window", min=2, help="DFD503: throughput samples in "
-                                            "the rolling baseline."),
-        sustain: int = typer.Option(5, "--sustain", min=1, help="DFD503: consecutive low samples that make a drop."),
-        drop: float = typer.Option(0.3, "--drop", help="DFD503: fraction below the baseline that counts as low."),
-        stall_steps: int = typer.Option(20, "--stall-steps", min=1, help="DFD507: steps another thread must "
-                                        "advance while this one makes none."),
+        follow: bool = typer.Option(False, "--follow", "-F", help="Keep reading as the file grows, like tail -F "
+                                    "(rotation and truncation included; Ctrl-C or --max-seconds ends it and "
+                                    "prints the report)."),
+        max_seconds: Optional[float] = typer.Option(None, "--max-seconds", help="Stop following after this many "
+                                                    "seconds."),
+        thread_pattern: Optional[str] = typer.Option(None, "--thread-pattern", help=THREAD_PATTERN_HELP),
+        baseline_window: int = typer.Option(DEFAULTS.baseline_window, "--baseline-window", min=2,
+                                            help="DFD503: throughput samples in the rolling baseline."),
+        sustain: int = typer.Option(DEFAULTS.sustain, "--sustain", min=1, help="DFD503: consecutive low samples "
+                                    "that make a drop."),
+        drop: float = typer.Option(DEFAULTS.drop, "--drop", help="DFD503: fraction below the baseline that counts "
+                                   "as low, in (0, 1)."),
+        stall_steps: int = typer.Option(DEFAULTS.stall_steps, "--stall-steps", min=1, help="DFD507: steps another "
+                                        "thread must advance while this one makes none."),
+        tokens_per_it: Optional[float] = typer.Option(None, "--tokens-per-it", help="Tokens per iteration, to read "
+                                                      "it/s (tqdm, Megatron) as tok/s."),
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
-        """Find dead threads and why they died (FX race, OOM, NCCL), dense-attention fallbacks, recompile limits,
-        throughput drops and stalled threads, streaming the log line by line."""
+        """Find dead workers (threads, main thread, ranks, signals) and why they died (FX race, OOM, Triton
+        resources, illegal memory access, NCCL), hangs in stack dumps, recompile limits, dense-attention
+        fallbacks, throughput drops and stalled threads, streaming the log."""
         check_output(output, [path])
         import sys
 
+        from dflash_doctor.logs.options import make_options
+        from dflash_doctor.logs.source import scan_log
         from dflash_doctor.render.logs_view import render_finding_live, render_logs
         from dflash_doctor.render.text import console_for
 
-        options = log_options(thread_pattern, baseline_window, sustain, drop, stall_steps)
+        finite(max_seconds, "--max-seconds", minimum=0.0)
+        finite(drop, "--drop", minimum=0.0, maximum=1.0, inclusive_minimum=False)
+        finite(tokens_per_it, "--tokens-per-it", minimum=0.0, inclusive_minimum=False)
+        options = make_options(thread_pattern, baseline_window, sustain, drop, stall_steps, tokens_per_it)
         live = console_for(sys.stderr)
-        report = scan_log(path, options, follow, max_seconds,
-                          on_findings=lambda found: [render_finding_live(live, f) for f in found])
+
+        def show_live(found) -> None:
+            for finding in found:
+                render_finding_live(live, finding)
+
+        report = scan_log(path, options, follow, max_seconds, on_findings=show_live)
         return finish(report, fmt, fail_on, output, facts_view=render_logs)

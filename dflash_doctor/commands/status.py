@@ -13,23 +13,22 @@ from dflash_doctor.commands.common import (
     OUTPUT_OPTION,
     check_output,
     finish,
+    finite,
     guarded,
 )
-from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import FailOn
+from dflash_doctor.logs.options import THREAD_PATTERN_HELP
 from dflash_doctor.render import OutputFormat
 
 EPILOG = (
     "Examples:  dflash-doctor status --log train.log --from smi.csv --roles target=0-4,drafter=5-7  ·  "
     "dflash-doctor status --log train.log --roles target=0-4,drafter=5-7 --map drafter-0=5  ·  "
-    "Thread -> GPU: --map THREAD=GPU, else ROLE-N runs on the N-th GPU of ROLE as --roles lists them.  ·  "
-    + EXIT_CODES_HELP
+    "Worker -> GPU: --map NAME=GPU, else ROLE-N runs on the N-th GPU of ROLE as --roles lists them, and rankN on "
+    "GPU N when no role says otherwise.  ·  " + EXIT_CODES_HELP
 )
 
 
 def register(app: typer.Typer) -> None:
-    from dflash_doctor.commands.logs import THREAD_PATTERN_OPTION
-
     @app.command(epilog=EPILOG)
     @guarded
     def status(
@@ -43,38 +42,22 @@ def register(app: typer.Typer) -> None:
         memory_total: Optional[str] = typer.Option(None, "--memory-total", help="GPU memory capacity when the "
                                                    "snapshot lacks memory.total (MiB or with unit)."),
         samples: int = typer.Option(5, "--samples", "-n", min=1, help="Live NVML samples to average."),
-        interval: float = typer.Option(0.5, "--interval", "-i", min=0.0, help="Seconds between live samples."),
-        thread_pattern: Optional[str] = THREAD_PATTERN_OPTION,
+        interval: float = typer.Option(0.5, "--interval", "-i", help="Seconds between live samples."),
+        thread_pattern: Optional[str] = typer.Option(None, "--thread-pattern", help=THREAD_PATTERN_HELP),
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
         """Which worker died, what killed it, which GPU it left idle, what the others do, and what to try next."""
         check_output(output, [log, source])
-        import time
-
-        from dflash_doctor.commands.gpus import open_text
-        from dflash_doctor.commands.logs import log_options, scan_log
-        from dflash_doctor.gpus.analyze import Thresholds
         from dflash_doctor.gpus.csv_snapshot import parse_columns, parse_memory_total
         from dflash_doctor.gpus.roles import parse_roles, parse_thread_map
-        from dflash_doctor.gpus.sources import report_from_csv, report_from_nvml
         from dflash_doctor.render.status_view import render_status
-        from dflash_doctor.status.join import join_status
+        from dflash_doctor.status.run import status_report
 
-        if log == "-" and source == "-":
-            raise UsageError("--log and --from cannot both read stdin")
-        role_map = parse_roles(roles)
-        mapping = parse_thread_map(thread_map or [])
-        total = parse_memory_total(memory_total)
-        logs_report = scan_log(log, log_options(thread_pattern, 10, 5, 0.3, 20))
-        if source is not None:
-            with open_text(source) as stream:
-                gpus_report = report_from_csv(stream, "<stdin>" if source == "-" else source,
-                                              columns=parse_columns(columns) if columns else None,
-                                              roles=role_map, thresholds=Thresholds(), memory_total_mib=total)
-        else:
-            gpus_report = report_from_nvml(samples=samples, interval=interval, sleep=time.sleep, roles=role_map,
-                                           memory_total_mib=total)
-        report = join_status(logs_report, gpus_report, role_map, mapping)
+        finite(interval, "--interval", minimum=0.0)
+        report = status_report(log, source=source, columns=parse_columns(columns) if columns else None,
+                               roles=parse_roles(roles), thread_map=parse_thread_map(thread_map or []),
+                               memory_total_mib=parse_memory_total(memory_total), samples=samples,
+                               interval=interval, thread_pattern=thread_pattern)
         return finish(report, fmt, fail_on, output, facts_view=render_status)

@@ -6,10 +6,12 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from dflash_doctor.findings import Problem, Report
+from dflash_doctor.findings import Problem, Report, Severity
 from dflash_doctor.gpus.readings import GpuReading
 from dflash_doctor.gpus.roles import RoleMap, role_of
 from dflash_doctor.rules.gpus import (
+    GPU_ALL_IDLE,
+    GPU_IDLE_EMPTY_BESIDE_BUSY,
     GPU_IDLE_MEMORY_HELD,
     GPU_MEMORY_NEAR_CAPACITY,
     GPU_PROCESS_GONE,
@@ -17,6 +19,8 @@ from dflash_doctor.rules.gpus import (
 )
 
 ALL_ROLE = "all"  # without --roles every GPU is a peer of every other
+STAY_SAMPLES = 3  # DFD406 is a warning once this many samples ...
+STAY_SECONDS = 30.0  # ... over at least this long (when the time between samples is known) show it idle
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,15 @@ class Thresholds:
     imbalance_gap: float = 40.0  # points below the role's busy level ...
     imbalance_ratio: float = 0.5  # ... and at most this fraction of it
     near_capacity: float = 95.0  # percent of memory.total
+    busy_util: float = 30.0  # percent above which a GPU holding memory is at work (a busy peer)
+
+
+def _util(reading: GpuReading) -> float:
+    return reading.utilization if reading.utilization is not None else 0.0
+
+
+def _held(reading: GpuReading) -> float:
+    return reading.memory_used_mib if reading.memory_used_mib is not None else 0.0
 
 
 def _gib(mib: float) -> str:
@@ -56,7 +69,9 @@ def analyze_gpus(
     path: Optional[str] = None,
     live: bool = False,
     source: str = "csv",
+    span_s: Optional[float] = None,
 ) -> Report:
+    """The DFD4xx findings for one averaged snapshot; `span_s` is how long the samples covered, when known."""
     roles = roles or {}
     report = Report(command="gpus")
     role = _roles_for(readings, roles)
@@ -78,30 +93,47 @@ def analyze_gpus(
         return base
 
     usable = [r for r in readings if not r.lost and r.utilization is not None]
+    loaded = [r for r in usable if _held(r) >= thresholds.min_held_mib]
+    working = [r for r in loaded if _util(r) > thresholds.idle_util]
     idle_held = set()
-    for r in usable:
-        if r.utilization <= thresholds.idle_util and (r.memory_used_mib or 0) >= thresholds.min_held_mib:
+    if loaded and not working:
+        _all_idle(loaded, report, thresholds, span_s, role, where, evidence)
+        idle_held = {r.index for r in loaded}
+    busiest = ", ".join(str(w.index) for w in sorted(working, key=lambda w: -_util(w))[:4])
+    for r in loaded:
+        if working and _util(r) <= thresholds.idle_util:
             idle_held.add(r.index)
             report.findings.append(GPU_IDLE_MEMORY_HELD.finding(
-                f"GPU {r.index} ({role[r.index] or 'no role'}) holds {_gib(r.memory_used_mib)} at "
-                f"{r.utilization:.0f} % utilization over {r.samples} sample(s): a stalled or dead worker",
+                f"GPU {r.index} ({role[r.index] or 'no role'}) holds {_gib(_held(r))} at "
+                f"{_util(r):.0f} % utilization over {r.samples} sample(s) while GPU {busiest} work: a stalled "
+                "or dead worker",
                 evidence=evidence(r), **where(r)))
+    loaded_indices = {r.index for r in loaded}
+    for r in usable:
+        if r.index in loaded_indices or _util(r) > thresholds.idle_util or role[r.index] is None:
+            continue
+        busy = [p for p in working if role[p.index] == role[r.index] and _util(p) >= thresholds.busy_util]
+        if busy:
+            report.findings.append(GPU_IDLE_EMPTY_BESIDE_BUSY.finding(
+                f"GPU {r.index} ({role[r.index]}) idle at {_util(r):.0f} % holding only "
+                f"{_gib(_held(r))} while its peers GPU {', '.join(str(p.index) for p in busy[:4])} "
+                "work: likely a worker that died and freed it",
+                evidence=evidence(r, busy_peers=[p.index for p in busy]), **where(r)))
 
     # A GPU holding less than min_held (a bare CUDA context) is not running the job: it is nobody's peer.
-    in_use = [r for r in usable if (r.memory_used_mib or 0) >= thresholds.min_held_mib]
     levels: Dict[str, float] = {}
-    for name in sorted({role[r.index] for r in in_use if role[r.index] is not None}):
-        peers = [r for r in in_use if role[r.index] == name]
-        level = busy_level([r.utilization for r in peers])
+    for name in sorted({name for name in (role[r.index] for r in loaded) if name is not None}):
+        peers = [r for r in loaded if role[r.index] == name]
+        level = busy_level([_util(r) for r in peers])
         if level is None:
             continue
         levels[name] = level
         for r in peers:
             if r.index in idle_held:
                 continue
-            if level - r.utilization >= thresholds.imbalance_gap and r.utilization <= thresholds.imbalance_ratio * level:
+            if level - _util(r) >= thresholds.imbalance_gap and _util(r) <= thresholds.imbalance_ratio * level:
                 report.findings.append(GPU_ROLE_IMBALANCE.finding(
-                    f"GPU {r.index} ({name}) at {r.utilization:.0f} % while its role peers run at {level:.0f} % "
+                    f"GPU {r.index} ({name}) at {_util(r):.0f} % while its role peers run at {level:.0f} % "
                     f"(median of the busiest half of {len(peers)} GPUs)",
                     evidence=evidence(r, role_busy_level=level, peers=[p.index for p in peers if p is not r]),
                     **where(r)))
@@ -159,3 +191,46 @@ def _processes_gone(readings: Iterable[GpuReading], role: dict, report: Report, 
         report.problems.append(Problem(
             "GPU processes", "none of the PIDs NVML reports exists in this PID namespace (a container?)",
             "run on the host, or with the host PID namespace, to check DFD404"))
+
+
+def _all_idle(loaded: Sequence[GpuReading], report: Report, thresholds: Thresholds, span_s: Optional[float],
+              role: dict, where, evidence) -> None:
+    loaded = sorted(loaded, key=lambda r: r.index)
+    samples = min(r.samples for r in loaded)
+    stayed = samples >= STAY_SAMPLES and (span_s is None or span_s >= STAY_SECONDS)
+    over = f"{samples} samples" + (f" over {span_s:.0f} s" if span_s is not None else "")
+    indices = ", ".join(str(r.index) for r in loaded)
+    if stayed:
+        message = (f"GPU {indices}: all hold memory and stayed idle across {over}: the job is stuck (a hang, or "
+                   "every worker dead)")
+    else:
+        message = (f"GPU {indices}: all hold memory and are idle in {over}: possibly still loading or compiling; "
+                   f"sample again over time (--samples) to tell")
+    first = loaded[0]
+    report.findings.append(GPU_ALL_IDLE.finding(
+        message, severity=Severity.WARNING if stayed else Severity.INFO,
+        evidence=evidence(first, gpus=[r.index for r in loaded], stayed=stayed, span_s=span_s,
+                          min_samples=samples), **where(first)))
+
+
+def make_thresholds(idle_util: float = 3.0, min_held: str = "2048", imbalance_gap: float = 40.0,
+                    imbalance_ratio: float = 0.5, near_capacity: float = 95.0, busy_util: float = 30.0) -> Thresholds:
+    """Checked thresholds from the options' raw values (ranges, finite numbers; a bad one is a UsageError)."""
+    from dflash_doctor.errors import UsageError
+    from dflash_doctor.gpus.csv_snapshot import BadValue, parse_mib
+
+    for option, value, low, high in (("--idle-util", idle_util, 0.0, 100.0), ("--busy-util", busy_util, 0.0, 100.0),
+                                     ("--imbalance-gap", imbalance_gap, 0.0, 100.0),
+                                     ("--near-capacity", near_capacity, 0.0, 100.0)):
+        if not (math.isfinite(value) and low <= value <= high):
+            raise UsageError(f"{option} must be a number in {low:g}-{high:g}, got {value:g}")
+    if not (math.isfinite(imbalance_ratio) and 0 < imbalance_ratio <= 1):
+        raise UsageError(f"--imbalance-ratio must be in (0, 1], got {imbalance_ratio:g}")
+    try:
+        held = parse_mib(min_held)
+    except BadValue:
+        held = None
+    if held is None or not math.isfinite(held):
+        raise UsageError(f"--min-held {min_held[:40]!r}: expected a size like 2048 (MiB) or 2GiB")
+    return Thresholds(idle_util=idle_util, min_held_mib=held, imbalance_gap=imbalance_gap,
+                      imbalance_ratio=imbalance_ratio, near_capacity=near_capacity, busy_util=busy_util)

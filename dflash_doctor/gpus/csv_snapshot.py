@@ -23,6 +23,10 @@ _NUMBER = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%]*)$")
 _MIB_PER = {"": 1.0, "mib": 1.0, "gib": 1024.0, "tib": 1024.0 ** 2, "kib": 1 / 1024, "b": 1 / 1024 ** 2,
             "mb": 1e6 / 2 ** 20, "gb": 1e9 / 2 ** 20, "kb": 1e3 / 2 ** 20}
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]\s*$")
+MAX_GPU_INDEX = 1023  # no host has more; larger indices are garbage, and a range up to them would not fit memory
+MAX_GPUS = 1024
+MAX_ROWS = 1_000_000  # rows read from one snapshot (nvidia-smi -l 1 for 8 GPUs: over a day of samples)
+MAX_PROBLEMS = 20  # malformed lines reported one by one; the rest are counted
 
 
 class BadValue(ValueError):
@@ -50,6 +54,8 @@ def parse_mib(text: str) -> Optional[float]:
     match = _NUMBER.match(value)
     if not match or match.group(2).lower() not in _MIB_PER:
         raise BadValue(f"{value!r} is not a memory size")
+    if match.group(1).startswith("-"):
+        raise BadValue(f"memory {value!r} is negative")
     return float(match.group(1)) * _MIB_PER[match.group(2).lower()]
 
 
@@ -60,7 +66,10 @@ def parse_percent(text: str) -> Optional[float]:
     match = _NUMBER.match(value)
     if not match or match.group(2) not in ("", "%"):
         raise BadValue(f"{value!r} is not a percentage")
-    return float(match.group(1))
+    percent = float(match.group(1))
+    if not 0.0 <= percent <= 100.0:
+        raise BadValue(f"utilization {value!r} is outside 0-100 %")
+    return percent
 
 
 def parse_memory_total(text: Optional[str]) -> Optional[float]:
@@ -101,7 +110,20 @@ def read_csv_snapshot(lines: Iterable[str], source: str, columns: Optional[Seque
     header_text: Optional[str] = None
     has_header = False
     rows = 0
+    skipped = 0
+
+    def bad_line(subject: str, reason: str) -> None:
+        nonlocal skipped
+        if len(problems) < MAX_PROBLEMS:
+            problems.append(Problem(subject, reason, "the line was skipped"))
+        else:
+            skipped += 1
+
     for lineno, raw in enumerate(lines, start=1):
+        if rows >= MAX_ROWS:
+            problems.append(Problem(source, f"stopped reading at line {lineno:,}: more than {MAX_ROWS:,} rows",
+                                    "the GPUs were analysed on the rows before it"))
+            break
         text = raw.rstrip("\r\n")
         if not text.strip() or text.lstrip().startswith("#"):
             continue
@@ -127,25 +149,29 @@ def read_csv_snapshot(lines: Iterable[str], source: str, columns: Optional[Seque
         elif has_header and text.strip() == header_text:
             continue
         if len(cells) != len(names):
-            problems.append(Problem(f"{source}:{lineno}", f"{len(cells)} fields where the columns name "
-                                    f"{len(names)} ({','.join(names)})", "the line was skipped"))
+            bad_line(f"{source}:{lineno}", f"{len(cells)} fields where the columns name {len(names)} "
+                     f"({','.join(names)})")
             continue
         row = dict(zip(names, cells))
         try:
-            if not re.fullmatch(r"\d+", row["index"]):
-                raise BadValue(f"index {row['index']!r} is not a GPU index")
+            if not re.fullmatch(r"\d{1,4}", row["index"]) or int(row["index"]) > MAX_GPU_INDEX:
+                raise BadValue(f"index {row['index'][:20]!r} is not a GPU index (0-{MAX_GPU_INDEX})")
             index = int(row["index"])
+            if index not in gpus and len(gpus) >= MAX_GPUS:
+                raise BadValue(f"more than {MAX_GPUS} GPUs in one snapshot")
             reading = {
                 "utilization": parse_percent(row["utilization.gpu"]),
                 "memory_used_mib": parse_mib(row["memory.used"]),
                 "memory_total_mib": parse_mib(row["memory.total"]) if "memory.total" in row else None,
             }
         except BadValue as exc:
-            problems.append(Problem(f"{source}:{lineno}", str(exc), "the line was skipped"))
+            bad_line(f"{source}:{lineno}", str(exc))
             continue
         rows += 1
         gpu = gpus.setdefault(index, ReadingAccumulator(index, line=lineno))
         gpu.add(name=row.get("name"), **reading)
+    if skipped:
+        problems.append(Problem(source, f"{skipped:,} more malformed lines", "each was skipped"))
     return CsvSnapshot(
         readings=[gpus[i].reading() for i in sorted(gpus)],
         problems=problems,

@@ -6,7 +6,7 @@ replays the CSV through the live NVML path with those processes (gpu:pid=psutil 
 from __future__ import annotations
 
 import shlex
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from dflash_doctor.findings import Report
 from dflash_doctor.gpus.csv_snapshot import parse_memory_total, read_csv_snapshot
@@ -19,7 +19,7 @@ from dflash_doctor.gpus.sources import report_from_csv, report_from_nvml
 class SnapshotDevices:
     """NvmlDevices that replays a CSV snapshot, with the given processes per GPU."""
 
-    def __init__(self, readings, processes: Dict[int, List[Tuple[int, float]]]) -> None:
+    def __init__(self, readings, processes: Dict[int, List[Tuple[int, Optional[float]]]]) -> None:
         self._readings = {r.index: r for r in readings}
         self._processes = processes
 

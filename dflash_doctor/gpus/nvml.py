@@ -50,7 +50,9 @@ class PynvmlDevices:
     def open(cls, module=None) -> "PynvmlDevices":
         if module is None:
             try:
-                import pynvml as module
+                import pynvml
+
+                module = pynvml
             except ImportError as exc:
                 raise NvmlUnavailable(f"nvidia-ml-py is not importable ({exc}); pip install nvidia-ml-py") from exc
         try:
@@ -154,7 +156,8 @@ def iter_samples(
 
 def sample_live(devices: NvmlDevices, samples: int, interval: float,
                 sleep: Callable[[float], None]) -> LiveSnapshot:
-    last = None
-    for last in iter_samples(devices, samples, interval, sleep):
+    snapshots = iter_samples(devices, samples, interval, sleep)
+    last = next(snapshots)  # samples >= 1: there is always a first round
+    for last in snapshots:
         pass
     return last

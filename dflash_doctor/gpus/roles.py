@@ -9,6 +9,7 @@ import re
 from typing import Dict, Iterable, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
+from dflash_doctor.gpus.csv_snapshot import MAX_GPU_INDEX
 
 RoleMap = Dict[str, Tuple[int, ...]]
 
@@ -18,11 +19,13 @@ _THREAD_ROLE = re.compile(r"^(?P<role>[A-Za-z_][\w.]*?)[-_](?P<n>\d+)$")
 
 def _indices(token: str, spec: str) -> Iterable[int]:
     token = token.strip()
-    match = re.fullmatch(r"(\d+)(?:-(\d+))?", token)
+    match = re.fullmatch(r"(\d{1,12})(?:-(\d{1,12}))?", token)
     if not match:
-        raise UsageError(f"--roles {spec!r}: {token!r} is not a GPU index or a range like 0-4")
+        raise UsageError(f"--roles {spec[:80]!r}: {token[:40]!r} is not a GPU index or a range like 0-4")
     first = int(match.group(1))
     last = int(match.group(2)) if match.group(2) is not None else first
+    if last > MAX_GPU_INDEX:
+        raise UsageError(f"--roles: GPU {last} is beyond {MAX_GPU_INDEX}; no host has that many GPUs")
     if last < first:
         raise UsageError(f"--roles {spec!r}: range {token!r} runs backwards")
     return range(first, last + 1)
@@ -73,7 +76,9 @@ def parse_thread_map(items: Iterable[str]) -> Dict[str, int]:
         for token in filter(None, (t.strip() for t in item.split(","))):
             thread, sep, gpu = token.rpartition("=")
             if not sep or not thread.strip() or not gpu.strip().isdigit():
-                raise UsageError(f"--map {token!r}: expected THREAD=GPU, e.g. drafter-0=5")
+                raise UsageError(f"--map {token[:80]!r}: expected THREAD=GPU, e.g. drafter-0=5")
+            if int(gpu) > MAX_GPU_INDEX:
+                raise UsageError(f"--map {token[:80]!r}: GPU {gpu.strip()[:20]} is beyond {MAX_GPU_INDEX}")
             mapping[thread.strip()] = int(gpu)
     return mapping
 

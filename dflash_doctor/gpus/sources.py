@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Optional, Sequence
 
 from dflash_doctor.findings import Problem, Report
+from dflash_doctor.gpus.advice import next_steps
 from dflash_doctor.gpus.analyze import Thresholds, analyze_gpus
 from dflash_doctor.gpus.csv_snapshot import read_csv_snapshot
 from dflash_doctor.gpus.nvml import LiveSnapshot, NvmlDevices, NvmlUnavailable, PynvmlDevices, iter_samples
@@ -27,8 +28,39 @@ def report_from_csv(
     if not snapshot.readings:
         report.problems.append(Problem(source, "no GPU rows in the snapshot",
                                        "feed nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv"))
-    report.facts.update(columns=list(snapshot.columns), header=snapshot.header, rows=snapshot.rows)
+    report.facts.update(columns=list(snapshot.columns), header=snapshot.header, rows=snapshot.rows,
+                        next_steps=next_steps(report.findings, source))
     return report
+
+
+MAX_CSV_LINE = 4096  # an nvidia-smi row is under 200 bytes; longer lines are cut (and then fail to parse)
+
+
+def report_from_csv_input(
+    path: str,
+    *,
+    columns: Optional[Sequence[str]] = None,
+    roles: Optional[RoleMap] = None,
+    thresholds: Thresholds = Thresholds(),
+    memory_total_mib: Optional[float] = None,
+) -> Report:
+    """`report_from_csv` over a path (`-`: stdin), read like a log: only regular files, bounded lines, and
+    anything else (a device, a FIFO, binary data) a Problem in the report, never a hang."""
+    from dflash_doctor.logs.reader import iter_lines, open_log
+
+    opened = open_log(path)
+    if isinstance(opened, Problem):
+        report = Report(command="gpus", problems=[opened])
+        report.facts = {"source": "csv", "path": opened.subject, "gpus": []}
+        return report
+    stream, name, _ = opened
+    lines = (raw.decode("utf-8", "replace") for raw in iter_lines(stream, max_line=MAX_CSV_LINE, chunk=1 << 16))
+    try:
+        return report_from_csv(lines, name, columns=columns, roles=roles, thresholds=thresholds,
+                               memory_total_mib=memory_total_mib)
+    finally:
+        if path != "-":
+            stream.close()
 
 
 def report_from_nvml(
@@ -56,7 +88,8 @@ def report_from_nvml(
     try:
         for last in iter_samples(devices, samples, interval, sleep):
             if on_sample is not None:
-                report = _live_report(last, probe, roles, thresholds, memory_total_mib)
+                report = _live_report(last, probe, roles, thresholds, memory_total_mib,
+                                      (last.samples - 1) * interval)
                 on_sample(report)
     except NvmlUnavailable as exc:
         return _unavailable(exc)
@@ -65,17 +98,20 @@ def report_from_nvml(
             raise
     finally:
         devices.shutdown()
+    if last is None:
+        return _unavailable(NvmlUnavailable("stopped before the first sample"))
     if report is None or report.facts.get("samples") != last.samples:
-        report = _live_report(last, probe, roles, thresholds, memory_total_mib)
+        report = _live_report(last, probe, roles, thresholds, memory_total_mib, (last.samples - 1) * interval)
     return report
 
 
-def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_mib) -> Report:
+def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_mib, span_s) -> Report:
     readings = describe_processes(snapshot.readings, probe)
     report = analyze_gpus(readings, roles=roles, thresholds=thresholds, memory_total_mib=memory_total_mib,
-                          live=True, source="nvml")
+                          live=True, source="nvml", span_s=span_s)
     report.problems[:0] = snapshot.problems
     report.facts["samples"] = snapshot.samples
+    report.facts["next_steps"] = next_steps(report.findings, "snapshot.csv")
     return report
 
 

@@ -1,34 +1,44 @@
 """Traceback blocks: `Exception in thread NAME:` / `Traceback ...` up to the exception line(s) that end them.
 
-Works on full logs and on grep'd excerpts (the seeds' three lines have no 'Traceback' line). Lines from other
-threads interleaved inside a block are handed back so the caller still sees them. Frames are kept in a bounded
-deque, so a pathological block cannot grow memory.
+Works on full logs and on grep'd excerpts (the seeds' three lines have no 'Traceback' line). Lines are routed by
+stream: each '[rankN]:' prefix (torchrun, torch >= 2.2) has its own parser, so tracebacks of ranks that died
+together never mix. Within the unprefixed stream, Python's threading.excepthook writes its header in pieces: two
+threads dying at once print 'Exception in thread Exception in thread A:', A's traceback, then 'B:' alone and
+B's traceback, or two headers before the first traceback; both are attributed to the right thread. An exception
+message that continues on the next lines ('BackendCompilerFailed: ... raised:' then 'OutOfResources: ...') is
+kept with its exception until a blank line or the next log record. Frames are kept in a bounded deque.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 from dflash_doctor.logs import patterns
 
 MAX_FRAMES = 32
 MAX_CHAINED = 4
+MAX_CONTINUATION = 20  # message lines kept after an exception line
+MAX_STREAMS = 256
+MAX_WAITING = 16  # thread headers whose traceback has not started yet
 
 
 @dataclass(frozen=True)
 class ExceptionRecord:
     type: str
-    message: str
+    message: str  # the exception line's message and any continuation lines, joined by newlines
     line: int
 
 
 @dataclass(frozen=True)
 class ExceptionBlock:
-    thread: Optional[str]  # from 'Exception in thread NAME:'; None for a plain traceback
+    thread: Optional[str]  # from 'Exception in thread NAME:' or 'Process NAME:'; None for a plain traceback
+    stream: Optional[str]  # the '[rankN]:' prefix it came with, if any
     start_line: int
     frames: Tuple[Tuple[str, int, str], ...]  # (file, line, function), innermost last
     exceptions: Tuple[ExceptionRecord, ...]  # chained ones first, the one that ended the block last
+
+    process: bool = False  # the header was multiprocessing's 'Process NAME:' (a child process died)
 
     @property
     def final(self) -> Optional[ExceptionRecord]:
@@ -38,80 +48,190 @@ class ExceptionBlock:
 @dataclass
 class _Open:
     thread: Optional[str]
+    stream: Optional[str]
     start_line: int
-    frames: deque = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
+    process: bool = False
+    frames: Deque[Tuple[str, int, str]] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
     exceptions: List[ExceptionRecord] = field(default_factory=list)
+    started: bool = False  # a Traceback line or a frame came (a header alone has not started)
     ended: bool = False  # an exception line came; a chain marker or a new Traceback may still continue it
+    chained: bool = False
+    continuation: int = 0  # message lines taken after the exception line; -1 once the message is closed
 
     def close(self) -> ExceptionBlock:
-        return ExceptionBlock(self.thread, self.start_line, tuple(self.frames), tuple(self.exceptions))
+        return ExceptionBlock(self.thread, self.stream, self.start_line, tuple(self.frames), tuple(self.exceptions),
+                              self.process)
+
+    def continue_message(self, text: str) -> None:
+        last = self.exceptions[-1]
+        self.exceptions[-1] = ExceptionRecord(last.type, f"{last.message}\n{text.strip()}", last.line)
+        self.continuation += 1
 
 
-class BlockParser:
-    """feed(line, lineno) -> (closed blocks, whether the line was consumed by a block)."""
+class _Stream:
+    """One stream's parser: at most one block being written, plus thread headers still waiting for theirs."""
 
-    def __init__(self) -> None:
-        self._open: Optional[_Open] = None
-        self._chained = False
+    def __init__(self, stream: Optional[str]) -> None:
+        self.stream = stream
+        self.open: Optional[_Open] = None
+        self.waiting: Deque[_Open] = deque(maxlen=MAX_WAITING)
+        # Blocks whose printing another thread's interrupted: they resume after that thread's exception line.
+        self.suspended: List[_Open] = []
+        self.names_to_come = 0  # headers cut by another thread's: their names come later, alone on a line
 
     @property
     def active(self) -> bool:
-        return self._open is not None
+        return self.open is not None or bool(self.waiting) or bool(self.suspended) or self.names_to_come > 0
 
     def feed(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
-        if self._open is None and not (text.startswith("Exception in thread ") or "Traceback (most" in text):
-            return [], False  # the common case, decided without a regex
         closed: List[ExceptionBlock] = []
-        match = patterns.THREAD_EXCEPTION.match(text)
-        if match:
-            if self._open is not None:
-                closed.append(self._open.close())
-            self._open = _Open(match.group("thread"), lineno)
-            self._chained = False
+        header = patterns.THREAD_EXCEPTION.match(text) if text.startswith("Exception in thread ") else None
+        if header is not None:
+            self.names_to_come += header.group("repeat").count("Exception in thread ") - 1
+            self._start(_Open(header.group("thread"), self.stream, lineno), closed)
             return closed, True
-        block = self._open
-        if patterns.TRACEBACK_START.match(text):
-            if block is None or (block.ended and not self._chained):
+        process = patterns.PROCESS_HEADER.match(text) if text.startswith("Process ") else None
+        if process is not None:
+            self._start(_Open(process.group("name"), self.stream, lineno, process=True), closed)
+            return closed, True
+        block = self.open
+        if self.names_to_come:
+            bare = patterns.BARE_THREAD_NAME.match(text)
+            if bare is not None:
+                self.names_to_come -= 1
+                self._start(_Open(bare.group("thread"), self.stream, lineno), closed)
+                return closed, True
+        if block is not None and self.suspended and (patterns.FRAME.match(text) or text.startswith("    ")):
+            # Traceback lines with no traceback of their own to go to: the interrupted one goes on.
+            if block.ended and not block.chained:
+                closed.append(block.close())
+                self.open = block = self.suspended.pop()
+            elif not block.started:
+                self.waiting.append(block)
+                self.open = block = self.suspended.pop()
+        if patterns.TRACEBACK_START.search(text):
+            if block is None or (block.ended and not block.chained):
                 if block is not None:
                     closed.append(block.close())
-                self._open = _Open(None, lineno)
+                block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
+                self.open = block
             else:
                 block.ended = False  # the next section of a chained traceback
-            self._chained = False
+                block.chained = False
+            block.started = True
             return closed, True
         if block is None:
             return closed, False
         if not text.strip():
+            if block.ended:
+                block.continuation = -1
             return closed, True
         if patterns.CHAIN.match(text):
-            self._chained = True
+            block.chained = True
             return closed, True
         if text[0] in " \t":
-            if block.ended and not self._chained:
-                # a continuation of a multi-line exception message
+            if block.ended and not block.chained:
+                if 0 <= block.continuation < MAX_CONTINUATION:
+                    block.continue_message(text)
                 return closed, True
             frame = patterns.FRAME.match(text)
             if frame:
                 block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+                block.started = True
             return closed, True
+        if not block.ended and text.startswith("File "):
+            frame = patterns.UNINDENTED_FRAME.match(text)
+            if frame:
+                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
+                return closed, True
         exc = patterns.EXCEPTION_LINE.match(text)
-        if exc and (not block.ended or self._chained):
+        if exc and (not block.ended or block.chained):
             if len(block.exceptions) >= MAX_CHAINED:
                 block.exceptions.pop(0)
-            block.exceptions.append(ExceptionRecord(exc.group("type"), (exc.group("message") or "").strip(), lineno))
-            block.ended = True
-            self._chained = False
+            block.exceptions.append(ExceptionRecord(exc.group("type"), (exc.group("message") or "").strip(),
+                                                    lineno))
+            block.ended, block.chained, block.started, block.continuation = True, False, True, 0
+            return closed, True
+        if block.ended and 0 <= block.continuation < MAX_CONTINUATION and not patterns.RECORD_START.search(text):
+            block.continue_message(text)
             return closed, True
         if block.ended:
             closed.append(block.close())
-            self._open = None
+            self.open = None
         # An unrelated line (another thread's output interleaved, or the block's end): not consumed.
         return closed, False
 
+    def _start(self, new: _Open, closed: List[ExceptionBlock]) -> None:
+        current = self.open
+        if current is not None:
+            if current.thread is not None and not current.started:
+                self.waiting.append(current)  # its traceback comes after this one's
+            elif current.started and not current.ended and len(self.suspended) < MAX_WAITING:
+                self.suspended.append(current)  # cut off mid-traceback by this header: it may resume
+            else:
+                closed.append(current.close())
+        self.open = new
+
+    def end_message(self) -> None:
+        if self.open is not None:
+            self.open.continuation = -1
+
+    def flush(self, ended_only: bool = False) -> List[ExceptionBlock]:
+        if ended_only:
+            if self.open is None or not self.open.ended:
+                return []
+            block, self.open = self.open.close(), None
+            return [block]
+        blocks = [b.close() for b in ([self.open] if self.open is not None else []) + self.suspended
+                  + list(self.waiting)]
+        self.open = None
+        self.waiting.clear()
+        self.suspended.clear()
+        self.names_to_come = 0
+        return blocks
+
+
+class BlockParser:
+    """feed(line, lineno, stream) -> (closed blocks, whether the line was consumed by a block)."""
+
+    def __init__(self) -> None:
+        self._streams: Dict[Optional[str], _Stream] = {}
+        self.last_consumed = 0  # line number of the last line a block took
+
+    @property
+    def active(self) -> bool:
+        return any(s.active for s in self._streams.values())
+
+    def feed(self, text: str, lineno: int, stream: Optional[str] = None) -> Tuple[List[ExceptionBlock], bool]:
+        parser = self._streams.get(stream)
+        if parser is None:
+            if not (text.startswith(("Exception in thread ", "Process ")) or "Traceback (most" in text):
+                return [], False  # the common case, decided without a regex
+            if len(self._streams) >= MAX_STREAMS:
+                stream = None
+                parser = self._streams.get(None)
+            if parser is None:
+                parser = self._streams[stream] = _Stream(stream)
+        closed, consumed = parser.feed(text, lineno)
+        if consumed:
+            self.last_consumed = lineno
+        if not parser.active:
+            del self._streams[stream]
+        return closed, consumed
+
+    def end_message(self, stream: Optional[str]) -> None:
+        """The current block's exception message is complete (a summary or a dump follows, not more message)."""
+        parser = self._streams.get(stream)
+        if parser is not None:
+            parser.end_message()
+
     def flush(self, ended_only: bool = False) -> List[ExceptionBlock]:
         """Close what is open: everything at end of input; with `ended_only` (a follower caught up with the
-        writer) only a block whose exception line has come, since a half-written traceback may still grow."""
-        if self._open is None or (ended_only and not self._open.ended):
-            return []
-        block, self._open, self._chained = self._open.close(), None, False
-        return [block]
+        writer) only blocks whose exception line has come, since a half-written traceback may still grow."""
+        closed: List[ExceptionBlock] = []
+        for stream in list(self._streams):
+            parser = self._streams[stream]
+            closed += parser.flush(ended_only)
+            if not parser.active:
+                del self._streams[stream]
+        return sorted(closed, key=lambda b: b.start_line)

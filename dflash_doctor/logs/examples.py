@@ -4,7 +4,8 @@ from __future__ import annotations
 import io
 
 from dflash_doctor.findings import Report
-from dflash_doctor.logs.scan import LogOptions, scan_stream
+from dflash_doctor.logs.options import LogOptions
+from dflash_doctor.logs.source import scan_stream
 
 
 def run_example(text: str) -> Report:

@@ -1,54 +1,48 @@
-"""The texts torch, Python's threading and NCCL actually print, as regexes. One place to update per release.
+"""The shapes of a log that no single rule owns: traceback structure, worker prefixes, thread names.
 
-Sources: torch/_dynamo/eval_frame.py (the FX guard), torch/nn/attention/flex_attention.py (_warn_once
-'flex_attention_performance'), torch/_dynamo/convert_frame.py ('torch._dynamo hit config.%s (%s)'),
-c10/cuda/CUDACachingAllocator.cpp (OOM text, old and new forms), ProcessGroupNCCL.cpp (watchdog),
-Lib/threading.py (excepthook: 'Exception in thread NAME:').
+What each fatal kind's text looks like lives with its rule (dflash_doctor/rules/logs.py). Sources for these:
+Lib/threading.py and Modules/_threadmodule.c (excepthook: 'Exception in thread NAME:', written in pieces, so two
+threads dying together print 'Exception in thread Exception in thread A:' and later a bare 'B:'),
+Lib/traceback.py, torchrun's per-rank line prefix ('[rank1]:', older '[default1]:'), Ray's '(Worker pid=N)', vLLM's
+'(VllmWorker rank=2 pid=N)', pdsh's '10.0.0.7: '.
 """
 from __future__ import annotations
 
 import re
 
-# A cheap bytes pre-filter: a line outside a traceback block is decoded and examined only if this matches.
-TRIGGER = re.compile(
-    rb"tok(?:ens)?/s|step|Step|STEP|Exception|Error|Traceback|Watchdog|watchdog|NCCL|"
-    rb"flex_attention called|hit config\.|out of memory|function: "
-)
-
-THREAD_EXCEPTION = re.compile(r"^Exception in thread (?P<thread>.+?):\s*$")
-TRACEBACK_START = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")
-CHAIN = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
+# 'Exception in thread A:'; 'Exception in thread Exception in thread A:' when a second thread's header was cut
+# by this one (its name comes later, alone on a line: 'B:').
+THREAD_EXCEPTION = re.compile(r"^(?P<repeat>(?:Exception in thread )+)(?P<thread>.+?)\s*:\s*$")
+# multiprocessing.Process prints 'Process NAME:' before the traceback of a child that raised.
+PROCESS_HEADER = re.compile(r"^Process (?P<name>[A-Za-z_][\w.-]*):\s*$")
+BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
+TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):\s*$")
+CHAIN = re.compile(r"^\s*(During handling of the above exception|The above exception was the direct cause)")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)')
+# The same frame pasted without its indentation (some consoles and issue pastes strip it); only read inside a
+# traceback that is still open, and the function name may have been cut.
+UNINDENTED_FRAME = re.compile(r'^File "(?P<file>[^"]*)", line (?P<line>\d+), in ?(?P<func>\S*)')
 # The last line of a traceback: a (possibly module-qualified) exception type, optionally ': message'.
 # Classes defined in functions print as module.func.<locals>.Name.
 EXCEPTION_LINE = re.compile(
-    r"^(?P<type>(?:(?:[A-Za-z_]\w*|<locals>)\.)+[A-Za-z_]\w*|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Warning|"
-    r"Failure|Failed|Timeout))(?::\s?(?P<message>.*))?$"
+    r"^(?P<type>(?:(?:[A-Za-z_]\w*|<locals>)\.)+[A-Za-z_]\w*|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|"
+    r"Iteration|Warning|Failure|Failed|Timeout|Empty|Hit|OutOfResources))(?::\s?(?P<message>.*))?$"
 )
+# Lines that end a multi-line exception message: another log record, a prefix, a progress line.
+RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|terminate called )"
+                          r"|\b(?:[Ss]tep|STEP|iteration)\b\s*[=:]?\s*\d|\d\s?[kKmM]?(?:tok|tokens|samples|it)/s\b"
+                          r"|\b(?:tps|wps):")
 
-FX_TRACE_RACE = re.compile(r"using FX to symbolically trace a dynamo-optimized function")
-CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
-OOM_GPU = re.compile(r"GPU (?P<gpu>\d+) has a total capacity|\(GPU (?P<old>\d+);")
-OOM_TRIED = re.compile(r"Tried to allocate (?P<size>[\d.]+ [KMGT]?i?B)")
-NCCL_TIMEOUT = re.compile(
-    r"(?:\[Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) "
-    r"ran for (?P<ran>\d+) milliseconds"
+# A per-worker prefix on every line: torchrun's '[rank1]:' / '[default1]:', Ray's '(Name pid=123)'.
+# vLLM adds a role between name and pid ('(VllmWorker rank=2 pid=267)', '(VllmWorker TP1 pid=9)') and nests them
+# ('(EngineCore_0 pid=8) (VllmWorker TP1 pid=9) '): the innermost names the worker.
+_PROC = r"\((?P<proc>[A-Za-z_][\w.]*)(?P<role>(?: [A-Za-z]+=?\w+)*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?"
+WORKER_PREFIX = re.compile(
+    r"^\[(?:rank|default)(?P<rank>\d+)\]: ?"
+    # pdsh (DeepSpeed's multi-node launcher) puts the node's address before each line: '10.223.4.143: Traceback'
+    r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
+    r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
 )
-NCCL_STUCK = re.compile(r"watchdog got stuck for (?P<secs>\d+) seconds")
-NCCL_RANK = re.compile(r"\[(?:PG [^\]]*? )?Rank (?P<rank>\d+)\]")  # searched on its own: no leading .* (quadratic)
-NCCL_EXCEPTION = re.compile(r"DistBackendError|NCCL (?:error|timeout)|ProcessGroupNCCL.*[Tt]imeout")
-DENSE_FALLBACK_WARNING = re.compile(r"flex_attention called without torch\.compile\(\)")
-DENSE_FALLBACK_FRAMES = ("sdpa_dense", "math_attention", "sdpa_dense_backward")
-RECOMPILE_LIMIT = re.compile(
-    r"torch\._dynamo hit config\.(?P<limit>(?:accumulated_)?(?:recompile_limit|cache_size_limit)) \((?P<value>\d+)\)"
-)
-RECOMPILE_FUNCTION = re.compile(r"function: '(?P<function>[^']+)' \((?P<where>[^)]*)\)")
-
-# Progress is on nearly every line of a training log, so it is found with str.find and parsed with regexes
-# anchored at the hit: a plain re.search for digits-before-'tok/s' backtracks at every digit of the timestamp.
-THROUGHPUT_BEFORE = re.compile(r"(?P<value>\d+(?:\.\d+)?)\s*(?P<unit>[kKmM]?)\s*$")
-STEP_AT = re.compile(r"[Ss](?:tep|TEP)\s*[=:]?\s*(?P<step>\d+)")
-GPU_MENTION = re.compile(r"cuda:(?P<gpu>\d+)")
 
 # Which thread a line belongs to: thread=NAME / worker=NAME, [NAME-N], NAME-N, [rankN]. Leftmost match wins.
 DEFAULT_THREAD_PATTERN = (
@@ -59,50 +53,15 @@ DEFAULT_THREAD_PATTERN = (
 # The same default, fast path: the common '[drafter-0]' / '[rank3]' prefix, tried at each '['.
 BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*-\d+))\]")
 
-UNIT = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6}
-UNIT_BYTES = {unit.encode(): scale for unit, scale in UNIT.items()}
-# The usual progress line in one match on the raw bytes, tried at its first '[': '[drafter-0] ... step=12 ...
-# 7.1 Ktok/s'. Anything it does not match goes the general way (throughput(), step(), the thread pattern).
-PROGRESS_LINE = re.compile(
-    rb"\[(?P<thread>[A-Za-z][A-Za-z_]*-\d+|rank\d+)\][^\[]*?\bstep[=: ](?P<step>\d+)\b.*? "
-    rb"(?P<value>\d+(?:\.\d+)?) ?(?P<unit>[kKmM]?)tok/s"
-)
-# The same test over a whole block of lines in one findall: one (line, thread, step, value, unit) row per line,
-# the last four empty unless the line is such a progress line whose first '[' is the thread's and has no 'step'
-# before it (what LogScanner.feed checks before PROGRESS_LINE).
+# Progress, fast path: the usual '[drafter-0] ... step=12 ... 7.1 Ktok/s' line, tested over a whole run of lines
+# in one findall: one (line, thread, step, value, unit) row per line, the last four empty unless the line is such
+# a progress line whose first '[' is the thread's and has no 'step' before it. Every other line goes the general
+# way (dflash_doctor.logs.throughput), which reads the same numbers from these lines.
 PROGRESS_ROWS = re.compile(
     rb"((?:[^\[\ns]*(?:s(?!tep)[^\[\ns]*)*"
     rb"\[([A-Za-z][A-Za-z_]*-\d+|rank\d+)\][^\[\n]*?\bstep[=: ](\d+)\b[^\n]*? "
     rb"(\d+(?:\.\d+)?) ?([kKmM]?)tok/s)?[^\n]*)\n"
 )
-
-
-def throughput(text: str):
-    """tok/s on the line ('7.1 Ktok/s', '21500 tokens/s'), or None."""
-    end = text.find("tok/s")
-    if end < 0:
-        end = text.find("tokens/s")
-        if end < 0:
-            return None
-    head = text[max(0, end - 32):end].rstrip()
-    scale = 1.0
-    if head and head[-1] in UNIT:
-        scale, head = UNIT[head[-1]], head[:-1].rstrip()
-    word = head.rsplit(None, 1)[-1] if head else ""
-    if word.replace(".", "", 1).isdigit():  # the usual '7.1 Ktok/s': no regex needed
-        return float(word) * scale
-    match = THROUGHPUT_BEFORE.search(text, max(0, end - 32), end)
-    return None if match is None else float(match.group("value")) * UNIT[match.group("unit")]
-
-
-def step(text: str):
-    """The step number after 'step=' / 'step ' / 'Step:' (not 'global_step', not 'steps'), or None."""
-    for word in ("step", "Step", "STEP"):
-        start = text.find(word)
-        while start >= 0:
-            if start == 0 or not (text[start - 1].isalnum() or text[start - 1] == "_"):
-                match = STEP_AT.match(text, start)
-                if match:
-                    return int(match.group("step"))
-            start = text.find(word, start + 4)
-    return None
+UNIT_BYTES = {b"": 1.0, b"k": 1e3, b"K": 1e3, b"m": 1e6, b"M": 1e6}
+# A line that may carry progress (a rate or a step): only those are decoded and parsed the general way.
+PROGRESS_HINT = re.compile(rb"/s|/it|tps|wps|_per_s|[Ss]tep|STEP|iteration")

@@ -1,63 +1,88 @@
-"""LogScanner: one pass over a log, line by line, producing DFD5xx findings as soon as they are certain.
+"""LogScanner: one pass over a log producing DFD5xx findings as soon as they are certain.
 
-`feed` returns the findings a line completes (so `--follow` can show them live), `finish` the Report. State is
-bounded (see blocks.py and progress.py) and findings are capped per rule, so memory does not grow with the log.
+Large blocks are not read line by line. The prefilter (prefilter.py) finds the lines holding a rule's trigger
+word; the scanner parses those, and once one opens something that spans lines (a traceback, torchrun's summary, a
+stack dump, a recompile warning) it parses every following line until that is closed. Throughput is sampled: the
+last SAMPLE_BYTES of every block are parsed in full, which gives each worker's series a few samples per megabyte;
+blocks of up to DENSE_BYTES (small logs, a followed file's new lines) are parsed in full, so small inputs give
+exactly what line-by-line parsing gives. When a worker dies, its last progress line before the death is looked
+up in the block, so 'last step' is exact even where progress was not sampled.
+
+`feed`/`feed_block` return the findings a line completes (so `--follow` can show them live), `finish` the
+Report. State is bounded (blocks.py, progress.py, torchrun.py, stackdump.py) and findings are capped per rule.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Dict, List, Optional
+from dataclasses import replace
+from typing import Any, Dict, List, Optional, Tuple
 
-from dflash_doctor.findings import Finding, Report
+from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.logs import patterns
+from dflash_doctor.logs.advice import next_steps
 from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock
-from dflash_doctor.logs.progress import ProgressTracker
+from dflash_doctor.logs.options import LogOptions, compile_thread_pattern
+from dflash_doctor.logs.prefilter import Prefilter
+from dflash_doctor.logs.progress import TOTAL, DropEvent, ProgressTracker
+from dflash_doctor.logs.stackdump import StackDumpParser, crash_context
+from dflash_doctor.logs.throughput import IT_S, TOK_S, rate, step
+from dflash_doctor.logs.torchrun import EXIT_FIELD, RANK_FIELD, Failure, SummaryParser
+from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.logs import (
-    LOG_CUDA_OOM,
     LOG_DENSE_ATTENTION_FALLBACK,
-    LOG_FX_TRACE_RACE,
-    LOG_NCCL_TIMEOUT,
+    LOG_KILLED_BY_SIGNAL,
+    LOG_NCCL_WATCHDOG_ABORT,
+    LOG_PROCESS_DIED,
     LOG_RECOMPILE_LIMIT,
+    LOG_RULES,
+    LOG_STACK_DUMP_HANG,
     LOG_THREAD_DIED,
     LOG_THREAD_STALLED,
     LOG_THROUGHPUT_DROP,
+    LogRule,
+    gpu_in,
+    trigger_words,
 )
 
 MAIN = "main"  # lines that name no thread
-NOTHING: List[Finding] = []  # returned (never mutated) when a line completes no finding
 BLOCK_GAP = 200  # lines after which an open block that stopped growing is closed (grep'd or interleaved logs)
 RECOMPILE_LOOKAHEAD = 3  # the 'function:' line follows the recompile-limit line
 MESSAGE_CHARS = 300
 NAME_CACHE = 4096  # decoded thread names kept for the progress fast path
+SAMPLE_BYTES = 8 * 1024  # parsed in full at the end of every large block (throughput samples)
+DENSE_BYTES = 64 * 1024  # blocks up to this size are parsed in full
+LOOKBACK_TRIES = 16
+MAX_HANDLED = 4096
+BARE_MESSAGE_LINES = 3  # lines after a bare exception line that may still be its message
+# The line before a traceback that says the program went on: CPython's unraisable hook, retry/recover loggers.
+HANDLED = re.compile(r"(?i)\bexception ignored in\b|attempting to recover|\bretrying\b|\bwill retry\b"
+                     r"|\brecovering\b|\bignor(?:ed|ing) (?:the |this )?(?:error|exception)")
+CRASH_DUMP_LINES = 4  # a faulthandler dump starting this close after 'Fatal Python error' is the crash's
+ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its  # lines holding a dead worker's name tried when looking back for its last step
+
+FATAL_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if entry.fatal and entry.pattern)
+LINE_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if entry.pattern is not None)
+# Fatal kinds whose line alone means the process is gone (no exception line needed).
+_DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PROCESS_DIED.code)
+_FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
 PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
-TRIGGER = patterns.TRIGGER.search
+PROGRESS_HINT = patterns.PROGRESS_HINT.search
 UNIT_BYTES = patterns.UNIT_BYTES
-# Dedup keys: one finding per thread for deaths, per (thread, GPU) for OOMs, per rank for NCCL, per function for
-# recompile limits, per log for the dense fallback (torch warns once per process; a traceback through sdpa_dense
-# after the warning is the same fact). Repeats are counted in facts["repeats"].
 
 
-@dataclass(frozen=True)
-class LogOptions:
-    thread_pattern: Optional[str] = None  # regex; group 'thread' or group 1 names the thread
-    baseline_window: int = 10
-    sustain: int = 5
-    drop: float = 0.3
-    stall_steps: int = 20
-    max_findings_per_code: int = 200
+def _launcher_frames(frames: Tuple[Tuple[str, int, str], ...]) -> bool:
+    """Frames of torchrun's / torch.distributed.launch's agent reporting a failed child (not a death itself)."""
+    return any("distributed/launcher/api.py" in file or "elastic/multiprocessing" in file or file.endswith("/torchrun")
+               for file, _, _ in frames)
 
 
-def compile_thread_pattern(pattern: Optional[str]) -> "re.Pattern":
-    from dflash_doctor.errors import UsageError
+def _trigger_regex() -> "re.Pattern[bytes]":
+    words = sorted({w.encode() for w in trigger_words()}, key=len, reverse=True)
+    return re.compile(b"|".join(re.escape(w) for w in words))
 
-    try:
-        compiled = re.compile(pattern or patterns.DEFAULT_THREAD_PATTERN)
-    except re.error as exc:
-        raise UsageError(f"--thread-pattern {pattern!r}: {exc}") from exc
-    if compiled.groups < 1:
-        raise UsageError(f"--thread-pattern {pattern!r}: needs a group naming the thread, e.g. \\[(\\w+-\\d+)\\]")
-    return compiled
+
+TRIGGER = _trigger_regex().search
+_PREFILTER = Prefilter(trigger_words())
 
 
 class LogScanner:
@@ -67,104 +92,314 @@ class LogScanner:
         self._thread_re = compile_thread_pattern(options.thread_pattern)
         self._default_threads = options.thread_pattern is None
         self._blocks = BlockParser()
-        self._block_line = 0
-        self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps)
+        self._summary: Optional[SummaryParser] = None
+        self._dump: Optional[StackDumpParser] = None
+        self._dump_worker = MAIN
+        self._pending_recompile: Optional[Dict[str, Any]] = None
+        self._previous: Optional[str] = None
+        self._fatal_error_line: Optional[int] = None
+        self._bare: Optional[Tuple[str, int, Optional[Finding]]] = None  # the last bare exception line's death
+        self._handled: set = set()  # start lines of tracebacks printed by a program that went on
+        self._lineno = 0
+        self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
+        self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
+        self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
+                                        unnamed=MAIN)
         self._findings: List[Finding] = []
         self._seen: Dict[tuple, int] = {}
         self._suppressed: Dict[str, int] = {}
         self._per_code: Dict[str, int] = {}
-        self._deaths: Dict[str, dict] = {}
-        self._pending_recompile: Optional[dict] = None
+        self._deaths: Dict[str, Dict[str, Any]] = {}
+        self._root_cause: Optional[Dict[str, Any]] = None
         self._names: Dict[bytes, str] = {}
+        self._tags: Dict[str, bytes] = {}  # the bytes that name a worker on its lines, for looking back
+        self._where: Optional[Tuple[bytes, int, int]] = None  # (block, offset, line) of the line being parsed
         self.lines = 0
         self.bytes = 0
         self.exceptions = 0
+        self.sampled = False  # some progress lines were skipped (large blocks)
 
     # -- input ---------------------------------------------------------------------------------------------
 
+    def busy(self) -> bool:
+        return bool(self._blocks.active or self._pending_recompile or self._summary or self._dump
+                    or self._pending_abort)
+
     def feed(self, raw: bytes, lineno: int) -> List[Finding]:
-        """One line (without its newline): the findings it completes."""
+        """One line (without its newline): the findings it completes. Every line is parsed."""
         self.lines = lineno
         self.bytes += len(raw) + 1
-        return self._feed_line(raw, lineno)
+        self._where = None
+        if not self.busy() and not (TRIGGER(raw) or PROGRESS_HINT(raw)):
+            return []
+        return self._line(raw, lineno)
 
-    def feed_block(self, block: bytes, lineno: int) -> List[Finding]:
-        """Whole lines (reader.BlockSplitter's blocks), the first of them numbered `lineno`: the findings they
-        complete. The same result as feeding each line, at a fraction of the cost: one findall parses every usual
-        progress line of the block, and lines with no trigger word are skipped without leaving C."""
-        self.bytes += len(block)
+    def feed_block(self, block: bytes, lineno: int, end: Optional[int] = None) -> List[Finding]:
+        """Whole lines, block[:end] (reader.iter_buffers), the first of them numbered `lineno`: the findings they
+        complete. Small blocks are parsed in full; large ones through the prefilter and the progress sample."""
+        end = len(block) if end is None else end
+        self.bytes += end
+        if end <= DENSE_BYTES:
+            new, line = self._dense(block, 0, end, lineno)
+            self.lines = line - 1
+            return new
+        self.sampled = True
+        window = block.rfind(b"\n", 0, end - SAMPLE_BYTES) + 1
+        starts = _PREFILTER.line_starts(block, end)
+        new = []
+        pos, line, index = 0, lineno, 0
+        while pos < window:
+            if self.busy():
+                pos, line = self._until_idle(block, pos, window, line, new)
+                continue
+            while index < len(starts) and starts[index] < pos:
+                index += 1
+            if index == len(starts) or starts[index] >= window:
+                break
+            start = starts[index]
+            line += block.count(b"\n", pos, start)
+            line_end = block.find(b"\n", start)
+            self._where = (block, start, line)
+            self.lines = line
+            new += self._line(bytes(block[start:line_end]), line)
+            pos, line = line_end + 1, line + 1
+        if pos < window:
+            line += block.count(b"\n", pos, window)
+            pos = window
+        found, line = self._dense(block, pos, end, line)
+        self.lines = line - 1
+        return new + found
+
+    def _until_idle(self, block: bytes, pos: int, limit: int, line: int, new: List[Finding]) -> Tuple[int, int]:
+        while pos < limit and self.busy():
+            line_end = block.find(b"\n", pos)
+            self._where = (block, pos, line)
+            self.lines = line
+            new += self._line(bytes(block[pos:line_end]), line)
+            pos, line = line_end + 1, line + 1
+        return pos, line
+
+    def _dense(self, block: bytes, start: int, end: int, lineno: int) -> Tuple[List[Finding], int]:
+        """Every line of block[start:end]: the usual progress lines through one findall, the rest the general
+        way when they can matter."""
         new: List[Finding] = []
-        feed_line = self._feed_line
-        record = self.progress.record
+        region = bytes(block[start:end]) if start or end != len(block) or not isinstance(block, bytes) else block
         names = self._names
-        idle = not (self._blocks.active or self._pending_recompile)
-        # With --thread-pattern the progress fast path does not apply: every row goes the general way.
-        rows = (PROGRESS_ROWS(block) if self._default_threads
-                else [(line, b"", b"", b"", b"") for line in block.split(b"\n")[:-1]])
-        for line, thread, step, value, unit in rows:
+        record = self.progress.record
+        offset = start
+        if self._default_threads:
+            rows = PROGRESS_ROWS(region)
+        else:
+            rows = [(line, b"", b"", b"", b"") for line in region.split(b"\n")[:-1]]
+        idle = not self.busy()
+        for line, thread, step_text, value, unit in rows:
             if thread and idle:
                 name = names.get(thread)
                 if name is None:
                     name = thread.decode()
                     if len(names) < NAME_CACHE:
                         names[thread] = name
-                drop = record(name, int(step), float(value) * UNIT_BYTES[unit], lineno)
-                if drop is not None:
-                    new += self._drop(drop)
-            elif not idle or b"tok" in line or TRIGGER(line):
+                        self._tags.setdefault(name, b"[" + thread + b"]")
+                drops = record(name, int(step_text), float(value) * UNIT_BYTES[unit], lineno, TOK_S)
+                if drops:
+                    new += self._drops(drops)
+            elif not idle or TRIGGER(line) or PROGRESS_HINT(line):
+                self._where = (block, offset, lineno)
                 self.lines = lineno
-                new += feed_line(line, lineno)
-                idle = not (self._blocks.active or self._pending_recompile)
+                new += self._line(line, lineno)
+                idle = not self.busy()
+            offset += len(line) + 1
             lineno += 1
-        self.lines = lineno - 1
-        return new
-
-    def _feed_line(self, raw: bytes, lineno: int) -> List[Finding]:
-        if not (self._blocks.active or self._pending_recompile):
-            if b"tok" in raw:  # the common progress line: no block, nothing pending, no other rule to try
-                start = raw.find(b"[")
-                if self._default_threads and start >= 0 and raw.find(b"step", 0, start) < 0:
-                    match = patterns.PROGRESS_LINE.match(raw, start)
-                    if match:
-                        thread, step, value, unit = match.group("thread", "step", "value", "unit")
-                        drop = self.progress.record(thread.decode(), int(step),
-                                                    float(value) * patterns.UNIT_BYTES[unit], lineno)
-                        return NOTHING if drop is None else self._drop(drop)
-                text = raw.decode("utf-8", "replace")
-                rate = patterns.throughput(text)
-                if rate is not None:
-                    return self._progress(text, rate, lineno)
-            elif not patterns.TRIGGER.search(raw):
-                return NOTHING
-        new: List[Finding] = []
-        if self._blocks.active and lineno - self._block_line > BLOCK_GAP:
-            new += self._close(self._blocks.flush())
-        text = raw.decode("utf-8", "replace").rstrip("\r")
-        closed, consumed = self._blocks.feed(text, lineno)
-        if consumed:
-            self._block_line = lineno
-        new += self._close(closed)
-        if not consumed:
-            new += self._line(text, lineno)
-        return new
+        return new, lineno
 
     def idle(self) -> List[Finding]:
         """The follower caught up with the writer: emit what is complete now instead of at the next line."""
         new = self._close(self._blocks.flush(ended_only=True))
         return new + self._flush_recompile()
 
+    def restart(self) -> List[Finding]:
+        """The followed file started over (rotated or truncated): what was open belongs to the old content."""
+        new = self._close(self._blocks.flush()) + self._flush_recompile() + self._flush_abort()
+        new += self._end_summary() + self._end_dump()
+        return new
+
     def finish(self) -> Report:
-        self._close(self._blocks.flush())
-        self._flush_recompile()
+        self.restart()
+        for drop in self.progress.drops_at_end():
+            self._drops([drop])
+        self._demote_handled()
+        self._merge_fatal_recompile()
         for stall in self.progress.stalls(exclude=self._deaths):
             self._emit(LOG_THREAD_STALLED, (stall.thread,),
                        f"thread {stall.thread} made no step progress after step {stall.last_step} while "
                        f"{stall.peer} advanced {stall.peer_advanced} steps",
-                       stall.line, thread=stall.thread, last_step=stall.last_step, peer=stall.peer,
-                       peer_advanced=stall.peer_advanced)
+                       stall.line, dict(thread=stall.thread, last_step=stall.last_step, peer=stall.peer,
+                                        peer_advanced=stall.peer_advanced))
         report = Report(command="logs", findings=list(self._findings))
         report.facts = self.facts()
+        report.facts["next_steps"] = next_steps(report.findings, report.facts["threads"])
         return report
+
+    # -- one line ----------------------------------------------------------------------------------------------
+
+    def _line(self, raw: bytes, lineno: int) -> List[Finding]:
+        self._lineno = lineno
+        new: List[Finding] = []
+        if self._blocks.active and lineno - self._blocks.last_consumed > BLOCK_GAP:
+            new += self._close(self._blocks.flush())
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        prefix = patterns.WORKER_PREFIX.match(text)
+        stream = None
+        body = text
+        if prefix is not None:
+            stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else prefix.group("host") or \
+                f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
+            body = text[prefix.end():]
+            if stream not in self._tags:
+                self._tags[stream] = prefix.group(0).rstrip().encode()
+        if self._pending_recompile is not None:
+            new += self._recompile_lookahead(body)
+        if self._pending_abort is not None and lineno - self._pending_abort["line"] > ABORT_LINES:
+            new += self._flush_abort()
+        if self._summary is not None:
+            if self._summary.feed(body):
+                if self._summary.done:
+                    new += self._end_summary()
+                return new
+            new += self._end_summary()
+        if self._dump is not None:
+            if self._dump.feed(body):
+                if self._dump.done:
+                    new += self._end_dump()
+                return new
+            new += self._end_dump()
+        closed, consumed = self._blocks.feed(body, lineno, stream)
+        new += self._close(closed)
+        if "ChildFailedError" in body or "Root Cause (first observed failure)" in body:
+            # torchrun's summary follows (or this is its root-cause section, grep'd): parse it, not the block's
+            self._blocks.end_message(stream)
+            self._summary = SummaryParser(lineno)
+            self._summary.feed(body)
+        elif self._summary is None and EXIT_FIELD.match(body):
+            self._summary = SummaryParser(lineno)  # a summary pasted from its middle
+            previous = self._line_before()
+            if previous is not None and RANK_FIELD.match(previous):
+                self._summary.feed(previous)
+            self._summary.feed(body)
+            return new
+        if consumed:
+            opened = patterns.THREAD_EXCEPTION.match(body) if body.startswith("Exception in thread ") else None
+            if opened is not None:
+                self._look_back(opened.group("thread"))
+            elif patterns.TRACEBACK_START.search(body):
+                before = self._line_before()
+                if before is not None and HANDLED.search(before) and len(self._handled) < MAX_HANDLED:
+                    self._handled.add(lineno)
+                if stream is not None:
+                    self._look_back(stream)
+            self._previous = body
+            return new
+        new += self._free(body, stream, lineno)
+        self._previous = body
+        return new
+
+    def _free(self, body: str, stream: Optional[str], lineno: int) -> List[Finding]:
+        """A line outside any block: progress, or one rule's line."""
+        worker = stream or self._thread_of(body)
+        new: List[Finding] = []
+        found = rate(body)
+        steps = step(body)
+        if found is not None or steps is not None:
+            value, unit = found if found is not None else (None, TOK_S)
+            if unit == IT_S and value is not None and self.options.tokens_per_it:
+                value, unit = value * self.options.tokens_per_it, TOK_S
+            if stream is None and worker != MAIN and worker not in self._tags:
+                self._tags[worker] = f"[{worker}]".encode()
+            new = self._drops(self.progress.record(worker, steps, value, lineno, unit))
+            if not TRIGGER(body.encode("utf-8", "replace")):
+                return new
+        for entry in LINE_RULES:
+            if not any(word in body for word in entry.triggers):
+                continue
+            match = entry.pattern.search(body) if entry.pattern is not None else None
+            if match is None:
+                continue
+            return new + self._rule_line(entry, match, body, worker, stream, lineno)
+        return new
+
+    def _rule_line(self, entry: LogRule, match: "re.Match[str]", body: str, worker: str, stream: Optional[str],
+                   lineno: int) -> List[Finding]:
+        code = entry.rule.code
+        if code == LOG_STACK_DUMP_HANG.code:
+            crash = crash_context(self._previous) or (
+                self._fatal_error_line is not None and lineno - self._fatal_error_line <= CRASH_DUMP_LINES)
+            self._dump = StackDumpParser(lineno, crash=crash)
+            self._dump_worker = stream or MAIN
+            self._dump.feed(body)
+            return []
+        if code == LOG_DENSE_ATTENTION_FALLBACK.code:
+            return self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
+                              f"{worker}: flex_attention ran without torch.compile (dense path that materialises "
+                              "the full scores matrix)", lineno, dict(thread=worker, via="warning"))
+        details = entry.details(match, body)
+        worker = self._worker_for(worker, details)
+        if code == LOG_KILLED_BY_SIGNAL.code and "Fatal Python error" in body:
+            self._fatal_error_line = lineno  # faulthandler's thread dump follows: the crash's stack, not a hang
+        if code == LOG_NCCL_WATCHDOG_ABORT.code:
+            # C++ prints 'terminate called ...' without a rank, before or after the line that names it
+            if worker == MAIN:
+                if self._last_abort is not None and lineno - self._last_abort[1] <= ABORT_LINES:
+                    worker = self._last_abort[0]
+                else:
+                    if self._pending_abort is None:
+                        self._pending_abort = {"details": details, "line": lineno, "body": body}
+                    return []
+            self._pending_abort = None
+            self._last_abort = (worker, lineno)
+        if code == LOG_RECOMPILE_LIMIT.code and not details.get("fatal"):
+            self._pending_recompile = dict(details, thread=worker, line=lineno, function=None, seen=0)
+            return []
+        died = code in _DEATH_LINES or patterns.EXCEPTION_LINE.match(body.strip()) is not None
+        if self._bare is not None and entry.fatal and code not in _DEATH_LINES:  # a cause, not another death
+            self._supersede_bare(worker, lineno)
+        new = self._cause(entry, details, worker, lineno, None)
+        if code == LOG_PROCESS_DIED.code and details.get("exception"):
+            self._bare = (worker, lineno, new[0] if new else None)
+        if died:
+            self._death(worker, code, lineno, lineno, details, exception=_exception_type(body),
+                        message=body.strip(), kind="signal" if code == LOG_KILLED_BY_SIGNAL.code else "process")
+        return new
+
+    def _supersede_bare(self, worker: str, lineno: int) -> None:
+        """'RuntimeError: TensorStorage ...' then 'cuda failed with error 2 out of memory': the exception's message
+        went on to the next lines, which name the cause; the bare exception's finding gives way to it."""
+        bare_worker, bare_line, finding = self._bare or (None, 0, None)
+        self._bare = None
+        if bare_worker != worker or not 0 < lineno - bare_line <= BARE_MESSAGE_LINES:
+            return
+        if finding is not None:
+            self._findings = [f for f in self._findings if f is not finding]
+            self._seen.pop((LOG_PROCESS_DIED.code, worker), None)
+            self._per_code[LOG_PROCESS_DIED.code] -= 1
+        if self._deaths.get(worker, {}).get("line") == bare_line:
+            del self._deaths[worker]
+
+    def _line_before(self) -> Optional[str]:
+        """The line just before the one being parsed (read from the block: the scanner may have skipped it)."""
+        if self._where is None:
+            return self._previous
+        block, offset, _ = self._where
+        if offset == 0:
+            return self._previous
+        start = block.rfind(b"\n", 0, offset - 1) + 1
+        return bytes(block[start:offset - 1]).decode("utf-8", "replace").rstrip("\r")
+
+    def _worker_for(self, worker: str, details: Dict[str, Any]) -> str:
+        """A line that names no worker but a rank ('[PG 0 Rank 3]', torchrun's 'local_rank: 3') is that rank's."""
+        if worker != MAIN:
+            return worker
+        rank = details.get("rank", details.get("local_rank"))
+        return f"rank{rank}" if rank is not None else worker
 
     # -- classification --------------------------------------------------------------------------------------
 
@@ -185,59 +420,18 @@ class LogScanner:
                 return named[key]
         return next((g for g in match.groups() if g), MAIN)
 
-    def _progress(self, text: str, rate: Optional[float], lineno: int) -> List[Finding]:
-        drop = self.progress.record(self._thread_of(text), patterns.step(text), rate, lineno)
-        return NOTHING if drop is None else self._drop(drop)
-
-    def _drop(self, drop) -> List[Finding]:
-        return self._emit(
-            LOG_THROUGHPUT_DROP, (drop.thread, drop.from_line),
-            f"{drop.thread}: throughput fell from {drop.baseline:,.0f} to {drop.level:,.0f} tok/s "
-            f"({100 * (1 - drop.level / drop.baseline):.0f} % lower) from line {drop.from_line}",
-            drop.from_line, thread=drop.thread, **{"from": drop.baseline, "to": drop.level},
-            from_line=drop.from_line, sustained_at_line=drop.line)
-
-    def _line(self, text: str, lineno: int) -> List[Finding]:
-        new = self._flush_recompile(text) if self._pending_recompile is not None else []
-        rate = patterns.throughput(text)
-        if rate is not None or patterns.step(text) is not None:
-            return new + self._progress(text, rate, lineno)
-        thread = self._thread_of(text)
-        if "FX to symbolically" in text and patterns.FX_TRACE_RACE.search(text):
-            new += self._fx_race(thread, text.strip(), lineno, None)
-        elif ("out of memory" in text or "OutOfMemory" in text) and patterns.CUDA_OOM.search(text):
-            new += self._oom(thread, text.strip(), lineno, None)
-        elif patterns.DENSE_FALLBACK_WARNING.search(text):
-            new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
-                              f"{thread}: flex_attention ran without torch.compile (dense path that materialises "
-                              "the full scores matrix)", lineno, thread=thread, via="warning")
-        elif "atchdog" in text:
-            nccl = patterns.NCCL_TIMEOUT.search(text) or patterns.NCCL_STUCK.search(text)
-            if nccl:
-                new += self._nccl(thread, nccl, text, lineno)
-        elif "hit config." in text:
-            recompile = patterns.RECOMPILE_LIMIT.search(text)
-            if recompile:
-                self._pending_recompile = {"thread": thread, "line": lineno, "limit": recompile.group("limit"),
-                                           "value": int(recompile.group("value")), "function": None}
+    def _drops(self, drops: List[DropEvent]) -> List[Finding]:
+        new: List[Finding] = []
+        for drop in drops:
+            who = "all workers together" if drop.thread == TOTAL else drop.thread
+            how = " by the end of the log" if drop.at_end else ""
+            new += self._emit(
+                LOG_THROUGHPUT_DROP, (drop.thread, drop.unit, drop.from_line),
+                f"{who}: throughput fell from {drop.baseline:,.0f} to {drop.level:,.0f} {drop.unit} "
+                f"({100 * (1 - drop.level / drop.baseline):.0f} % lower) from line {drop.from_line}{how}",
+                drop.from_line, {"thread": drop.thread, "unit": drop.unit, "from": drop.baseline, "to": drop.level,
+                                 "from_line": drop.from_line, "sustained_at_line": drop.line, "at_end": drop.at_end})
         return new
-
-    def _flush_recompile(self, text: Optional[str] = None) -> List[Finding]:
-        pending = self._pending_recompile
-        if pending is None:
-            return []
-        if text is not None:
-            function = patterns.RECOMPILE_FUNCTION.search(text)
-            if function:
-                pending["function"] = f"{function.group('function')} ({function.group('where')})"
-            elif self.lines - pending["line"] < RECOMPILE_LOOKAHEAD:
-                return []
-        self._pending_recompile = None
-        where = f" for {pending['function']}" if pending["function"] else ""
-        return self._emit(LOG_RECOMPILE_LIMIT, (pending["function"] or pending["thread"],),
-                          f"Dynamo hit config.{pending['limit']} ({pending['value']}){where}: it now runs eagerly",
-                          pending["line"], thread=pending["thread"], limit=pending["limit"],
-                          limit_value=pending["value"], function=pending["function"])
 
     def _close(self, blocks: List[ExceptionBlock]) -> List[Finding]:
         new: List[Finding] = []
@@ -247,94 +441,292 @@ class LogScanner:
         return new
 
     def _block(self, block: ExceptionBlock) -> List[Finding]:
-        thread = block.thread or MAIN
+        worker = (block.stream or block.thread or MAIN) if block.process else (block.thread or block.stream or MAIN)
         final = block.final
+        if block.start_line in self._handled:
+            return self._handled_block(block, worker)
+        if final is not None and final.type.endswith("ChildFailedError"):
+            return []  # torchrun's own traceback: its summary (torchrun.py) names the rank that failed
         new: List[Finding] = []
-        codes = []
+        cause: Optional[Tuple[str, Dict[str, Any]]] = None
         for exc in block.exceptions:
             text = f"{exc.type}: {exc.message}" if exc.message else exc.type
-            if patterns.FX_TRACE_RACE.search(text):
-                codes.append(LOG_FX_TRACE_RACE.code)
-                new += self._fx_race(thread, text, exc.line, block)
-            elif patterns.CUDA_OOM.search(text):
-                codes.append(LOG_CUDA_OOM.code)
-                new += self._oom(thread, text, exc.line, block)
-            elif patterns.NCCL_EXCEPTION.search(text):
-                codes.append(LOG_NCCL_TIMEOUT.code)
-                new += self._emit(LOG_NCCL_TIMEOUT, (thread,), f"{thread}: {text[:MESSAGE_CHARS]}", exc.line,
-                                  thread=thread, exception=exc.type, block_line=block.start_line)
-        dense = [f for f in block.frames if f[2] in patterns.DENSE_FALLBACK_FRAMES]
+            for entry in FATAL_RULES:
+                match = entry.pattern.search(text) if entry.pattern is not None else None
+                if match is None:
+                    continue
+                details = entry.details(match, text)
+                worker = self._worker_for(worker, details)
+                new += self._cause(entry, details, worker, exc.line, block)
+                cause = cause or (entry.rule.code, details)
+                break
+        dense = [f for f in block.frames if f[2] in ("sdpa_dense", "math_attention", "sdpa_dense_backward")]
         if dense:
             line = final.line if final else block.start_line
             new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
-                              f"{thread}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
-                              thread=thread, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
-                              block_line=block.start_line)
-        if block.thread is None:
-            return new
-        if not codes:
+                              f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
+                              dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
+                                   block_line=block.start_line))
+        if final is None and block.thread is None and _launcher_frames(block.frames):
+            return new  # torchrun's own traceback: its summary names the rank that failed
+        thread_death = block.thread is not None and not block.process
+        if cause is None:
+            rule = LOG_THREAD_DIED if thread_death else LOG_PROCESS_DIED
+            what = f"thread {worker}" if thread_death else (
+                f"{worker} (main thread)" if worker == MAIN else worker)
             if final is None:
-                message = f"thread {thread} died; its exception is not in the log"
+                message = f"{what} died; its exception is not in the log"
             else:
-                said = f": {final.message}" if final.message else ""
-                message = f"thread {thread} died: {final.type}{said}"[:MESSAGE_CHARS]
-            codes.append(LOG_THREAD_DIED.code)
-            new += self._emit(LOG_THREAD_DIED, (thread,), message, final.line if final else block.start_line,
-                              thread=thread, exception=final.type if final else None, block_line=block.start_line,
-                              last_step=self._last_step(thread))
-        if thread not in self._deaths and len(self._deaths) < self.progress.max_threads:
-            self._deaths[thread] = {
-                "line": final.line if final else block.start_line,
-                "block_line": block.start_line,
-                "exception": final.type if final else None,
-                "message": (final.message if final else "")[:MESSAGE_CHARS],
-                "code": codes[0],
-                "last_frame": f"{block.frames[-1][0]}:{block.frames[-1][1]} in {block.frames[-1][2]}"
-                if block.frames else None,
-            }
+                said = f": {_first_line(final.message)}" if final.message else ""
+                message = f"{what} died: {final.type}{said}"[:MESSAGE_CHARS]
+            new += self._emit(rule, (worker,), message, final.line if final else block.start_line,
+                              dict(thread=worker, exception=final.type if final else None,
+                                   block_line=block.start_line, last_step=self._last_step(worker)))
+            cause = (rule.code, {})
+        code, details = cause
+        self._death(worker, code, final.line if final else block.start_line, block.start_line, details,
+                    exception=final.type if final else None, message=final.message if final else "",
+                    kind="thread" if thread_death else "process",
+                    last_frame=(f"{block.frames[-1][0]}:{block.frames[-1][1]} in {block.frames[-1][2]}"
+                                if block.frames else None))
         return new
 
-    def _last_step(self, thread: str) -> Optional[int]:
-        state = self.progress.threads.get(thread)
+    def _handled_block(self, block: ExceptionBlock, worker: str) -> List[Finding]:
+        """A traceback the program printed and went on from ('Exception ignored in:', '... attempting to recover'):
+        no death; a named cause is still reported, as a warning."""
+        new: List[Finding] = []
+        for exc in block.exceptions:
+            text = f"{exc.type}: {exc.message}" if exc.message else exc.type
+            entry = next((e for e in FATAL_RULES if e.pattern is not None and e.pattern.search(text)), None)
+            if entry is not None and entry.rule.code != LOG_PROCESS_DIED.code:
+                match = entry.pattern.search(text) if entry.pattern is not None else None
+                details = entry.details(match, text) if match is not None else {}
+                new += self._emit(entry.rule, (worker, "handled", exc.line),
+                                  f"{worker}: {entry.message(details)} (handled: the log says it went on)"[:MESSAGE_CHARS],
+                                  exc.line, dict(details, thread=worker, block_line=block.start_line, survived=True),
+                                  severity=Severity.WARNING)
+        return new
+
+    def _cause(self, entry: LogRule, details: Dict[str, Any], worker: str, line: int,
+               block: Optional[ExceptionBlock]) -> List[Finding]:
+        rule = entry.rule
+        key: tuple = (worker,)
+        if rule.code == "DFD502":
+            key = (worker, details.get("gpu"))
+        elif rule.code == LOG_KILLED_BY_SIGNAL.code:
+            # a DataLoader worker's crash is printed twice (by the worker, then by the loader with its pid)
+            key = (worker, details.get("signal"),
+                   "DataLoader" if details.get("worker_kind") else details.get("pid"))
+        elif "rank" in details and details.get("rank") is not None and worker.startswith("rank"):
+            key = (f"rank{details['rank']}",)
+        severity = Severity.ERROR if rule.code == LOG_RECOMPILE_LIMIT.code and details.get("fatal") else None
+        evidence = dict(details, thread=worker, block_line=block.start_line if block else None,
+                        last_step=self._last_step(worker))
+        return self._emit(rule, key, f"{worker}: {entry.message(details)}"[:MESSAGE_CHARS * 2], line, evidence,
+                          severity=severity)
+
+    def _death(self, worker: str, code: str, line: int, block_line: int, details: Dict[str, Any], *,
+               exception: Optional[str], message: str, kind: str, last_frame: Optional[str] = None) -> None:
+        if worker in self._deaths or len(self._deaths) >= self.progress.max_threads:
+            return
+        if line == self.lines:
+            self._look_back(worker)
+        gpu = details.get("gpu")
+        if gpu is None and message:
+            gpu = gpu_in(message)
+        self._deaths[worker] = {
+            "line": line, "block_line": block_line, "exception": exception,
+            "message": _first_line(message)[:MESSAGE_CHARS], "code": code, "last_frame": last_frame,
+            "last_step": self._last_step(worker), "gpu": gpu, "signal": details.get("signal"), "kind": kind,
+            "root_cause": False,
+        }
+
+    def _look_back(self, worker: str) -> None:
+        """Where progress was sampled, find the worker's last progress line before the line being parsed (its
+        traceback's first line, or the line saying it died) in this block."""
+        if self._where is None or worker == MAIN:
+            return
+        tag = self._tags.get(worker) or f"[{worker}]".encode("utf-8", "replace")
+        block, offset, line = self._where
+        state = self.progress.threads.get(worker)
+        hit = block.rfind(tag, 0, offset)
+        for _ in range(LOOKBACK_TRIES):
+            if hit < 0:
+                return
+            start = block.rfind(b"\n", 0, hit) + 1
+            end = block.find(b"\n", hit)
+            hit_line = line - block.count(b"\n", start, offset)
+            if state is not None and state.last_line >= hit_line:
+                return
+            text = block[start:end].decode("utf-8", "replace")
+            found, steps = rate(text), step(text)
+            if found is not None or steps is not None:
+                value, unit = found if found is not None else (None, TOK_S)
+                self.progress.record(worker, steps, value, hit_line, unit)
+                return
+            hit = block.rfind(tag, 0, start)
+
+    def _last_step(self, worker: str) -> Optional[int]:
+        state = self.progress.threads.get(worker)
         return state.last_step if state else None
 
-    def _fx_race(self, thread: str, text: str, line: int, block: Optional[ExceptionBlock]) -> List[Finding]:
-        return self._emit(
-            LOG_FX_TRACE_RACE, (thread,),
-            f"{thread}: RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
-            "function (the FX-tracing race between threads)", line,
-            thread=thread, block_line=block.start_line if block else None, last_step=self._last_step(thread),
-            **_gpu(text))
+    # -- what spans lines --------------------------------------------------------------------------------------
 
-    def _oom(self, thread: str, text: str, line: int, block: Optional[ExceptionBlock]) -> List[Finding]:
-        gpu = patterns.OOM_GPU.search(text)
-        index = None if gpu is None else int(gpu.group("gpu") or gpu.group("old"))
-        tried = patterns.OOM_TRIED.search(text)
-        where = f" on GPU {index}" if index is not None else ""
-        return self._emit(
-            LOG_CUDA_OOM, (thread, index), f"{thread}: CUDA out of memory{where}"
-            + (f" (tried to allocate {tried.group('size')})" if tried else ""), line,
-            thread=thread, gpu=index, tried_to_allocate=tried.group("size") if tried else None,
-            block_line=block.start_line if block else None, last_step=self._last_step(thread))
+    def _recompile_lookahead(self, body: str) -> List[Finding]:
+        pending = self._pending_recompile
+        if pending is None:
+            return []
+        match = re.search(r"function: '(?P<function>[^']+)' \((?P<where>[^)]*)\)", body)
+        pending["seen"] += 1
+        if match:
+            pending["function"] = f"{match.group('function')} ({match.group('where')})"
+        elif pending["seen"] < RECOMPILE_LOOKAHEAD:
+            return []
+        return self._flush_recompile()
 
-    def _nccl(self, thread: str, match: "re.Match", text: str, line: int) -> List[Finding]:
-        groups = match.groupdict()
-        rank_match = None if groups.get("rank") else patterns.NCCL_RANK.search(text)
-        rank_text = groups.get("rank") or (rank_match.group("rank") if rank_match else None)
-        rank = int(rank_text) if rank_text else None
-        if groups.get("ran"):
-            timeout = re.search(r"Timeout\(ms\)=(\d+)", groups["work"] or "")
-            message = (f"rank {rank if rank is not None else '?'}: NCCL collective timed out after "
-                       f"{int(groups['ran']) / 1000:.0f} s ({groups['work']})")
-            extra = {"work": groups["work"], "ran_ms": int(groups["ran"]),
-                     "timeout_ms": int(timeout.group(1)) if timeout else None}
+    def _flush_recompile(self) -> List[Finding]:
+        pending = self._pending_recompile
+        if pending is None:
+            return []
+        self._pending_recompile = None
+        details = {k: pending[k] for k in ("limit", "limit_value", "fatal", "why", "function")}
+        entry = LOG_RULES[LOG_RECOMPILE_LIMIT.code]
+        return self._emit(LOG_RECOMPILE_LIMIT, (pending["function"] or pending["thread"],),
+                          entry.message(details), pending["line"], dict(details, thread=pending["thread"]))
+
+    def _flush_abort(self) -> List[Finding]:
+        """A 'terminate called' line no rank claimed within ABORT_LINES: the process's own abort."""
+        pending, self._pending_abort = self._pending_abort, None
+        if pending is None:
+            return []
+        entry = LOG_RULES[LOG_NCCL_WATCHDOG_ABORT.code]
+        new = self._cause(entry, pending["details"], MAIN, pending["line"], None)
+        self._death(MAIN, entry.rule.code, pending["line"], pending["line"], pending["details"],
+                    exception=None, message=pending["body"].strip(), kind="process")
+        return new
+
+    def _merge_fatal_recompile(self) -> None:
+        """With fullgraph=True the limit warning is followed by FailOnRecompileLimitHit: one fatal finding, not a
+        warning that says 'runs eagerly' beside it."""
+        fatal = [f for f in self._findings if f.code == LOG_RECOMPILE_LIMIT.code and f.evidence.get("fatal")]
+        if not fatal:
+            return
+        warnings = [f for f in self._findings if f.code == LOG_RECOMPILE_LIMIT.code and not f.evidence.get("fatal")]
+        function = next((w.evidence.get("function") for w in warnings if w.evidence.get("function")), None)
+        limit = next((w.evidence for w in warnings if w.evidence.get("limit")), None)
+        merged = []
+        for finding in fatal:
+            details = dict(finding.evidence, function=finding.evidence.get("function") or function)
+            if limit is not None and not details.get("limit"):
+                details.update(limit=limit["limit"], limit_value=limit["limit_value"])
+            message = f"{details['thread']}: {LOG_RULES[LOG_RECOMPILE_LIMIT.code].message(details)}"
+            merged.append(replace(finding, message=message, evidence=details))
+        kept = [f for f in self._findings if f.code != LOG_RECOMPILE_LIMIT.code]
+        self._findings = kept + merged
+
+    def _end_summary(self) -> List[Finding]:
+        summary, self._summary = self._summary, None
+        if summary is None:
+            return []
+        root = summary.root or next((f for f in summary.failures if f.rank is not None), None)
+        new: List[Finding] = []
+        for failure in summary.failures:
+            if failure.rank is None:
+                continue
+            worker = f"rank{failure.rank}"
+            if failure is root:
+                new += self._root_failure(root, summary, worker)
+            elif worker not in self._deaths:
+                self._death(worker, LOG_KILLED_BY_SIGNAL.code if failure.signal else LOG_PROCESS_DIED.code,
+                            summary.start_line, summary.start_line, {"signal": failure.signal},
+                            exception=None, message=_failure_words(failure), kind="collateral")
+        if root is not None:
+            self._root_cause = dict(root.to_dict(), line=summary.start_line)
+        return new
+
+    def _root_failure(self, root: Failure, summary: SummaryParser, worker: str) -> List[Finding]:
+        text = root.text()
+        others = [f.to_dict() for f in summary.failures if f is not root]
+        common = {"root_cause": True, "exitcode": root.exitcode, "host": root.host, "pid": root.pid,
+                  "other_failures": others}
+        new: List[Finding] = []
+        if worker in self._deaths:
+            self._deaths[worker]["root_cause"] = True
+            return new
+        for entry in FATAL_RULES:
+            match = entry.pattern.search(text) if entry.pattern is not None else None
+            if match is not None:
+                details = dict(entry.details(match, text), **common)
+                new += self._cause(entry, details, worker, summary.start_line, None)
+                self._death(worker, entry.rule.code, summary.start_line, summary.start_line, details,
+                            exception=_exception_type(text.splitlines()[-1]) if text else None,
+                            message=text.splitlines()[-1] if text else "", kind="process")
+                break
         else:
-            message = f"rank {rank if rank is not None else '?'}: NCCL watchdog stuck for {groups['secs']} s"
-            extra = {"stuck_s": int(groups["secs"])}
-        return self._emit(LOG_NCCL_TIMEOUT, (rank if rank is not None else thread,), message, line,
-                          thread=thread, rank=rank, **extra)
+            if root.signal:
+                from dflash_doctor.rules.logs import SIGNAL_MEANING
 
-    def _emit(self, rule, key: tuple, message: str, line: int, **evidence) -> List[Finding]:
+                details = dict(common, signal=root.signal, meaning=SIGNAL_MEANING.get(root.signal, ""))
+                entry = LOG_RULES[LOG_KILLED_BY_SIGNAL.code]
+                new += self._cause(entry, details, worker, summary.start_line, None)
+                self._death(worker, LOG_KILLED_BY_SIGNAL.code, summary.start_line, summary.start_line, details,
+                            exception=None, message=_failure_words(root), kind="signal")
+            else:
+                new += self._emit(LOG_PROCESS_DIED, (worker,),
+                                  f"{worker}: failed first ({_failure_words(root)})", summary.start_line,
+                                  dict(common, thread=worker, last_step=self._last_step(worker)))
+                self._death(worker, LOG_PROCESS_DIED.code, summary.start_line, summary.start_line, common,
+                            exception=None, message=_failure_words(root), kind="process")
+        if worker in self._deaths:
+            self._deaths[worker]["root_cause"] = True
+        return new
+
+    def _end_dump(self) -> List[Finding]:
+        dump, self._dump = self._dump, None
+        if dump is not None and dump.crash:
+            self._fatal_error_line = self._lineno  # a crash dump cut by an odd line may go on after it
+        if dump is None or dump.crash or not dump.threads:
+            return []
+        diagnosis = dump.diagnosis()
+        threads = dump.summary()
+        deadlock = diagnosis.kind == "deadlock"
+        if deadlock:
+            message = f"{self._dump_worker}: stack dump shows a deadlock: {diagnosis.summary()}"
+        else:
+            idle = sum(1 for t in dump.threads if t.status.startswith("idle"))
+            where = "; ".join(f"{t['thread']} at {t['at']}" for t in threads[:4] if t["at"])
+            message = (f"{self._dump_worker}: stack dump of a stuck process, {len(threads)} thread(s), {idle} idle"
+                       + (f": {where}" if where else ""))
+        return self._emit(LOG_STACK_DUMP_HANG, (dump.start_line,), message[:MESSAGE_CHARS * 2], dump.start_line,
+                          dict(thread=self._dump_worker, cycle=diagnosis.cycle, chain=list(diagnosis.chain),
+                               threads=threads, hint=diagnosis.hint),
+                          severity=Severity.ERROR if deadlock else None)
+
+    def _demote_handled(self) -> None:
+        """A worker that logs progress after its traceback only logged a handled error: not dead."""
+        for worker, death in list(self._deaths.items()):
+            if death["kind"] != "process":
+                continue
+            state = self.progress.threads.get(worker)
+            if state is None or state.last_line <= death["line"]:
+                continue
+            del self._deaths[worker]
+            kept = []
+            for finding in self._findings:
+                if finding.evidence.get("thread") != worker or finding.line is None or finding.line > state.last_line:
+                    kept.append(finding)
+                elif finding.code == LOG_PROCESS_DIED.code:
+                    continue
+                elif finding.code in (entry.rule.code for entry in FATAL_RULES):
+                    kept.append(replace(finding, severity=Severity.WARNING,
+                                        message=f"{finding.message} (handled: {worker} logged progress after it)",
+                                        evidence=dict(finding.evidence, survived=True)))
+                else:
+                    kept.append(finding)
+            self._findings = kept
+
+    def _emit(self, rule: Rule, key: tuple, message: str, line: int, evidence: Dict[str, Any],
+              severity: Optional[Severity] = None) -> List[Finding]:
         full_key = (rule.code,) + key
         if full_key in self._seen:
             self._seen[full_key] += 1
@@ -344,7 +736,7 @@ class LogScanner:
             return []
         self._seen[full_key] = 1
         self._per_code[rule.code] = self._per_code.get(rule.code, 0) + 1
-        finding = rule.finding(message, path=self.path, line=line, column=1, evidence=evidence)
+        finding = rule.finding(message, path=self.path, line=line, column=1, evidence=evidence, severity=severity)
         self._findings.append(finding)
         return [finding]
 
@@ -356,14 +748,16 @@ class LogScanner:
             threads[name] = {
                 "last_step": state.last_step,
                 "last_step_line": state.last_step_line,
-                "last_tok_s": state.last_tok_s,
+                "last_tok_s": state.last_rate if state.rate_unit == TOK_S else None,
+                "last_rate": state.last_rate,
+                "rate_unit": state.rate_unit,
                 "progress_lines": state.progress_lines,
                 "died": self._deaths.get(name),
             }
         for name, death in self._deaths.items():
             threads.setdefault(name, {"last_step": None, "last_step_line": None, "last_tok_s": None,
-                                      "progress_lines": 0, "died": death})
-        repeats = {}
+                                      "last_rate": None, "rate_unit": None, "progress_lines": 0, "died": death})
+        repeats: Dict[str, int] = {}
         for key, count in self._seen.items():
             if count > 1:
                 repeats[key[0]] = repeats.get(key[0], 0) + count - 1
@@ -373,50 +767,26 @@ class LogScanner:
             "bytes": self.bytes,
             "exceptions": self.exceptions,
             "threads": dict(sorted(threads.items())),
+            "root_cause": self._root_cause,
             "untracked_threads": self.progress.untracked_threads,
+            "progress_sampled": self.sampled,
             "repeats": repeats,
             "suppressed": self._suppressed,
         }
 
 
-def _gpu(text: str) -> dict:
-    match = patterns.GPU_MENTION.search(text)
-    return {"gpu": int(match.group("gpu"))} if match else {}
+def _first_line(text: str) -> str:
+    return text.split("\n", 1)[0]
 
 
-def scan_stream(stream, path: str, options: LogOptions = LogOptions()) -> Report:
-    """Scan a binary stream to its end."""
-    from dflash_doctor.logs.reader import iter_blocks
-
-    scanner = LogScanner(path, options)
-    feed_block = scanner.feed_block
-    for block in iter_blocks(stream):
-        feed_block(block, scanner.lines + 1)
-    return scanner.finish()
+def _exception_type(line: str) -> Optional[str]:
+    match = patterns.EXCEPTION_LINE.match(line.strip())
+    return match.group("type") if match else None
 
 
-def follow_file(path: str, options: LogOptions, should_stop, on_findings=None, sleep=None, poll: float = 0.25
-                ) -> Report:
-    """`tail -f` a file from its start until `should_stop()` or Ctrl-C; `on_findings` gets new findings live."""
-    from dflash_doctor.logs.reader import follow_blocks
-
-    scanner = LogScanner(path, options)
-
-    def idle() -> None:
-        found = scanner.idle()
-        if found and on_findings is not None:
-            on_findings(found)
-
-    lineno = 1
-    try:
-        for block in follow_blocks(path, should_stop, on_idle=idle, sleep=sleep, poll=poll):
-            if block is None:  # truncated: line numbers restart with the new content
-                lineno = 1
-                continue
-            found = scanner.feed_block(block, lineno)
-            lineno = scanner.lines + 1
-            if found and on_findings is not None:
-                on_findings(found)
-    except KeyboardInterrupt:
-        pass  # Ctrl-C ends following; the report of what was read still comes out
-    return scanner.finish()
+def _failure_words(failure: Failure) -> str:
+    if failure.signal:
+        return f"killed by {failure.signal}"
+    if failure.exitcode is not None:
+        return f"exit code {failure.exitcode}"
+    return "failed"

@@ -1,42 +1,71 @@
-"""Text view of `logs` facts: the last step, throughput and fate of every thread."""
+"""Text view of `logs` facts: every worker's last step, throughput and fate, the root cause, and what to do next."""
 from __future__ import annotations
+
+from dflash_doctor.logs.printable import printable
+
+
+def safe(value) -> str:
+    from rich.markup import escape
+
+    return escape(printable(str(value)))
 
 
 def threads_table(facts: dict):
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("thread", "last step", "at line", "tok/s", "fate"):
+    for column in ("worker", "last step", "at line", "rate", "fate"):
         table.add_column(column, no_wrap=column != "fate")
     for name, t in facts.get("threads", {}).items():
         death = t.get("died")
-        fate = (f"[red]died[/] line {death['line']}: {escape(str(death['exception']))} ({death['code']})"
-                if death else "")
+        fate = ""
+        if death:
+            why = death.get("exception") or (f"killed by {death['signal']}" if death.get("signal") else "died")
+            fate = f"[red]died[/] line {death['line']}: {safe(why)} ({death['code']})"
+            if death.get("root_cause"):
+                fate += " [bold]root cause[/]"
+            if death.get("gpu") is not None:
+                fate += f", GPU {death['gpu']}"
+        rate = t.get("last_rate")
         table.add_row(
-            escape(name),
+            safe(name),
             "-" if t.get("last_step") is None else str(t["last_step"]),
             "-" if t.get("last_step_line") is None else str(t["last_step_line"]),
-            "-" if t.get("last_tok_s") is None else f"{t['last_tok_s']:,.0f}",
+            "-" if rate is None else f"{rate:,.0f} {t.get('rate_unit') or ''}".strip(),
             fate,
         )
     return table
 
 
+def render_next_steps(console, steps) -> None:
+    if not steps:
+        return
+    console.print("[bold]Next[/]")
+    for step in steps:
+        console.print(f"  • {safe(step)}")
+
+
 def render_logs(console, facts: dict) -> None:
     mib = facts.get("bytes", 0) / 2 ** 20
-    console.print(f"[bold]Log[/] [dim]{facts.get('path')}: {facts.get('lines', 0):,} lines, {mib:,.1f} MiB, "
-                  f"{facts.get('exceptions', 0)} traceback block(s)[/]")
+    compression = f", {facts['compression']}-compressed" if facts.get("compression") else ""
+    console.print(f"[bold]Log[/] [dim]{safe(facts.get('path'))}: {facts.get('lines', 0):,} lines, {mib:,.1f} MiB"
+                  f"{compression}, {facts.get('exceptions', 0)} traceback block(s)[/]")
     if facts.get("threads"):
         console.print(threads_table(facts))
+    root = facts.get("root_cause")
+    if root:
+        how = f"killed by {root['signal']}" if root.get("signal") else f"exit code {root.get('exitcode')}"
+        console.print(f"torchrun: rank {root.get('rank')} failed first ({safe(how)}, host "
+                      f"{safe(root.get('host') or '?')})")
+    if facts.get("progress_sampled"):
+        console.print("[dim]throughput sampled (the end of every MiB of log); deaths and errors read in full[/]")
     if facts.get("suppressed"):
         console.print(f"[dim]findings beyond the per-rule cap, not listed: {facts['suppressed']}[/]")
+    render_next_steps(console, facts.get("next_steps"))
     console.print()
 
 
 def render_finding_live(console, finding) -> None:
     """One finding as it is found by --follow (the full report follows at the end)."""
-    from rich.markup import escape
-
-    console.print(f"[dim]{escape(str(finding.path))}:{finding.line}:[/] [bold]{finding.code}[/] {finding.name} "
-                  f"{escape(finding.message)}")
+    console.print(f"[dim]{safe(finding.path)}:{finding.line}:[/] [bold]{finding.code}[/] {finding.name} "
+                  f"{safe(finding.message)}")

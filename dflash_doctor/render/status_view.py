@@ -1,29 +1,32 @@
 """Text view of `status`: who died, what killed them, what they left idle, what the others do, what to try."""
 from __future__ import annotations
 
+from dflash_doctor.render.logs_view import render_next_steps, safe
+
 
 def _gib(mib) -> str:
     return "?" if mib is None else f"{mib / 1024:.1f} GiB"
 
 
 def render_status(console, facts: dict) -> None:
-    from rich.markup import escape
-
     workers = facts.get("workers", [])
     dead = [w for w in workers if w["state"] == "dead"]
     console.print("[bold]Dead workers[/]")
     if not dead:
         console.print("  none in the log")
-    for w in dead:
+    for w in sorted(dead, key=lambda w: (not (w["cause"] or {}).get("root_cause"), w["cause"]["line"])):
         cause = w["cause"]
-        console.print(f"  [red]{escape(w['thread'])}[/] died at log line {cause['line']}: "
-                      f"{escape(str(cause['exception']))} ({cause['code']})")
+        what = cause.get("exception") or (f"killed by {cause['signal']}" if cause.get("signal") else "died")
+        first = " [bold](failed first)[/]" if cause.get("root_cause") else ""
+        step = "" if w["last_step"] is None else f", last step {w['last_step']}"
+        console.print(f"  [red]{safe(w['thread'])}[/] died at log line {cause['line']}{step}: {safe(what)} "
+                      f"({cause['code']}){first}")
         if cause.get("message"):
-            console.print(f"    [dim]{escape(cause['message'])}[/]")
+            console.print(f"    [dim]{safe(cause['message'])}[/]")
         if w["gpu"] is None:
-            console.print("    GPU unknown: pass --roles or --map THREAD=GPU")
+            console.print("    GPU unknown: pass --roles or --map NAME=GPU")
         else:
-            left = (f"left GPU {w['gpu']} ({w['role'] or 'no role'}) at "
+            left = (f"left GPU {w['gpu']} ({safe(w['role'] or 'no role')}) at "
                     f"{'?' if w['gpu_utilization'] is None else format(w['gpu_utilization'], '.0f')} % holding "
                     f"{_gib(w['gpu_memory_used_mib'])}")
             codes = ", ".join(w["gpu_findings"])
@@ -35,20 +38,18 @@ def render_status(console, facts: dict) -> None:
         step = "no step logged" if w["last_step"] is None else f"step {w['last_step']}"
         rate = "" if w["last_tok_s"] is None else f", {w['last_tok_s']:,.0f} tok/s"
         gpu = "" if w["gpu"] is None else f" on GPU {w['gpu']}"
-        console.print(f"  {escape(w['thread'])}{gpu}: {w['state']}, {step}{rate}")
+        console.print(f"  {safe(w['thread'])}{gpu}: {w['state']}, {step}{rate}")
     dead_gpus = {w["gpu"] for w in dead}
     for g in facts.get("gpus", []):
         if g["gpu"] in dead_gpus or (g["thread"] is not None and not g["findings"]):
             continue
         util = "?" if g["utilization"] is None else f"{g['utilization']:.0f} %"
         codes = f" [yellow]{', '.join(g['findings'])}[/]" if g["findings"] else ""
-        who = f" ({escape(g['thread'])})" if g["thread"] else ""
-        console.print(f"  GPU {g['gpu']} {g['role'] or ''}{who}: {util}, {_gib(g['memory_used_mib'])}{codes}")
+        who = f" ({safe(g['thread'])})" if g["thread"] else ""
+        console.print(f"  GPU {g['gpu']} {safe(g['role'] or '')}{who}: {util}, {_gib(g['memory_used_mib'])}{codes}")
     if facts.get("unexplained_idle_gpus"):
-        console.print(f"  [yellow]idle GPUs with no dead thread mapped to them:[/] "
+        console.print(f"  [yellow]idle GPUs with no dead worker mapped to them:[/] "
                       f"{', '.join(map(str, facts['unexplained_idle_gpus']))}")
-    if facts.get("next_steps"):
-        console.print("\n[bold]Try next[/]")
-        for step in facts["next_steps"]:
-            console.print(f"  • {escape(step)}")
+    console.print()
+    render_next_steps(console, facts.get("next_steps"))
     console.print()

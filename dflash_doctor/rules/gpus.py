@@ -11,12 +11,14 @@ GPU_IDLE_MEMORY_HELD = register(Rule(
     code="DFD401",
     name="gpu-idle-memory-held",
     severity=Severity.ERROR,
-    summary="GPU holds memory at near-zero utilization: a stalled or dead worker",
+    summary="GPU holds memory at near-zero utilization while other GPUs of the job work: a stalled or dead worker",
     rationale=(
         "A worker that dies inside a multi-threaded trainer (the seeds' drafter-0, killed by the FX-tracing race) "
         "leaves its tensors and CUDA context allocated: nvidia-smi shows tens of GB held at 0 %. Nothing frees the "
         "memory until the process exits, and the pipeline keeps running at reduced capacity. Utilization is "
-        "averaged over several samples (live) or several CSV rows of the same GPU, so one quiet instant does not fire."
+        "averaged over several samples (live) or several CSV rows of the same GPU, so one quiet instant does not "
+        "fire. It needs another GPU of the job at work: when every loaded GPU is idle the job may still be "
+        "loading, which is DFD406."
     ),
     fix="Find the dead worker: `dflash-doctor status --log train.log --from snapshot.csv` names the thread and why.",
     example_format="nvidia-smi-csv",
@@ -115,5 +117,63 @@ GPU_PROCESS_GONE = register(Rule(
         "# live: 0:4242=running 1:4243=running\n"
         "0, 76705 MiB, 95 %\n"
         "1, 78000 MiB, 97 %\n"
+    ),
+))
+
+GPU_IDLE_EMPTY_BESIDE_BUSY = register(Rule(
+    code="DFD405",
+    name="gpu-idle-empty-beside-busy-peers",
+    severity=Severity.WARNING,
+    summary="GPU idle and (nearly) empty while its role peers are busy: likely a worker that died and freed it",
+    rationale=(
+        "A rank or worker process that crashed exits and its GPU memory is freed: what is left is a GPU at 0 % "
+        "holding nothing, or only a bare CUDA context, beside peers of the same role at work. That is what a "
+        "crashed rank looks like in nvidia-smi, the opposite of DFD401 (a dead thread inside a live process keeps "
+        "its memory). Peers count as busy above --busy-util % while holding at least --min-held. Without --roles "
+        "every GPU is a peer of every other, so an unused GPU on a shared machine fires too: pass --roles."
+    ),
+    fix=("Find the worker that ran on it: `dflash-doctor logs train.log` (a rank's traceback, a signal, torchrun's "
+         "root cause) or `dflash-doctor status --log train.log --from snapshot.csv --roles ...`."),
+    example_format="nvidia-smi-csv",
+    bad=(
+        "# --roles target=0-3\n"
+        "0, 71002 MiB, 97 %\n"
+        "1, 70890 MiB, 95 %\n"
+        "2, 0 MiB, 0 %\n"
+        "3, 70994 MiB, 88 %\n"
+    ),
+    good=(
+        "# --roles target=0-3\n"
+        "0, 71002 MiB, 97 %\n"
+        "1, 70890 MiB, 95 %\n"
+        "2, 70917 MiB, 91 %\n"
+        "3, 70994 MiB, 88 %\n"
+    ),
+))
+
+GPU_ALL_IDLE = register(Rule(
+    code="DFD406",
+    name="gpu-all-idle",
+    severity=Severity.INFO,
+    summary="every loaded GPU is idle: still loading, or the whole job is stuck",
+    rationale=(
+        "When every GPU of the job holds memory and none works, one snapshot cannot tell a job that is still "
+        "loading weights or compiling (minutes of idle GPUs are normal then) from a job that hangs (a NCCL "
+        "collective waiting for a dead rank, a deadlock). So one snapshot is information only; when several "
+        "samples over time (--samples, or nvidia-smi -l rows) show the GPUs staying idle, it is a warning. Per-GPU "
+        "DFD401 is not raised in this case: with nothing at work there is no peer to compare with."
+    ),
+    fix=("Sample again over a minute (`dflash-doctor gpus --samples 60 --interval 1`); if it stays idle, dump the "
+         "stacks (`py-spy dump --pid PID`) and read the log (`dflash-doctor logs train.log`)."),
+    example_format="nvidia-smi-csv",
+    bad=(
+        "# --roles target=0-1\n"
+        "0, 61002 MiB, 0 %\n"
+        "1, 60890 MiB, 1 %\n"
+    ),
+    good=(
+        "# --roles target=0-1\n"
+        "0, 61002 MiB, 93 %\n"
+        "1, 60890 MiB, 95 %\n"
     ),
 ))

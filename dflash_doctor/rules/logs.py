@@ -1,12 +1,128 @@
 """Training-log rules (DFD5xx): what `dflash-doctor logs` finds while streaming a log.
 
+Each rule is declared once, here, as a `LogRule`: its registry metadata (code, name, rationale, fix, bad/good
+examples), the literal words the block prefilter looks for (`triggers`: a line holding none of them is never
+parsed for the rule), and the pattern that recognises it on a line or in an exception's 'Type: message'. The
+scanner (dflash_doctor/logs/) derives its prefilter and its classification from `LOG_RULES`, so adding a fatal
+kind is a change in this module alone, and its examples are its tests (tests/logs/ runs every one).
+
 Examples use example_format "log": plain log excerpts, scanned by `dflash_doctor.logs.examples.run_example`.
-A first line `# --flags` would carry options; none of these examples needs any.
+The texts are what torch, Python, NCCL, Triton and torchrun print (torch/_dynamo/eval_frame.py,
+c10/cuda/CUDACachingAllocator.cpp, ProcessGroupNCCL.cpp, triton/runtime/errors.py,
+torch/distributed/elastic/multiprocessing/errors/__init__.py, Lib/threading.py), written here as stand-ins.
 """
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
 from dflash_doctor.findings import Severity
 from dflash_doctor.rules.registry import Rule, register
 
-LOG_FX_TRACE_RACE = register(Rule(
+Details = Callable[["re.Match[str]", str], Dict[str, Any]]
+
+
+def _no_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class LogRule:
+    """How the log scanner recognises one DFD5xx rule.
+
+    `fatal`: a match inside a traceback's exception, or on a bare exception line, names why a worker died (the
+    rules are tried in LOG_RULES order, so a narrower kind declared first wins: the jit.trace message before the
+    FX race, Triton's OutOfResources before CUDA OOM). `describe` turns the details into the finding's message
+    after 'WORKER: '."""
+
+    rule: Rule
+    triggers: Tuple[str, ...] = ()
+    pattern: Optional["re.Pattern[str]"] = None
+    fatal: bool = False
+    details: Details = _no_details
+    describe: Optional[Callable[[Dict[str, Any]], str]] = None
+
+    def message(self, details: Dict[str, Any]) -> str:
+        return self.describe(details) if self.describe is not None else self.rule.summary
+
+
+LOG_RULES: Dict[str, LogRule] = {}  # by code, in declaration order (= classification precedence)
+
+
+def declare(rule: Rule, **matcher: Any) -> Rule:
+    """Register `rule` and how the scanner finds it."""
+    if rule.example_format != "log":
+        raise ValueError(f"{rule.code}: log rules are written as log excerpts")
+    LOG_RULES[rule.code] = LogRule(register(rule), **matcher)
+    return rule
+
+
+def trigger_words() -> Tuple[str, ...]:
+    return tuple(word for entry in LOG_RULES.values() for word in entry.triggers)
+
+
+# -- details shared by several rules ---------------------------------------------------------------------------
+
+_GPU_MENTION = re.compile(
+    r"\bGPU (?P<a>\d+) has a total capac|\(GPU (?P<b>\d+);|\bcuda:(?P<c>\d+)|\bon (?:device|GPU) (?P<d>\d+)\b"
+    r"|\bdevice[ =](?P<e>\d+)\b"
+)
+_RANK_MENTION = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]")
+
+
+def gpu_in(text: str) -> Optional[int]:
+    """The GPU a message names ('GPU 7 has a total capacity', '(GPU 6; ...)', 'cuda:3', 'on device 0')."""
+    match = _GPU_MENTION.search(text)
+    if match is None:
+        return None
+    return int(next(g for g in match.groups() if g is not None))
+
+
+def _gpu_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    gpu = gpu_in(text)
+    return {} if gpu is None else {"gpu": gpu}
+
+
+def _on_gpu(details: Dict[str, Any]) -> str:
+    return f" on GPU {details['gpu']}" if details.get("gpu") is not None else ""
+
+
+# -- fatal kinds: each names why a worker died ----------------------------------------------------------------
+
+LOG_JIT_TRACE_COMPILED = declare(Rule(
+    code="DFD509",
+    name="log-jit-trace-compiled",
+    severity=Severity.ERROR,
+    summary="torch.jit.trace reached a torch.compile'd function (not a thread race)",
+    rationale=(
+        "torch.compile's wrapper refuses to run under torch.jit.trace: 'Detected that you are using FX to "
+        "torch.jit.trace a dynamo-optimized function'. The message starts like the FX-tracing race (DFD501) but "
+        "the cause is deterministic: the model being jit-traced calls compiled code. It fails on every run, in one "
+        "thread as in many, and no lock or warm-up changes that."
+    ),
+    fix=(
+        "Trace or export the uncompiled module (keep the nn.Module before torch.compile and trace that), or use "
+        "torch.export / torch.compile alone instead of torch.jit.trace on compiled code."
+    ),
+    example_format="log",
+    bad=(
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/export.py", line 41, in <module>\n'
+        "    traced = torch.jit.trace(model, example)\n"
+        '  File "/usr/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", line 1129, in compile_wrapper\n'
+        "    raise RuntimeError(\n"
+        "RuntimeError: Detected that you are using FX to torch.jit.trace a dynamo-optimized function. This is not "
+        "supported at the moment.\n"
+    ),
+    good=(
+        "INFO export: traced the eager module, wrote drafter.pt\n"
+    ),
+), triggers=("FX to torch.jit.trace",), fatal=True,
+    pattern=re.compile(r"using FX to torch\.jit\.trace a dynamo-optimized function"),
+    describe=lambda d: "torch.jit.trace called a torch.compile'd function (deterministic, not a thread race)")
+
+LOG_FX_TRACE_RACE = declare(Rule(
     code="DFD501",
     name="log-fx-trace-race",
     severity=Severity.ERROR,
@@ -37,18 +153,89 @@ LOG_FX_TRACE_RACE = register(Rule(
         "[drafter-0] step=120 loss=2.41 7.2 Ktok/s\n"
         "[drafter-1] step=120 loss=2.43 7.1 Ktok/s\n"
     ),
-))
+), triggers=("FX to symbolically",), fatal=True,
+    pattern=re.compile(r"using FX to symbolically trace a dynamo-optimized function"),
+    details=_gpu_details,
+    describe=lambda d: "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
+    "function (the FX-tracing race between threads)")
 
-LOG_CUDA_OOM = register(Rule(
+_TRITON_NEEDS = re.compile(r"out of resource: (?P<resource>[A-Za-z_ ]+?)(?:,|\.|$)(?:.*?Required: (?P<required>\d+))?"
+                           r"(?:.*?Hardware limit:? (?P<limit>\d+))?")
+
+
+def _triton_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    needs = _TRITON_NEEDS.search(text)
+    if needs is None:
+        return {"resource": None}
+    return {"resource": needs.group("resource").strip(),
+            "required": int(needs.group("required")) if needs.group("required") else None,
+            "hardware_limit": int(needs.group("limit")) if needs.group("limit") else None}
+
+
+def _triton_message(details: Dict[str, Any]) -> str:
+    what = details.get("resource") or "a resource"
+    need = ""
+    if details.get("required") is not None and details.get("hardware_limit") is not None:
+        need = f" (a kernel needs {details['required']:,}, the GPU has {details['hardware_limit']:,})"
+    return f"Triton kernel out of {what}{need}: a kernel configuration, not CUDA memory"
+
+
+LOG_TRITON_OUT_OF_RESOURCES = declare(Rule(
+    code="DFD510",
+    name="log-triton-out-of-resources",
+    severity=Severity.ERROR,
+    summary="a Triton kernel asked for more shared memory (or registers) than the GPU has",
+    rationale=(
+        "triton.runtime.errors.OutOfResources ('out of resource: shared memory, Required: N, Hardware limit: M') "
+        "is raised when a generated kernel's block sizes and pipeline stages need more on-chip memory than the "
+        "GPU offers. It is not a CUDA OOM: freeing memory or shrinking the batch changes nothing. It shows up with "
+        "flex_attention and inductor kernels tuned for a bigger GPU (an H100 config on a smaller card), or with "
+        "large head dimensions."
+    ),
+    fix=(
+        "Give the kernel smaller tiles: flex_attention(..., kernel_options={'BLOCK_M': 64, 'BLOCK_N': 64, "
+        "'num_stages': 1}), or let inductor autotune (mode='max-autotune'); a smaller head dimension also helps."
+    ),
+    example_format="log",
+    bad=(
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/workspace/train.py", line 88, in <module>\n'
+        "[rank0]:     loss = step(batch)\n"
+        "[rank0]: torch._inductor.exc.InductorError: OutOfResources: out of resource: shared memory, Required: "
+        "131072, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.\n"
+    ),
+    good=(
+        "[rank0]: step: 10  loss:  7.85  memory: 37.2GiB(39.16%)  tps: 5,856\n"
+    ),
+), triggers=("OutOfResources",), fatal=True,
+    pattern=re.compile(r"\bOutOfResources\b|out of resource: "), details=_triton_details,
+    describe=_triton_message)
+
+_OOM_GPU = re.compile(r"GPU (?P<a>\d+) has a total capac?i?ty|\(GPU (?P<b>\d+);|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
+                      r"(?:device |GPU |cuda:|rank )(?P<c>\d+)")
+_OOM_TRIED = re.compile(r"Tried to allocate (?P<size>[\d.]+ ?[KMGT]?i?B)")
+
+
+def _oom_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    gpu = _OOM_GPU.search(text)
+    index = int(next(g for g in gpu.groups() if g is not None)) if gpu else gpu_in(text)
+    tried = _OOM_TRIED.search(text)
+    return {"gpu": index, "tried_to_allocate": tried.group("size") if tried else None}
+
+
+LOG_CUDA_OOM = declare(Rule(
     code="DFD502",
     name="log-cuda-oom",
     severity=Severity.ERROR,
     summary="CUDA out of memory",
     rationale=(
         "An OOM kills the step (and, in a worker thread, the worker). The message names the GPU ('GPU 2 has a "
-        "total capacity of ...'; older torch: '(GPU 2; ... total capacity ...)'), which the evidence carries so it "
-        "can be joined with a GPU snapshot. In flex_attention pipelines an OOM inside sdpa_dense or "
-        "math_attention means the uncompiled dense path ran (DFD505)."
+        "total capacity of ...'; torch 2.1 printed 'total capacty'; older torch: '(GPU 2; ... total capacity "
+        "...)'; some trainers: 'OOM on device 2'), which the evidence carries so it can be joined with a GPU "
+        "snapshot. Older and lower-level wordings count too ('cuda runtime error (2) : out of memory', THC's "
+        "'error=2 : out of memory', 'CUDA error: out of memory', CUDA_ERROR_OUT_OF_MEMORY, cuBLAS's "
+        "CUBLAS_STATUS_ALLOC_FAILED); the host's OOM killer is not one of them (DFD514). In flex_attention "
+        "pipelines an OOM inside sdpa_dense or math_attention means the uncompiled dense path ran (DFD505)."
     ),
     fix="Check DFD505 first; otherwise reduce batch or sequence length on that GPU.",
     example_format="log",
@@ -64,34 +251,172 @@ LOG_CUDA_OOM = register(Rule(
     good=(
         "[drafter-2] step=300 loss=2.10 7.0 Ktok/s\n"
     ),
-))
+), triggers=("of memory", "OOM", "Tried to allocate", "OUT_OF_MEMORY", "MemoryAllocation", "ALLOC_FAILED"),
+    fatal=True,
+    pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
+                       r"(?:device|GPU|cuda:|rank) ?\d|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+; "
+                       r"[\d.]+ ?[KMGT]?i?B total capacity"
+                       # older and lower-level wordings: THC's 'cuda runtime error (2) : out of memory' and
+                       # 'THCudaCheck FAIL ... error=2 : out of memory', 'CUDA error: out of memory', the driver
+                       # and runtime enums, cuBLAS failing to allocate its workspace, spconv's tensorview
+                       r"|[Cc][Uu][Dd][Aa] runtime error \(2\) ?: ?out of memory|\berror=2 : out of memory"
+                       r"|CUDA error: out of memory|cuda failed with error 2 out of memory"
+                       r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"),
+    details=_oom_details,
+    describe=lambda d: "CUDA out of memory" + _on_gpu(d)
+    + (f" (tried to allocate {d['tried_to_allocate']})" if d.get("tried_to_allocate") else ""))
 
-LOG_THROUGHPUT_DROP = register(Rule(
-    code="DFD503",
-    name="log-throughput-drop",
-    severity=Severity.WARNING,
-    summary="sustained throughput drop against the thread's rolling baseline",
+LOG_CUDA_ILLEGAL_MEMORY_ACCESS = declare(Rule(
+    code="DFD511",
+    name="log-cuda-illegal-memory-access",
+    severity=Severity.ERROR,
+    summary="a CUDA kernel read or wrote memory it does not own (illegal memory access)",
     rationale=(
-        "Throughput (tok/s, Ktok/s, Mtok/s) is tracked per thread. The baseline is the median of the last "
-        "--baseline-window samples; a drop fires when --sustain consecutive samples are all more than --drop "
-        "below it, so one noisy line never fires. After a drop the baseline restarts from the new level. A "
-        "healthy-looking log whose throughput halves usually means a worker died or fell back to a slow path."
+        "'CUDA error: an illegal memory access was encountered' is a kernel fault: an out-of-bounds index, a "
+        "tensor used on the wrong device or after it was freed, or a bug in a custom or generated kernel. CUDA "
+        "reports it asynchronously, so the Python frame in the traceback is often not the culprit, and the CUDA "
+        "context is unusable afterwards: every later call on that GPU fails, and NCCL peers time out waiting. "
+        "It is not an out-of-memory condition."
     ),
-    fix="Look at what happened just before the 'from_line' of the evidence: a dead thread, a recompile, an OOM.",
+    fix=(
+        "Rerun with CUDA_LAUNCH_BLOCKING=1 (and TORCH_USE_CUDA_DSA for device-side asserts) to get the real "
+        "frame; check indices (embedding ids < vocab size) and devices of the tensors that kernel touches; "
+        "compute-sanitizer names the faulting kernel."
+    ),
     example_format="log",
     bad=(
-        "step=1 21.4 Ktok/s\nstep=2 21.6 Ktok/s\nstep=3 21.5 Ktok/s\nstep=4 21.3 Ktok/s\nstep=5 21.7 Ktok/s\n"
-        "step=6 21.5 Ktok/s\nstep=7 21.4 Ktok/s\nstep=8 21.6 Ktok/s\nstep=9 21.5 Ktok/s\nstep=10 21.5 Ktok/s\n"
-        "step=11 14.2 Ktok/s\nstep=12 14.1 Ktok/s\nstep=13 14.3 Ktok/s\nstep=14 14.0 Ktok/s\nstep=15 14.2 Ktok/s\n"
+        "[rank3]: Traceback (most recent call last):\n"
+        '[rank3]:   File "/workspace/train.py", line 211, in step\n'
+        "[rank3]:     loss.item()\n"
+        "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "[rank3]: CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.\n"
     ),
     good=(
-        "step=1 21.4 Ktok/s\nstep=2 21.6 Ktok/s\nstep=3 21.5 Ktok/s\nstep=4 21.3 Ktok/s\nstep=5 21.7 Ktok/s\n"
-        "step=6 21.5 Ktok/s\nstep=7 21.4 Ktok/s\nstep=8 21.6 Ktok/s\nstep=9 21.5 Ktok/s\nstep=10 21.5 Ktok/s\n"
-        "step=11 9.1 Ktok/s\nstep=12 21.1 Ktok/s\nstep=13 21.3 Ktok/s\nstep=14 21.0 Ktok/s\nstep=15 21.2 Ktok/s\n"
+        "[rank3]: step=40 loss=2.2 9.1 Ktok/s\n"
     ),
-))
+), triggers=("illegal memory access",), fatal=True,
+    pattern=re.compile(r"an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"),
+    details=_gpu_details,
+    describe=lambda d: "CUDA error: an illegal memory access was encountered" + _on_gpu(d)
+    + " (a kernel fault, not OOM)")
 
-LOG_NCCL_TIMEOUT = register(Rule(
+LOG_CUDA_DEVICE_ASSERT = declare(Rule(
+    code="DFD517",
+    name="log-cuda-device-assert",
+    severity=Severity.ERROR,
+    summary="a CUDA kernel's own assertion failed (device-side assert): usually an index out of range",
+    rationale=(
+        "'CUDA error: device-side assert triggered' means a kernel checked its input and stopped: most often a class "
+        "label >= the number of classes (cross_entropy, nll_loss), a token id >= the embedding's vocabulary, an "
+        "index out of range in gather/scatter/index_select, or a BCE input outside [0, 1]. The kernel's own line "
+        "('Assertion `t >= 0 && t < n_classes` failed') names which, when it was captured. Like an illegal memory "
+        "access it is reported asynchronously and leaves the CUDA context unusable; unlike one, the fix is in the "
+        "data, not in a kernel."
+    ),
+    fix=(
+        "Check the ranges of labels and indices against the model (num_classes, vocab size, padding ids); rerun on "
+        "the CPU, or with CUDA_LAUNCH_BLOCKING=1, to get the failing line."
+    ),
+    example_format="log",
+    bad=(
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 139, in main\n'
+        "    loss = F.cross_entropy(logits, labels)\n"
+        "RuntimeError: CUDA error: device-side assert triggered\n"
+    ),
+    good=(
+        "[rank0] step=10 loss=2.4 9.0 Ktok/s\n"
+    ),
+), triggers=("device-side assert",), fatal=True,
+    pattern=re.compile(r"device-side assert(?:ion)? triggered"), details=_gpu_details,
+    describe=lambda d: "CUDA error: device-side assert triggered" + _on_gpu(d)
+    + " (a kernel's input check: an index or label out of range)")
+
+_ABORT_INNER = (
+    ("collective timeout", re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds"
+                                      r"|checkTimeout")),
+    ("illegal memory access", re.compile(r"illegal memory access")),
+    ("NCCL error", re.compile(r"NCCL error|nccl\w*Error|unhandled (?:cuda|system) error", re.I)),
+    ("heartbeat monitor timeout", re.compile(r"Heartbeat monitor timed out|watchdog got stuck")),
+)
+
+
+def _abort_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    rank = _RANK_MENTION.search(text)
+    inner = next((name for name, pattern in _ABORT_INNER if pattern.search(text)), None)
+    return {"rank": int(rank.group("rank")) if rank else None, "inner_cause": inner}
+
+
+LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
+    code="DFD512",
+    name="log-nccl-watchdog-abort",
+    severity=Severity.ERROR,
+    summary="ProcessGroupNCCL's watchdog aborted the process (C++ terminate, no Python traceback)",
+    rationale=(
+        "When a collective times out or the CUDA context breaks, ProcessGroupNCCL's watchdog thread throws "
+        "c10::DistBackendError in C++: 'terminate called after throwing an instance of 'c10::DistBackendError'' "
+        "then 'what(): [PG 0 Rank 1] Process group watchdog thread terminated with exception: ...' and only C++ "
+        "frames ('frame #0: c10::Error::Error(...)'). The process dies of SIGABRT and no Python traceback is "
+        "printed, so the reason is the 'what()' text: a collective timeout (another rank stopped calling "
+        "collectives), an illegal memory access, or a NCCL error. The evidence names which."
+    ),
+    fix=(
+        "Read inner_cause: a timeout means look for the rank that stopped first (its own death or stall is the "
+        "real cause); an illegal memory access see DFD511; a NCCL error see DFD516."
+    ),
+    example_format="log",
+    bad=(
+        "[rank1]:[E1129 09:40:02.414 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 1] Process group watchdog thread "
+        "terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, "
+        "OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600067 milliseconds before "
+        "timing out.\n"
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+        "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1599 (most "
+        "recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f8a in libc10.so)\n"
+    ),
+    good=(
+        "[rank1]:[I1129 09:30:02.414 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 1] ProcessGroupNCCL initialized\n"
+    ),
+), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations"),
+    fatal=True,
+    pattern=re.compile(r"watchdog thread terminated with\b|taking the entire process down"
+                       r"|Some NCCL operations have failed or timed out"
+                       r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
+                       r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"),
+    details=_abort_details,
+    describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
+    + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
+
+_NCCL_TIMEOUT = re.compile(
+    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d+) milliseconds"
+    r"|watchdog got stuck for (?P<stuck>\d+) seconds"
+)
+
+
+def _timeout_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    rank = _RANK_MENTION.search(text)
+    details: Dict[str, Any] = {"rank": int(rank.group("rank")) if rank else None}
+    timed = _NCCL_TIMEOUT.search(text)
+    if timed is not None and timed.group("ran"):
+        limit = re.search(r"Timeout\(ms\)=(\d+)", timed.group("work"))
+        details.update(work=timed.group("work"), ran_ms=int(timed.group("ran")),
+                       timeout_ms=int(limit.group(1)) if limit else None)
+    elif timed is not None:
+        details["stuck_s"] = int(timed.group("stuck"))
+    return details
+
+
+def _timeout_message(details: Dict[str, Any]) -> str:
+    if details.get("ran_ms") is not None:
+        return f"NCCL collective timed out after {details['ran_ms'] / 1000:.0f} s ({details['work']})"
+    if details.get("stuck_s") is not None:
+        return f"NCCL watchdog stuck for {details['stuck_s']} s"
+    return "NCCL collective timed out"
+
+
+LOG_NCCL_TIMEOUT = declare(Rule(
     code="DFD504",
     name="log-nccl-timeout",
     severity=Severity.ERROR,
@@ -112,9 +437,101 @@ LOG_NCCL_TIMEOUT = register(Rule(
     good=(
         "[rank3]:[I321 02:07:08.414640780 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 3] ProcessGroupNCCL initialized\n"
     ),
-))
+), triggers=("WorkNCCL", "ProcessGroupNCCL", "NCCL timeout"), fatal=True,
+    pattern=re.compile(r"Watchdog caught collective operation timeout|watchdog got stuck for \d+ seconds"
+                       r"|NCCL timeout|DistBackendError: .*?[Tt]imed? ?out"),
+    details=_timeout_details, describe=_timeout_message)
 
-LOG_DENSE_ATTENTION_FALLBACK = register(Rule(
+LOG_NCCL_ERROR = declare(Rule(
+    code="DFD516",
+    name="log-nccl-error",
+    severity=Severity.ERROR,
+    summary="NCCL reported an error (not a timeout): network, topology or a CUDA failure inside NCCL",
+    rationale=(
+        "'NCCL error in: .../ProcessGroupNCCL.cpp, unhandled system error' (or 'unhandled cuda error', "
+        "'remote process exited or there was a network error', ncclInternalError) means a NCCL call failed, "
+        "usually at the first collective: a network interface or InfiniBand setting, shared-memory limits in a "
+        "container, mismatched NCCL versions, or a peer rank that already died. Unlike a timeout (DFD504) it fails "
+        "fast and names the failing call."
+    ),
+    fix=(
+        "Rerun with NCCL_DEBUG=INFO to see which transport failed; in containers give /dev/shm room (--shm-size) "
+        "or set NCCL_SHM_DISABLE=1; pin NCCL_SOCKET_IFNAME; check whether another rank died first."
+    ),
+    example_format="log",
+    bad=(
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/workspace/train.py", line 30, in <module>\n'
+        "[rank0]:     dist.barrier()\n"
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version "
+        "2.20.5\n"
+    ),
+    good=(
+        "[rank0]: NCCL INFO Channel 00/02 :    0   1\n"
+    ),
+), triggers=("NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError",
+             "ncclRemoteError", "ncclInvalidUsage"), fatal=True,
+    pattern=re.compile(r"NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"),
+    details=_gpu_details,
+    describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
+
+_RECOMPILE_FATAL = re.compile(r"FailOnRecompileLimitHit(?::\s*(?P<why>.*))?")
+
+
+def _recompile_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    limit = re.search(r"hit (?:config\.(?P<limit>(?:accumulated_)?(?:recompile_limit|cache_size_limit))|"
+                      r"recompilation cache limit) \((?P<value>\d+)\)", text)
+    fatal = _RECOMPILE_FATAL.search(text)
+    return {"limit": (limit.group("limit") or "cache_size_limit") if limit else None,
+            "limit_value": int(limit.group("value")) if limit else None,
+            "fatal": fatal is not None,
+            "why": (fatal.group("why") or "").strip() if fatal else None}
+
+
+def _recompile_message(details: Dict[str, Any]) -> str:
+    limit = f"config.{details['limit']} ({details['limit_value']})" if details.get("limit") else "its recompile limit"
+    where = f" for {details['function']}" if details.get("function") else ""
+    if details.get("fatal"):
+        why = details.get("why") or "fail_on_recompile_limit_hit or fullgraph=True"
+        return (f"Dynamo hit {limit}{where} and stopped the run: {why} (with fullgraph=True the limit is an "
+                "error, not an eager fallback)")
+    return f"Dynamo hit {limit}{where}: later calls run it uncompiled (eagerly)"
+
+
+LOG_RECOMPILE_LIMIT = declare(Rule(
+    code="DFD506",
+    name="log-recompile-limit",
+    severity=Severity.WARNING,
+    summary="Dynamo hit its recompile limit: the function runs uncompiled, or the run stops if fullgraph=True",
+    rationale=(
+        "After config.recompile_limit (cache_size_limit before torch 2.6) recompilations of one code object, "
+        "Dynamo stops compiling it and runs it eagerly: for flex_attention that is the dense path. With "
+        "fullgraph=True (or config.fail_on_recompile_limit_hit) the same limit raises FailOnRecompileLimitHit "
+        "instead and the worker dies: then the finding is an error. Shapes that change every step (dynamic block "
+        "masks, ragged batches) are the usual cause."
+    ),
+    fix="Mark the varying dimension dynamic, pad to a few bucket sizes, or raise the limit knowingly.",
+    example_format="log",
+    bad=(
+        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016] torch._dynamo hit "
+        "config.recompile_limit (8)\n"
+        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016]    function: 'attend' "
+        "(/workspace/dflash_model.py:211)\n"
+        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016]    last reason: 0/7: "
+        "tensor 'q' size mismatch at index 2. expected 4096, actual 4160\n"
+    ),
+    good=(
+        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016] torch._dynamo recompiling 'attend'\n"
+    ),
+), triggers=("dynamo hit", "FailOnRecompileLimitHit"), fatal=True,
+    pattern=re.compile(r"(?:torch\._dynamo|torchdynamo) hit (?:config\.)?(?:accumulated_)?(?:recompile_limit"
+                       r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"),
+    details=_recompile_details, describe=_recompile_message)
+
+# -- events: no death by themselves ------------------------------------------------------------------------------
+
+LOG_DENSE_ATTENTION_FALLBACK = declare(Rule(
     code="DFD505",
     name="log-dense-attention-fallback",
     severity=Severity.WARNING,
@@ -135,58 +552,180 @@ LOG_DENSE_ATTENTION_FALLBACK = register(Rule(
     good=(
         "[drafter-1] compiled flex_attention for seq_len=4096\n"
     ),
-))
+), triggers=("flex_attention called without",),
+    pattern=re.compile(r"flex_attention called without torch\.compile\(\)"))
 
-LOG_RECOMPILE_LIMIT = register(Rule(
-    code="DFD506",
-    name="log-recompile-limit",
-    severity=Severity.WARNING,
-    summary="Dynamo hit its recompile limit: the function now runs uncompiled",
+# Signal deaths: torchrun's summary ('Signal 9 (SIGKILL) received by PID 4242'), its agent ('failed (exitcode:
+# -9) local_rank: 0 (pid: 4242)'), torch.multiprocessing ('process 0 terminated with signal SIGSEGV'),
+# subprocess ('died with <Signals.SIGKILL: 9>'), the shell ('Killed', 'Segmentation fault (core dumped)'), the
+# kernel's OOM killer and faulthandler ('Fatal Python error: Segmentation fault').
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL",
+           11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
+_SHELL_SIGNALS = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
+                  "Bus error": "SIGBUS", "Illegal instruction": "SIGILL", "Floating point exception": "SIGFPE",
+                  "Terminated": "SIGTERM", "已杀死": "SIGKILL", "段错误": "SIGSEGV"}  # bash in a zh_CN locale
+SIGNAL_MEANING = {
+    "SIGKILL": "killed from outside: usually the host's OOM killer (check `dmesg`), or a scheduler or launcher",
+    "SIGSEGV": "a native crash (C++/CUDA extension, driver): run under faulthandler or gdb for its stack",
+    "SIGABRT": "abort() in native code: a C++ exception such as ProcessGroupNCCL's watchdog, or a failed assert",
+    "SIGBUS": "a bus error: usually /dev/shm too small for DataLoader workers (raise --shm-size)",
+    "SIGTERM": "stopped by the launcher or scheduler, often because another rank failed first",
+    "SIGINT": "interrupted (Ctrl-C, or a launcher shutting workers down)",
+    "SIGILL": "an illegal instruction: a binary built for another CPU or GPU architecture",
+    "SIGFPE": "an arithmetic fault in native code",
+}
+# torch's DataLoader signal handler, in the worker: 'ERROR: Unexpected segmentation fault encountered in worker.'
+_LOADER_SIGNALS = {"bus error": "SIGBUS", "segmentation fault": "SIGSEGV", "floating-point exception": "SIGFPE"}
+# Windows has no signals: a crashed process exits with an NTSTATUS, printed signed, unsigned or in hex.
+_NTSTATUS = {"C0000005": "SIGSEGV", "C000001D": "SIGILL", "C00000FD": "SIGSEGV", "C0000409": "SIGABRT"}
+_NTSTATUS_DECIMAL = {"-1073741819": "C0000005", "3221225477": "C0000005", "-1073741795": "C000001D",
+                     "3221225501": "C000001D", "-1073741571": "C00000FD", "3221225725": "C00000FD",
+                     "-1073740791": "C0000409", "3221226505": "C0000409"}
+# DeepSpeed's launcher: "[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1', ...]
+# exits with return code = -9"
+_DS_LOCAL_RANK = re.compile(r"'--local_rank=(\d+)'")
+_SIGNAL_LINE = re.compile(
+    r"[Ss]ignal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"
+    r"|failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid2>\d+)\)"
+    r"|(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name2>SIG[A-Z]+)"
+    r"|(?:interrupted by|received) signal (?:\d+: )?(?P<name3>SIG[A-Z]+)"
+    r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal"
+    r"|Out of memory: Killed process (?P<oom_pid>\d+)"
+    r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
+    r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: (?P<loader>Bus error|Aborted|Killed|Segmentation fault"
+    r"|Terminated|Floating point exception)"
+    r"|Unexpected (?P<unexpected>bus error|segmentation fault|floating-point exception) encountered in worker"
+    r"|\] exits with return code = (?P<dsret>-\d+)"
+    # Windows: the process's NTSTATUS (PyCharm: 'Process finished with exit code -1073741819 (0xC0000005)')
+    r"|exit (?:code|status)[: ]+(?:-?\d+ )?\(?0x(?P<ntstatus>C0000005|C000001D|C00000FD|C0000409)\b"
+    r"|exit (?:code|status)[: ]+(?P<ntdecimal>-1073741819|3221225477|-1073741795|3221225501|-1073741571|3221225725"
+    r"|-1073740791|3221226505)\b"
+    # a C++ exception nothing caught: 'terminate called after throwing ...' then '  what():  <reason>' (reasons a
+    # rule above names, such as an illegal memory access or the NCCL watchdog, are matched by that rule first)
+    r"|^\s*what\(\):\s+(?P<what>\S.*)"
+    r"|^[\s>*`]*(?:\S+: line \d+: +(?P<pid3>\d+) )?(?P<shell>Killed|Segmentation fault|Aborted|Bus error"
+    r"|Illegal instruction|Floating point exception|Terminated|已杀死|段错误)(?: *\((?:core dumped|核心已转储)\))?"
+    r"[*`]*(?:\s|$)"
+)
+
+
+def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    g = match.groupdict()
+    name = g["name"] or g["name2"] or g["name3"] or g["agent"]
+    if g["exitcode"]:
+        name = SIGNALS.get(-int(g["exitcode"]), f"signal {-int(g['exitcode'])}")
+    elif g["oom_pid"]:
+        name = "SIGKILL"
+    elif g["fatal"] or g["shell"] or g["loader"]:
+        name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"]]
+    elif g["unexpected"]:
+        name = _LOADER_SIGNALS[g["unexpected"]]
+    elif g["dsret"]:
+        name = SIGNALS.get(-int(g["dsret"]), f"signal {-int(g['dsret'])}")
+    elif g["ntstatus"] or g["ntdecimal"]:
+        name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
+    elif g["what"]:
+        name = "SIGABRT"
+    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"]
+    details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
+                               "meaning": SIGNAL_MEANING.get(name or "", "")}
+    local_rank = g["local_rank"]
+    if local_rank is None and g["dsret"]:
+        named = _DS_LOCAL_RANK.search(text)
+        local_rank = named.group(1) if named else None
+    if local_rank:
+        details["local_rank"] = int(local_rank)
+    if g["oom_pid"]:
+        details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
+    if g["agent"]:
+        details["meaning"] = "the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)"
+    if g["loader"] or g["unexpected"]:
+        details["worker_kind"] = "DataLoader worker"
+    if g["what"]:
+        details["meaning"] = f"a C++ exception nothing caught (terminate, then abort): {g['what'].strip()[:200]}"
+    if g["ntstatus"] or g["ntdecimal"]:
+        details["meaning"] = "Windows NTSTATUS " + (g["ntstatus"] and "0x" + g["ntstatus"] or g["ntdecimal"]) \
+            + ": " + SIGNAL_MEANING.get(name or "", "")
+    return details
+
+
+LOG_KILLED_BY_SIGNAL = declare(Rule(
+    code="DFD514",
+    name="log-killed-by-signal",
+    severity=Severity.ERROR,
+    summary="a worker process was killed by a signal (SIGKILL, SIGSEGV, SIGABRT, SIGBUS, ...)",
     rationale=(
-        "After config.recompile_limit (cache_size_limit before torch 2.6) recompilations of one code object, "
-        "Dynamo stops compiling it and runs it eagerly: for flex_attention that is the dense path. Shapes that "
-        "change every step (dynamic block masks, ragged batches) are the usual cause."
+        "A process killed by a signal prints no Python traceback: what is left is torchrun's 'Signal 9 "
+        "(SIGKILL) received by PID N' or 'exitcode: -9', DeepSpeed's 'exits with return code = -9', the shell's "
+        "'Killed' or 'Segmentation fault (core dumped)', the kernel's 'Out of memory: Killed process N', a "
+        "DataLoader worker's 'Unexpected segmentation fault encountered in worker', or faulthandler's 'Fatal "
+        "Python error' (its thread dump is the crash's stack, not a hang). The "
+        "signal says where to look: SIGKILL is usually the host OOM killer, SIGSEGV a native crash, SIGABRT a C++ "
+        "abort (often the NCCL watchdog, DFD512), SIGBUS a full /dev/shm, SIGTERM the launcher stopping workers "
+        "after another rank failed."
     ),
-    fix="Mark the varying dimension dynamic, pad to a few bucket sizes, or raise the limit knowingly.",
+    fix="Follow the signal's meaning in the evidence; for SIGKILL check `dmesg` for the OOM killer and host RAM.",
     example_format="log",
     bad=(
-        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016] torch._dynamo hit "
-        "config.recompile_limit (8)\n"
-        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016]    function: 'attend' "
-        "(/workspace/dflash_model.py:211)\n"
-        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016]    last reason: 0/7: "
-        "tensor 'q' size mismatch at index 2. expected 4096, actual 4160\n"
+        "E1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) "
+        "local_rank: 2 (pid: 4244) of binary: /usr/bin/python3\n"
     ),
     good=(
-        "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016] torch._dynamo recompiling 'attend'\n"
+        "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
+        "closing signal SIGTERM\n"
     ),
-))
+), triggers=("SIG", "exitcode: -", "Killed", "Segmentation fault", "Aborted", "Bus error",
+             "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
+             "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
+             "段错误"),
+    fatal=True,
+    pattern=_SIGNAL_LINE, details=_signal_details,
+    describe=lambda d: (f"{d['worker_kind']} " if d.get("worker_kind") else "")
+    + f"killed by {d.get('signal') or 'a signal'}"
+    + (f" (pid {d['pid']})" if d.get("pid") else "") + (f": {d['meaning']}" if d.get("meaning") else ""))
 
-LOG_THREAD_STALLED = register(Rule(
-    code="DFD507",
-    name="log-thread-stalled",
+LOG_STACK_DUMP_HANG = declare(Rule(
+    code="DFD515",
+    name="log-stack-dump-hang",
     severity=Severity.WARNING,
-    summary="a thread stopped making step progress while the others kept going",
+    summary="an all-thread stack dump of a stuck process (py-spy dump, faulthandler timeout)",
     rationale=(
-        "A worker that logs step=N and then nothing while its peers advance is hung (a deadlock on Dynamo's "
-        "compile lock against the autograd device thread is the known one) or died without a traceback in this "
-        "log. It fires when another thread advanced by --stall-steps steps (at least three of the stalled "
-        "thread's own step increments) since the stalled thread's last progress line. Threads whose death "
-        "is reported (DFD501, DFD502, DFD508) are not repeated here."
+        "Someone dumped the stacks of a process that stopped making progress (`py-spy dump --pid`, or "
+        "faulthandler.dump_traceback_later's 'Timeout (0:10:00)!'). The dump shows where each thread waits. When "
+        "one thread compiles under Dynamo's compile_lock while waiting for the autograd engine, and another waits "
+        "for compile_lock in the backward compiler (compile_fx_backward), it is the compile-lock / autograd "
+        "device-thread deadlock: the finding is then an error and names it. A dump printed by a crash ('Fatal "
+        "Python error') is the crash's stack, reported as DFD514 instead."
     ),
-    fix="Dump all thread stacks of the live process (py-spy dump --pid PID) to see where it waits.",
+    fix=(
+        "For the compile-lock cycle: compile the backward with the forward (dflash_doctor.runtime."
+        "enable_non_lazy_backward()) or warm every shape in one thread first; `dflash-doctor repro --threads N` "
+        "shows which mitigation holds here. Otherwise read which lock or queue the waiting threads block on."
+    ),
     example_format="log",
     bad=(
-        "[drafter-0] step=1 7.1 Ktok/s\n[drafter-1] step=1 7.2 Ktok/s\n"
-        "[drafter-0] step=2 7.1 Ktok/s\n[drafter-1] step=2 7.2 Ktok/s\n"
-        + "".join(f"[drafter-1] step={n} 7.2 Ktok/s\n" for n in range(3, 60))
+        "Process 4242: python train.py\n"
+        "Python v3.11.7 (/usr/bin/python3.11)\n"
+        "\n"
+        'Thread 0x7F31C36BF740 (idle): "drafter-0"\n'
+        "    _engine_run_backward (torch/autograd/graph.py:825)\n"
+        "    grad (torch/autograd/__init__.py:496)\n"
+        "    _compile (torch/_dynamo/convert_frame.py:1020)\n"
+        "    run (train.py:640)\n"
+        'Thread 0x7F31B0FFD640 (idle): "Thread-3"\n'
+        "    compile_fx_backward (torch/_inductor/compile_fx.py:1340)\n"
+        "    backward (torch/_functorch/_aot_autograd/runtime_wrappers.py:2000)\n"
     ),
     good=(
-        "".join(f"[drafter-0] step={n} 7.1 Ktok/s\n[drafter-1] step={n} 7.2 Ktok/s\n" for n in range(1, 60))
+        "[drafter-0] step=12 loss=2.61 7.1 Ktok/s\n"
     ),
-))
+), triggers=("Thread ", "thread 0x"),
+    pattern=re.compile(r"^\s*(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+) \((?:most recent call first|"
+                       r"(?:idle|active)(?:\+gil)?)\)(?:: \"(?P<name>[^\"]*)\")?"))
 
-LOG_THREAD_DIED = register(Rule(
+# -- deaths no rule above explains, and progress ---------------------------------------------------------------
+
+LOG_THREAD_DIED = declare(Rule(
     code="DFD508",
     name="log-thread-died",
     severity=Severity.ERROR,
@@ -194,7 +733,7 @@ LOG_THREAD_DIED = register(Rule(
     rationale=(
         "'Exception in thread NAME:' is Python's threading.excepthook reporting a thread whose target raised: "
         "the thread is gone and whatever it fed (a GPU, a queue) is starved. Reported when no more specific rule "
-        "(DFD501, DFD502, DFD504) explains the exception."
+        "(DFD501, DFD502, DFD504, DFD509-DFD512, DFD516) explains the exception."
     ),
     fix="Read the exception; `dflash-doctor status` joins it with the GPU the thread left idle.",
     example_format="log",
@@ -208,4 +747,111 @@ LOG_THREAD_DIED = register(Rule(
     good=(
         "[target-3] step=80 5.0 Ktok/s\n"
     ),
+), triggers=("Exception in thread",))
+
+def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    """torchrun's agent ('failed (exitcode: 1) local_rank: 3'), DeepSpeed's launcher ('... '--local_rank=3' ...]
+    exits with return code = 1'), or an exception's last line with no traceback above it."""
+    if match.group("exception") is not None:
+        return {"exception": match.group("exception"), "said": (match.group("said") or "").strip()[:200]}
+    if match.group("exitcode") is not None:
+        return {"exitcode": int(match.group("exitcode")), "local_rank": int(match.group("local_rank"))}
+    rank = _DS_LOCAL_RANK.search(text)
+    return {"exitcode": int(match.group("ds_exitcode")), "local_rank": int(rank.group(1)) if rank else None}
+
+
+LOG_PROCESS_DIED = declare(Rule(
+    code="DFD513",
+    name="log-process-died",
+    severity=Severity.ERROR,
+    summary="a process (its main thread, or one rank) ended with an uncaught exception",
+    rationale=(
+        "A traceback outside any 'Exception in thread' block is the main thread's: the process ends with it. "
+        "Under torchrun (torch >= 2.2) every line a rank prints carries a '[rankN]:' prefix, so tracebacks of "
+        "several ranks can interleave and are still told apart; torchrun's ChildFailedError summary names the "
+        "rank that failed first ('Root Cause (first observed failure)'). An exception's last line with no traceback "
+        "above it ('RuntimeError: ...' at the start of a line) and a traceback cut before its exception count too: "
+        "the process ended with them even though the log lost part of the text. Reported when no more specific "
+        "rule explains the exception. A worker that keeps logging progress after its traceback only logged a "
+        "handled error and is not counted as dead."
+    ),
+    fix="Read the exception of the root-cause rank first: the other ranks usually died because it did.",
+    example_format="log",
+    bad=(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/workspace/train.py", line 77, in <module>\n'
+        "[rank1]:     batch = next(loader)\n"
+        "[rank1]: KeyError: 'input_ids'\n"
+        "E1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+        "local_rank: 1 (pid: 4243) of binary: /usr/bin/python3\n"
+    ),
+    good=(
+        "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
+    ),
+), triggers=("Traceback (most recent call", "ChildFailedError", "Root Cause (first observed failure)",
+             "exitcode", "Process ", "exits with return code", "Error:", "Exception:"),
+    pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"
+                       r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"
+                       # 'RuntimeError: ...' starting a line outside any traceback: the traceback was not pasted
+                       # (or not printed), the exception still ended the process; quoting and markdown stripped
+                       r"|^[\s>*`\x22\x27]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:\*\*)?:"
+                       r"(?P<said>.*)"),
+    details=_exit_details,
+    describe=lambda d: (f"died: {d['exception']}: {d['said']} (its traceback is not in the log)" if d.get("exception")
+                        else f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)"))
+
+LOG_THROUGHPUT_DROP = declare(Rule(
+    code="DFD503",
+    name="log-throughput-drop",
+    severity=Severity.WARNING,
+    summary="sustained throughput drop against the rolling baseline (per worker, or their total)",
+    rationale=(
+        "Throughput is read in the forms trainers print: '7.1 Ktok/s', 'tokens/s=9800', torchtitan's 'tps: "
+        "5,856', 'samples/s', tqdm's 'it/s' and 's/it', Megatron's 'elapsed time per iteration (ms)'; only the "
+        "number that belongs to the unit, never a neighbouring loss. Each worker's series has a baseline (median "
+        "of the last --baseline-window samples); a drop fires when --sustain consecutive samples are all more "
+        "than --drop below it, so one noisy line never fires. The sum over workers is watched too (when the log "
+        "prints no total of its own): a dead worker takes its share with it while the survivors look healthy. A "
+        "short log that ends on a lower level (two or more samples after at least three before) is a drop too."
+    ),
+    fix="Look at what happened just before the 'from_line' of the evidence: a dead thread, a recompile, an OOM.",
+    example_format="log",
+    bad=(
+        "step=1 21.4 Ktok/s\nstep=2 21.6 Ktok/s\nstep=3 21.5 Ktok/s\nstep=4 21.3 Ktok/s\nstep=5 21.7 Ktok/s\n"
+        "step=6 21.5 Ktok/s\nstep=7 21.4 Ktok/s\nstep=8 21.6 Ktok/s\nstep=9 21.5 Ktok/s\nstep=10 21.5 Ktok/s\n"
+        "step=11 14.2 Ktok/s\nstep=12 14.1 Ktok/s\nstep=13 14.3 Ktok/s\nstep=14 14.0 Ktok/s\nstep=15 14.2 Ktok/s\n"
+    ),
+    good=(
+        "step=1 21.4 Ktok/s\nstep=2 21.6 Ktok/s\nstep=3 21.5 Ktok/s\nstep=4 21.3 Ktok/s\nstep=5 21.7 Ktok/s\n"
+        "step=6 21.5 Ktok/s\nstep=7 21.4 Ktok/s\nstep=8 21.6 Ktok/s\nstep=9 21.5 Ktok/s\nstep=10 21.5 Ktok/s\n"
+        "step=11 9.1 Ktok/s\nstep=12 21.1 Ktok/s\nstep=13 21.3 Ktok/s\nstep=14 21.0 Ktok/s\nstep=15 21.2 Ktok/s\n"
+    ),
 ))
+
+LOG_THREAD_STALLED = declare(Rule(
+    code="DFD507",
+    name="log-thread-stalled",
+    severity=Severity.WARNING,
+    summary="a thread stopped making step progress while the others kept going",
+    rationale=(
+        "A worker that logs step=N and then nothing while its peers advance is hung (a deadlock on Dynamo's "
+        "compile lock against the autograd device thread is the known one) or died without a traceback in this "
+        "log. It fires when another thread advanced by --stall-steps steps (at least three of the stalled "
+        "thread's own step increments) since the stalled thread's last progress line. Workers whose death "
+        "is reported are not repeated here."
+    ),
+    fix="Dump all thread stacks of the live process (py-spy dump --pid PID) to see where it waits.",
+    example_format="log",
+    bad=(
+        "[drafter-0] step=1 7.1 Ktok/s\n[drafter-1] step=1 7.2 Ktok/s\n"
+        "[drafter-0] step=2 7.1 Ktok/s\n[drafter-1] step=2 7.2 Ktok/s\n"
+        + "".join(f"[drafter-1] step={n} 7.2 Ktok/s\n" for n in range(3, 60))
+    ),
+    good=(
+        "".join(f"[drafter-0] step={n} 7.1 Ktok/s\n[drafter-1] step={n} 7.2 Ktok/s\n" for n in range(1, 60))
+    ),
+))
+
+# Which codes name why a worker died, for `status` and the views.
+DEATH_CODES = tuple(code for code, entry in LOG_RULES.items() if entry.fatal) + (
+    LOG_THREAD_DIED.code, LOG_PROCESS_DIED.code)

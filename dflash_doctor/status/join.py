@@ -1,14 +1,21 @@
 """Join the logs report and the gpus report into worker verdicts and next steps (data only; the view draws it).
 
-Thread -> GPU: `--map THREAD=GPU` first, else a thread named ROLE-N runs on the N-th GPU of ROLE in --roles
-(see dflash_doctor.gpus.roles.gpu_for_thread).
+Worker -> GPU: `--map NAME=GPU` first, then the GPU the log itself names for a dead worker (an OOM's 'GPU 7 has a
+total capacity'), then a thread named ROLE-N runs on the N-th GPU of ROLE in --roles (see
+dflash_doctor.gpus.roles.gpu_for_thread), then rankN on GPU N (one rank per GPU, the usual torchrun layout).
 """
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional
 
 from dflash_doctor.findings import Report
+from dflash_doctor.gpus.advice import next_steps as gpu_steps
 from dflash_doctor.gpus.roles import RoleMap, gpu_for_thread, role_of
+from dflash_doctor.logs.advice import next_steps as log_steps
+from dflash_doctor.rules.logs import DEATH_CODES
+
+_RANK = re.compile(r"^rank(?P<n>\d+)$")
 
 
 def _gpu_codes(gpus_report: Report) -> Dict[int, List[str]]:
@@ -25,7 +32,23 @@ def _state(thread: dict, stalled: set, name: str) -> str:
         return "dead"
     if name in stalled:
         return "stalled"
-    return "progressing" if thread.get("last_step") is not None or thread.get("last_tok_s") else "unknown"
+    return "progressing" if thread.get("last_step") is not None or thread.get("last_rate") else "unknown"
+
+
+def worker_gpu(name: str, thread: dict, roles: RoleMap, thread_map: Optional[Dict[str, int]]) -> Optional[int]:
+    if thread_map and name in thread_map:
+        return thread_map[name]
+    death = thread.get("died") or {}
+    if death.get("gpu") is not None:
+        return int(death["gpu"])
+    gpu = gpu_for_thread(name, roles, thread_map)
+    if gpu is not None:
+        return gpu
+    rank = _RANK.match(name)
+    owned = role_of(roles)
+    if rank is not None and (not roles or int(rank.group("n")) in owned):
+        return int(rank.group("n"))
+    return None
 
 
 def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
@@ -41,7 +64,7 @@ def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
     workers = []
     claimed = {}
     for name, thread in logs_report.facts.get("threads", {}).items():
-        gpu = gpu_for_thread(name, roles, thread_map)
+        gpu = worker_gpu(name, thread, roles, thread_map)
         reading = gpus.get(gpu) if gpu is not None else None
         if gpu is not None:
             claimed[gpu] = name
@@ -51,12 +74,13 @@ def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
             "state": _state(thread, stalled, name),
             "gpu": gpu,
             "role": owner.get(gpu) if gpu is not None else None,
-            "cause": None if not death else {k: death[k] for k in ("code", "exception", "message", "line")},
+            "cause": None if not death else {k: death.get(k) for k in ("code", "exception", "message", "line",
+                                                                       "signal", "root_cause")},
             "last_step": thread.get("last_step"),
             "last_tok_s": thread.get("last_tok_s"),
             "gpu_utilization": reading.get("utilization") if reading else None,
             "gpu_memory_used_mib": reading.get("memory_used_mib") if reading else None,
-            "gpu_findings": gpu_codes.get(gpu, []),
+            "gpu_findings": gpu_codes.get(gpu, []) if gpu is not None else [],
         })
 
     others = [
@@ -64,43 +88,35 @@ def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
          "memory_used_mib": g.get("memory_used_mib"), "findings": gpu_codes.get(index, [])}
         for index, g in sorted(gpus.items())
     ]
+    dead_on = {w["gpu"] for w in workers if w["state"] == "dead"}
+    unexplained = [index for index, codes in sorted(gpu_codes.items())
+                   if {"DFD401", "DFD405"} & set(codes) and index not in dead_on]
     report.facts = {
         "log": logs_report.facts.get("path"),
         "gpu_source": gpus_report.facts.get("source"),
         "roles": {name: list(indices) for name, indices in roles.items()},
         "thread_map": dict(thread_map or {}),
         "workers": workers,
+        "root_cause": logs_report.facts.get("root_cause"),
         "gpus": others,
-        "unexplained_idle_gpus": [
-            index for index, codes in sorted(gpu_codes.items())
-            if "DFD401" in codes and not any(w["gpu"] == index and w["state"] == "dead" for w in workers)
-        ],
-        "next_steps": next_steps(report.findings, workers, roles),
+        "unexplained_idle_gpus": unexplained,
+        "next_steps": next_steps(logs_report, gpus_report, workers, roles, unexplained),
     }
     return report
 
 
-def next_steps(findings, workers, roles: RoleMap) -> List[str]:
-    codes = {f.code for f in findings}
+def next_steps(logs_report: Report, gpus_report: Report, workers: List[dict], roles: RoleMap,
+               unexplained: List[int]) -> List[str]:
     dead = [w for w in workers if w["state"] == "dead"]
-    steps: List[str] = []
-    if "DFD501" in codes:
-        role = next((w["role"] for w in dead if w["cause"] and w["cause"]["code"] == "DFD501" and w["role"]), None)
-        threads = len(roles.get(role, ())) if role else max(2, len(dead))
-        steps.append("dflash-doctor guards: does the installed torch check a process-global FX-tracing flag on "
-                     "every compiled call?")
-        steps.append(f"dflash-doctor repro --threads {threads} --matrix: which mitigation (single-thread warm-up, "
-                     "global step lock, processes) removes the race on this machine")
-        steps.append("dflash-doctor scan <trainer dir>: find compiled calls reached from threads (DFD201)")
-    if codes & {"DFD502", "DFD505", "DFD506"}:
-        steps.append("dflash-doctor scan <trainer dir>: flex_attention reached uncompiled (DFD202) or the FX "
-                     "error silenced (DFD301)")
-    if "DFD507" in codes or any(w["state"] == "stalled" for w in workers):
-        steps.append("py-spy dump --pid PID: where the stalled thread waits (a compile-lock deadlock shows "
-                     "compile_fx_backward on one thread and autograd on another)")
-    if "DFD504" in codes:
-        steps.append("the rank with the lowest last step stopped first: start from its log")
-    if "DFD401" in codes and not dead:
-        steps.append("a GPU holds memory at 0 % but the log shows no dead thread: pass the full log, or --map "
-                     "threads to GPUs")
-    return steps
+    race_role = next((w["role"] for w in dead if w["cause"] and w["cause"]["code"] == "DFD501" and w["role"]), None)
+    count = len(roles.get(race_role, ())) if race_role else None
+    steps = log_steps(logs_report.findings, logs_report.facts.get("threads", {}), workers=count)
+    if unexplained:
+        if dead or any(f.code in DEATH_CODES for f in logs_report.findings):
+            steps.append(f"GPU {', '.join(map(str, unexplained))} idle with no dead worker mapped to it: "
+                         "--map WORKER=GPU to say which worker ran there")
+        else:
+            steps.append(f"GPU {', '.join(map(str, unexplained))} idle but the log shows no dead worker: pass the "
+                         "full log, or --map WORKER=GPU")
+    steps += [s for s in gpu_steps(gpus_report.findings) if not s.startswith("dflash-doctor status")]
+    return list(dict.fromkeys(steps))

@@ -67,7 +67,7 @@ def test_seed_without_roles_compares_every_gpu_with_every_other():
      [("DFD402", 2, "target"), ("DFD403", 1, "target")]),
     ("a100_noheader_5col.csv", "target=0-3,drafter=4-5", "index,name,memory.used,memory.total,utilization.gpu",
      [("DFD402", 2, "target")]),
-    ("smi_loop_nounits.csv", None, None, [("DFD401", 1, "all")]),
+    ("smi_loop_nounits.csv", None, None, [("DFD401", 1, "all"), ("DFD405", 2, "all")]),
     ("malformed.csv", None, None, [("DFD401", 5, "all")]),
 ])
 def test_other_topologies(name, roles, columns, expected):
@@ -120,4 +120,4 @@ def test_rule_examples_run(rule):
 
 def test_every_gpu_rule_has_a_runnable_example():
     assert {r.code for r in all_rules() if r.example_format == "nvidia-smi-csv"} == {
-        "DFD401", "DFD402", "DFD403", "DFD404"}
+        "DFD401", "DFD402", "DFD403", "DFD404", "DFD405", "DFD406"}

@@ -5,7 +5,8 @@ import pytest
 
 from dflash_doctor.gpus.roles import parse_roles
 from dflash_doctor.gpus.sources import report_from_csv
-from dflash_doctor.logs.scan import LogOptions, scan_stream
+from dflash_doctor.logs.options import LogOptions
+from dflash_doctor.logs.source import scan_stream
 from dflash_doctor.status.join import join_status
 from tests.conftest import REPO, run_cli, run_cli_json
 
@@ -26,7 +27,7 @@ def test_seed_dead_drafter_left_gpu_5_idle():
     report = joined("seed003_grep.log", "seed003_snapshot.csv")
     assert report.facts["workers"] == [{
         "thread": "drafter-0", "state": "dead", "gpu": 5, "role": "drafter",
-        "cause": {"code": "DFD501", "exception": "RuntimeError", "line": 3,
+        "cause": {"code": "DFD501", "exception": "RuntimeError", "line": 3, "signal": None, "root_cause": False,
                   "message": "Detected that you are using FX to symbolically trace a dynamo-optimized function. "
                              "This is not supported at the moment."},
         "last_step": None, "last_tok_s": None, "gpu_utilization": 0.0, "gpu_memory_used_mib": 46705.0,
@@ -85,3 +86,31 @@ def test_cli_without_snapshot_and_without_nvml_is_problem_plus_findings():
     assert proc.returncode == 5
     assert [(f["code"], f["evidence"]["thread"]) for f in doc["findings"]] == [("DFD501", "drafter-0")]
     assert doc["facts"]["workers"][0]["gpu"] is None  # no --roles, no --map: unknown, not guessed
+
+
+def test_a_killed_rank_is_joined_with_the_gpu_it_freed():
+    report = joined("rank_killed.log", "rank_crashed.csv", roles=None)
+    dead = [w for w in report.facts["workers"] if w["state"] == "dead"]
+    assert [(w["thread"], w["gpu"], w["cause"]["code"], w["cause"]["signal"], w["last_step"], w["gpu_findings"])
+            for w in dead] == [("rank2", 2, "DFD514", "SIGKILL", 57, ["DFD405"])]
+    assert report.facts["unexplained_idle_gpus"] == []
+    assert report.facts["next_steps"][0].startswith("dmesg")
+
+
+@pytest.mark.timeout(60)
+def test_status_text_ends_with_what_to_do_next():
+    proc = run_cli("status", "--log", LOGS / "rank_killed.log", "--from", GPUS / "rank_crashed.csv")
+    assert proc.returncode == 1
+    lines = proc.stdout.splitlines()
+    assert "Next" in lines and any(line.strip().startswith("• dmesg") for line in lines)
+
+
+def test_the_status_command_holds_no_domain_logic():
+    # commands/status.py parses options and calls the status domain; it must not borrow other commands' code
+    # or restate the logs defaults.
+    import ast
+
+    source = (REPO / "dflash_doctor" / "commands" / "status.py").read_text()
+    imported = {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)}
+    assert not {m for m in imported if m in ("dflash_doctor.commands.gpus", "dflash_doctor.commands.logs")}
+    assert "log_options(" not in source and "0.3" not in source

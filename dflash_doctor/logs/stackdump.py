@@ -1,0 +1,89 @@
+"""All-thread stack dumps pasted into a log: `py-spy dump` and Python's faulthandler.
+
+py-spy prints 'Thread 0x7F31C36BF740 (idle): "drafter-0"' then one '    function (file:line)' per frame, innermost
+first (with --locals, indented 'Arguments:'/'Locals:' blocks; with --native, '    0x7f.. (libc.so.6)' frames).
+faulthandler prints 'Thread 0x00007f... (most recent call first):' (or 'Current thread ...') then
+'  File "x.py", line 12 in function', innermost first, preceded by 'Timeout (0:10:00)!' when
+dump_traceback_later fired (a hang) or by 'Fatal Python error: ...' when it is a crash's stack.
+The threads are handed to dflash_doctor.runtime.deadlock, which names the compile-lock / autograd cycle.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+MAX_THREADS = 128
+MAX_FRAMES = 64
+MAX_LINES = 4000
+
+_THREAD = re.compile(r"^\s*(?:Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+|\d+) \((?P<status>most recent call "
+                     r"first|(?:idle|active)(?:\+gil)?)\)(?::? ?\"(?P<name>[^\"]*)\")?:?\s*$")
+_PYSPY_FRAME = re.compile(r"^ {4}(?P<func>\S.*?) \((?P<file>[^()]+?):(?P<line>\d+)\)\s*$")
+_NATIVE_FRAME = re.compile(r"^ {4}\S.*\([^()]*\)\s*$|^ {4}0x[0-9a-fA-F]+")
+_FAULT_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
+_LOCALS = re.compile(r"^ {8,}\S|^\s*<no Python frame>\s*$")  # also faulthandler's frameless thread
+_HEADER = re.compile(r"^(?:Process \d+: |Python v\d|Timeout \(\d+:\d\d:\d\d\)!)")
+
+
+@dataclass
+class DumpedThread:
+    name: str
+    ident: int
+    status: str  # idle / active / active+gil / 'most recent call first' (faulthandler: unknown)
+    frames: List[Tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
+
+
+class StackDumpParser:
+    """Fed lines from the first thread header on; `done` when a line is neither a thread nor a frame."""
+
+    def __init__(self, lineno: int, crash: bool) -> None:
+        self.start_line = lineno
+        self.crash = crash  # faulthandler's dump of a crash (after 'Fatal Python error'), not of a hang
+        self.threads: List[DumpedThread] = []
+        self.done = False
+        self._lines = 0
+
+    def feed(self, text: str) -> bool:
+        self._lines += 1
+        if self._lines > MAX_LINES:
+            self.done = True
+            return False
+        header = _THREAD.match(text)
+        if header is not None:
+            ident = header.group("ident")
+            if len(self.threads) < MAX_THREADS:
+                self.threads.append(DumpedThread(header.group("name") or f"thread-{ident}",
+                                                 int(ident, 16) if ident.startswith("0x") else int(ident),
+                                                 header.group("status")))
+            return True
+        current = self.threads[-1] if self.threads else None
+        frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text)
+        if frame is not None and current is not None:
+            if len(current.frames) < MAX_FRAMES:
+                current.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+            return True
+        if current is not None and (_NATIVE_FRAME.match(text) or _LOCALS.match(text) or not text.strip()
+                                    or _HEADER.match(text)):
+            return True
+        self.done = True
+        return False
+
+    def diagnosis(self):
+        """classify_hang's verdict on the dumped threads (imported here: only logs holding a dump pay for it)."""
+        from dflash_doctor.runtime.deadlock import classify_hang
+        from dflash_doctor.runtime.stacks import Frame, ThreadStack
+
+        stacks = [ThreadStack(t.name, t.ident, tuple(Frame(file, line, func) for file, line, func
+                                                     in reversed(t.frames))) for t in self.threads]
+        return classify_hang(stacks)
+
+    def summary(self) -> List[dict]:
+        return [{"thread": t.name, "status": t.status,
+                 "at": f"{t.frames[0][2]} ({t.frames[0][0]}:{t.frames[0][1]})" if t.frames else None}
+                for t in self.threads]
+
+
+def crash_context(recent: Optional[str]) -> bool:
+    """Whether the line before a faulthandler dump says it is a crash's stack."""
+    return recent is not None and "Fatal Python error" in recent
