@@ -72,6 +72,9 @@ def role_of(roles: RoleMap) -> Dict[int, str]:
 def parse_thread_map(items: Iterable[str]) -> Dict[str, int]:
     """`--map drafter-0=5` (repeatable, or comma-separated) -> {'drafter-0': 5}."""
     mapping: Dict[str, int] = {}
+    items = list(items)
+    if items and not any(t.strip() for item in items for t in item.split(",")):
+        raise UsageError(f"--map {','.join(items)[:80]!r} names no THREAD=GPU pair, e.g. drafter-0=5")
     for item in items:
         for token in filter(None, (t.strip() for t in item.split(","))):
             thread, sep, gpu = token.rpartition("=")

@@ -27,6 +27,9 @@ DEFAULTS = LogOptions()
 
 
 def compile_thread_pattern(pattern: Optional[str]) -> "re.Pattern[str]":
+    if pattern is not None and not pattern.strip():
+        raise UsageError("--thread-pattern is empty: give a regex with a group naming the thread, or leave the "
+                         "option out for the default")
     try:
         compiled = re.compile(pattern or patterns.DEFAULT_THREAD_PATTERN)
     except re.error as exc:

@@ -8,7 +8,6 @@ import inspect
 import pytest
 
 from tests.robustness.harness import (
-    LOGS_BRANCH,
     SCAN_BRANCH,
     assert_one_error_line,
     commands,
@@ -53,8 +52,8 @@ def test_unknown_enum_values_are_one_line(tmp_path, option):
     pytest.param(["scan", "{d}/train.py", "--select", ",,,"], marks=fixed_on(SCAN_BRANCH, "runs zero rules")),
     pytest.param(["scan", "{d}/train.py", "--select", ""], marks=fixed_on(SCAN_BRANCH, "runs zero rules")),
     pytest.param(["scan", "{d}/train.py", "--ignore", ",,,"], marks=fixed_on(SCAN_BRANCH, "accepted silently")),
-    pytest.param(["status", "--log", "{d}/run.log", "--map", ","], marks=fixed_on(LOGS_BRANCH, "accepted")),
-    pytest.param(["logs", "{d}/run.log", "--thread-pattern", ""], marks=fixed_on(LOGS_BRANCH, "accepted")),
+    ["status", "--log", "{d}/run.log", "--map", ","],
+    ["logs", "{d}/run.log", "--thread-pattern", ""],
     ["repro", "--device", ""],
     ["repro", "--device", "cpu", "--mitigation", ","],
     ["gpus", "--from", "{d}/run.log", "--roles", ","],
