@@ -1,4 +1,10 @@
-"""One drafter training step's pieces: the batch a target worker hands over, and the drafter loss on it."""
+"""One drafter training step's pieces: the batch a target worker hands over, and the drafter loss on it.
+
+Nothing here waits for the GPU: sampling reads the lengths' CPU copy, and what goes from host to device goes
+from pinned memory without blocking. A pageable host-to-device copy (or any `.item()`) waits for every kernel
+queued before it, so the CPU could never run ahead and each of those waits would leave the GPU idle while the
+next kernels are launched.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,20 +17,33 @@ from dflash_doctor.reference.config import PipelineConfig
 from dflash_doctor.reference.loss import block_labels, chunked_loss, loss_weights
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device's queue (through pinned memory)."""
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class TargetBatch:
     tokens: torch.Tensor  # (batch, seq) ids, padding past each length
-    lengths: torch.Tensor  # (batch,)
+    lengths: torch.Tensor  # (batch,) on the batch's device
     features: torch.Tensor  # (batch, seq, F * hidden)
     greedy: torch.Tensor  # (batch, seq)
+    lengths_cpu: torch.Tensor  # (batch,) the same lengths on the host, for sampling without a device sync
 
-    def to(self, device) -> "TargetBatch":
-        return TargetBatch(*(t.to(device, non_blocking=True) for t in
-                             (self.tokens, self.lengths, self.features, self.greedy)))
+    def to(self, device: torch.device) -> "TargetBatch":
+        if self.tokens.device == device:
+            return self
+        moved = (t.to(device, non_blocking=True) for t in (self.tokens, self.lengths, self.features, self.greedy))
+        return TargetBatch(*moved, lengths_cpu=self.lengths_cpu)
+
+    def tensors(self):
+        return self.tokens, self.lengths, self.features, self.greedy, self.lengths_cpu
 
     @property
     def num_tokens(self) -> int:
-        return int(self.lengths.sum())
+        return int(self.lengths_cpu.sum())
 
 
 def random_lengths(cfg: PipelineConfig, batch: int, generator: torch.Generator) -> torch.Tensor:
@@ -44,11 +63,12 @@ def autocast_for(device: torch.device):
 
 def drafter_loss(drafter, batch: TargetBatch, cfg: PipelineConfig, anchor_generator: torch.Generator,
                  attention_path: str, checkpoint: str) -> torch.Tensor:
-    """Sample anchors, build this step's mask, run the drafter and return the weighted chunked loss."""
+    """Sample anchors, build this step's mask, run the drafter and return the weighted chunked loss (a device
+    scalar: reading it is the caller's choice, and a sync)."""
     device = batch.tokens.device
     block = cfg.block_size
-    anchors = masks.sample_anchors(batch.lengths.cpu(), cfg.prompt_len, block, cfg.blocks_per_seq,
-                                   anchor_generator).to(device)
+    anchors = to_device(masks.sample_anchors(batch.lengths_cpu, cfg.prompt_len, block, cfg.blocks_per_seq,
+                                             anchor_generator), device)
     attend = attention_for(attention_path, anchors, batch.tokens.shape[1], block)
     ids = masks.block_inputs(batch.tokens, anchors, block, cfg.mask_token_id)
     with autocast_for(device):
