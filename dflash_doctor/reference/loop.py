@@ -84,7 +84,8 @@ class StepFence:
 class _Launched:
     step: int
     loss: object  # the loss as a device scalar
-    tokens: int
+    batch: object  # held until the step's GPU work is done: memory mapped from another process (CUDA IPC) is
+    # handed back to its owner when the last reference goes, whatever kernels still read it
     began: float
     fence: StepFence
 
@@ -147,7 +148,7 @@ class DrafterLoop:
             fence = StepFence(self.role.device)
             if launched:
                 self._finish(launched.pop(), last)
-            launched.append(_Launched(step, loss, batch.num_tokens, began, fence))
+            launched.append(_Launched(step, loss, batch, began, fence))
         if launched:
             self._finish(launched.pop(), last)
         if self.index == 0 and self.plan.save_dir:
@@ -165,10 +166,11 @@ class DrafterLoop:
         ended = self.clock()
         loss = float(launched.loss)
         seconds = ended - launched.began
-        self.report(StepRecord(launched.step, self.outcome.name, loss, launched.tokens, seconds, ended))
+        tokens = launched.batch.num_tokens
+        self.report(StepRecord(launched.step, self.outcome.name, loss, tokens, seconds, ended))
         self.outcome.steps += 1
         if launched.step % self.plan.cfg.log_every == 0 or launched.step == last:
-            LOG.info("step=%d loss=%.4f tok/s=%.0f", launched.step, loss, launched.tokens / max(seconds, 1e-9))
+            LOG.info("step=%d loss=%.4f tok/s=%.0f", launched.step, loss, tokens / max(seconds, 1e-9))
 
 
 @dataclass

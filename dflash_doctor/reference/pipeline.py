@@ -198,6 +198,11 @@ def workers_mode(options: PipelineOptions) -> str:
 def run_plan(plan: RunPlan, workers: str = "threads", progress: Optional[Progress] = None,
              stop: Optional[StopRequest] = None) -> PipelineResult:
     """Run the workers of `plan` as threads or processes and add model FLOPs and MFU on a GPU."""
+    import time
+
+    import psutil
+
+    startup_s = time.time() - psutil.Process().create_time()
     if workers == "threads":
         from dflash_doctor.reference.workers_threads import run_threads
 
@@ -206,7 +211,7 @@ def run_plan(plan: RunPlan, workers: str = "threads", progress: Optional[Progres
         from dflash_doctor.reference.workers_processes import run_processes
 
         result = run_processes(plan, progress, stop=stop)
-    return with_utilisation(result, plan)
+    return with_utilisation(replace(result, startup_s=round(startup_s, 3)), plan)
 
 
 def run_pipeline(options: PipelineOptions, progress: Optional[Progress] = None) -> PipelineResult:

@@ -127,7 +127,8 @@ class PipelineResult:
     losses: List[float] = field(default_factory=list)  # mean over replicas, per completed step
     tokens: int = 0  # sequence tokens trained on (all replicas), steady-state window
     tokens_per_s: Optional[float] = None
-    warmup_s: Optional[float] = None  # start to the first completed step (set-up and the first step's compile)
+    startup_s: Optional[float] = None  # process start to the run's start (interpreter, imports, the plan)
+    warmup_s: Optional[float] = None  # run start to the first completed step (set-up and the first step's compile)
     setup_s: Optional[float] = None  # start to the end of set-up (models, corpus, CUDA graphs, warm-up)
     setup: Dict[str, float] = field(default_factory=dict)  # seconds per set-up phase
     step_time_s: Optional[Dict[str, float]] = None  # percentiles of the interval between consecutive steps

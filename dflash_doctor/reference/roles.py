@@ -69,8 +69,9 @@ class DrafterRole:
             self.drafter = Drafter(cfg.target, cfg.drafter_layers, len(cfg.target_layer_ids), embed, lm_head,
                                    derive_seed(seed, "drafter"))
         self.params: List[torch.nn.Parameter] = [p for p in self.drafter.parameters() if p.requires_grad]
-        # foreach: one launch per op for all parameters, not one per parameter.
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0, foreach=True)
+        # One kernel for the whole update on a GPU (fused), one launch per op for all parameters elsewhere.
+        kernel = {"fused": True} if device.type == "cuda" else {"foreach": True}
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0, **kernel)
         if state is not None:
             self.drafter.load_state_dict(state["drafter"])
             self.optimizer.load_state_dict(state["optimizer"])

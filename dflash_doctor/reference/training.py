@@ -7,7 +7,9 @@ next kernels are launched.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Dict, Iterable, Iterator, Optional
 
 import torch
 
@@ -31,19 +33,54 @@ class TargetBatch:
     features: torch.Tensor  # (batch, seq, F * hidden)
     greedy: torch.Tensor  # (batch, seq)
     lengths_cpu: torch.Tensor  # (batch,) the same lengths on the host, for sampling without a device sync
+    ready: Optional[torch.cuda.Event] = None  # recorded on the producer's stream once the tensors are written
 
     def to(self, device: torch.device) -> "TargetBatch":
         if self.tokens.device == device:
             return self
-        moved = (t.to(device, non_blocking=True) for t in (self.tokens, self.lengths, self.features, self.greedy))
+        moved = (t.to(device, non_blocking=True) for t in self.device_tensors())
         return TargetBatch(*moved, lengths_cpu=self.lengths_cpu)
 
-    def tensors(self):
-        return self.tokens, self.lengths, self.features, self.greedy, self.lengths_cpu
+    def device_tensors(self):
+        return self.tokens, self.lengths, self.features, self.greedy
 
     @property
     def num_tokens(self) -> int:
         return int(self.lengths_cpu.sum())
+
+
+class StreamHandoff:
+    """Target workers (threads) produce on a CUDA stream of their own per device, so the GPU can run a target's
+    forward (matmul-bound) while a drafter's step (with its memory-bound stretches) runs on the default stream.
+    The producer records an event when a batch is written; the consumer's stream waits for it, and the batch's
+    memory is marked as used by the consumer's stream so the allocator cannot give it back to the producer's
+    stream before the consumer is done with it. On a CPU every call is a no-op."""
+
+    def __init__(self, devices: Iterable[str]) -> None:
+        self.streams: Dict[str, torch.cuda.Stream] = {
+            d: torch.cuda.Stream(torch.device(d)) for d in dict.fromkeys(devices) if d.startswith("cuda")}
+
+    @contextmanager
+    def producing(self, device: str) -> Iterator[None]:
+        stream = self.streams.get(device)
+        with torch.cuda.stream(stream) if stream is not None else nullcontext():
+            yield
+
+    def mark(self, batch: "TargetBatch") -> "TargetBatch":
+        stream = self.streams.get(str(batch.tokens.device))
+        if stream is not None:
+            batch.ready = torch.cuda.Event()
+            batch.ready.record(stream)
+        return batch
+
+    @staticmethod
+    def receive(batch: "TargetBatch", device: torch.device) -> "TargetBatch":
+        if batch.ready is not None:
+            consumer = torch.cuda.current_stream(batch.tokens.device)
+            consumer.wait_event(batch.ready)
+            for tensor in batch.device_tensors():
+                tensor.record_stream(consumer)
+        return batch.to(device)
 
 
 def random_lengths(cfg: PipelineConfig, batch: int, generator: torch.Generator) -> torch.Tensor:

@@ -120,7 +120,9 @@ class IpcSender:
         if self.device.type == "cuda":
             # The drafter reads this memory from another process: the target's kernels must be done writing it.
             torch.cuda.current_stream(self.device).synchronize()
-        self.queue.put(batch.tensors())
+        # The host lengths go as a list: a CPU tensor would be moved to shared memory and its descriptor passed
+        # over a socket, for eight numbers.
+        self.queue.put((*batch.device_tensors(), batch.lengths_cpu.tolist()))
         if self.device.type == "cuda":
             torch.cuda.ipc_collect()  # give back memory the drafters have finished with
 
@@ -130,9 +132,12 @@ class IpcReceiver:
         self.queue = queue
 
     def recv(self):
+        import torch
+
         from dflash_doctor.reference.training import TargetBatch
 
-        return TargetBatch(*self.queue.get())
+        tokens, lengths, features, greedy, lengths_cpu = self.queue.get()
+        return TargetBatch(tokens, lengths, features, greedy, torch.tensor(lengths_cpu, dtype=torch.long))
 
 
 class P2pSender:

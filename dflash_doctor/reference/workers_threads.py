@@ -99,6 +99,11 @@ class GradientAverager:
         return mean
 
 
+def _on_stream(handoff, device: str, body: Callable[[], None]) -> None:
+    with handoff.producing(device):
+        body()
+
+
 def saved_path(plan: RunPlan, failed_worker) -> "str | None":
     from dflash_doctor.reference.checkpointing import checkpoint_path
 
@@ -174,6 +179,7 @@ class ThreadRun:
         from dflash_doctor.reference.loop import DrafterLoop, FailureHook, TargetLoop
         from dflash_doctor.reference.roles import TargetRole
         from dflash_doctor.reference.setup import wrap_step
+        from dflash_doctor.reference.training import StreamHandoff
 
         import torch
 
@@ -181,17 +187,19 @@ class ThreadRun:
         drafters = len(plan.drafter_devices)
         batches: queue.Queue = queue.Queue(maxsize=max(1, plan.cfg.queue_depth * drafters))
         averager = GradientAverager(drafters, run)
+        handoff = StreamHandoff(plan.target_devices)
         bodies = []
         for index, (outcome, device) in enumerate(zip(self.outcomes, plan.target_devices)):
             role = TargetRole(plan.cfg, index, torch.device(device), plan.seed, world.corpus,
                               world.forwards[device], plan.start_step)
-            bodies.append(TargetLoop(role, outcome, lambda batch, k: run.put(batches, batch),
-                                     inject=FailureHook(plan, outcome.name), clock=self.clock).run)
+            loop = TargetLoop(role, outcome, lambda batch, k: run.put(batches, handoff.mark(batch)),
+                              inject=FailureHook(plan, outcome.name), clock=self.clock)
+            bodies.append(lambda loop=loop, device=device: _on_stream(handoff, device, loop.run))
         for index, role in enumerate(world.drafters):
             outcome = self.outcomes[len(plan.target_devices) + index]
             device = role.device
             bodies.append(DrafterLoop(
-                plan, index, role, outcome, next_batch=lambda d=device: run.get(batches).to(d),
+                plan, index, role, outcome, next_batch=lambda d=device: handoff.receive(run.get(batches), d),
                 report=self.records.put,
                 average=(lambda grads, i=index: averager.average(i, grads)) if drafters > 1 else None,
                 compute=wrap_step(plan.mitigations, role.compute), recorder=self.recorder,
