@@ -501,6 +501,26 @@ class ProcessRun:
         )
 
 
+def _gather_pickled(obj, rank: int, world: int, dst: int) -> list:
+    """Every rank's `obj` on rank `dst` (others get []), pickled into byte tensors: gather_object needs numpy."""
+    import pickle
+
+    import torch
+    import torch.distributed as dist
+
+    data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([data.numel()]))
+    longest = max(int(size) for size in sizes)
+    padded = torch.zeros(longest, dtype=torch.uint8)
+    padded[:data.numel()] = data
+    slots = [torch.zeros(longest, dtype=torch.uint8) for _ in range(world)] if rank == dst else None
+    dist.gather(padded, slots, dst=dst)
+    if slots is None:
+        return []
+    return [pickle.loads(bytes(slot[:int(size)].tolist())) for slot, size in zip(slots, sizes)]
+
+
 def _under_torchrun(plan: RunPlan, progress: Progress, clock) -> PipelineResult:
     """This process is one rank of a torchrun job; the first drafter rank gathers everyone's outcome and steps.
 
@@ -525,10 +545,9 @@ def _under_torchrun(plan: RunPlan, progress: Progress, clock) -> PipelineResult:
     worker.connect("env://")
     worker.run()
     reporter = len(plan.target_devices)
-    gathered = [None] * world if rank == reporter else None
-    dist.gather_object((worker.outcome, records), gathered, dst=reporter)
+    gathered = _gather_pickled((worker.outcome, records), rank, world, reporter)
     dist.destroy_process_group()
-    pairs = gathered if gathered is not None else [(worker.outcome, records)]
+    pairs = gathered if rank == reporter else [(worker.outcome, records)]
     aggregator = StepAggregator(len(plan.drafter_devices), plan.steps, progress, first_step=plan.start_step + 1)
     for _, rank_records in pairs:
         for record in sorted(rank_records, key=lambda r: r.step):

@@ -237,3 +237,28 @@ def test_resume_without_a_checkpoint_is_one_usage_line(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("dflash-doctor: error:")]
     assert errors == [f"dflash-doctor: error: --resume: no checkpoint in {tmp_path / 'empty'}"]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_under_torchrun_every_rank_runs_and_the_first_drafter_reports_all(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(REPO), COLUMNS="200", PYTHONSAFEPATH="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(port), "-m", "dflash_doctor", *TINY, *ONE_EACH, "--workers", "processes", "--steps", "4",
+                           "--format", "json"], capture_output=True, text=True, timeout=110, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    decoder, text, docs = json.JSONDecoder(), proc.stdout.strip(), []
+    while text:
+        doc, end = decoder.raw_decode(text)
+        docs.append(doc)
+        text = text[end:].strip()
+    reporter = next(doc for doc in docs if len(doc["facts"]["workers"]) == 2)
+    assert reporter["facts"]["steps"] == 4 and reporter["exit_code"] == 0
+    assert [(w["name"], w["outcome"]) for w in reporter["facts"]["workers"]] == [("target-0", "ok"),
+                                                                                 ("drafter-0", "ok")]

@@ -218,6 +218,14 @@ def test_a_deadlocked_drafter_thread_is_diagnosed_from_its_stacks_and_the_run_re
     assert [s["name"] for s in finding.evidence["stacks"]] == ["drafter-1", "drafter-1-helper"]
 
 
+@pytest.mark.timeout(60)
+def test_set_up_longer_than_the_stall_timeout_is_not_a_stall():
+    plan = replace(make_plan(PipelineOptions(steps=3)), stall_timeout_s=0.05, poll_s=0.01)
+    result = run_threads(plan)
+    assert result.setup_s > 0.05  # building the models and the corpus alone takes longer than the timeout
+    assert result.ok and result.hang is None and result.steps == 3
+
+
 @pytest.mark.timeout(90)
 def test_a_dead_target_worker_stops_the_drafters_in_process():
     result = run_threads(make_plan(PipelineOptions(steps=10, fail_worker="target-0", fail_at_step=2)))
