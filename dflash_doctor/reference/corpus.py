@@ -18,7 +18,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from dflash_doctor.reference.graphs import try_capture
+from dflash_doctor.reference.graphs import CapturedCall, try_capture
 from dflash_doctor.reference.layers import derive_seed
 
 
@@ -109,7 +109,8 @@ class GreedyDecoder:
 
     def run(self, use_graph: bool = True) -> Tuple[torch.Tensor, Optional[str]]:
         """Decode to the end; (tokens, why the steps ran eagerly or None)."""
-        replay, reason = None, "CUDA graphs not wanted"
+        replay: Optional[CapturedCall] = None
+        reason: Optional[str] = "CUDA graphs not wanted"
         if use_graph and self.steps_left > 3:
             replay, reason = try_capture(self.step, self.tokens.device)
         # Capture's warm-up calls were real steps (and a failed capture may have run some): ask where we are.
@@ -129,6 +130,7 @@ def write_corpus(target, sequences: int, prompt_len: int, seq_len: int, seed: in
     """The shared corpus (on the CPU: a few hundred KB every worker samples from) and how it was written."""
     began = clock()
     prompts = random_prompts(target.spec.vocab_size, sequences, prompt_len, seed).to(device)
+    reason: Optional[str]
     if hasattr(target, "generate"):  # a Hugging Face target decodes with its own generate()
         tokens, reason = target.generate(prompts, seq_len), "a Hugging Face target decodes with generate()"
     else:

@@ -79,7 +79,7 @@ def _death_finding(facts: dict, worker: dict) -> Finding:
 
 
 def is_fx_error(error: Optional[str]) -> bool:
-    return bool(error) and FX_ERROR_PREFIX in error
+    return error is not None and FX_ERROR_PREFIX in error
 
 
 def findings_from_facts(facts: dict) -> List[Finding]:

@@ -11,9 +11,16 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from dflash_doctor.reference.results import FailHow, RunPlan, StepRecord, WorkerOutcome
+
+if TYPE_CHECKING:
+    import torch
+
+    from dflash_doctor.reference.roles import DrafterRole, TargetRole
+    from dflash_doctor.reference.training import TargetBatch
+    from dflash_doctor.runtime import FlightRecorder
 
 LOG = logging.getLogger("dflash_doctor.reference")
 
@@ -83,8 +90,8 @@ class StepFence:
 @dataclass
 class _Launched:
     step: int
-    loss: object  # the loss as a device scalar
-    batch: object  # held until the step's GPU work is done: memory mapped from another process (CUDA IPC) is
+    loss: "torch.Tensor"  # a device scalar
+    batch: "TargetBatch"  # held until the step's GPU work is done: memory mapped from another process (CUDA IPC) is
     # handed back to its owner when the last reference goes, whatever kernels still read it
     began: float
     fence: StepFence
@@ -94,13 +101,13 @@ class _Launched:
 class DrafterLoop:
     plan: RunPlan
     index: int
-    role: object  # DrafterRole
+    role: "DrafterRole"
     outcome: WorkerOutcome
-    next_batch: Callable[[], object]  # blocks until a batch for this replica is there
+    next_batch: Callable[[], "TargetBatch"]  # blocks until a batch for this replica is there
     report: Callable[[StepRecord], None]
     average: Optional[Callable[[List], List]] = None  # gradients -> their mean over replicas; None: one replica
-    compute: Optional[Callable] = None  # role.compute, wrapped by the mitigations
-    recorder: Optional[object] = None  # the flight recorder: steps, and the blame when one raises
+    compute: Optional[Callable[["TargetBatch"], "torch.Tensor"]] = None  # role.compute, wrapped by mitigations
+    recorder: Optional["FlightRecorder"] = None  # the flight recorder: steps, and the blame when one raises
     inject: Optional[FailureHook] = None
     clock: Callable[[], float] = time.perf_counter
     on_phase: Optional[Callable[[str], None]] = None  # told when the phase changes (a process tells its parent)
@@ -175,9 +182,9 @@ class DrafterLoop:
 
 @dataclass
 class TargetLoop:
-    role: object  # TargetRole
+    role: "TargetRole"
     outcome: WorkerOutcome
-    send: Callable[[object, int], None]  # (batch, k): hand batch k over; blocks while the consumer is behind
+    send: Callable[["TargetBatch", int], None]  # (batch, k): hand batch k over; blocks while the consumer is behind
     count: Optional[int] = None  # batches to make; None: until stopped
     inject: Optional[FailureHook] = None
     clock: Callable[[], float] = time.perf_counter

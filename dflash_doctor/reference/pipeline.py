@@ -173,7 +173,7 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     worker_names = [f"target-{i}" for i in range(len(targets))] + [f"drafter-{i}" for i in range(len(drafters))]
     fail_how = _check_failure_hook(options, worker_names)
     transport = _check_transport(options, targets, drafters, workers)
-    state = load_drafter(options.save_dir, cfg.name) if options.resume else None
+    state = load_drafter(options.save_dir, cfg.name) if options.resume and options.save_dir else None
     if options.resume and state is None:
         raise ValueError(f"--resume: no checkpoint in {options.save_dir}")
     if options.save_dir:

@@ -70,8 +70,9 @@ class DrafterRole:
                                    derive_seed(seed, "drafter"))
         self.params: List[torch.nn.Parameter] = [p for p in self.drafter.parameters() if p.requires_grad]
         # One kernel for the whole update on a GPU (fused), one launch per op for all parameters elsewhere.
-        kernel = {"fused": True} if device.type == "cuda" else {"foreach": True}
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0, **kernel)
+        on_gpu = device.type == "cuda"
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0, fused=on_gpu or None,
+                                           foreach=None if on_gpu else True)
         if state is not None:
             self.drafter.load_state_dict(state["drafter"])
             self.optimizer.load_state_dict(state["optimizer"])

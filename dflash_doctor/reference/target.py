@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -92,10 +92,13 @@ class Target(nn.Module):
         return TargetOutput(features=torch.cat(features, dim=-1), greedy=self.greedy(x))
 
 
-def _materialise(module: nn.Module, device: torch.device, seed: int, stds: dict) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def _materialise(module: M, device: torch.device, seed: int, stds: dict) -> M:
     """Allocate a module built on the meta device directly on `device` and initialise it there (norms to one,
     matrices from their named seeds): no CPU copy, no default init thrown away."""
-    module = module.to_empty(device=device)
+    module.to_empty(device=device)
     init_weights(module, seed, stds=stds)
     with torch.no_grad():
         for sub in module.modules():
@@ -109,14 +112,17 @@ def build_target(spec: ModelSpec, layer_ids: Sequence[int], seed: int, device: t
     """The frozen random target: the same weights for a given seed in every worker on the same kind of device."""
     with torch.device("meta"):
         target = Target(spec, layer_ids)
-    target = _materialise(target, device, seed, head_stds(spec))
-    return target.to(dtype).requires_grad_(False).eval()
+    _materialise(target, device, seed, head_stds(spec))
+    target.to(dtype).requires_grad_(False).eval()
+    return target
 
 
 def build_target_heads(spec: ModelSpec, seed: int, device: torch.device, dtype: torch.dtype) -> TargetHeads:
     with torch.device("meta"):
         heads = TargetHeads(spec)
-    return _materialise(heads, device, seed, head_stds(spec)).to(dtype).requires_grad_(False)
+    _materialise(heads, device, seed, head_stds(spec))
+    heads.to(dtype).requires_grad_(False)
+    return heads
 
 
 class HFTarget(nn.Module):

@@ -38,8 +38,8 @@ class TargetBatch:
     def to(self, device: torch.device) -> "TargetBatch":
         if self.tokens.device == device:
             return self
-        moved = (t.to(device, non_blocking=True) for t in self.device_tensors())
-        return TargetBatch(*moved, lengths_cpu=self.lengths_cpu)
+        tokens, lengths, features, greedy = (t.to(device, non_blocking=True) for t in self.device_tensors())
+        return TargetBatch(tokens, lengths, features, greedy, self.lengths_cpu)
 
     def device_tensors(self):
         return self.tokens, self.lengths, self.features, self.greedy

@@ -22,13 +22,19 @@ import traceback
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set, Union
 
 from dflash_doctor.reference.results import (
     FAILED, Outcome, PipelineResult, Progress, RunPlan, StepAggregator, StepRecord, WorkerOutcome,
 )
 from dflash_doctor.reference.signals import StopRequest, stop_signals
-from dflash_doctor.reference.transport import batches_per_target, describe, routes
+from dflash_doctor.reference.transport import (
+    GradientAllReduce, Groups, IpcReceiver, IpcSender, P2pReceiver, P2pSender, batches_per_target, describe,
+    ipc_queue_keys, pair_group, route_kind, routes,
+)
+
+if TYPE_CHECKING:
+    from dflash_doctor.runtime import FlightRecorder, HangDiagnosis
 
 LOG = logging.getLogger("dflash_doctor.reference")
 PARENT_POLL_S = 0.5
@@ -62,8 +68,8 @@ class Rank:
         self.targets = targets
         self.outcome = WorkerOutcome(_names(plan)[rank], "target" if rank < targets else "drafter",
                                      _devices(plan)[rank])
-        self.recorder = None
-        self.groups = None
+        self.recorder: Optional[FlightRecorder] = None
+        self.groups: Optional[Groups] = None
 
     def phase(self, text: str) -> None:
         self.outcome.phase = text
@@ -75,7 +81,6 @@ class Rank:
 
         from dflash_doctor import runtime
         from dflash_doctor.reference.setup import apply_mitigations
-        from dflash_doctor.reference.transport import Groups
 
         threading.current_thread().name = self.outcome.name  # log lines and stacks carry the worker name
         device = torch.device(self.outcome.device)
@@ -116,7 +121,6 @@ class Rank:
         from dflash_doctor.reference.loop import FailureHook, TargetLoop
         from dflash_doctor.reference.roles import TargetRole
         from dflash_doctor.reference.setup import build_target, corpus_text, forward_text, target_forward, write_corpus
-        from dflash_doctor.reference.transport import IpcSender, P2pSender, pair_group, route_kind
 
         plan, t = self.plan, self.rank
         device = torch.device(self.outcome.device)
@@ -129,13 +133,13 @@ class Rank:
             self.emit(("corpus", facts))
         else:
             self.phase("waiting for target-0's corpus")
-        if self.targets > 1:
+        if self.targets > 1 and self.groups is not None:
             dist.broadcast(corpus, src=0, group=self.groups.get("targets"))
         self.phase(forward_text(device))
         forward, mode = target_forward(plan, model, device)
         self.emit(("target_forward", mode))
         _, consumers = routes(self.targets, len(plan.drafter_devices))
-        senders = {}
+        senders: Dict[int, Union[IpcSender, P2pSender]] = {}
         for d in set(consumers[t]):
             if route_kind(plan, self.outcome.device, plan.drafter_devices[d]) == "ipc":
                 senders[d] = IpcSender(self.ipc_queues[(t, d)], device)
@@ -155,9 +159,6 @@ class Rank:
         from dflash_doctor.reference.loop import DrafterLoop, FailureHook
         from dflash_doctor.reference.roles import target_dtype
         from dflash_doctor.reference.setup import build_drafter, drafter_heads, wants_warm_up, wrap_step
-        from dflash_doctor.reference.transport import (
-            GradientAllReduce, IpcReceiver, P2pReceiver, pair_group, route_kind,
-        )
 
         plan = self.plan
         index = self.rank - self.targets
@@ -168,7 +169,7 @@ class Rank:
             self.phase(f"warm-up: {self.outcome.name}'s first step alone (compiling its graphs)")
             role.warm_up(plan.seed)
         sources, _ = routes(self.targets, len(plan.drafter_devices))
-        receivers = {}
+        receivers: Dict[int, Union[IpcReceiver, P2pReceiver]] = {}
         for t in set(sources[index]):
             if route_kind(plan, plan.target_devices[t], self.outcome.device) == "ipc":
                 receivers[t] = IpcReceiver(self.ipc_queues[(t, index)])
@@ -177,7 +178,7 @@ class Rank:
         own = sources[index]
         drafters = len(plan.drafter_devices)
         average = None
-        if drafters > 1:
+        if drafters > 1 and self.groups is not None:
             average = GradientAllReduce(self.groups.get("drafters"), self.groups.backends["drafters"], device,
                                         drafters)
         self.emit(("ready", self.outcome.name))
@@ -306,15 +307,13 @@ class ProcessRun:
         self.failed_worker: Optional[str] = None
         self.last_progress = self.started
         self.setup_s: Optional[float] = None
-        self.hang = None
+        self.hang: Optional[HangDiagnosis] = None
         self.hang_stacks: list = []
         self.workdir = tempfile.mkdtemp(prefix="dflash-doctor-ranks-")
 
     # -- start ---------------------------------------------------------------------------------------------
     def start(self) -> None:
         import torch.multiprocessing as mp
-
-        from dflash_doctor.reference.transport import ipc_queue_keys
 
         ctx = mp.get_context("spawn")
         self.outbox = ctx.Queue()
@@ -393,13 +392,13 @@ class ProcessRun:
         for stack in report.stacks:
             by_rank.setdefault(stack.name.split("/")[0], []).append(stack)
         diagnoses = [classify_hang(stacks, report.diagnosis.stalled_s) for stacks in by_rank.values()]
-        self.hang = min(diagnoses or [report.diagnosis], key=lambda d: DIAGNOSIS_ORDER.index(d.cycle)
-                        if d.cycle in DIAGNOSIS_ORDER else len(DIAGNOSIS_ORDER))
-        self.hang_stacks = report.stacks
-        involved = [t.split("/")[0] for t in self.hang.threads if t.split("/")[0] in self.names]
-        slowest = min(self.steps_done, key=self.steps_done.get)
+        hang = min(diagnoses or [report.diagnosis], key=lambda d: DIAGNOSIS_ORDER.index(d.cycle)
+                   if d.cycle in DIAGNOSIS_ORDER else len(DIAGNOSIS_ORDER))
+        self.hang, self.hang_stacks = hang, report.stacks
+        involved = [t.split("/")[0] for t in hang.threads if t.split("/")[0] in self.names]
+        slowest = min(self.steps_done, key=lambda name: self.steps_done[name])
         self.failed_worker = self.failed_worker or (involved[0] if involved else slowest)
-        LOG.error("no drafter step for %.0f s: %s", self.plan.stall_timeout_s, self.hang.summary())
+        LOG.error("no drafter step for %.0f s: %s", self.plan.stall_timeout_s, hang.summary())
 
     def supervise(self) -> None:
         from dflash_doctor import runtime
@@ -448,9 +447,11 @@ class ProcessRun:
             pass
 
     # -- collect -------------------------------------------------------------------------------------------
-    def hung_ranks(self) -> set:
+    def hung_ranks(self) -> Set[str]:
         """The ranks the stall diagnosis names (their threads are rank/thread), or every drafter if it names none."""
-        named = {thread.split("/")[0] for thread in self.hang.threads} & set(self.names) if self.hang else set()
+        named: Set[str] = set()
+        if self.hang is not None:
+            named = {thread.split("/")[0] for thread in self.hang.threads} & set(self.names)
         return named or set(self.plan.drafter_names())
 
     def outcome_of(self, rank: int, name: str, proc) -> WorkerOutcome:

@@ -14,12 +14,18 @@ import queue
 import threading
 import time
 import traceback
-from typing import Callable, List, Optional
+from functools import partial
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 from dflash_doctor.reference.results import (
     FAILED, Outcome, PipelineResult, Progress, RunPlan, StepAggregator, WorkerOutcome,
 )
 from dflash_doctor.reference.signals import StopRequest, stop_signals
+
+if TYPE_CHECKING:
+    from dflash_doctor.reference.setup import ThreadWorld
+    from dflash_doctor.reference.training import StreamHandoff, TargetBatch
+    from dflash_doctor.runtime import FlightRecorder, HangReport
 
 LOG = logging.getLogger("dflash_doctor.reference")
 STALLED_JOIN_S = 5.0  # after a stall the stuck threads never return: wait this long, not the join timeout
@@ -99,9 +105,13 @@ class GradientAverager:
         return mean
 
 
-def _on_stream(handoff, device: str, body: Callable[[], None]) -> None:
+def _on_stream(handoff: "StreamHandoff", device: str, body: Callable[[], None]) -> None:
     with handoff.producing(device):
         body()
+
+
+def _take(run: Run, batches: queue.Queue, handoff: "StreamHandoff", device) -> "TargetBatch":
+    return handoff.receive(run.get(batches), device)
 
 
 def saved_path(plan: RunPlan, failed_worker) -> "str | None":
@@ -120,18 +130,18 @@ class ThreadRun:
         self.started = clock()
         self.run = Run(plan.poll_s)
         self.log = SetupLog(progress, clock=clock)
-        self.recorder = None
+        self.recorder: Optional[FlightRecorder] = None
         self.outcomes = ([WorkerOutcome(n, "target", d) for n, d in zip(plan.target_names(), plan.target_devices)]
                          + [WorkerOutcome(n, "drafter", d) for n, d in zip(plan.drafter_names(), plan.drafter_devices)])
         self.threads: List[threading.Thread] = []
         self.records: queue.Queue = queue.Queue()
         self.aggregator = StepAggregator(len(plan.drafter_devices), plan.steps, progress,
                                          first_step=plan.start_step + 1)
-        self.world = None
+        self.world: Optional[ThreadWorld] = None
         self.setup_error: Optional[WorkerOutcome] = None
         self.setup_s: Optional[float] = None
         self.last_step_at = self.started
-        self.hang = None
+        self.hang: Optional[HangReport] = None
         self.mitigation_facts: dict = {}
 
     # -- start ---------------------------------------------------------------------------------------------
@@ -184,25 +194,24 @@ class ThreadRun:
         import torch
 
         plan, world, run = self.plan, self.world, self.run
+        assert world is not None, "start_workers() after a set-up that failed"
         drafters = len(plan.drafter_devices)
         batches: queue.Queue = queue.Queue(maxsize=max(1, plan.cfg.queue_depth * drafters))
         averager = GradientAverager(drafters, run)
         handoff = StreamHandoff(plan.target_devices)
-        bodies = []
+        bodies: List[Callable[[], None]] = []
         for index, (outcome, device) in enumerate(zip(self.outcomes, plan.target_devices)):
             role = TargetRole(plan.cfg, index, torch.device(device), plan.seed, world.corpus,
                               world.forwards[device], plan.start_step)
             loop = TargetLoop(role, outcome, lambda batch, k: run.put(batches, handoff.mark(batch)),
                               inject=FailureHook(plan, outcome.name), clock=self.clock)
-            bodies.append(lambda loop=loop, device=device: _on_stream(handoff, device, loop.run))
-        for index, role in enumerate(world.drafters):
+            bodies.append(partial(_on_stream, handoff, device, loop.run))
+        for index, drafter in enumerate(world.drafters):
             outcome = self.outcomes[len(plan.target_devices) + index]
-            device = role.device
             bodies.append(DrafterLoop(
-                plan, index, role, outcome, next_batch=lambda d=device: handoff.receive(run.get(batches), d),
-                report=self.records.put,
-                average=(lambda grads, i=index: averager.average(i, grads)) if drafters > 1 else None,
-                compute=wrap_step(plan.mitigations, role.compute), recorder=self.recorder,
+                plan, index, drafter, outcome, next_batch=partial(_take, run, batches, handoff, drafter.device),
+                report=self.records.put, average=partial(averager.average, index) if drafters > 1 else None,
+                compute=wrap_step(plan.mitigations, drafter.compute), recorder=self.recorder,
                 inject=FailureHook(plan, outcome.name), clock=self.clock).run)
         for outcome, body in zip(self.outcomes, bodies):
             thread = self.thread_factory(target=self._guarded, args=(outcome, body), name=outcome.name, daemon=True)

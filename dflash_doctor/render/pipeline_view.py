@@ -3,9 +3,12 @@ progress on a terminal (what each worker is doing during set-up, then the steps)
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, Optional
 
 from dflash_doctor.reference.results import Progress
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 _OUTCOME_STYLE = {"ok": "green", "error": "bold red", "killed": "bold red", "stopped": "yellow", "hung": "bold red"}
 
@@ -96,7 +99,7 @@ class LiveProgress(Progress):
         self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
                             console=Console(file=sys.stderr), redirect_stderr=True, transient=True)
-        self.task: Optional[int] = None
+        self.task: Optional[TaskID] = None
         self.phases: Dict[str, str] = {}
 
     @contextmanager
