@@ -56,7 +56,7 @@ class RunPlan:
     hf_checkpoint: Optional[str] = None
     mitigations: Tuple[str, ...] = ()  # names from dflash_doctor.mitigations, applied in set-up
     transport: Transport = Transport.AUTO
-    join_timeout_s: float = 60.0
+    join_timeout_s: float = 30.0  # after the last step or a failure: workers inside a cold compile need a while
     stall_timeout_s: float = 600.0  # no drafter step for this long after set-up (first step: compile) = hung
     stop_grace_s: float = 4.0  # after SIGINT/SIGTERM, how long workers get before they are killed
     poll_s: float = 0.2

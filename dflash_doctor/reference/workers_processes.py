@@ -439,7 +439,10 @@ class ProcessRun:
         grace = self.plan.stop_grace_s if self.stop.requested or self.hang else self.plan.join_timeout_s
         deadline = self.clock() + grace
         for proc in self.procs:
-            proc.join(timeout=max(0.0, deadline - self.clock()))
+            while proc.exitcode is None and self.clock() < deadline:
+                proc.join(self.plan.poll_s)
+                if self.stop.requested:  # a signal while waiting: the grace, not the full join timeout
+                    deadline = min(deadline, self.clock() + self.plan.stop_grace_s)
             if proc.exitcode is None:
                 proc.kill()
                 proc.join(timeout=5)

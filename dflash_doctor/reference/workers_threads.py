@@ -286,9 +286,11 @@ class ThreadRun:
             budget = min(self.plan.join_timeout_s, STALLED_JOIN_S)
         else:
             budget = self.plan.join_timeout_s
-        deadline = self.clock() + budget
+        self._join(budget)
+        stuck = [t for t in self.threads if t.is_alive()]
+        if stuck and self.hang is None and not self.stop.requested:
+            self._diagnose_stuck(budget)
         for thread, outcome in zip(self.threads, self.outcomes):
-            thread.join(timeout=max(0.0, deadline - self.clock()))
             if not thread.is_alive():
                 continue
             if self.stop.requested and self.hang is None:
@@ -296,11 +298,29 @@ class ThreadRun:
                 outcome.error = outcome.error or f"still inside a step when {self.stop.signal_name} came"
             else:
                 outcome.outcome = Outcome.HUNG
-                outcome.error = outcome.error or (
-                    f"no drafter step for {self.plan.stall_timeout_s:.0f} s" if self.hang is not None
-                    else "did not stop within the join timeout")
+                outcome.error = outcome.error or (f"did not stop within {budget:.0f} s of the stop"
+                                                  if self.run.failed_worker != outcome.name
+                                                  else f"no drafter step for {self.plan.stall_timeout_s:.0f} s")
         while not self.records.empty():
             self.aggregator.add(self.records.get_nowait())
+
+    def _join(self, budget: float) -> None:
+        """Join every worker within `budget` seconds in all, cut to the stop grace if a signal comes meanwhile
+        (a `timeout` wrapper kills a few seconds after its SIGTERM: the report must be out by then)."""
+        deadline = self.clock() + budget
+        for thread in self.threads:
+            while thread.is_alive() and self.clock() < deadline:
+                thread.join(self.plan.poll_s)
+                if self.stop.requested:
+                    deadline = min(deadline, self.clock() + self.plan.stop_grace_s)
+
+    def _diagnose_stuck(self, waited_s: float) -> None:
+        """Workers that did not stop after another one failed are stuck somewhere: their stacks say where (the
+        seeds' run could show the FX error in one drafter while the others were deadlocked)."""
+        from dflash_doctor import runtime
+
+        stacks = runtime.capture_stacks()
+        self.hang = runtime.HangReport(runtime.classify_hang(stacks, waited_s), stacks)
 
     # -- collect -------------------------------------------------------------------------------------------
     def collect(self) -> PipelineResult:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -249,3 +250,21 @@ def test_save_then_resume_continues_from_the_saved_drafter(tmp_path):
     # A fresh drafter starts near ln(vocab) on this task; a resumed one starts where the first run left off.
     assert resumed.losses[0] < 0.8 * first.losses[0]
     assert torch.load(saved, weights_only=True)["step"] == 6
+
+
+@pytest.mark.timeout(30)
+def test_workers_that_do_not_stop_after_a_failure_are_diagnosed_from_their_stacks():
+    from dflash_doctor.reference.loop import inject_hang
+    from dflash_doctor.reference.signals import StopRequest
+    from dflash_doctor.reference.workers_threads import ThreadRun
+
+    plan = replace(make_plan(PipelineOptions()), poll_s=0.05)
+    orchestration = ThreadRun(plan, Progress(), time.perf_counter, threading.Thread, StopRequest())
+    stuck = threading.Thread(target=inject_hang, args=("drafter-0",), name="drafter-0", daemon=True)
+    stuck.start()
+    orchestration.threads = [stuck]
+    orchestration.run.fail("drafter-1")  # another worker died; drafter-0 never sees the stop
+    orchestration._join(0.2)
+    orchestration._diagnose_stuck(0.2)
+    assert orchestration.hang.diagnosis.cycle == "lock-cycle"
+    assert sorted(orchestration.hang.diagnosis.threads) == ["drafter-0", "drafter-0-helper"]
