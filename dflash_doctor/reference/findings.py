@@ -73,8 +73,10 @@ def _death_finding(facts: dict, worker: dict) -> Finding:
     if worker.get("outcome") == "killed":
         message = f"{worker['name']} ({worker.get('role')} on {worker.get('device')}) was killed: {worker.get('error')}"
         return rules.WORKER_KILLED.finding(message, evidence=evidence)
-    message = (f"{worker['name']} ({worker.get('role')} on {worker.get('device')}) died in "
-               f"{worker.get('phase')}: {worker.get('error') or 'no error message'}")
+    error = worker.get("error") or "no error message"
+    if worker.get("role") == "set-up":  # before any worker started: the set-up thread itself
+        return rules.WORKER_ERROR.finding(f"set-up failed before the workers started: {error}", evidence=evidence)
+    message = f"{worker['name']} ({worker.get('role')} on {worker.get('device')}) died in {worker.get('phase')}: {error}"
     return rules.WORKER_ERROR.finding(message, evidence=evidence)
 
 

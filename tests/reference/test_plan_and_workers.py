@@ -268,3 +268,18 @@ def test_workers_that_do_not_stop_after_a_failure_are_diagnosed_from_their_stack
     orchestration._diagnose_stuck(0.2)
     assert orchestration.hang.diagnosis.cycle == "lock-cycle"
     assert sorted(orchestration.hang.diagnosis.threads) == ["drafter-0", "drafter-0-helper"]
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_set_up_ends_the_run_with_its_error_and_no_worker_started():
+    from dflash_doctor.reference.findings import findings_from_facts
+
+    plan = make_plan(PipelineOptions(steps=3))
+    plan = replace(plan, cfg=replace(plan.cfg, prompt_len=plan.cfg.seq_len))  # no room left to decode
+    result = run_threads(plan)
+    assert result.failed_worker == "set-up" and result.steps == 0
+    assert [(w.name, w.outcome) for w in result.workers] == [
+        ("target-0", Outcome.STOPPED), ("drafter-0", Outcome.STOPPED), ("drafter-1", Outcome.STOPPED),
+        ("set-up", Outcome.ERROR)]
+    [finding] = findings_from_facts(result.facts())
+    assert finding.message == "set-up failed before the workers started: ValueError: prompt length 64 must be in 1..63"

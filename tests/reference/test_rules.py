@@ -57,9 +57,18 @@ def test_the_fix_text_comes_from_the_mitigation_registry():
 
 
 def test_a_failed_run_without_a_classifiable_worker_still_gets_a_finding():
-    facts = {"failed_worker": "set-up", "workers": [{"name": "target-0", "outcome": "stopped"}]}
+    facts = {"failed_worker": "drafter-3", "workers": [{"name": "target-0", "outcome": "stopped"}]}
     [finding] = findings_from_facts(facts)
-    assert finding.code == "DFD801" and finding.message.startswith("set-up")
+    assert finding.code == "DFD801" and finding.message.startswith("drafter-3")
+
+
+def test_a_failed_set_up_is_a_finding_of_its_own():
+    facts = {"failed_worker": "set-up", "workers": [
+        {"name": "target-0", "outcome": "stopped"},
+        {"name": "set-up", "role": "set-up", "outcome": "error", "error": "OutOfMemoryError: CUDA out of memory"}]}
+    [finding] = findings_from_facts(facts)
+    assert (finding.code, finding.message) == ("DFD801", "set-up failed before the workers started: "
+                                                         "OutOfMemoryError: CUDA out of memory")
 
 
 def test_an_interrupted_healthy_run_has_no_findings():
