@@ -60,8 +60,8 @@ def _hang_finding(facts: dict, hung: List[dict]) -> Finding:
         rule, what = rules.LOCK_DEADLOCK, "deadlocked on locks"
     else:
         rule, what = rules.WORKERS_HUNG, "made no progress (no lock cycle in the stacks)"
-    detail = "; ".join(chain[:2]) if chain and rule is not rules.WORKERS_HUNG else ""
-    message = f"{names} {what}" + (f": {detail}" if detail else "")
+    cycle_threads = ", ".join(threads) if threads and rule is not rules.WORKERS_HUNG else ""
+    message = f"{names} {what}" + (f" (threads in the cycle: {cycle_threads})" if cycle_threads else "")
     evidence = {**_where(facts), "hung": [_worker_evidence(w) for w in hung], "cycle": cycle, "chain": chain,
                 "threads": threads, "stalled_s": hang.get("stalled_s"),
                 "stacks": _involved_stacks(facts, threads), "stopped": _stopped(facts, "")}

@@ -129,7 +129,9 @@ def _check_transport(options: PipelineOptions, targets: List[str], drafters: Lis
     from dflash_doctor.reference.transport import routes
 
     transport = _choice(Transport, options.transport, "--transport")
-    if transport is Transport.IPC and workers == "processes":
+    if transport is not Transport.AUTO and workers == "threads":
+        raise ValueError(f"--transport {transport.value} is for --workers processes (threads share one queue)")
+    if transport is Transport.IPC:
         sources, _ = routes(len(targets), len(drafters))
         crossing = sorted({(targets[t], drafters[d]) for d, own in enumerate(sources) for t in own
                            if targets[t] != drafters[d]})

@@ -355,8 +355,11 @@ def run_threads(plan: RunPlan, progress: Optional[Progress] = None, clock: Calla
                 thread_factory=threading.Thread, stop: Optional[StopRequest] = None) -> PipelineResult:
     import torch
 
+    from dflash_doctor import runtime
+
     stop = stop or StopRequest()
     previous = torch.get_num_threads()
+    previous_recorder = runtime.active_recorder()
     if plan.device_type == "cpu":
         # Workers share the host's cores: small ops on an oversubscribed OpenMP pool spin instead of working
         # (generating the tiny corpus took 64 s instead of 2 s on a busy 2-core machine).
@@ -371,4 +374,9 @@ def run_threads(plan: RunPlan, progress: Optional[Progress] = None, clock: Calla
         result = orchestration.collect()
     if not any(t.is_alive() for t in orchestration.threads):  # stuck threads keep the share they got
         torch.set_num_threads(previous)
+    # The flight recorder's hooks are process-wide: a caller running the pipeline in its own process gets its torch
+    # back as it was (or its own recorder). Safe with stuck threads: a hook in progress keeps its own recorder.
+    runtime.uninstall()
+    if previous_recorder is not None:
+        runtime.install(previous_recorder)
     return result

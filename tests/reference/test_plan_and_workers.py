@@ -50,6 +50,7 @@ def test_device_lists():
     (PipelineOptions(stall_timeout_s=float("nan")), "--stall-timeout must be a positive number"),
     (PipelineOptions(stall_timeout_s=0.0), "--stall-timeout must be a positive number"),
     (PipelineOptions(transport="pigeon"), "--transport must be one of auto, ipc, p2p"),
+    (PipelineOptions(transport="ipc"), "--transport ipc is for --workers processes"),
     (PipelineOptions(mitigation="processes", workers="threads"), "cannot be combined with --workers threads"),
     (PipelineOptions(device="cuda"), "no CUDA device"),
     (PipelineOptions(hf_checkpoint="/"), "--target-checkpoint / is not a local Hugging Face checkpoint"),
@@ -215,7 +216,8 @@ def test_a_deadlocked_drafter_thread_is_diagnosed_from_its_stacks_and_the_run_re
     assert result.setup_s is not None and set(result.setup) >= {"hooks", "targets", "corpus", "drafters"}
     [finding] = findings_from_facts(result.facts())
     assert (finding.code, finding.name) == ("DFD805", "pipeline-lock-deadlock")
-    assert finding.message.startswith("drafter-1 deadlocked on locks: drafter-1 holds mine and waits for theirs")
+    assert finding.message == "drafter-1 deadlocked on locks (threads in the cycle: drafter-1, drafter-1-helper)"
+    assert finding.evidence["chain"][0].startswith("drafter-1 holds mine and waits for theirs")
     assert [s["name"] for s in finding.evidence["stacks"]] == ["drafter-1", "drafter-1-helper"]
 
 

@@ -42,8 +42,9 @@ def test_the_fx_finding_names_the_victim_its_step_and_the_thread_that_held_the_f
 
 def test_the_compile_deadlock_finding_carries_the_cycle_and_the_hung_workers():
     [finding] = findings_from_facts(json.loads(_rule("DFD804").bad))
-    assert finding.message.startswith("drafter-0, drafter-1 deadlocked on compile_lock and the autograd device "
-                                      "thread: drafter-1 holds compile_lock")
+    assert finding.message == ("drafter-0, drafter-1 deadlocked on compile_lock and the autograd device thread "
+                               "(threads in the cycle: drafter-1, thread-140233)")
+    assert finding.evidence["chain"][0] == "drafter-1 holds compile_lock and waits in torch.autograd.grad"
     assert finding.evidence["cycle"] == "compile-lock-autograd"
     assert [w["name"] for w in finding.evidence["hung"]] == ["drafter-0", "drafter-1"]
 
