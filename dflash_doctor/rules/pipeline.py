@@ -21,16 +21,17 @@ def _concurrent_fix() -> str:
 
 
 def _worker(name: str, outcome: str, steps: int = 0, error: str = "null", role: str = "drafter",
-            phase: str = "training") -> str:
+            phase: str = "") -> str:
+    phase = phase or ("serving batches" if role == "target" else "training")
     return (f'{{"name": "{name}", "role": "{role}", "device": "cuda:0", "outcome": "{outcome}", "steps": {steps}, '
             f'"error": {error}, "phase": "{phase}"}}')
 
 
 def _facts(workers: str, failed: str = "null", hang: str = "null", blame: str = "[]",
-           mitigation: str = "none") -> str:
+           mitigation: str = "none", steps: int = 0) -> str:
     return (
         "{\n"
-        '  "preset": "seeds", "workers_mode": "threads", "device_type": "cuda", "steps": 0,\n'
+        f'  "preset": "seeds", "workers_mode": "threads", "device_type": "cuda", "steps": {steps},\n'
         f'  "mitigation": "{mitigation}", "failed_worker": {failed}, "interrupted": null,\n'
         f'  "workers": [{workers}],\n'
         f'  "hang": {hang}, "blame": {blame}\n'
@@ -39,7 +40,8 @@ def _facts(workers: str, failed: str = "null", hang: str = "null", blame: str = 
 
 
 _GOOD = _facts(", ".join([_worker("target-0", "ok", 40, role="target"), _worker("drafter-0", "ok", 20),
-                          _worker("drafter-1", "ok", 20)]), mitigation="threadlocal-flag,non-lazy-backward")
+                          _worker("drafter-1", "ok", 20)]), mitigation="threadlocal-flag,non-lazy-backward",
+               steps=20)
 
 WORKER_ERROR = register(Rule(
     code="DFD801",
