@@ -110,6 +110,35 @@ class Groups:
         return self.by_name.get(name)
 
 
+PROBE = (0, 1, 2, 3)
+
+
+def offer_probe(queue, device) -> Optional[str]:
+    """Target side of the IPC check: put a small tensor of `device` on the queue; the reason if that failed (a
+    sandbox without CUDA IPC). A failure still puts something, so the drafter never waits for nothing."""
+    import torch
+
+    try:
+        queue.put(torch.tensor(PROBE, device=device))
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "use torch.distributed on this route"
+        queue.put(None)
+        return f"{exc.__class__.__name__}: {exc}"[:200]
+
+
+def take_probe(queue) -> Optional[str]:
+    """Drafter side: read the probe back; the reason if this process cannot map the target's memory. It waits as
+    long as the target's set-up takes (a target that dies instead is the parent's to notice: it ends the run)."""
+    try:
+        item = queue.get()
+        if item is None:
+            return "the target could not share its memory"
+        got = tuple(item.cpu().tolist())
+        return None if got == PROBE else f"the probe read back as {got}"
+    except Exception as exc:  # noqa: BLE001 - any failure means "use torch.distributed on this route"
+        return f"{exc.__class__.__name__}: {exc}"[:200]
+
+
 class IpcSender:
     def __init__(self, queue, device) -> None:
         self.queue, self.device = queue, device

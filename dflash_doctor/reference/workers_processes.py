@@ -30,7 +30,7 @@ from dflash_doctor.reference.results import (
 from dflash_doctor.reference.signals import StopRequest, stop_signals
 from dflash_doctor.reference.transport import (
     GradientAllReduce, Groups, IpcReceiver, IpcSender, P2pReceiver, P2pSender, batches_per_target, describe,
-    ipc_queue_keys, pair_group, route_kind, routes,
+    ipc_queue_keys, offer_probe, pair_group, route_kind, routes, take_probe,
 )
 
 if TYPE_CHECKING:
@@ -139,13 +139,15 @@ class Rank:
         forward, mode = target_forward(plan, model, device)
         self.emit(("target_forward", mode))
         _, consumers = routes(self.targets, len(plan.drafter_devices))
+        own = consumers[t]
+        ipc_ok = self._check_ipc_as_target([d for d in sorted(set(own)) if route_kind(
+            plan, self.outcome.device, plan.drafter_devices[d]) == "ipc"], device)
         senders: Dict[int, Union[IpcSender, P2pSender]] = {}
-        for d in set(consumers[t]):
-            if route_kind(plan, self.outcome.device, plan.drafter_devices[d]) == "ipc":
+        for d in set(own):
+            if ipc_ok.get(d):
                 senders[d] = IpcSender(self.ipc_queues[(t, d)], device)
             else:
                 senders[d] = P2pSender(self.targets + d, pair_group(self.groups, t, d), device)
-        own = consumers[t]
         role = TargetRole(plan.cfg, t, device, plan.seed, corpus, forward, plan.start_step)
         self.emit(("ready", self.outcome.name))
         self.phase("serving batches")
@@ -169,9 +171,11 @@ class Rank:
             self.phase(f"warm-up: {self.outcome.name}'s first step alone (compiling its graphs)")
             role.warm_up(plan.seed)
         sources, _ = routes(self.targets, len(plan.drafter_devices))
+        ipc_ok = self._check_ipc_as_drafter([t for t in sorted(set(sources[index])) if route_kind(
+            plan, plan.target_devices[t], self.outcome.device) == "ipc"], index)
         receivers: Dict[int, Union[IpcReceiver, P2pReceiver]] = {}
         for t in set(sources[index]):
-            if route_kind(plan, plan.target_devices[t], self.outcome.device) == "ipc":
+            if ipc_ok.get(t):
                 receivers[t] = IpcReceiver(self.ipc_queues[(t, index)])
             else:
                 receivers[t] = P2pReceiver(t, pair_group(self.groups, t, index), device, target_dtype(device))
@@ -192,6 +196,38 @@ class Rank:
                     average=average, compute=wrap_step(plan.mitigations, role.compute), recorder=self.recorder,
                     inject=FailureHook(plan, self.outcome.name, self._kill),
                     on_phase=lambda text: self.emit(("phase", self.outcome.name, text))).run()
+
+    def _check_ipc_as_target(self, drafters: List[int], device) -> Dict[int, bool]:
+        """Before the first batch, each IPC route carries a probe and the drafter says (over gloo) whether it read
+        it; a route where it did not falls back to torch.distributed, and the report says why. (The H200 machines
+        run under sandboxes; not every one is known to allow CUDA IPC.) Every probe is put before any answer is
+        awaited, so ranks with several routes cannot wait on each other."""
+        import torch
+        import torch.distributed as dist
+
+        offered = {d: offer_probe(self.ipc_queues[(self.rank, d)], device) for d in drafters}
+        verdict = {}
+        for d in drafters:
+            answer = torch.zeros(1)
+            dist.recv(answer, self.targets + d)
+            verdict[d] = offered[d] is None and bool(answer.item())
+            if not verdict[d]:
+                self.emit(("transport_fallback", f"target-{self.rank} -> drafter-{d}: CUDA IPC unusable "
+                           f"({offered[d] or 'the drafter could not read the probe'}); gloo instead"))
+        return verdict
+
+    def _check_ipc_as_drafter(self, targets: List[int], index: int) -> Dict[int, bool]:
+        import torch
+        import torch.distributed as dist
+
+        verdict = {}
+        for t in targets:
+            problem = take_probe(self.ipc_queues[(t, index)])
+            verdict[t] = problem is None
+            if problem is not None:
+                LOG.error("CUDA IPC from target-%d unusable here: %s", t, problem)
+            dist.send(torch.tensor([1.0 if problem is None else 0.0]), t)
+        return verdict
 
     def blame(self) -> List[dict]:
         return [b.to_dict() for b in self.recorder.blames] if self.recorder else []
@@ -359,6 +395,8 @@ class ProcessRun:
             self.blame.extend(message[1])
         elif kind in ("corpus", "target_forward"):
             self.facts[kind] = message[1]
+        elif kind == "transport_fallback":
+            self.facts.setdefault("transport_fallbacks", []).append(message[1])
         elif kind == "outcome":
             outcome = message[1]
             self.reported[outcome.name] = outcome
@@ -501,8 +539,13 @@ class ProcessRun:
             mitigation_facts=self.mitigation_facts, hang=hang.to_dict() if hang else None, stacks=[s.to_dict() for s in self.hang_stacks],
             blame=self.blame, interrupted=self.stop.signal_name, corpus=self.facts.get("corpus"),
             target_forward=self.facts.get("target_forward"),
-            saved_to=saved_path(plan, failed or self.stop.signal_name), transport=describe(plan),
+            saved_to=saved_path(plan, failed or self.stop.signal_name), transport=self.transport(),
         )
+
+    def transport(self) -> str:
+        fallbacks = self.facts.get("transport_fallbacks")
+        return describe(self.plan) + (f" (fell back on {len(fallbacks)} route(s): {'; '.join(fallbacks)})"
+                                      if fallbacks else "")
 
 
 def _gather_pickled(obj, rank: int, world: int, dst: int) -> list:

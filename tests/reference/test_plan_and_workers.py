@@ -285,3 +285,30 @@ def test_a_failing_set_up_ends_the_run_with_its_error_and_no_worker_started():
         ("set-up", Outcome.ERROR)]
     [finding] = findings_from_facts(result.facts())
     assert finding.message == "set-up failed before the workers started: ValueError: prompt length 64 must be in 1..63"
+
+
+class _SandboxQueue:
+    """A queue in a sandbox without CUDA IPC: sharing the first tensor fails, like cudaIpcGetMemHandle would."""
+
+    def __init__(self):
+        self.items = []
+
+    def put(self, item):
+        if item is not None:
+            raise RuntimeError("CUDA error: operation not supported")
+        self.items.append(item)
+
+    def get(self):
+        return self.items.pop(0)
+
+
+def test_an_ipc_route_that_cannot_share_memory_says_why_and_the_drafter_is_not_left_waiting():
+    import queue as queues
+
+    from dflash_doctor.reference.transport import offer_probe, take_probe
+
+    sandbox = _SandboxQueue()
+    assert offer_probe(sandbox, torch.device("cpu")) == "RuntimeError: CUDA error: operation not supported"
+    assert take_probe(sandbox) == "the target could not share its memory"
+    working = queues.Queue()
+    assert offer_probe(working, torch.device("cpu")) is None and take_probe(working) is None
