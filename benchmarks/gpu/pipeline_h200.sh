@@ -18,14 +18,17 @@
 #                    60 steps (cap 85 s)                            (facts.warmup_s) <= 30 s.
 #   small-processes  --preset small --workers processes, 60 steps   Target: tok/s >= 0.9x small-threads' (batches
 #                    (cap 95 s)                                     through CUDA IPC: facts.transport "cuda-ipc").
-# Each run's JSON report lands in "$OUT/<run>.json" (written even when a run ends by timeout's SIGTERM: a partial
-# report, exit 143), its stderr (set-up phases, step lines) in "$OUT/<run>.log"; the table (with each target
-# checked) is printed and written to "$OUT/summary.md", all facts to "$OUT/results.json".
+# What comes back (the device tool returns at most 8 files): "$OUT/summary.md" (the table, each target checked;
+# also printed), "$OUT/results.json" (every run's JSON report), "$OUT/runs.txt" (versions, each run's exit code and
+# wall time) and "$OUT/pipeline-h200.tgz" (each run's JSON report and stderr log: set-up phases, step lines, the
+# stall diagnosis). A report is written even when a run ends by timeout's SIGTERM (a partial report, exit 143);
+# all four files are refreshed after every run, so a command cut short still brings back what finished.
 #
 # Dry run on a CPU (every path, tiny models, the same topologies):
 #   PIPELINE_DEVICE=cpu bash benchmarks/gpu/pipeline_h200.sh
 set -u
 OUT="${OUT:-$(mktemp -d)}"
+RUNS="$(mktemp -d)"  # each run's report and log, archived into $OUT after every run
 PY="${PYTHON:-python3}"
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -42,28 +45,38 @@ if [ "$DEVICE" = cpu ]; then
   CAP_SCALE="${PIPELINE_CAP_SCALE:-2}"
 fi
 START=$SECONDS
-: >"$OUT/runs.txt"
 
 run_case() {  # name, cap (s), pipeline arguments...
   local name="$1" cap=$(( $2 * CAP_SCALE ))
   shift 2
   local began=$SECONDS
-  TORCHINDUCTOR_CACHE_DIR="$OUT/.cache-$name/inductor" TRITON_CACHE_DIR="$OUT/.cache-$name/triton" \
+  TORCHINDUCTOR_CACHE_DIR="$RUNS/.cache-$name/inductor" TRITON_CACHE_DIR="$RUNS/.cache-$name/triton" \
     timeout -k 5 "$cap" "$PY" -m dflash_doctor pipeline --device "$DEVICE" "$@" \
-    --format json --output "$OUT/$name.json" 2>"$OUT/$name.log"
+    --format json --output "$RUNS/$name.json" 2>"$RUNS/$name.log"
   local rc=$?
-  echo "$name rc=$rc wall=$((SECONDS - began))s cap=${cap}s args=$*" >>"$OUT/runs.txt"
-  rm -rf "$OUT/.cache-$name"
+  echo "$name rc=$rc wall=$((SECONDS - began))s cap=${cap}s args=$*" >>"$RUNS/runs.txt"
+  rm -rf "$RUNS/.cache-$name"
+  publish >/dev/null
 }
 
+publish() {  # the table from what has run so far, and the four files that come back
+  "$PY" benchmarks/gpu/pipeline_table.py "$RUNS" >"$RUNS/summary.md"
+  cp "$RUNS/summary.md" "$RUNS/results.json" "$OUT/"
+  cat "$RUNS/env.txt" "$RUNS/runs.txt" >"$OUT/runs.txt"
+  tar czf "$OUT/pipeline-h200.tgz" -C "$RUNS" --exclude='.cache-*' .
+  cat "$RUNS/summary.md"
+}
+
+: >"$RUNS/runs.txt"
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
-  torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' >"$OUT/env.txt" 2>&1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$OUT/env.txt" 2>&1
+  torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' >"$RUNS/env.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$RUNS/env.txt" 2>&1
 run_case seeds-none 125 --preset "$SEEDS" "${SEEDS_TOPOLOGY[@]}" --steps 20 --stall-timeout 30
 run_case seeds-fixed 110 --preset "$SEEDS" "${SEEDS_TOPOLOGY[@]}" --steps 20 --stall-timeout 30 \
   --mitigation threadlocal-flag,non-lazy-backward
 run_case small-threads 85 --preset "$SMALL" --workers threads --steps 60
 run_case small-processes 95 --preset "$SMALL" --workers processes --steps 60
-echo "script wall $((SECONDS - START))s" >>"$OUT/runs.txt"
-"$PY" benchmarks/gpu/pipeline_table.py "$OUT" | tee "$OUT/summary.md"
-cat "$OUT/env.txt" "$OUT/runs.txt"
+echo "script wall $((SECONDS - START))s" >>"$RUNS/runs.txt"
+publish
+cat "$OUT/runs.txt"
+rm -rf "$RUNS"
