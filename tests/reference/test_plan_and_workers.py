@@ -221,11 +221,23 @@ def test_a_deadlocked_drafter_thread_is_diagnosed_from_its_stacks_and_the_run_re
     assert [s["name"] for s in finding.evidence["stacks"]] == ["drafter-1", "drafter-1-helper"]
 
 
+class SlowSetUpClock:
+    """Real time, except that every reading the set-up thread takes moves the clock 10 s on: a set-up of minutes."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        if threading.current_thread().name == "set-up":
+            self.offset += 10.0
+        return time.perf_counter() + self.offset
+
+
 @pytest.mark.timeout(60)
 def test_set_up_longer_than_the_stall_timeout_is_not_a_stall():
-    plan = replace(make_plan(PipelineOptions(steps=3)), stall_timeout_s=0.05, poll_s=0.01)
-    result = run_threads(plan)
-    assert result.setup_s > 0.05  # building the models and the corpus alone takes longer than the timeout
+    plan = replace(make_plan(PipelineOptions(steps=3)), stall_timeout_s=5.0, poll_s=0.05)
+    result = run_threads(plan, clock=SlowSetUpClock())
+    assert result.setup_s > 5 * plan.stall_timeout_s  # the set-up "took" far longer than the stall timeout
     assert result.ok and result.hang is None and result.steps == 3
 
 
