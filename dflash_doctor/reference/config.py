@@ -48,7 +48,10 @@ class PipelineConfig:
     steps: int
     target_workers: int
     drafter_workers: int
-    corpus_per_target: int  # greedy sequences each target worker generates once, then samples from
+    corpus_size: int  # greedy sequences written once in set-up and shared by every target worker
+    # Drafters that share a device each draft one more block per sequence than the one before, so each compiles
+    # a graph of its own, as the seeds' drafters did on GPUs of their own (on one GPU they would share one).
+    distinct_drafter_shapes: bool = False
     queue_depth: int = 2
     log_every: int = 1
 
@@ -63,6 +66,10 @@ class PipelineConfig:
     @property
     def pad_token_id(self) -> int:
         return 0
+
+    def with_extra_blocks(self, extra: int) -> "PipelineConfig":
+        """The same run with `extra` more blocks per sequence: a distinct static shape for one drafter."""
+        return replace(self, blocks_per_seq=self.blocks_per_seq + extra)
 
     def with_shape_index(self, shape_index: int) -> "PipelineConfig":
         """A distinct (seq_len, blocks) per index, so each index is a distinct shape for a static compile."""
@@ -95,7 +102,7 @@ TINY = PipelineConfig(
     steps=30,
     target_workers=1,
     drafter_workers=2,
-    corpus_per_target=64,
+    corpus_size=64,
 )
 
 # One H200: a drafter step of ~7 TFLOP (bf16) is GPU-bound, and the model still compiles in well under a minute.
@@ -117,7 +124,7 @@ SMALL = PipelineConfig(
     steps=40,
     target_workers=1,
     drafter_workers=1,
-    corpus_per_target=32,
+    corpus_size=32,
 )
 
 # What `repro` replays by default: the smallest drafter whose compiled flex_attention takes the kernel real
@@ -142,11 +149,12 @@ REPLAY = PipelineConfig(
     steps=30,
     target_workers=1,
     drafter_workers=3,
-    corpus_per_target=8,
+    corpus_size=8,
 )
 
-# The seeds' topology: 5 target workers and 3 drafter workers (scaled onto the devices present).
-SEEDS = replace(SMALL, name="seeds", target_workers=5, drafter_workers=3, batch_size=8, corpus_per_target=16)
+# The seeds' topology: 5 target workers and 3 drafter workers (scaled onto the devices present), one corpus.
+SEEDS = replace(SMALL, name="seeds", target_workers=5, drafter_workers=3, batch_size=8, corpus_size=32,
+                distinct_drafter_shapes=True)
 
 PRESETS = {c.name: c for c in (TINY, SMALL, SEEDS, REPLAY)}
 

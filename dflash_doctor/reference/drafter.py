@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from dflash_doctor.reference.config import ModelSpec
-from dflash_doctor.reference.layers import QKV, RMSNorm, SwiGLU, init_weights, rope_cos_sin
+from dflash_doctor.reference.layers import QKV, RMSNorm, Rope, SwiGLU, init_weights, rope_cos_sin
 
 
 class DrafterLayer(nn.Module):
@@ -22,11 +22,11 @@ class DrafterLayer(nn.Module):
         self.post_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.mlp = SwiGLU(spec.hidden_size, spec.intermediate_size)
 
-    def forward(self, x, context, block_rope, context_rope, attend):
+    def forward(self, x, context, block_rope: Rope, context_rope: Rope, attend):
         h = self.input_norm(x)
-        q = self.attn.query(h, *block_rope)
-        k_ctx, v_ctx = self.attn.key_value(context, *context_rope)  # context K/V injected into every layer
-        k_blk, v_blk = self.attn.key_value(h, *block_rope)
+        q = self.attn.query(h, block_rope)
+        k_ctx, v_ctx = self.attn.key_value(context, context_rope)  # context K/V injected into every layer
+        k_blk, v_blk = self.attn.key_value(h, block_rope)
         out = attend(q, torch.cat([k_ctx, k_blk], dim=2), torch.cat([v_ctx, v_blk], dim=2))
         x = x + self.attn.output(out)
         return x + self.mlp(self.post_norm(x))
@@ -34,14 +34,14 @@ class DrafterLayer(nn.Module):
 
 class Drafter(nn.Module):
     def __init__(self, spec: ModelSpec, num_layers: int, num_features: int, embed_weight: torch.Tensor,
-                 lm_head_weight: torch.Tensor, generator=None):
+                 lm_head_weight: torch.Tensor, seed: int = 0):
         super().__init__()
         self.spec = spec
         self.fc = nn.Linear(num_features * spec.hidden_size, spec.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.layers = nn.ModuleList(DrafterLayer(spec) for _ in range(num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.norm_eps)
-        init_weights(self, generator)
+        init_weights(self, seed)
         # Shared with the frozen target (plain tensors, deliberately not registered as parameters).
         self.shared = {"embed": embed_weight, "lm_head": lm_head_weight}
 
@@ -49,12 +49,16 @@ class Drafter(nn.Module):
         """features: (batch, ctx_len, F * hidden); block_ids, block_pos: (batch, blocks * B).
 
         Returns the final hidden states (batch, blocks * B, hidden), before the final norm (the loss applies it).
+        Under autocast, `fc` reads the bf16 features as they come: an fp32 copy of them would only be cast back.
         """
         spec = self.spec
-        context = self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))
+        context = self.hidden_norm(self.fc(features))
         ctx_pos = torch.arange(features.shape[1], device=features.device).expand(features.shape[0], -1)
-        context_rope = rope_cos_sin(ctx_pos, spec.head_dim, spec.rope_theta)
-        block_rope = rope_cos_sin(block_pos, spec.head_dim, spec.rope_theta)
+        # RoPE tables in the dtype q and k will have: bf16 under autocast (the projections' output), else fp32.
+        dtype = torch.get_autocast_dtype(features.device.type) if torch.is_autocast_enabled(
+            features.device.type) else self.fc.weight.dtype
+        context_rope = rope_cos_sin(ctx_pos, spec.head_dim, spec.rope_theta, dtype)
+        block_rope = rope_cos_sin(block_pos, spec.head_dim, spec.rope_theta, dtype)
         x = nn.functional.embedding(block_ids, self.shared["embed"]).to(self.fc.weight.dtype)
         for layer in self.layers:
             x = layer(x, context, block_rope, context_rope, attend)

@@ -15,13 +15,15 @@ from dflash_doctor.reference.config import PipelineConfig
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "B200": 2250e12}
 
 
-def flops_per_token(cfg: PipelineConfig) -> float:
+def flops_per_token(cfg: PipelineConfig, blocks_per_seq: Optional[float] = None) -> float:
+    """`blocks_per_seq`: the drafters' mean, when drafters sharing a device draft different numbers of blocks."""
     t = cfg.target
     mean_len = (cfg.min_len + cfg.seq_len) / 2
     attn_width = t.num_heads * t.head_dim
-    target = 2 * (t.num_layers * t.linear_params_per_layer() + t.hidden_size * t.vocab_size)
+    target = 2.0 * (t.num_layers * t.linear_params_per_layer() + t.hidden_size * t.vocab_size)
     target += t.num_layers * 2 * 2 * (mean_len / 2) * attn_width  # QK^T and AV over half the sequence (causal)
-    queries_per_token = cfg.queries_per_seq / mean_len
+    blocks = cfg.blocks_per_seq if blocks_per_seq is None else blocks_per_seq
+    queries_per_token = blocks * cfg.block_size / mean_len
     per_query = cfg.drafter_layers * t.linear_params_per_layer() + t.hidden_size * t.vocab_size
     per_query_attention = cfg.drafter_layers * 2 * 2 * (mean_len / 2 + cfg.block_size) * attn_width
     per_context = len(cfg.target_layer_ids) * t.hidden_size * t.hidden_size
@@ -37,10 +39,11 @@ def peak_flops(device_name: str) -> Optional[float]:
     return None
 
 
-def mfu(cfg: PipelineConfig, tokens_per_s: Optional[float], device_names) -> Optional[float]:
-    """Achieved model FLOP/s over the summed peak of the distinct devices used; None if any peak is unknown."""
+def mfu(flops: float, tokens_per_s: Optional[float], device_names) -> Optional[float]:
+    """Achieved model FLOP/s (`flops` per token) over the summed peak of the distinct devices used; None if any
+    peak is unknown."""
     names = list(device_names)
     peaks = [peak_flops(n) for n in names]
     if tokens_per_s is None or not names or any(p is None for p in peaks):
         return None
-    return flops_per_token(cfg) * tokens_per_s / sum(peaks)
+    return flops * tokens_per_s / sum(p for p in peaks if p is not None)

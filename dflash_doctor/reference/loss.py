@@ -13,22 +13,22 @@ import torch
 import torch.nn.functional as F
 
 from dflash_doctor.reference.config import CHECKPOINT_MODES
+from dflash_doctor.reference.layers import rms_norm
 
 
-def position_weights(block_size: int, decay: float) -> torch.Tensor:
-    """(B,) weights by position inside a block: 0 for the anchor, exp(-(k-1)/decay) for k >= 1."""
-    k = torch.arange(block_size, dtype=torch.float32)
-    weights = torch.exp(-(k - 1) / decay)
-    weights[0] = 0.0
-    return weights
+def position_weights(block_size: int, decay: float, device=None) -> torch.Tensor:
+    """(B,) weights by position inside a block: 0 for the anchor, exp(-(k-1)/decay) for k >= 1. Made on `device`
+    directly: a host-to-device copy of a pageable tensor would wait for every kernel queued before it."""
+    k = torch.arange(block_size, dtype=torch.float32, device=device)
+    return torch.exp(-(k - 1) / decay) * (k > 0)
 
 
 def loss_weights(anchors: torch.Tensor, lengths: torch.Tensor, block_size: int, decay: float) -> torch.Tensor:
-    """(batch, blocks * B) weight of every query row."""
+    """(batch, blocks * B) weight of every query row; `lengths` on the anchors' device."""
     k = torch.arange(block_size, device=anchors.device)
     label_pos = anchors[..., None] + k
-    real = (anchors[..., None] >= 0) & (label_pos < lengths.to(anchors.device)[:, None, None])
-    weights = position_weights(block_size, decay).to(anchors.device) * real
+    real = (anchors[..., None] >= 0) & (label_pos < lengths[:, None, None])
+    weights = position_weights(block_size, decay, anchors.device) * real
     return weights.flatten(1)
 
 
@@ -40,9 +40,7 @@ def block_labels(greedy: torch.Tensor, anchors: torch.Tensor, block_size: int) -
 
 
 def _chunk_loss(hidden, norm_weight, eps, lm_head_weight, labels, weights):
-    h32 = hidden.float()
-    h = (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + eps) * norm_weight.float()).to(hidden.dtype)
-    logits = F.linear(h, lm_head_weight).float()
+    logits = F.linear(rms_norm(hidden, norm_weight, eps), lm_head_weight).float()
     return (F.cross_entropy(logits, labels, reduction="none") * weights).sum()
 
 

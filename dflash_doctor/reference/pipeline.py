@@ -1,23 +1,26 @@
 """Orchestration: turn the user's options into a RunPlan, run the workers (threads or processes), add FLOPs/MFU.
 
-Returns a PipelineResult; never prints. Progress goes to an injected callback, step lines to `logging`.
+Returns a PipelineResult; never prints. Progress goes to an injected `Progress`, step lines to `logging`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from dflash_doctor.reference.config import CHECKPOINT_MODES, preset
-from dflash_doctor.reference.results import PipelineResult, Progress, RunPlan, no_progress
+from dflash_doctor.reference.results import FailHow, PipelineResult, Progress, RunPlan, Transport
+from dflash_doctor.reference.signals import StopRequest
 
 WORKER_MODES = ("threads", "processes")
+MAX_SEED = 2 ** 63 - 1
 
 
 @dataclass(frozen=True)
 class PipelineOptions:
     preset: str = "tiny"
     device: str = "cpu"  # cpu | cuda
-    workers: str = "threads"
+    workers: Optional[str] = None  # threads | processes; default threads, or processes for --mitigation processes
     steps: Optional[int] = None  # default: the preset's
     checkpoint: str = "none"
     target_devices: Optional[str] = None  # "0,1,2" or "cuda:0,cuda:1"; one worker per entry
@@ -27,8 +30,11 @@ class PipelineOptions:
     seed: int = 0
     fail_worker: Optional[str] = None
     fail_at_step: int = 1
+    fail_how: str = FailHow.KILL.value
     hf_checkpoint: Optional[str] = None
     stall_timeout_s: float = 600.0
+    mitigation: str = "none"  # names from dflash_doctor.mitigations, comma-separated
+    transport: str = Transport.AUTO.value
 
 
 def parse_devices(spec: str, device_type: str, available: int) -> List[str]:
@@ -75,20 +81,81 @@ def check_hf_checkpoint(path: str) -> None:
     require("transformers", package="transformers", install="pip install transformers", purpose="--target-checkpoint")
 
 
+def _choice(enum_type, value: str, option: str):
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise ValueError(f"{option} must be one of {', '.join(m.value for m in enum_type)}, not {value!r}") from None
+
+
+def resolve_mitigations(options: PipelineOptions) -> Tuple[Tuple[str, ...], str]:
+    """(the mitigations to apply in set-up, the worker mode); `processes` is a worker mode, not a set-up step."""
+    from dflash_doctor import mitigations
+
+    names = mitigations.parse(options.mitigation)  # raises UsageError with the registry's vocabulary
+    separate = [n for n in names if mitigations.get(n).separate_processes]
+    if separate and options.workers == "threads":
+        raise ValueError(f"--mitigation {separate[0]} runs every worker in a process of its own; it cannot be "
+                         "combined with --workers threads")
+    workers = "processes" if separate else (options.workers or "threads")
+    if workers not in WORKER_MODES:
+        raise ValueError(f"--workers must be one of {WORKER_MODES}, not {workers!r}")
+    return tuple(n for n in names if n not in separate), workers
+
+
+def check_save_folder(path: str) -> None:
+    """Fail before training, not after it: the folder must exist or be creatable, and be writable."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--save {path}: cannot write there ({exc.strerror or exc.__class__.__name__})") from None
+
+
+def _check_failure_hook(options: PipelineOptions, names: List[str]) -> FailHow:
+    if options.fail_at_step < 1:
+        raise ValueError(f"--fail-at-step must be at least 1 (a worker's first step is 1), got {options.fail_at_step}")
+    if options.fail_worker and options.fail_worker not in names:
+        raise ValueError(f"--fail-worker {options.fail_worker!r} is not a worker of this run ({', '.join(names)})")
+    return _choice(FailHow, options.fail_how, "--fail-how")
+
+
+def _check_transport(options: PipelineOptions, targets: List[str], drafters: List[str], workers: str) -> Transport:
+    from dflash_doctor.reference.transport import routes
+
+    transport = _choice(Transport, options.transport, "--transport")
+    if transport is not Transport.AUTO and workers == "threads":
+        raise ValueError(f"--transport {transport.value} is for --workers processes (threads share one queue)")
+    if transport is Transport.IPC:
+        sources, _ = routes(len(targets), len(drafters))
+        crossing = sorted({(targets[t], drafters[d]) for d, own in enumerate(sources) for t in own
+                           if targets[t] != drafters[d]})
+        if crossing:
+            raise ValueError(f"--transport ipc needs each target and its drafter on one device; {crossing[0][0]} "
+                             f"feeds {crossing[0][1]} (use --transport auto: NCCL between devices)")
+    return transport
+
+
 def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
-    """Validate options into a RunPlan; raises ValueError with one clear line for anything wrong."""
+    """Validate options into a RunPlan; raises ValueError (or UsageError) with one clear line for anything wrong."""
     from dflash_doctor.reference.attention import default_path
     from dflash_doctor.reference.checkpointing import load_drafter
 
     import torch
 
     cfg = preset(options.preset)
-    if options.workers not in WORKER_MODES:
-        raise ValueError(f"--workers must be one of {WORKER_MODES}, not {options.workers!r}")
+    names, workers = resolve_mitigations(options)
     if options.checkpoint not in CHECKPOINT_MODES:
         raise ValueError(f"--checkpoint must be one of {CHECKPOINT_MODES}, not {options.checkpoint!r}")
     if options.device not in ("cpu", "cuda"):
         raise ValueError(f"--device must be cpu or cuda, not {options.device!r}")
+    if not 0 <= options.seed <= MAX_SEED:
+        raise ValueError(f"--seed must be in 0..{MAX_SEED}, got {options.seed}")
     available = (cuda_device_count or torch.cuda.device_count)() if options.device == "cuda" else 0
     if options.device == "cuda" and available == 0:
         raise ValueError("--device cuda: no CUDA device is visible to this torch "
@@ -101,16 +168,18 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     steps = cfg.steps if options.steps is None else options.steps
     if steps < 1:
         raise ValueError("--steps must be at least 1")
-    if options.stall_timeout_s <= 0:
-        raise ValueError("--stall-timeout must be positive")
+    if not math.isfinite(options.stall_timeout_s) or options.stall_timeout_s <= 0:
+        raise ValueError("--stall-timeout must be a positive number of seconds")
     if options.resume and not options.save_dir:
         raise ValueError("--resume needs --save DIR (the folder holding the checkpoint)")
-    state = load_drafter(options.save_dir, cfg.name) if options.resume else None
+    worker_names = [f"target-{i}" for i in range(len(targets))] + [f"drafter-{i}" for i in range(len(drafters))]
+    fail_how = _check_failure_hook(options, worker_names)
+    transport = _check_transport(options, targets, drafters, workers)
+    state = load_drafter(options.save_dir, cfg.name) if options.resume and options.save_dir else None
     if options.resume and state is None:
         raise ValueError(f"--resume: no checkpoint in {options.save_dir}")
-    names = [f"target-{i}" for i in range(len(targets))] + [f"drafter-{i}" for i in range(len(drafters))]
-    if options.fail_worker and options.fail_worker not in names:
-        raise ValueError(f"--fail-worker {options.fail_worker!r} is not a worker of this run ({', '.join(names)})")
+    if options.save_dir:
+        check_save_folder(options.save_dir)
     if options.hf_checkpoint:
         check_hf_checkpoint(options.hf_checkpoint)
     start = int(state["step"]) if state else 0
@@ -118,22 +187,37 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
         cfg=cfg, device_type=options.device, target_devices=targets, drafter_devices=drafters, steps=steps,
         checkpoint=options.checkpoint, attention_path=default_path(torch.device(options.device), backward=True),
         seed=options.seed, start_step=start, resume_state=state, save_dir=options.save_dir,
-        fail_worker=options.fail_worker, fail_at_step=options.fail_at_step,
-        hf_checkpoint=options.hf_checkpoint, stall_timeout_s=options.stall_timeout_s,
+        fail_worker=options.fail_worker, fail_at_step=options.fail_at_step, fail_how=fail_how,
+        hf_checkpoint=options.hf_checkpoint, stall_timeout_s=options.stall_timeout_s, mitigations=names,
+        transport=transport,
     )
 
 
-def run_plan(plan: RunPlan, workers: str = "threads", progress: Progress = no_progress) -> PipelineResult:
+def workers_mode(options: PipelineOptions) -> str:
+    return resolve_mitigations(options)[1]
+
+
+def run_plan(plan: RunPlan, workers: str = "threads", progress: Optional[Progress] = None,
+             stop: Optional[StopRequest] = None) -> PipelineResult:
     """Run the workers of `plan` as threads or processes and add model FLOPs and MFU on a GPU."""
+    import time
+
+    import psutil
+
+    startup_s = time.time() - psutil.Process().create_time()
     if workers == "threads":
-        from dflash_doctor.reference.workers_threads import run_threads as runner
+        from dflash_doctor.reference.workers_threads import run_threads
+
+        result = run_threads(plan, progress, stop=stop)
     else:
-        from dflash_doctor.reference.workers_processes import run_processes as runner
-    return with_utilisation(runner(plan, progress), plan)
+        from dflash_doctor.reference.workers_processes import run_processes
+
+        result = run_processes(plan, progress, stop=stop)
+    return with_utilisation(replace(result, startup_s=round(startup_s, 3)), plan)
 
 
-def run_pipeline(options: PipelineOptions, progress: Progress = no_progress) -> PipelineResult:
-    return run_plan(make_plan(options), options.workers, progress)
+def run_pipeline(options: PipelineOptions, progress: Optional[Progress] = None) -> PipelineResult:
+    return run_plan(make_plan(options), workers_mode(options), progress)
 
 
 def with_utilisation(result: PipelineResult, plan: RunPlan) -> PipelineResult:
@@ -145,4 +229,6 @@ def with_utilisation(result: PipelineResult, plan: RunPlan) -> PipelineResult:
 
     used = sorted(set(plan.target_devices) | set(plan.drafter_devices))
     names = [torch.cuda.get_device_name(torch.device(d)) for d in used]
-    return replace(result, flops_per_token=flops_per_token(plan.cfg), mfu=mfu(plan.cfg, result.tokens_per_s, names))
+    blocks = [plan.drafter_cfg(i).blocks_per_seq for i in range(len(plan.drafter_devices))]
+    flops = flops_per_token(plan.cfg, sum(blocks) / len(blocks))
+    return replace(result, flops_per_token=flops, mfu=mfu(flops, result.tokens_per_s, names))

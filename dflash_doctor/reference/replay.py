@@ -71,7 +71,9 @@ def build_drafter_step(preset: str = "tiny", device: str = "cpu", checkpoint: st
     from dflash_doctor.reference.config import CHECKPOINT_MODES
     from dflash_doctor.reference.config import preset as preset_config
     from dflash_doctor.reference.drafter import Drafter
-    from dflash_doctor.reference.target import Target
+    from dflash_doctor.reference.layers import derive_seed
+    from dflash_doctor.reference.roles import target_dtype
+    from dflash_doctor.reference.target import build_target
     from dflash_doctor.reference.training import TargetBatch, pad_past_lengths, random_lengths
 
     if checkpoint not in CHECKPOINT_MODES:
@@ -80,15 +82,15 @@ def build_drafter_step(preset: str = "tiny", device: str = "cpu", checkpoint: st
     dev = torch.device(device)
     if backward is None:
         backward = dev.type == "cuda"
-    generator = torch.Generator().manual_seed(seed)
-    target_dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    target = Target(cfg.target, cfg.target_layer_ids, generator).to(dev, target_dtype).eval()
-    drafter = Drafter(cfg.target, cfg.drafter_layers, len(cfg.target_layer_ids), target.embed.weight,
-                      target.lm_head.weight, generator).to(dev)
+    target = build_target(cfg.target, cfg.target_layer_ids, seed, dev, target_dtype(dev))
+    with torch.device(dev):
+        drafter = Drafter(cfg.target, cfg.drafter_layers, len(cfg.target_layer_ids), target.embed.weight,
+                          target.lm_head.weight, derive_seed(seed, "drafter"))
+    generator = torch.Generator().manual_seed(derive_seed(seed, "replay-batch"))
     lengths = random_lengths(cfg, cfg.batch_size, generator)
     tokens = torch.randint(1, cfg.mask_token_id, (cfg.batch_size, cfg.seq_len), generator=generator)
     tokens = pad_past_lengths(tokens, lengths, cfg.pad_token_id).to(dev)
     out = target(tokens)
-    batch = TargetBatch(tokens, lengths.to(dev), out.features, out.greedy)
+    batch = TargetBatch(tokens, lengths.to(dev), out.features, out.greedy, lengths)
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr) if backward else None
     return DrafterStep(drafter, optimizer, batch, cfg, generator, checkpoint, backward)

@@ -1,14 +1,40 @@
-"""The plan a pipeline runs and what it returns: plain dataclasses, no torch."""
+"""The plan a pipeline runs and what it returns: plain dataclasses and enums, no torch."""
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
-from typing import Callable, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from dflash_doctor.reference.config import PipelineConfig
 
-# Worker outcomes. ok: did all its work; error: raised; killed: ended by --fail-worker (a test hook);
-# stopped: ended early and cleanly because another worker died; hung: did not stop within the join timeout.
-OUTCOMES = ("ok", "error", "killed", "stopped", "hung")
+
+class Outcome(str, enum.Enum):
+    """How a worker ended."""
+
+    OK = "ok"  # did all its work
+    ERROR = "error"  # raised
+    KILLED = "killed"  # ended by --fail-worker, or (a process) by a signal
+    STOPPED = "stopped"  # ended early and cleanly: another worker failed, or the run was interrupted
+    HUNG = "hung"  # made no progress, and did not stop when asked
+
+
+FAILED = (Outcome.ERROR, Outcome.KILLED, Outcome.HUNG)
+
+
+class FailHow(str, enum.Enum):
+    """What `--fail-worker` does to the worker it names (test hooks for the shutdown and the findings)."""
+
+    KILL = "kill"  # a thread raises InjectedFailure; a process kills itself with SIGKILL
+    RAISE = "raise"  # a RuntimeError, like any bug in a step
+    HANG = "hang"  # blocks in a two-lock cycle with a helper thread it starts: a real deadlock, for the watchdog
+
+
+class Transport(str, enum.Enum):
+    """How a target process hands batches to a drafter process (`--workers processes`)."""
+
+    AUTO = "auto"  # IPC between workers that share a device, torch.distributed between devices
+    IPC = "ipc"  # a torch.multiprocessing queue: CUDA IPC on one GPU, shared memory on a CPU
+    P2P = "p2p"  # torch.distributed send/recv: NCCL between GPUs, gloo on a CPU (and host-staged on one GPU)
 
 
 @dataclass(frozen=True)
@@ -25,10 +51,14 @@ class RunPlan:
     resume_state: Optional[dict] = None
     save_dir: Optional[str] = None
     fail_worker: Optional[str] = None
-    fail_at_step: int = 0
+    fail_at_step: int = 1
+    fail_how: FailHow = FailHow.KILL
     hf_checkpoint: Optional[str] = None
-    join_timeout_s: float = 60.0
-    stall_timeout_s: float = 600.0  # no drafter step for this long (first one: compile included) = hung
+    mitigations: Tuple[str, ...] = ()  # names from dflash_doctor.mitigations, applied in set-up
+    transport: Transport = Transport.AUTO
+    join_timeout_s: float = 30.0  # after the last step or a failure: workers inside a cold compile need a while
+    stall_timeout_s: float = 600.0  # no drafter step for this long after set-up (first step: compile) = hung
+    stop_grace_s: float = 4.0  # after SIGINT/SIGTERM, how long workers get before they are killed
     poll_s: float = 0.2
 
     def target_names(self) -> List[str]:
@@ -37,16 +67,32 @@ class RunPlan:
     def drafter_names(self) -> List[str]:
         return [f"drafter-{i}" for i in range(len(self.drafter_devices))]
 
+    def drafter_cfg(self, index: int) -> PipelineConfig:
+        """Drafter `index`'s sizes: one more block per sequence than each earlier drafter on its device when the
+        preset asks for distinct shapes (so each compiles its own graph, as on GPUs of their own)."""
+        if not self.cfg.distinct_drafter_shapes:
+            return self.cfg
+        device = self.drafter_devices[index]
+        return self.cfg.with_extra_blocks(self.drafter_devices[:index].count(device))
+
 
 @dataclass
 class WorkerOutcome:
     name: str
     role: str  # target | drafter
     device: str
-    outcome: str = "ok"
+    outcome: Outcome = Outcome.OK
     error: Optional[str] = None
     steps: int = 0
     traceback: Optional[str] = None
+    phase: str = "starting"  # what it was doing last (set-up phases, then training)
+    wait_s: float = 0.0  # time blocked on its peers: a drafter waiting for batches, a target for queue room
+
+    def to_dict(self) -> dict:
+        doc = asdict(self)
+        doc["outcome"] = self.outcome.value
+        doc["wait_s"] = round(self.wait_s, 3)
+        return doc
 
 
 @dataclass(frozen=True)
@@ -57,8 +103,18 @@ class StepRecord:
     worker: str
     loss: float
     tokens: int
-    seconds: float  # wall time of this step (batch wait excluded)
-    finished_at: float  # clock() when the step ended
+    seconds: float  # wall time from launching this step to knowing its loss (batch wait excluded)
+    finished_at: float  # clock() when the step was known to be done
+
+
+def percentiles(values: List[float], points=(50, 90, 99)) -> Optional[Dict[str, float]]:
+    """Nearest-rank percentiles (and the max) of `values`; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    out = {f"p{p}": ordered[min(len(ordered) - 1, max(0, -(-p * len(ordered) // 100) - 1))] for p in points}
+    out["max"] = ordered[-1]
+    return {key: round(value, 6) for key, value in out.items()}
 
 
 @dataclass
@@ -71,10 +127,22 @@ class PipelineResult:
     losses: List[float] = field(default_factory=list)  # mean over replicas, per completed step
     tokens: int = 0  # sequence tokens trained on (all replicas), steady-state window
     tokens_per_s: Optional[float] = None
-    warmup_s: Optional[float] = None  # start to the first completed step (model build, corpus, compile)
+    startup_s: Optional[float] = None  # process start to the run's start (interpreter, imports, the plan)
+    warmup_s: Optional[float] = None  # run start to the first completed step (set-up and the first step's compile)
+    setup_s: Optional[float] = None  # start to the end of set-up (models, corpus, CUDA graphs, warm-up)
+    setup: Dict[str, float] = field(default_factory=dict)  # seconds per set-up phase
+    step_time_s: Optional[Dict[str, float]] = None  # percentiles of the interval between consecutive steps
     wall_s: float = 0.0
     workers: List[WorkerOutcome] = field(default_factory=list)
     failed_worker: Optional[str] = None
+    mitigation: str = "none"
+    mitigation_facts: dict = field(default_factory=dict)  # what each mitigation's set-up reported
+    hang: Optional[dict] = None  # the classified stall: kind, cycle, chain, threads
+    stacks: List[dict] = field(default_factory=list)  # every thread's stack when the stall was declared
+    blame: List[dict] = field(default_factory=list)  # the flight recorder's blame for FX errors
+    interrupted: Optional[str] = None  # SIGINT | SIGTERM when the run was stopped by a signal
+    corpus: Optional[dict] = None
+    target_forward: Optional[str] = None  # cuda-graph | eager (with the reason)
     flops_per_token: Optional[float] = None
     mfu: Optional[float] = None
     saved_to: Optional[str] = None
@@ -82,21 +150,25 @@ class PipelineResult:
 
     @property
     def ok(self) -> bool:
-        return self.failed_worker is None
+        return self.failed_worker is None and self.interrupted is None
 
     def facts(self) -> dict:
         doc = asdict(self)
+        doc["workers"] = [w.to_dict() for w in self.workers]
         doc["loss_first"] = self.losses[0] if self.losses else None
         doc["loss_last"] = self.losses[-1] if self.losses else None
         doc["ok"] = self.ok
         return doc
 
 
-Progress = Callable[[int, int, float, Optional[float]], None]  # (steps done, total, loss, tok/s)
+class Progress:
+    """What a run tells its caller while it goes: a worker's phase, and each completed step. Never prints."""
 
+    def phase(self, worker: str, text: str) -> None:
+        """`worker` is now doing `text` (building the target, writing the corpus, compiling, training)."""
 
-def no_progress(done: int, total: int, loss: float, tokens_per_s: Optional[float]) -> None:
-    """The default progress callback: the pipeline itself never prints."""
+    def step(self, done: int, total: int, loss: float, tokens_per_s: Optional[float]) -> None:
+        """Step `done` of `total` completed on every replica."""
 
 
 class StepAggregator:
@@ -119,7 +191,7 @@ class StepAggregator:
             self.losses.append(sum(r.loss for r in nxt) / len(nxt))
             self.step_ends.append(max(r.finished_at for r in nxt))
             self.step_tokens.append(sum(r.tokens for r in nxt))
-            self.progress(len(self.losses), self.total, self.losses[-1], self.tokens_per_s())
+            self.progress.step(len(self.losses), self.total, self.losses[-1], self.tokens_per_s())
 
     def _next_step(self) -> int:
         return self.first_step + len(self.losses)
@@ -132,3 +204,6 @@ class StepAggregator:
         if len(self.step_ends) < 2 or self.step_ends[-1] <= self.step_ends[0]:
             return None
         return self.steady_tokens() / (self.step_ends[-1] - self.step_ends[0])
+
+    def step_times(self) -> Optional[Dict[str, float]]:
+        return percentiles([b - a for a, b in zip(self.step_ends, self.step_ends[1:])])

@@ -1,21 +1,20 @@
 """The frozen target: a small Qwen3-style decoder, random by default, or a local Hugging Face checkpoint.
 
 It gives the drafter two things per sequence: the hidden states of chosen layers (the drafter's context) and
-its own greedy next tokens (the drafter's labels). It also writes the training data: random prompts continued
-greedily, so the drafter's task (predict the target's greedy tokens) is learnable.
+its own greedy next tokens (the drafter's labels). corpus.py uses its layers to write the training data.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from dflash_doctor.reference.config import ModelSpec
-from dflash_doctor.reference.layers import QKV, RMSNorm, SwiGLU, init_weights, rope_cos_sin
+from dflash_doctor.reference.layers import QKV, RMSNorm, Rope, SwiGLU, init_weights, rope_cos_sin
 
 
 @dataclass
@@ -32,22 +31,37 @@ class DecoderLayer(nn.Module):
         self.post_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.mlp = SwiGLU(spec.hidden_size, spec.intermediate_size)
 
-    def forward(self, x, rope, cache=None, start: int = 0):
+    def forward(self, x: torch.Tensor, rope: Rope) -> torch.Tensor:
+        """Causal self-attention over the whole sequence."""
         h = self.input_norm(x)
-        q = self.attn.query(h, *rope)
-        k, v = self.attn.key_value(h, *rope)
-        if cache is not None:  # incremental decoding: write this step's K/V, attend over everything so far
-            cache[0][:, :, start:start + k.shape[2]] = k
-            cache[1][:, :, start:start + k.shape[2]] = v
-            k, v = cache[0][:, :, :start + k.shape[2]], cache[1][:, :, :start + k.shape[2]]
-        causal = cache is None or q.shape[2] > 1
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-        x = x + self.attn.output(out)
+        k, v = self.attn.key_value(h, rope)
+        out = F.scaled_dot_product_attention(self.attn.query(h, rope), k, v, is_causal=True, enable_gqa=True)
+        return self.residual_mlp(x, out)
+
+    def residual_mlp(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn.output(attn_out)
         return x + self.mlp(self.post_norm(x))
 
 
+def head_stds(spec: ModelSpec) -> dict:
+    """A larger embedding makes a random decoder's greedy choice lean on the current token (a task a one-layer
+    drafter learns in a few dozen steps), and a larger head gives peaked logits (std ~3) like a trained LM's, which
+    the drafter, sharing the head, needs to express confident predictions."""
+    return {"embed": 1.0, "lm_head": 3.0 / spec.hidden_size ** 0.5}
+
+
+class TargetHeads(nn.Module):
+    """The target's embedding and LM head alone, initialised exactly as in the whole target (same names, same
+    seeds): what a drafter worker needs of the target, without building its layers."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
+        self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+
+
 class Target(nn.Module):
-    def __init__(self, spec: ModelSpec, layer_ids: Sequence[int], generator=None):
+    def __init__(self, spec: ModelSpec, layer_ids: Sequence[int]):
         super().__init__()
         if not layer_ids or max(layer_ids) >= spec.num_layers or min(layer_ids) < 0:
             raise ValueError(f"target layer ids {tuple(layer_ids)} outside 0..{spec.num_layers - 1}")
@@ -57,52 +71,58 @@ class Target(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
-        init_weights(self, generator)
-        # A larger embedding makes a random decoder's greedy choice lean on the current token (a task a one-layer
-        # drafter learns in a few dozen steps), and a larger head gives peaked logits (std ~3) like a trained LM's,
-        # which the drafter, sharing the head, needs to express confident predictions.
-        nn.init.normal_(self.embed.weight, std=1.0, generator=generator)
-        nn.init.normal_(self.lm_head.weight, std=3.0 / spec.hidden_size ** 0.5, generator=generator)
-        self.requires_grad_(False)
 
-    def _greedy(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    def greedy(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         # Chunked over positions so (seq x vocab) logits never exist at once.
         return torch.cat([self.lm_head(self.norm(part)).argmax(-1) for part in hidden.split(chunk, dim=1)], dim=1)
+
+    def rope(self, positions: torch.Tensor) -> Rope:
+        return rope_cos_sin(positions, self.spec.head_dim, self.spec.rope_theta, self.embed.weight.dtype)
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor) -> TargetOutput:
         pos = torch.arange(tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)
-        rope = rope_cos_sin(pos, self.spec.head_dim, self.spec.rope_theta)
+        rope = self.rope(pos)
         x = self.embed(tokens)
         features = []
         for i, layer in enumerate(self.layers):
             x = layer(x, rope)
             if i in self.layer_ids:
                 features.append(x)
-        return TargetOutput(features=torch.cat(features, dim=-1), greedy=self._greedy(x))
+        return TargetOutput(features=torch.cat(features, dim=-1), greedy=self.greedy(x))
 
-    @torch.no_grad()
-    def generate(self, prompt: torch.Tensor, total_len: int) -> torch.Tensor:
-        """Greedy continuation of `prompt` (batch, p) to (batch, total_len), with a preallocated K/V cache."""
-        spec, (batch, p) = self.spec, prompt.shape
-        shape = (batch, spec.num_kv_heads, total_len, spec.head_dim)
-        dtype = self.embed.weight.dtype
-        caches = [(prompt.new_zeros(shape, dtype=dtype), prompt.new_zeros(shape, dtype=dtype)) for _ in self.layers]
-        out = prompt.new_zeros((batch, total_len))
-        out[:, :p] = prompt
-        step_tokens, start = prompt, 0
-        while start + step_tokens.shape[1] < total_len:
-            n = step_tokens.shape[1]
-            pos = torch.arange(start, start + n, device=prompt.device).expand(batch, -1)
-            rope = rope_cos_sin(pos, spec.head_dim, spec.rope_theta)
-            x = self.embed(step_tokens)
-            for layer, cache in zip(self.layers, caches):
-                x = layer(x, rope, cache=cache, start=start)
-            nxt = self.lm_head(self.norm(x[:, -1:])).argmax(-1)
-            start += n
-            out[:, start] = nxt[:, 0]
-            step_tokens = nxt
-        return out
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def _materialise(module: M, device: torch.device, seed: int, stds: dict) -> M:
+    """Allocate a module built on the meta device directly on `device` and initialise it there (norms to one,
+    matrices from their named seeds): no CPU copy, no default init thrown away."""
+    module.to_empty(device=device)
+    init_weights(module, seed, stds=stds)
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, RMSNorm):
+                sub.weight.fill_(1.0)
+    return module
+
+
+def build_target(spec: ModelSpec, layer_ids: Sequence[int], seed: int, device: torch.device,
+                 dtype: torch.dtype) -> Target:
+    """The frozen random target: the same weights for a given seed in every worker on the same kind of device."""
+    with torch.device("meta"):
+        target = Target(spec, layer_ids)
+    _materialise(target, device, seed, head_stds(spec))
+    target.to(dtype).requires_grad_(False).eval()
+    return target
+
+
+def build_target_heads(spec: ModelSpec, seed: int, device: torch.device, dtype: torch.dtype) -> TargetHeads:
+    with torch.device("meta"):
+        heads = TargetHeads(spec)
+    _materialise(heads, device, seed, head_stds(spec))
+    heads.to(dtype).requires_grad_(False)
+    return heads
 
 
 class HFTarget(nn.Module):

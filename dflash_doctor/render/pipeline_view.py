@@ -1,5 +1,14 @@
-"""Text view of a `pipeline` run: one summary line, throughput and loss, and every worker's health."""
+"""Text view of a `pipeline` run: one summary line, set-up and throughput, every worker's health; and the live
+progress on a terminal (what each worker is doing during set-up, then the steps)."""
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Dict, Iterator, Optional
+
+from dflash_doctor.reference.results import Progress
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 _OUTCOME_STYLE = {"ok": "green", "error": "bold red", "killed": "bold red", "stopped": "yellow", "hung": "bold red"}
 
@@ -14,6 +23,32 @@ def _loss(value) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
+def _timing(facts: dict) -> str:
+    parts = []
+    if facts.get("setup_s") is not None:
+        phases = ", ".join(f"{name} {seconds:.1f}" for name, seconds in (facts.get("setup") or {}).items())
+        parts.append(f"set-up {facts['setup_s']:.1f} s" + (f" ({phases})" if phases else ""))
+    if facts.get("warmup_s") is not None:
+        parts.append(f"first step done at {facts['warmup_s']:.1f} s")
+    steps = facts.get("step_time_s")
+    if steps:
+        parts.append(f"step p50 {1000 * steps['p50']:.0f} ms, p90 {1000 * steps['p90']:.0f} ms")
+    parts.append(f"wall {facts['wall_s']:.1f} s")
+    if facts.get("flops_per_token"):
+        parts.append(f"{facts['flops_per_token'] / 1e9:.2f} GFLOP/token")
+    if facts.get("mfu") is not None:
+        parts.append(f"MFU {100 * facts['mfu']:.1f}%")
+    return " · ".join(parts)
+
+
+def stopped_summary(facts: dict) -> str:
+    """`interrupted (SIGINT): stopped 3 workers (...) after 12 of 30 steps; partial report written`."""
+    workers = facts.get("workers", [])
+    names = ", ".join(f"{w['name']} ({w['phase']})" for w in workers)
+    return (f"interrupted ({facts.get('interrupted')}): stopped {len(workers)} workers [{names}] after "
+            f"{facts.get('steps', 0)} steps; partial report written")
+
+
 def render_pipeline(console, facts: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -21,27 +56,65 @@ def render_pipeline(console, facts: dict) -> None:
     first = facts.get("start_step", 0)
     console.print(
         f"[bold]pipeline[/] {facts['preset']} · {facts['workers_mode']} · {facts['device_type']} · "
-        f"steps {first + 1}-{first + facts['steps']} · [bold]{_rate(facts.get('tokens_per_s'))}[/] · "
+        f"mitigation {escape(str(facts.get('mitigation')))} · steps {first + 1}-{first + facts['steps']} · "
+        f"[bold]{_rate(facts.get('tokens_per_s'))}[/] · "
         f"loss {_loss(facts.get('loss_first'))} -> {_loss(facts.get('loss_last'))}"
     )
-    timing = f"warm-up {facts['warmup_s']:.1f} s · " if facts.get("warmup_s") is not None else ""
-    extra = ""
-    if facts.get("flops_per_token"):
-        extra += f" · {facts['flops_per_token'] / 1e9:.2f} GFLOP/token"
-    if facts.get("mfu") is not None:
-        extra += f" · MFU {100 * facts['mfu']:.1f}%"
-    console.print(f"[dim]{timing}wall {facts['wall_s']:.1f} s{extra}[/]")
+    console.print(f"[dim]{escape(_timing(facts))}[/]")
+    corpus = facts.get("corpus")
+    if corpus:
+        console.print(f"[dim]corpus {corpus['sequences']} x {corpus['seq_len']} tokens in {corpus['seconds']:.1f} s "
+                      f"({escape(corpus['decode'])} decode) · target forward {escape(str(facts.get('target_forward')))}"
+                      f" · transport {escape(str(facts.get('transport')))}[/]")
     if facts.get("saved_to"):
         console.print(f"[dim]drafter saved to {escape(facts['saved_to'])}[/]")
 
     table = Table(show_header=True, header_style="bold", box=None)
-    for column in ("worker", "role", "device", "outcome", "steps", "error"):
+    for column in ("worker", "role", "device", "outcome", "steps", "waited s", "last phase", "error"):
         table.add_column(column, no_wrap=column != "error")
     for worker in facts.get("workers", []):
         style = _OUTCOME_STYLE.get(worker["outcome"], "")
-        table.add_row(worker["name"], worker["role"], worker["device"], f"[{style}]{worker['outcome']}[/]",
-                      str(worker["steps"]), escape(worker.get("error") or ""))
+        table.add_row(escape(worker["name"]), worker["role"], escape(worker["device"]),
+                      f"[{style}]{worker['outcome']}[/]", str(worker["steps"]), f"{worker.get('wait_s', 0):.1f}",
+                      escape(worker.get("phase") or ""), escape(worker.get("error") or ""))
     console.print(table)
-    if facts.get("failed_worker"):
-        console.print(f"[bold red]run stopped:[/] worker {escape(facts['failed_worker'])} died; "
-                      "the other workers were shut down cleanly")
+    if facts.get("interrupted"):
+        console.print(f"[yellow]run stopped by {escape(facts['interrupted'])}[/]: partial report")
+    elif facts.get("failed_worker"):
+        console.print(f"[bold red]run stopped:[/] worker {escape(facts['failed_worker'])} failed; "
+                      "the other workers were shut down")
+
+
+class LiveProgress(Progress):
+    """The terminal view while a run goes: each worker's set-up phase, then a progress bar of steps. It is a
+    `Progress` (reference/results.py): the pipeline calls it, and it never reads the pipeline's state."""
+
+    def __init__(self) -> None:
+        import sys
+
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as Bar
+
+        self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
+                            console=Console(file=sys.stderr), redirect_stderr=True, transient=True)
+        self.task: Optional[TaskID] = None
+        self.phases: Dict[str, str] = {}
+
+    @contextmanager
+    def running(self, total: int) -> Iterator["LiveProgress"]:
+        with self.bar:
+            self.task = self.bar.add_task("set-up", total=total, info="")
+            yield self
+
+    def phase(self, worker: str, text: str) -> None:
+        self.phases[worker] = text
+        if self.task is not None:
+            latest = " · ".join(f"{name}: {what}" for name, what in list(self.phases.items())[-2:])
+            self.bar.update(self.task, info=latest)
+
+    def step(self, done: int, total: int, loss: float, tokens_per_s) -> None:
+        if self.task is not None:
+            rate = f" {tokens_per_s:,.0f} tok/s" if tokens_per_s else ""
+            self.bar.update(self.task, description="training", completed=done, info=f"loss {loss:.4f}{rate}")

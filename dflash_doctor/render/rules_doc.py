@@ -20,6 +20,7 @@ _DOMAINS = (
     (500, 599, "logs", "Training logs (`dflash-doctor logs`, `status`)"),
     (600, 699, "guards", "The installed torch's guards (`dflash-doctor guards`, `check`)"),
     (700, 799, "repro", "Reproductions (`dflash-doctor repro`, `check --repro`)"),
+    (800, 899, "pipeline", "The reference pipeline's workers (`dflash-doctor pipeline`)"),
 )
 _FENCE_LANG = {"python": "python", "torch-layout": "python", "log": "text", "nvidia-smi-csv": "csv"}
 

@@ -1,7 +1,7 @@
 """The rule registry: every code any command can report, with its stable name, rationale and examples.
 
 Codes are a public contract: never renumber or reuse one. Ranges: DFD1xx-3xx scan, DFD4xx gpus, DFD5xx logs,
-DFD6xx guards, DFD7xx repro.
+DFD6xx guards, DFD7xx repro, DFD8xx pipeline.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 # How a rule's bad/good examples are written, and so which domain runs them as tests (tests/<domain>/):
 # python source (scan), an nvidia-smi CSV (gpus), a log excerpt (logs), a torch source layout or a guards state
-# (guards), a repro facts document (repro).
-EXAMPLE_FORMATS = ("python", "nvidia-smi-csv", "log", "torch-layout", "guards-state", "repro-facts")
+# (guards), a repro facts document (repro), a pipeline facts document (pipeline).
+EXAMPLE_FORMATS = ("python", "nvidia-smi-csv", "log", "torch-layout", "guards-state", "repro-facts",
+                   "pipeline-facts")
 
 RULES: Dict[str, "Rule"] = {}
 _BY_NAME: Dict[str, "Rule"] = {}
@@ -82,7 +83,7 @@ def all_rules() -> list:
     return [RULES[c] for c in sorted(RULES)]
 
 
-_DOMAINS = ("scan", "gpus", "logs", "guards", "repro")
+_DOMAINS = ("scan", "gpus", "logs", "guards", "repro", "pipeline")
 _loaded = False
 
 

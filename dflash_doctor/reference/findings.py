@@ -1,0 +1,103 @@
+"""Pipeline facts -> findings (DFD8xx). Pure: the rules' JSON examples go through exactly this function.
+
+Only root causes get a finding: a worker that stopped because another died is evidence, not a finding. A run
+with a dead or hung worker always gets at least one finding.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from dflash_doctor.findings import Finding
+from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
+from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
+from dflash_doctor.rules import pipeline as rules
+
+TRACEBACK_LINES = 12
+
+
+def _where(facts: dict) -> dict:
+    return {key: facts.get(key) for key in ("preset", "workers_mode", "device_type", "mitigation")}
+
+
+def _worker_evidence(worker: dict) -> dict:
+    evidence = {key: worker.get(key) for key in ("name", "role", "device", "outcome", "steps", "phase", "error")}
+    trace = worker.get("traceback")
+    if trace:
+        evidence["traceback"] = trace.rstrip().splitlines()[-TRACEBACK_LINES:]
+    return evidence
+
+
+def _stopped(facts: dict, except_name: str) -> List[str]:
+    return [w["name"] for w in facts.get("workers", []) if w.get("outcome") == "stopped" and w["name"] != except_name]
+
+
+def _fx_finding(facts: dict, worker: dict) -> Finding:
+    blame = [b for b in facts.get("blame") or [] if b.get("victim") == worker["name"]] or list(facts.get("blame") or [])
+    holders = sorted({b["holder"] for b in blame if b.get("holder")})
+    stuck = any(b.get("kind") == "stuck-flag" for b in blame)
+    held = (f"; the FX flag was {'left stuck' if stuck else 'held'} by {', '.join(holders)}" if holders
+            else "; no other thread was inside an FX trace at that moment (the flag was already stuck?)")
+    message = (f"{worker['name']} raised the FX-tracing RuntimeError in its step {worker.get('steps', 0) + 1} "
+               f"({worker.get('phase')}){held}")
+    evidence = {**_where(facts), "worker": _worker_evidence(worker), "blame": blame,
+                "stopped": _stopped(facts, worker["name"])}
+    return rules.FX_FLAG_ERROR.finding(message, evidence=evidence)
+
+
+def _involved_stacks(facts: dict, threads: List[str]) -> List[dict]:
+    return [s for s in facts.get("stacks") or [] if s.get("name") in threads]
+
+
+def _hang_finding(facts: dict, hung: List[dict]) -> Finding:
+    hang: Dict = facts.get("hang") or {}
+    cycle = hang.get("cycle")
+    chain = list(hang.get("chain") or [])
+    threads = list(hang.get("threads") or [])
+    names = ", ".join(w["name"] for w in hung) or facts.get("failed_worker") or "the workers"
+    if cycle == DYNAMO_CYCLE:
+        rule, what = rules.COMPILE_DEADLOCK, "deadlocked on compile_lock and the autograd device thread"
+    elif cycle in (LOCK_CYCLE, LOCK_WAIT):
+        rule, what = rules.LOCK_DEADLOCK, "deadlocked on locks"
+    else:
+        rule, what = rules.WORKERS_HUNG, "made no progress (no lock cycle in the stacks)"
+    cycle_threads = ", ".join(threads) if threads and rule is not rules.WORKERS_HUNG else ""
+    message = f"{names} {what}" + (f" (threads in the cycle: {cycle_threads})" if cycle_threads else "")
+    evidence = {**_where(facts), "hung": [_worker_evidence(w) for w in hung], "cycle": cycle, "chain": chain,
+                "threads": threads, "stalled_s": hang.get("stalled_s"),
+                "stacks": _involved_stacks(facts, threads), "stopped": _stopped(facts, "")}
+    return rule.finding(message, evidence=evidence)
+
+
+def _death_finding(facts: dict, worker: dict) -> Finding:
+    evidence = {**_where(facts), "worker": _worker_evidence(worker), "stopped": _stopped(facts, worker["name"])}
+    if worker.get("outcome") == "killed":
+        message = f"{worker['name']} ({worker.get('role')} on {worker.get('device')}) was killed: {worker.get('error')}"
+        return rules.WORKER_KILLED.finding(message, evidence=evidence)
+    error = worker.get("error") or "no error message"
+    if worker.get("role") == "set-up":  # before any worker started: the set-up thread itself
+        return rules.WORKER_ERROR.finding(f"set-up failed before the workers started: {error}", evidence=evidence)
+    message = f"{worker['name']} ({worker.get('role')} on {worker.get('device')}) died in {worker.get('phase')}: {error}"
+    return rules.WORKER_ERROR.finding(message, evidence=evidence)
+
+
+def is_fx_error(error: Optional[str]) -> bool:
+    return error is not None and FX_ERROR_PREFIX in error
+
+
+def findings_from_facts(facts: dict) -> List[Finding]:
+    """The findings of one pipeline run (empty for a healthy or interrupted-but-healthy run)."""
+    workers = facts.get("workers") or []
+    findings: List[Finding] = []
+    hung = [w for w in workers if w.get("outcome") == "hung"]
+    for worker in workers:
+        if worker.get("outcome") == "error" and is_fx_error(worker.get("error")):
+            findings.append(_fx_finding(facts, worker))
+        elif worker.get("outcome") in ("error", "killed"):
+            findings.append(_death_finding(facts, worker))
+    if hung or facts.get("hang"):
+        findings.append(_hang_finding(facts, hung))
+    failed = facts.get("failed_worker")
+    if failed and not findings:  # never "no findings" for a run that lost a worker
+        worker = next((w for w in workers if w["name"] == failed), {"name": failed, "outcome": "error"})
+        findings.append(_death_finding(facts, worker))
+    return findings
