@@ -21,7 +21,6 @@ from tests.conftest import REPO
 # Branches whose fixes some of these tests wait for (issue 16 was split by domain): a test marked with one of
 # these fails today and passes once that branch is merged; strict, so the lead sees it flip.
 SCAN_BRANCH = "wt-scan"
-PIPELINE_BRANCH = "wt-pipeline"
 
 
 def fixed_on(branch: str, what: str):

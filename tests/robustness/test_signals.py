@@ -15,10 +15,8 @@ import psutil
 import pytest
 
 from tests.robustness.harness import (
-    PIPELINE_BRANCH,
     cli_env,
     descendants_with_real_torch,
-    fixed_on,
     wait_for,
 )
 
@@ -79,7 +77,6 @@ def test_following_a_log_stops_on_a_signal_with_the_report(tmp_path, signum, cod
 
 
 @pytest.mark.timeout(120)
-@fixed_on(PIPELINE_BRANCH, "SIGTERM leaves the worker processes training as orphans")
 def test_sigterm_to_a_process_pipeline_stops_every_worker(tmp_path):
     proc = _start(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "100000", "--workers", "processes",
                    "-f", "json"], tmp_path)
