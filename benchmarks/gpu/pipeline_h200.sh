@@ -71,11 +71,19 @@ publish() {  # the table from what has run so far, and the four files that come 
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
   torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")' >"$RUNS/env.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$RUNS/env.txt" 2>&1
-run_case seeds-none 125 --preset "$SEEDS" "${SEEDS_TOPOLOGY[@]}" --steps 20 --stall-timeout 30
-run_case seeds-fixed 110 --preset "$SEEDS" "${SEEDS_TOPOLOGY[@]}" --steps 20 --stall-timeout 30 \
-  --mitigation threadlocal-flag,non-lazy-backward
-run_case small-threads 85 --preset "$SMALL" --workers threads --steps 60
-run_case small-processes 95 --preset "$SMALL" --workers processes --steps 60
+# PIPELINE_CASES="small-threads small-processes" runs only the named cases; PIPELINE_SMALL_ARGS="--batch-size 32"
+# adds arguments to the small runs (how a preset change was measured before it became the default).
+CASES=" ${PIPELINE_CASES:-seeds-none seeds-fixed small-threads small-processes} "
+read -r -a SMALL_ARGS <<<"${PIPELINE_SMALL_ARGS:-}"
+want() { [[ "$CASES" == *" $1 "* ]]; }
+want seeds-none && run_case seeds-none 125 --preset "$SEEDS" "${SEEDS_TOPOLOGY[@]}" --steps 20 --stall-timeout 30
+want seeds-fixed && run_case seeds-fixed 110 --preset "$SEEDS" "${SEEDS_TOPOLOGY[@]}" --steps 20 \
+  --stall-timeout 30 --mitigation threadlocal-flag,non-lazy-backward
+want small-threads && run_case small-threads 85 --preset "$SMALL" --workers threads --steps 60 "${SMALL_ARGS[@]}"
+want small-processes && run_case small-processes 95 --preset "$SMALL" --workers processes --steps 60 \
+  "${SMALL_ARGS[@]}"
+want small-threads-b64 && run_case small-threads-b64 90 --preset "$SMALL" --workers threads --steps 60 \
+  --batch-size 64
 echo "script wall $((SECONDS - START))s" >>"$RUNS/runs.txt"
 publish
 cat "$OUT/runs.txt"

@@ -73,6 +73,8 @@ def register(app: typer.Typer) -> None:
         mitigation: str = typer.Option("none", "--mitigation", help="Fixes applied in set-up: " +
                                        mitigations.help_text()),
         steps: Optional[int] = typer.Option(None, "--steps", help="Drafter steps to run (default: the preset's)."),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size",
+                                                 help="Sequences per drafter step (default: the preset's)."),
         checkpoint: str = typer.Option("none", "--checkpoint",
                                        help="Loss chunks under torch.utils.checkpoint: reentrant | non-reentrant | "
                                        "none."),
@@ -128,7 +130,7 @@ def register(app: typer.Typer) -> None:
             save_dir=str(save) if save else None, resume=resume, seed=seed, fail_worker=fail_worker,
             fail_at_step=fail_at_step, fail_how=FailHow(fail_how).value,
             hf_checkpoint=str(target_checkpoint) if target_checkpoint else None, stall_timeout_s=stall_timeout,
-            mitigation=mitigation, transport=Transport(transport).value,
+            mitigation=mitigation, transport=Transport(transport).value, batch_size=batch_size,
         )
         try:
             plan = make_plan(options)

@@ -14,6 +14,7 @@ from dflash_doctor.reference.signals import StopRequest
 
 WORKER_MODES = ("threads", "processes")
 MAX_SEED = 2 ** 63 - 1
+MAX_BATCH = 1024  # sequences per drafter step; past this a step needs more memory than any GPU has
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class PipelineOptions:
     stall_timeout_s: float = 600.0
     mitigation: str = "none"  # names from dflash_doctor.mitigations, comma-separated
     transport: str = Transport.AUTO.value
+    batch_size: Optional[int] = None  # sequences per drafter step; default: the preset's
 
 
 def parse_devices(spec: str, device_type: str, available: int) -> List[str]:
@@ -149,6 +151,10 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     import torch
 
     cfg = preset(options.preset)
+    if options.batch_size is not None:
+        if not 1 <= options.batch_size <= MAX_BATCH:
+            raise ValueError(f"--batch-size must be in 1..{MAX_BATCH}, got {options.batch_size}")
+        cfg = replace(cfg, batch_size=options.batch_size)
     names, workers = resolve_mitigations(options)
     if options.checkpoint not in CHECKPOINT_MODES:
         raise ValueError(f"--checkpoint must be one of {CHECKPOINT_MODES}, not {options.checkpoint!r}")
