@@ -55,35 +55,57 @@ def _assigned_names(line: str) -> List[str]:
     return re.findall(r"[A-Za-z_]\w*", left)
 
 
+# Up to this many names are searched with one regex alternation; more (a generated file binding thousands of
+# names on candidate lines) switch to a word index of the file, so the search stays linear in its size.
+_MAX_ALTERNATION = 32
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_FIXED_POINT_ROUNDS = 4
+
+
 def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenSet[str]]:
     """Sorted numbers of the lines that mention `words` or a name bound on such a line (`as ckpt`,
     `ckpt = partial(checkpoint, ...)`), followed to a fixed point, and those names: a rule's call can only
-    start on such a line."""
+    start on such a line.
+
+    Each round searches only the names the previous round found, and each line is read once, so the cost is
+    linear in the size of the file whatever the number of names."""
     names = set(words)
     if not names:
         return [], frozenset()
-    starts: Optional[List[int]] = None
-    hits: List[int] = []
-    for _ in range(4):
-        pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
-        offsets = [m.start() for m in pattern.finditer(text)]
-        if not offsets:
-            return [], frozenset(names)
-        if starts is None:
-            starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        hits = sorted({bisect.bisect_right(starts, offset) for offset in offsets})
-        found = set()
-        for number in hits:
-            line = text[starts[number - 1]: starts[number] if number < len(starts) else len(text)]
-            if " as " in line:
-                found.update(_ALIAS.findall(line))
-            if "=" in line:
-                found.update(_assigned_names(line))
-        found -= _NOT_ALIASES
-        if found <= names:
+    starts: List[int] = []
+    word_lines: Optional[dict] = None
+    hits: set = set()
+    new = set(names)
+    for _ in range(_FIXED_POINT_ROUNDS):
+        if not new:
             break
-        names |= found
-    return hits, frozenset(names)
+        if not starts:
+            starts = [0] + [m.end() for m in re.finditer("\n", text)]
+        if word_lines is None and len(new) <= _MAX_ALTERNATION:
+            pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, new))) + r")\b")
+            lines = {bisect.bisect_right(starts, m.start()) for m in pattern.finditer(text)}
+        else:
+            if word_lines is None:
+                word_lines = {}
+                line, next_start = 1, starts[1] if len(starts) > 1 else len(text) + 1
+                for match in _WORD.finditer(text):
+                    while match.start() >= next_start:
+                        line += 1
+                        next_start = starts[line] if line < len(starts) else len(text) + 1
+                    word_lines.setdefault(match.group(), set()).add(line)
+            lines = set().union(*(word_lines.get(name, ()) for name in new))
+        fresh = lines - hits
+        hits |= fresh
+        found = set()
+        for number in fresh:
+            line_text = text[starts[number - 1]: starts[number] if number < len(starts) else len(text)]
+            if " as " in line_text:
+                found.update(_ALIAS.findall(line_text))
+            if "=" in line_text:
+                found.update(_assigned_names(line_text))
+        new = found - names - _NOT_ALIASES
+        names |= new
+    return sorted(hits), frozenset(names)
 
 
 def _walk(ctx: FileContext, lines: Optional[List[int]] = None):

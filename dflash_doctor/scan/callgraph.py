@@ -57,9 +57,8 @@ class ModuleGraph:
     def _scope_named(self, qualname: str) -> Optional[Scope]:
         """The scope of `Class.method` / `f.<locals>.g` / a lambda, created on the way if need be."""
         table = self.ctx.table
-        for scope in table.scope_of.values():
-            if scope.qualname == qualname:
-                return scope
+        if qualname in table.by_qualname:
+            return table.by_qualname[qualname]
         scope = table.module
         for part in qualname.split("."):
             if part == _LOCALS:
@@ -104,6 +103,7 @@ class ModuleGraph:
         info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.parent))
         body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
+        seen: set = set()
         while stack:
             current = stack.pop()
             if isinstance(current, SCOPE_NODES):
@@ -112,15 +112,16 @@ class ModuleGraph:
                     stack.extend(reversed(current.decorator_list))
                 continue
             if isinstance(current, ast.Call):
-                self._add_refs(info.refs, current, scope)
+                self._add_refs(info.refs, seen, current, scope)
             stack.extend(reversed(list(ast.iter_child_nodes(current))))
         return info
 
-    def _add_refs(self, refs: List[Ref], node: ast.Call, scope: Scope) -> None:
+    def _add_refs(self, refs: List[Ref], seen: set, node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver
         line = node.lineno
         callee = resolver.callee(node.func, scope, line)
-        if callee is not None and callee not in refs:
+        if callee is not None and callee not in seen:
+            seen.add(callee)
             refs.append(callee)
         # Functions handed to another call (callbacks, checkpoint(fn, ...), executor.submit(fn)) are run by it.
         for argument in list(node.args) + [k.value for k in node.keywords]:
@@ -128,7 +129,8 @@ class ModuleGraph:
                 argument = argument.value
             if isinstance(argument, (ast.Name, ast.Attribute, ast.Lambda, ast.Call)):
                 ref = resolver.callee(argument, scope, line)
-                if ref is not None and not isinstance(ref, ExtRef) and ref not in refs:
+                if ref is not None and not isinstance(ref, ExtRef) and ref not in seen:
+                    seen.add(ref)
                     refs.append(ref)
 
     def _class_info(self, scope: Scope) -> ClassInfo:

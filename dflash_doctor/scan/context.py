@@ -42,6 +42,7 @@ class FileContext:
         self.resolver = Resolver(self.table, path, compile_names)
         self.findings: List[Finding] = []
         self._lines: Optional[List[str]] = None
+        self._has_noqa = "noqa" in text.lower()  # once: asking per finding made big files quadratic
 
     def on_candidate_line(self, node: ast.AST) -> bool:
         """Whether `node` spans a candidate line: rules skip every other call without resolving names."""
@@ -53,7 +54,7 @@ class FileContext:
         return index < len(lines) and lines[index] <= (node.end_lineno or start)
 
     def noqa(self, line: int) -> Optional[FrozenSet[str]]:
-        if "noqa" not in self.text:
+        if not self._has_noqa:
             return None
         if self._lines is None:
             self._lines = self.text.splitlines()

@@ -22,6 +22,7 @@ from dflash_doctor.scan.callgraph import ModuleGraph
 # Below this many files a process pool costs more than it saves, and a one-file scan must start instantly.
 PARALLEL_MIN_FILES = 96
 _CHUNKS_PER_JOB = 4
+MAX_LISTED_SKIPS = 200  # facts list at most this many skipped folders (the total is always given)
 
 
 def scan_rules() -> List[Rule]:
@@ -55,8 +56,13 @@ def select_codes(select: Union[str, Sequence[str], None] = None,
             chosen |= matched
         return chosen
 
-    enabled = expand(select) if select else set(codes)
-    if ignore:
+    # Given but naming nothing (`--select ",,,"`, `select = []`) is a mistake, never "run zero rules".
+    for option, spec in (("--select", select), ("--ignore", ignore)):
+        if spec is not None and not expand(spec):
+            shown = spec if isinstance(spec, str) else ",".join(spec)
+            raise UsageError(f"{option} {shown!r} names no rule; scan rules are {', '.join(codes)}")
+    enabled = expand(select) if select is not None else set(codes)
+    if ignore is not None:
         enabled -= expand(ignore)
     return frozenset(enabled)
 
@@ -213,15 +219,16 @@ def scan_paths(
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
     enabled = select_codes(select, ignore)
-    files = discover(paths, exclude)
+    found = discover(paths, exclude)
+    files = found.files
     index = ModuleIndex(files)
     jobs = jobs or default_jobs()
     workers = jobs if len(files) >= parallel_min_files else 1
     items = [(p, index.packages[p]) for p in files]
     results, loaded = _analyse_all(items, enabled, workers, max_bytes, index)
 
-    report = Report("scan")
-    seen_problems = set()
+    report = Report("scan", problems=list(found.problems))
+    seen_problems = {(p.subject, p.reason) for p in found.problems}
     for result in results:
         report.findings.extend(result.findings)
         for problem in result.problems:
@@ -236,6 +243,8 @@ def scan_paths(
         "skipped_by_prefilter": sum(1 for r in results if not r.parsed and not r.problems),
         "loaded_for_call_chains": len(set(loaded)),
         "jobs": workers,
+        "skipped_folders": [s.to_dict() for s in found.skipped[:MAX_LISTED_SKIPS]],
+        "skipped_folders_total": len(found.skipped),
         "rules": sorted(enabled),
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),

@@ -7,6 +7,7 @@ enough to tell `torch.utils.checkpoint.checkpoint` imported under any alias from
 from __future__ import annotations
 
 import ast
+import bisect
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
@@ -40,6 +41,8 @@ class Scope:
     parent: Optional["Scope"]
     qualname: str  # "" for the module; Python-style otherwise (Outer.method, f.<locals>.g)
     bindings: Dict[str, List[Binding]] = field(default_factory=dict)
+    # per name, the lines of its bindings (sorted, like the lists above once collected): lookups bisect them
+    binding_lines: Dict[str, List[int]] = field(default_factory=dict)
     global_names: set = field(default_factory=set)
     self_name: Optional[str] = None  # a method's first parameter
     owner: Optional["Scope"] = None  # a method's class scope
@@ -89,6 +92,7 @@ class ScopeTable:
         self.package = package
         self.module = Scope("module", tree, None, "")
         self.scope_of: Dict[ast.AST, Scope] = {tree: self.module}
+        self.by_qualname: Dict[str, Scope] = {}
         self._collected: set = set()
         self._attributes_collected: set = set()
 
@@ -98,6 +102,7 @@ class ScopeTable:
             scope.bindings.clear()
             scope.attributes.clear()
         self.scope_of.clear()
+        self.by_qualname.clear()
 
     # -- building -------------------------------------------------------------------------------------------
 
@@ -123,12 +128,15 @@ class ScopeTable:
                 if arg is not None:
                     scope.bind(arg.arg, Binding("param", node.lineno, scope))
         self.scope_of[node] = scope
+        self.by_qualname.setdefault(scope.qualname, scope)
         return scope
 
     def bindings(self, scope: Scope) -> Dict[str, List[Binding]]:
         if scope not in self._collected:
             self._collected.add(scope)
             self._collect(scope)
+            for bindings in scope.bindings.values():
+                bindings.sort(key=lambda b: b.line)  # stable: same-line bindings keep their order
         return scope.bindings
 
     def attributes(self, cls: Scope) -> Dict[str, List[Binding]]:
@@ -258,9 +266,12 @@ class ScopeTable:
             if bindings:
                 if current.kind == "module" and nested:
                     return bindings[-1]
-                for binding in reversed(bindings):
-                    if binding.line <= line:
-                        return binding
+                lines = current.binding_lines.get(name)
+                if lines is None or len(lines) != len(bindings):
+                    lines = current.binding_lines[name] = [b.line for b in bindings]
+                above = bisect.bisect_right(lines, line)
+                if above:
+                    return bindings[above - 1]
                 return bindings[-1] if current.kind in ("function", "lambda") else None
             if current.kind != "class":
                 nested = True

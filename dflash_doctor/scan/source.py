@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
+import stat
 import tokenize
 from dataclasses import dataclass
 from typing import FrozenSet, Iterable, Union
@@ -16,6 +18,8 @@ from dflash_doctor.findings import Problem
 # Bigger than any hand-written module (torch's largest source, a generated test table, is 1.4 MB); parsing
 # something larger costs memory for nothing a human will fix.
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
+# Larger files are not even read for the byte prefilter: whatever they are, nobody wrote them by hand.
+MAX_READ_BYTES = 64 * 1024 * 1024
 
 # What a file's bytes must contain for each rule to possibly fire: a cheap substring test first, then a
 # pattern. Every spelling the rules resolve still names its trigger in the file: torch.utils.checkpoint is
@@ -77,12 +81,53 @@ class ParsedSource:
     tree: ast.Module
 
 
-def read_bytes(path: str) -> Union[bytes, Problem]:
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words a user recognises."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bytes(path: str, max_read: int = MAX_READ_BYTES) -> Union[bytes, Problem]:
+    """The bytes of a regular file, read whole; anything else (a FIFO, a device, a socket, a link to one of them,
+    a file over `max_read`) is a Problem, never a hang or an unbounded read.
+
+    O_NONBLOCK keeps open() from waiting for a FIFO's writer should the path change between walk and open;
+    fstat on the open descriptor is what decides."""
+    hint = "only regular files are scanned; exclude it with --exclude"
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        mode = os.stat(path).st_mode  # a socket cannot even be opened: name it before trying
+        if not stat.S_ISREG(mode):
+            return Problem(path, f"not read: {file_kind(mode)}", hint)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as exc:
         return Problem(path, f"cannot read: {exc.strerror or exc}", "check the path and its permissions")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return Problem(path, f"not read: {file_kind(info.st_mode)}", hint)
+        if info.st_size > max_read:
+            return Problem(path, f"not read: {info.st_size:,} bytes is over the {max_read:,}-byte read cap",
+                           "generated code? exclude it with --exclude")
+        chunks = []
+        remaining = max_read + 1  # a file growing while it is read still stops at the cap
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        return Problem(path, f"cannot read: {exc.strerror or exc}", "check the path and its permissions")
+    finally:
+        os.close(fd)
+    if len(data) > max_read:
+        return Problem(path, f"not read: grew past the {max_read:,}-byte read cap while being read",
+                       "generated code? exclude it with --exclude")
+    return data
 
 
 def parse_bytes(data: bytes, path: str, max_bytes: int = MAX_SOURCE_BYTES) -> Union[ParsedSource, Problem]:
@@ -114,6 +159,10 @@ def parse_bytes(data: bytes, path: str, max_bytes: int = MAX_SOURCE_BYTES) -> Un
 
 
 def parse_text(text: str, path: str) -> Union[ParsedSource, Problem]:
+    # One line ending for everything downstream: the line index, candidate lines and noqa comments count "\n"
+    # only, and a file with old Mac "\r" endings is valid Python (ast counts "\r" as a line break too).
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
