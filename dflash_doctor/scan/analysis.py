@@ -13,6 +13,7 @@ from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.checkpointing import CheckpointRule
 from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.dynamo_config import DynamoConfigRule
+from dflash_doctor.scan.fixes import MARKER_WORDS, AppliedFix, FixCollector
 from dflash_doctor.scan.flex import FlexAttentionRule
 from dflash_doctor.scan.scopes import SCOPE_NODES
 from dflash_doctor.scan.threads import SpawnCollector
@@ -24,6 +25,7 @@ class FileResult:
     findings: List[Finding] = field(default_factory=list)
     problems: List[Problem] = field(default_factory=list)
     parsed: bool = False
+    fixes: List[AppliedFix] = field(default_factory=list)  # mitigations this file applies (for DFD201)
 
 
 # Words whose lines hold every call the non-graph rules judge; aliases are added by `candidate_lines`.
@@ -33,7 +35,7 @@ _RULE_WORDS = {
     "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs"),
     "DFD104": ("gradient_checkpointing_enable",),
     "DFD301": ("error_on_nested_fx_trace", "force_compile_during_fx_trace"),
-    "DFD201": ("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool"),
+    "DFD201": ("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MARKER_WORDS,
     "DFD202": ("flex_attention",),
 }
 _GRAPH_RULES = frozenset({"DFD201", "DFD202"})
@@ -159,6 +161,7 @@ def analyse_tree(
     ctx = FileContext(path, text, tree, enabled, package, lines, compile_names)
     module_graph = ModuleGraph(ctx) if graph else None
     spawns = SpawnCollector(ctx, module_graph) if "DFD201" in enabled else None
+    fixes = FixCollector(ctx) if "DFD201" in enabled else None
     flex = FlexAttentionRule(ctx) if "DFD202" in enabled else None
     checkpoints = CheckpointRule(ctx)
     config = DynamoConfigRule(ctx)
@@ -168,13 +171,19 @@ def analyse_tree(
             config.visit_call(node, scope)
             if spawns is not None:
                 spawns.visit_call(node, scope)
+                fixes.visit_call(node, scope)
             if flex is not None:
                 flex.visit_call(node, scope)
                 module_graph.visit_call(node, scope)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             config.visit_assign(node, scope)
-        elif flex is not None and isinstance(node, SCOPE_NODES):
-            module_graph.visit_scope(node, scope)
+            if fixes is not None:
+                fixes.visit_assign(node, scope)
+        elif isinstance(node, SCOPE_NODES):
+            if fixes is not None:
+                fixes.visit_scope(node, scope)
+            if flex is not None:
+                module_graph.visit_scope(node, scope)
     checkpoints.finish()
     if spawns is not None:
         spawns.finish()
@@ -182,4 +191,4 @@ def analyse_tree(
         flex.finish(module_graph)
     if module_graph is None:
         ctx.table.release()
-    return FileResult(path, ctx.findings, [], parsed=True), module_graph
+    return FileResult(path, ctx.findings, [], parsed=True, fixes=fixes.found if fixes else []), module_graph

@@ -8,12 +8,13 @@ import time
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from dflash_doctor.errors import UsageError
-from dflash_doctor.findings import Finding, Problem, Report
+from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.context import suppressed
 from dflash_doctor.scan.discovery import discover
+from dflash_doctor.scan.fixes import AppliedFix, collect, judge
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.resolve import FuncRef
 from dflash_doctor.scan.source import MAX_SOURCE_BYTES, parse_bytes, parse_text, read_bytes, triggered
@@ -189,6 +190,25 @@ def link_spawns(graph: ModuleGraph, linker: Linker) -> List[Finding]:
     return findings
 
 
+def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix]) -> List[Finding]:
+    """DFD201 under the mitigations the scanned program applies: info with "mitigated by ..." when they cover
+    every hazard, otherwise the same error saying what the applied fixes leave open."""
+    verdict = judge(fixes)
+    if not verdict.note:
+        return findings
+    changed = []
+    for finding in findings:
+        if finding.code == COMPILED_CALL_IN_THREAD.code:
+            finding = COMPILED_CALL_IN_THREAD.finding(
+                f"{finding.message}; {verdict.note}", path=finding.path, line=finding.line, column=finding.column,
+                evidence={**finding.evidence, "mitigations": {
+                    "applied": [f.to_dict() for f in fixes], "mitigated": verdict.mitigated}},
+                severity=Severity.INFO if verdict.mitigated else None,
+            )
+        changed.append(finding)
+    return changed
+
+
 def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_bytes: int
                 ) -> Optional[ModuleGraph]:
     """Parse a file the prefilter skipped because a thread's call chain leads into it."""
@@ -235,6 +255,8 @@ def scan_paths(
             if (problem.subject, problem.reason) not in seen_problems:  # two workers may load one file
                 seen_problems.add((problem.subject, problem.reason))
                 report.problems.append(problem)
+    fixes = collect(r.fixes for r in results)
+    report.findings = apply_fixes(report.findings, fixes)
     parsed = sum(1 for r in results if r.parsed)
     report.facts = {
         "paths": paths,
@@ -246,6 +268,7 @@ def scan_paths(
         "skipped_folders": [s.to_dict() for s in found.skipped[:MAX_LISTED_SKIPS]],
         "skipped_folders_total": len(found.skipped),
         "rules": sorted(enabled),
+        "mitigations_applied": [f.to_dict() for f in fixes],
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),
     }
@@ -261,5 +284,5 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     if isinstance(parsed, Problem):
         raise ValueError(f"{path}: {parsed.reason}")
     result, graph = analyse_tree(path, parsed.text, parsed.tree, frozenset(scan_codes()))
-    findings = list(result.findings) + link_spawns(graph, Linker({path: graph}))
+    findings = apply_fixes(list(result.findings) + link_spawns(graph, Linker({path: graph})), result.fixes)
     return sorted(findings, key=Finding.sort_key)

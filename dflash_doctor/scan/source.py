@@ -29,7 +29,9 @@ _CHECKPOINT_IMPORT = re.compile(
     rb"utils\.checkpoint|checkpoint\.checkpoint|utils\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
     rb"|from\s+\.+\s*checkpoint\s+import|from\s+\.+\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
 )
-_SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy")
+# A file that applies a mitigation (scan/fixes.py) is read for DFD201 too, though it may start no thread.
+_SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy"
+                    rb"|dflash_doctor|force_non_lazy_backward_lowering")
 _FLEX = re.compile(rb"flex_attention")
 _CONFIG = re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace")
 _HF = re.compile(rb"gradient_checkpointing_(?:enable|kwargs)")
@@ -38,7 +40,8 @@ RULE_TRIGGERS = {
     "DFD102": ((b"checkpoint",), _CHECKPOINT_IMPORT),
     "DFD103": ((b"checkpoint",), _CHECKPOINT_IMPORT),
     "DFD104": ((b"gradient_checkpointing",), _HF),
-    "DFD201": ((b"Thread", b"Timer", b"multiprocessing.dummy"), _SPAWN),
+    "DFD201": ((b"Thread", b"Timer", b"multiprocessing.dummy", b"dflash_doctor", b"force_non_lazy_backward_lowering"),
+               _SPAWN),
     "DFD202": ((b"flex_attention",), _FLEX),
     "DFD301": ((b"_fx_trace",), _CONFIG),
 }
