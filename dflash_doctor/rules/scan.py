@@ -81,10 +81,15 @@ HF_GRADIENT_CHECKPOINTING_IMPLICIT = register(Rule(
     code="DFD104",
     name="hf-gradient-checkpointing-implicit",
     severity=Severity.WARNING,
-    summary="gradient_checkpointing_enable() without use_reentrant in gradient_checkpointing_kwargs",
+    summary="Hugging Face gradient checkpointing enabled without use_reentrant (reentrant on transformers 4.x)",
     rationale=(
-        "Hugging Face models forward gradient_checkpointing_kwargs to torch.utils.checkpoint; without "
-        "use_reentrant there, the model checkpoints with torch's default, the reentrant variant."
+        "Hugging Face models forward gradient_checkpointing_kwargs to torch.utils.checkpoint. Left out (a bare "
+        "gradient_checkpointing_enable(), or TrainingArguments/TRL configs with gradient_checkpointing=True and no "
+        "kwargs, which Trainer passes on as None), every transformers release before 5.0 checkpoints with the "
+        "reentrant variant: 4.38-4.57 pass use_reentrant=True, 4.35-4.37 and older leave torch's reentrant "
+        "default; 5.0 made use_reentrant=False the default. Kwargs given without use_reentrant reach torch's own "
+        "default, the reentrant variant, on every release. The message names the installed transformers release "
+        "when there is one (read from package metadata, never imported); on 5.0 or later the finding is info."
     ),
     fix='model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})',
     bad=(

@@ -30,10 +30,12 @@ class FileResult:
 
 # Words whose lines hold every call the non-graph rules judge; aliases are added by `candidate_lines`.
 _RULE_WORDS = {
-    "DFD101": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs"),
+    "DFD101": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
+               "activation_checkpointing_kwargs", "use_reentrant"),
     "DFD102": ("checkpoint", "checkpoint_sequential"),
-    "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs"),
-    "DFD104": ("gradient_checkpointing_enable",),
+    "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
+               "activation_checkpointing_kwargs", "use_reentrant"),
+    "DFD104": ("gradient_checkpointing_enable", "activation_checkpointing_enable", "gradient_checkpointing"),
     "DFD301": ("error_on_nested_fx_trace", "force_compile_during_fx_trace"),
     "DFD201": ("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MARKER_WORDS,
     "DFD202": ("flex_attention",),
@@ -149,7 +151,7 @@ def _walk(ctx: FileContext, lines: Optional[List[int]] = None):
 
 def analyse_tree(
     path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str] = None,
-    graph: bool = False,
+    graph: bool = False, transformers_version: Optional[str] = None,
 ) -> Tuple[FileResult, Optional[ModuleGraph]]:
     """Findings of the `enabled` rules in one parsed file, and its call graph when a graph rule (DFD201,
     DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into)."""
@@ -158,7 +160,7 @@ def analyse_tree(
     lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS[code]})
     if "DFD202" in enabled:  # flex coverage needs this file's compile sites
         lines = sorted(set(lines) | set(compile_lines))
-    ctx = FileContext(path, text, tree, enabled, package, lines, compile_names)
+    ctx = FileContext(path, text, tree, enabled, package, lines, compile_names, transformers_version)
     module_graph = ModuleGraph(ctx) if graph else None
     spawns = SpawnCollector(ctx, module_graph) if "DFD201" in enabled else None
     fixes = FixCollector(ctx) if "DFD201" in enabled else None
@@ -177,6 +179,7 @@ def analyse_tree(
                 module_graph.visit_call(node, scope)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             config.visit_assign(node, scope)
+            checkpoints.visit_assign(node, scope)
             if fixes is not None:
                 fixes.visit_assign(node, scope)
         elif isinstance(node, SCOPE_NODES):

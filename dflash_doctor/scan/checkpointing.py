@@ -15,6 +15,8 @@ from dflash_doctor.rules.scan import (
     CHECKPOINT_USE_REENTRANT_UNKNOWN,
     HF_GRADIENT_CHECKPOINTING_IMPLICIT,
 )
+from dflash_doctor.findings import Severity
+from dflash_doctor.scan import hf_releases
 from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.resolve import describe
 from dflash_doctor.scan.scopes import Scope
@@ -26,13 +28,24 @@ CHECKPOINT_FUNCTIONS = frozenset({
 # checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs) also takes it positionally.
 _POSITIONAL_INDEX = {"torch.utils.checkpoint.checkpoint_sequential": 3}
 HF_ENABLE = "gradient_checkpointing_enable"
+# transformers >= 5 (late): the same switch under its new name, non-reentrant by default (scan/hf_releases.py)
+HF_ENABLE_NON_REENTRANT = "activation_checkpointing_enable"
 HF_KWARGS = "gradient_checkpointing_kwargs"
+HF_KWARGS_KEYS = frozenset({HF_KWARGS, "activation_checkpointing_kwargs"})
+# TrainingArguments(gradient_checkpointing=True) makes Trainer call gradient_checkpointing_enable with
+# args.gradient_checkpointing_kwargs (None unless given); TRL's *Config classes inherit that field.
+TRAINING_ARGUMENTS = frozenset({
+    "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+})
 
 # A use_reentrant value, judged: "true" | "false" | "missing" (absent or None: torch's default) | "unknown"
 Verdict = Tuple[str, str]
 
 
-def _literal(node: ast.AST) -> Verdict:
+def _literal(node: ast.AST, literal=None) -> Verdict:
+    if literal is not None:
+        node = literal(node)
     if isinstance(node, ast.Constant):
         if node.value is None:
             return "missing", "None"
@@ -70,7 +83,7 @@ def judge_mapping(node: ast.AST, key: str = "use_reentrant", literal=None) -> Ve
     verdict: Verdict = ("missing", "")
     for item_key, value in items:
         if item_key == key:
-            verdict = _literal(value)
+            verdict = _literal(value, literal)
         elif item_key is None:
             nested = judge_mapping(value, key, literal)
             if nested[0] != "missing":
@@ -84,12 +97,12 @@ def judge_keywords(keywords: Sequence[ast.keyword], positional: Sequence[ast.AST
     verdict: Verdict = ("missing", "")
     if index is not None:
         if len(positional) > index and not any(isinstance(a, ast.Starred) for a in positional[: index + 1]):
-            verdict = _literal(positional[index])
+            verdict = _literal(positional[index], literal)
         elif any(isinstance(a, ast.Starred) for a in positional):
             verdict = ("unknown", "*" + describe(next(a for a in positional if isinstance(a, ast.Starred)).value))
     for keyword in keywords:
         if keyword.arg == "use_reentrant":
-            verdict = _literal(keyword.value)
+            verdict = _literal(keyword.value, literal)
         elif keyword.arg is None:
             nested = judge_mapping(keyword.value, literal=literal)
             if nested[0] == "unknown":
@@ -112,15 +125,68 @@ class CheckpointRule:
         # name bound to it are seen (those calls are judged instead).
         self._bare_partials: Dict[ast.Call, str] = {}
         self._called_partials: set = set()
+        # `kwargs["use_reentrant"] = value` on a name, seen so far: (scope, name) -> value
+        self._subscript_sets: Dict[Tuple[int, str], ast.AST] = {}
+        # TrainingArguments(gradient_checkpointing=True) without kwargs: judged at the end, because the file may
+        # set `args.gradient_checkpointing_kwargs = ...` after building them.
+        self._training_arguments: List[Tuple[ast.Call, str]] = []
+        self._assigns_hf_kwargs = False
 
     def _literal_in(self, scope: Scope, line: int):
-        """Follow a name to the dict literal it is bound to (`KW = {"use_reentrant": False}`)."""
+        """Follow a name (or `self.attr`) to the literal it is bound to: a dict (`KW = {"use_reentrant": False}`,
+        with any later `KW["use_reentrant"] = ...` in the same scope) or a constant (`REENTRANT = False`). Only
+        when every binding of the name agrees, so one value is never definite at one line and "decided at run
+        time" at another."""
+        resolver = self.ctx.resolver
+
         def literal(node: ast.AST) -> ast.AST:
-            binding = self.ctx.resolver.value_binding(node, scope, line)
-            if binding is not None and binding.kind == "assign" and _dict_items(binding.node) is not None:
-                return binding.node
-            return node
+            if not isinstance(node, (ast.Name, ast.Attribute)):
+                return node
+            binding = resolver.value_binding(node, scope, line)
+            if binding is None or binding.kind != "assign":
+                return node
+            value = binding.node
+            if not (_dict_items(value) is not None or _is_constant(value)):
+                return node
+            siblings = self._bindings_like(node, binding)
+            if any(b.kind != "assign" or ast.dump(b.node) != ast.dump(value) for b in siblings):
+                return node
+            if isinstance(node, ast.Name):
+                override = self._subscript_sets.get((id(binding.scope), node.id))
+                if override is not None and _dict_items(value) is not None:
+                    return ast.Dict(keys=[None, ast.Constant("use_reentrant")], values=[value, override])
+            return value
         return literal
+
+    def _bindings_like(self, node: ast.AST, binding) -> list:
+        table = self.ctx.table
+        if isinstance(node, ast.Name):
+            return table.bindings(binding.scope).get(node.id, [binding])
+        owner = table.method_of(binding.scope)
+        return table.attributes(owner.owner).get(node.attr, [binding]) if owner is not None else [binding]
+
+    def visit_assign(self, node: ast.AST, scope: Scope) -> None:
+        """`args.gradient_checkpointing_kwargs = {...}` and `...["use_reentrant"] = value`, as real trainers
+        write them (PEFT + ZeRO-3 + checkpointing force it this way)."""
+        if not self.ctx.on_candidate_line(node) or getattr(node, "value", None) is None:
+            return
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        literal = self._literal_in(scope, node.lineno)
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in HF_KWARGS_KEYS:
+                self._assigns_hf_kwargs = True
+                if not (isinstance(node.value, ast.Constant) and node.value.value is None):
+                    self._report_hf(node, judge_mapping(node.value, literal=literal), enable=False,
+                                    spelled=describe(target))
+            elif isinstance(target, ast.Subscript) and _constant_key(target.slice) == "use_reentrant":
+                owner = target.value
+                if isinstance(owner, ast.Attribute) and owner.attr in HF_KWARGS_KEYS:
+                    self._assigns_hf_kwargs = True
+                    self._report_hf(node, _literal(node.value, literal), enable=False, spelled=describe(target))
+                elif isinstance(owner, ast.Name):
+                    binding = self.ctx.resolver.value_binding(owner, scope, node.lineno)
+                    if binding is not None:
+                        self._subscript_sets[(id(binding.scope), owner.id)] = node.value
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
@@ -128,13 +194,16 @@ class CheckpointRule:
         resolver = self.ctx.resolver
         line = node.lineno
         literal = self._literal_in(scope, line)
-        if isinstance(node.func, ast.Attribute) and node.func.attr == HF_ENABLE:
-            self._hf_enable(node, literal)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT):
+            self._hf_enable(node, literal, implicit_reentrant=node.func.attr == HF_ENABLE)
             return
         for keyword in node.keywords:
-            if keyword.arg == HF_KWARGS:
+            if keyword.arg in HF_KWARGS_KEYS:
                 self._hf_kwargs(node, keyword.value, literal)
         target = resolver.dotted(node.func, scope, line)
+        if target in TRAINING_ARGUMENTS or (target or "").startswith("trl.") and target.endswith("Config"):
+            self._training_arguments_call(node, target, literal)
+            return
         if target in CHECKPOINT_FUNCTIONS:
             verdict = judge_keywords(node.keywords, node.args, _POSITIONAL_INDEX.get(target), literal)
             self._report(node, node.func, target, verdict, None)
@@ -170,6 +239,19 @@ class CheckpointRule:
         for partial, inner in self._bare_partials.items():
             if partial not in self._called_partials:
                 self._report(partial, partial.args[0], inner, ("missing", ""), None)
+        if not self._assigns_hf_kwargs:
+            for node, target in self._training_arguments:
+                self._report_hf(node, ("missing", ""), enable=True, spelled=target.rsplit(".", 1)[-1],
+                                via_trainer=True)
+
+    def _training_arguments_call(self, node: ast.Call, target: str, literal) -> None:
+        """gradient_checkpointing=True with no kwargs reaches gradient_checkpointing_enable(None) in Trainer."""
+        switch = next((k.value for k in node.keywords if k.arg == "gradient_checkpointing"), None)
+        if switch is None or _literal(switch, literal)[0] != "true":
+            return
+        if any(k.arg in HF_KWARGS_KEYS or k.arg is None for k in node.keywords):
+            return  # judged as keywords above, or decided by **mapping
+        self._training_arguments.append((node, target))
 
     def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict, partial_line) -> None:
         state, value = verdict
@@ -194,16 +276,20 @@ class CheckpointRule:
             message = f"{named} with use_reentrant={value}: which variant runs is decided at run time"
         self.ctx.report(rule, node, message, evidence)
 
-    def _hf_enable(self, node: ast.Call, literal) -> None:
-        value = next((k.value for k in node.keywords if k.arg == HF_KWARGS), None)
+    def _hf_enable(self, node: ast.Call, literal, implicit_reentrant: bool) -> None:
+        value = next((k.value for k in node.keywords if k.arg in HF_KWARGS_KEYS), None)
         if value is None and node.args:
             value = node.args[0]
         if value is None and any(k.arg is None for k in node.keywords):
             verdict: Verdict = ("unknown", "**" + describe(next(k for k in node.keywords if k.arg is None).value))
         elif value is None or isinstance(value, ast.Constant) and value.value is None:
+            if not implicit_reentrant:
+                return  # activation_checkpointing_enable() defaults to use_reentrant=False
             verdict = ("missing", "")
         else:
             verdict = judge_mapping(value, literal=literal)
+            if verdict[0] == "missing":
+                verdict = ("missing", "given")
         self._report_hf(node, verdict, enable=True)
 
     def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal) -> None:
@@ -211,23 +297,46 @@ class CheckpointRule:
             return
         self._report_hf(node, judge_mapping(value, literal=literal), enable=False)
 
-    def _report_hf(self, node: ast.Call, verdict: Verdict, enable: bool) -> None:
+    def _report_hf(self, node: ast.AST, verdict: Verdict, enable: bool, spelled: Optional[str] = None,
+                   via_trainer: bool = False) -> None:
         state, value = verdict
-        call = describe(node.func)
-        evidence = {"call": call, "use_reentrant": value or None}
+        if spelled is None:
+            spelled = describe(node.func) + "(...)"
+        elif via_trainer:
+            spelled = f"{spelled}(gradient_checkpointing=True)"
+        evidence = {"call": spelled, "use_reentrant": value if value not in ("", "given") else None}
         if state == "true":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node,
-                            f"{call}(...) passes gradient_checkpointing_kwargs with use_reentrant=True; "
-                            "use False", evidence)
+                            f"{spelled} sets use_reentrant=True for Hugging Face gradient checkpointing; use False",
+                            evidence)
         elif state == "unknown":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_UNKNOWN, node,
-                            f"{call}(...): use_reentrant in gradient_checkpointing_kwargs is {value}, decided at "
-                            "run time", evidence)
+                            f"{spelled}: use_reentrant for Hugging Face gradient checkpointing is {value}, decided "
+                            "at run time", evidence)
         elif state == "missing" and enable:
-            self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node,
-                            f"{call}() without use_reentrant in gradient_checkpointing_kwargs checkpoints with the "
-                            'reentrant variant; pass gradient_checkpointing_kwargs={"use_reentrant": False}',
-                            evidence)
+            fix = 'pass gradient_checkpointing_kwargs={"use_reentrant": False}'
+            if value == "given":
+                message = (f"{spelled} passes gradient_checkpointing_kwargs without use_reentrant: every "
+                           "transformers release hands them to torch.utils.checkpoint as they are, and torch's "
+                           f"default is the reentrant variant; add \"use_reentrant\": False")
+                self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence)
+                return
+            version = self.ctx.transformers_version
+            reentrant = hf_releases.default_is_reentrant(version)
+            evidence["transformers_installed"] = version
+            what = "with no gradient_checkpointing_kwargs (Trainer enables it with None)" if via_trainer else \
+                "without use_reentrant in gradient_checkpointing_kwargs"
+            message = f"{spelled} {what} {hf_releases.implicit_default(version)}; {fix}"
+            self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence,
+                            severity=Severity.INFO if reentrant is False else None)
+
+
+def _is_constant(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool))
+
+
+def _constant_key(node: ast.AST) -> Optional[str]:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def _offset(target: str, consumed: int) -> Optional[int]:

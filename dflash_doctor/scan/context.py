@@ -6,7 +6,7 @@ import bisect
 import re
 from typing import FrozenSet, List, Mapping, Optional
 
-from dflash_doctor.findings import Finding
+from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.rules.registry import Rule
 from dflash_doctor.scan.resolve import Resolver
 from dflash_doctor.scan.scopes import ScopeTable
@@ -32,8 +32,10 @@ def suppressed(code: str, codes: Optional[FrozenSet[str]]) -> bool:
 
 class FileContext:
     def __init__(self, path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str],
-                 candidate_lines: Optional[List[int]] = None, compile_names: FrozenSet[str] = frozenset({"compile"})):
+                 candidate_lines: Optional[List[int]] = None, compile_names: FrozenSet[str] = frozenset({"compile"}),
+                 transformers_version: Optional[str] = None):
         self.path = path
+        self.transformers_version = transformers_version  # the installed release, for DFD104's message
         self.text = text
         self.enabled = enabled
         # Sorted lines a rule call can start on (None: every line); see analysis.candidate_lines.
@@ -60,9 +62,10 @@ class FileContext:
             self._lines = self.text.splitlines()
         return noqa_codes(self._lines[line - 1]) if 0 < line <= len(self._lines) else None
 
-    def report(self, rule: Rule, node: ast.AST, message: str, evidence: Mapping) -> None:
+    def report(self, rule: Rule, node: ast.AST, message: str, evidence: Mapping,
+               severity: Optional[Severity] = None) -> None:
         if rule.code not in self.enabled or suppressed(rule.code, self.noqa(node.lineno)):
             return
-        self.findings.append(
-            rule.finding(message, path=self.path, line=node.lineno, column=node.col_offset + 1, evidence=evidence)
-        )
+        self.findings.append(rule.finding(
+            message, path=self.path, line=node.lineno, column=node.col_offset + 1, evidence=evidence,
+            severity=severity))

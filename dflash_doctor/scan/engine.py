@@ -16,6 +16,7 @@ from dflash_doctor.scan.context import suppressed
 from dflash_doctor.scan.discovery import discover
 from dflash_doctor.scan.fixes import AppliedFix, collect, judge
 from dflash_doctor.scan.graph import Linker, ModuleIndex
+from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan.resolve import FuncRef
 from dflash_doctor.scan.source import MAX_SOURCE_BYTES, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -69,7 +70,8 @@ def select_codes(select: Union[str, Sequence[str], None] = None,
 
 
 def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
-                 max_bytes: int = MAX_SOURCE_BYTES) -> Tuple[FileResult, Optional[ModuleGraph]]:
+                 max_bytes: int = MAX_SOURCE_BYTES, transformers_version: Optional[str] = None
+                 ) -> Tuple[FileResult, Optional[ModuleGraph]]:
     """Read one file and, when its bytes can trigger an enabled rule, parse and analyse it. Never raises."""
     data = read_bytes(path)
     if isinstance(data, Problem):
@@ -81,7 +83,8 @@ def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
     if isinstance(parsed, Problem):
         return FileResult(path, problems=[parsed]), None
     try:
-        return analyse_tree(path, parsed.text, parsed.tree, active, package)
+        return analyse_tree(path, parsed.text, parsed.tree, active, package,
+                            transformers_version=transformers_version)
     except (RecursionError, MemoryError):
         return FileResult(path, problems=[
             Problem(path, "too deeply nested to analyse", "simplify the nesting or exclude the file"),
@@ -89,7 +92,8 @@ def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
 
 
 def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str], max_bytes: int,
-                   index: ModuleIndex) -> Tuple[List[FileResult], List[str]]:
+                   index: ModuleIndex, transformers_version: Optional[str] = None
+                   ) -> Tuple[List[FileResult], List[str]]:
     """Analyse some files and follow their threads' call chains (loading other files on demand, here, so the
     ASTs need not cross processes). Returns the results and the files loaded only for call chains."""
     # ASTs are large and acyclic: with the cyclic collector on, it re-scans the live trees every few thousand
@@ -101,7 +105,7 @@ def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[st
         results: Dict[str, FileResult] = {}
         graphs: Dict[str, ModuleGraph] = {}
         for path, package in items:
-            results[path], graph = analyse_file(path, package, enabled, max_bytes)
+            results[path], graph = analyse_file(path, package, enabled, max_bytes, transformers_version)
             if graph is not None:
                 graphs[path] = graph
         spawning = [g for g in graphs.values() if g.spawns]
@@ -147,15 +151,16 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex
-                 ) -> Tuple[List[FileResult], List[str]]:
+def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex,
+                 transformers_version: Optional[str] = None) -> Tuple[List[FileResult], List[str]]:
     if workers <= 1:
-        return _analyse_chunk(items, enabled, max_bytes, index)
+        return _analyse_chunk(items, enabled, max_bytes, index, transformers_version)
     from concurrent.futures import ProcessPoolExecutor  # only large scans pay for importing multiprocessing
 
     chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        parts = list(pool.map(_analyse_chunk, chunks, *zip(*[(enabled, max_bytes, index)] * len(chunks))))
+        parts = list(pool.map(_analyse_chunk, chunks,
+                              *zip(*[(enabled, max_bytes, index, transformers_version)] * len(chunks))))
     return [r for results, _ in parts for r in results], [path for _, loaded in parts for path in loaded]
 
 
@@ -230,6 +235,7 @@ def scan_paths(
     max_bytes: int = MAX_SOURCE_BYTES,
     parallel_min_files: int = PARALLEL_MIN_FILES,
     clock: Callable[[], float] = time.perf_counter,
+    transformers: VersionSource = installed_transformers,
 ) -> Report:
     """Scan files and folders for the DFD1xx-3xx hazards. Never imports or runs the scanned code."""
     started = clock()
@@ -245,7 +251,8 @@ def scan_paths(
     jobs = jobs or default_jobs()
     workers = jobs if len(files) >= parallel_min_files else 1
     items = [(p, index.packages[p]) for p in files]
-    results, loaded = _analyse_all(items, enabled, workers, max_bytes, index)
+    transformers_version = transformers() if "DFD104" in enabled else None
+    results, loaded = _analyse_all(items, enabled, workers, max_bytes, index, transformers_version)
 
     report = Report("scan", problems=list(found.problems))
     seen_problems = {(p.subject, p.reason) for p in found.problems}
@@ -269,6 +276,7 @@ def scan_paths(
         "skipped_folders_total": len(found.skipped),
         "rules": sorted(enabled),
         "mitigations_applied": [f.to_dict() for f in fixes],
+        "transformers": transformers_version,
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),
     }

@@ -34,12 +34,12 @@ _SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multip
                     rb"|dflash_doctor|force_non_lazy_backward_lowering")
 _FLEX = re.compile(rb"flex_attention")
 _CONFIG = re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace")
-_HF = re.compile(rb"gradient_checkpointing_(?:enable|kwargs)")
+_HF = re.compile(rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|gradient_checkpointing\s*=\s*True")
 RULE_TRIGGERS = {
     "DFD101": ((b"checkpoint",), _CHECKPOINT_IMPORT),
     "DFD102": ((b"checkpoint",), _CHECKPOINT_IMPORT),
     "DFD103": ((b"checkpoint",), _CHECKPOINT_IMPORT),
-    "DFD104": ((b"gradient_checkpointing",), _HF),
+    "DFD104": ((b"gradient_checkpointing", b"activation_checkpointing"), _HF),
     "DFD201": ((b"Thread", b"Timer", b"multiprocessing.dummy", b"dflash_doctor", b"force_non_lazy_backward_lowering"),
                _SPAWN),
     "DFD202": ((b"flex_attention",), _FLEX),

@@ -91,7 +91,7 @@ def _scan_as_nobody(top: Path) -> None:
     script = textwrap.dedent(f"""\
         import json, os, sys
         from dflash_doctor.scan import scan_paths
-        import dflash_doctor.scan.analysis, dflash_doctor.rules.scan
+        import importlib.metadata, dflash_doctor.scan.analysis, dflash_doctor.rules.scan
         os.setgid(65534)
         os.setuid(65534)
         report = scan_paths([{str(tree)!r}], jobs=1)

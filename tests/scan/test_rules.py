@@ -227,3 +227,36 @@ def test_dynamo_config_look_alikes_are_clean():
 def test_unparsable_source_raises_value_error():
     with pytest.raises(ValueError, match="syntax error at line 1"):
         scan_source("def (:\n")
+
+
+@pytest.mark.parametrize("installed,severity,phrase", [
+    (None, "warning", "on transformers < 5.0 (every 4.x release)"),
+    ("4.46.0", "warning", "checkpoints with the reentrant variant on transformers 4.46.0, installed here"),
+    ("4.36.2", "warning", "checkpoints with the reentrant variant on transformers 4.36.2, installed here"),
+    ("5.1.0", "info", "is non-reentrant on transformers 5.1.0, installed here, but reentrant wherever"),
+])
+def test_dfd104_names_the_transformers_releases_and_the_installed_one(tmp_path, installed, severity, phrase):
+    from dflash_doctor.scan import scan_paths
+
+    (tmp_path / "train.py").write_text("def prep(model):\n    model.gradient_checkpointing_enable()\n")
+    report = scan_paths([str(tmp_path)], jobs=1, transformers=lambda: installed)
+    [finding] = report.findings
+    assert (finding.code, finding.severity.value) == ("DFD104", severity)
+    assert phrase in finding.message
+    assert "5.0 and later default to use_reentrant=False" in finding.message
+    assert finding.evidence["transformers_installed"] == installed
+    assert report.facts["transformers"] == installed
+
+
+def test_installed_transformers_is_read_from_metadata_without_importing_it():
+    import sys
+    from importlib import metadata
+
+    from dflash_doctor.scan.hf_releases import installed_transformers
+
+    try:
+        expected = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        expected = None
+    assert installed_transformers() == expected
+    assert "transformers" not in sys.modules
