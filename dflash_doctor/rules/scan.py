@@ -189,3 +189,29 @@ NESTED_FX_TRACE_SILENCED = register(Rule(
         "torch._dynamo.config.cache_size_limit = 64\n"
     ),
 ))
+
+UNUSED_NOQA = register(Rule(
+    code="DFD302",
+    name="unused-noqa",
+    severity=Severity.INFO,
+    summary="a `# noqa: DFDxxx` comment that suppresses nothing",
+    rationale=(
+        "A noqa comment outlives the code it was written for: once the line is fixed or moved, it silences "
+        "nothing, and later it hides a new finding nobody has looked at. Like ruff's RUF100, the scan reports "
+        "each DFD code in a noqa comment that no finding on that line needed (only for the rules that ran). "
+        "Bare `# noqa` and other tools' codes are left alone."
+    ),
+    fix="Delete the code from the comment (or the whole comment when nothing is left).",
+    bad=(
+        "from torch.utils.checkpoint import checkpoint\n"
+        "\n"
+        "def block(layer, h):\n"
+        "    return checkpoint(layer, h, use_reentrant=False)  # noqa: DFD102  # DFD302\n"
+    ),
+    good=(
+        "from torch.utils.checkpoint import checkpoint\n"
+        "\n"
+        "def block(layer, h):\n"
+        "    return checkpoint(layer, h)  # noqa: DFD102\n"
+    ),
+))

@@ -6,12 +6,12 @@ import ast
 import bisect
 import re
 from dataclasses import dataclass, field
-from typing import FrozenSet, Iterable, List, Optional, Tuple
+from typing import FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.checkpointing import CheckpointRule
-from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.context import FileContext, NoqaDirective, noqa_directives
 from dflash_doctor.scan.dynamo_config import DynamoConfigRule
 from dflash_doctor.scan.fixes import MARKER_WORDS, AppliedFix, FixCollector
 from dflash_doctor.scan.flex import FlexAttentionRule
@@ -26,6 +26,8 @@ class FileResult:
     problems: List[Problem] = field(default_factory=list)
     parsed: bool = False
     fixes: List[AppliedFix] = field(default_factory=list)  # mitigations this file applies (for DFD201)
+    noqa: List[NoqaDirective] = field(default_factory=list)  # its `# noqa: DFDxxx` comments
+    noqa_used: Set[Tuple[int, str]] = field(default_factory=set)  # (line, code) they suppressed
 
 
 # Words whose lines hold every call the non-graph rules judge; aliases are added by `candidate_lines`.
@@ -157,7 +159,7 @@ def analyse_tree(
     DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into)."""
     graph = graph or bool(enabled & _GRAPH_RULES)
     compile_lines, compile_names = candidate_lines(text, ("compile",)) if graph else ([], frozenset())
-    lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS[code]})
+    lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS.get(code, ())})
     if "DFD202" in enabled:  # flex coverage needs this file's compile sites
         lines = sorted(set(lines) | set(compile_lines))
     ctx = FileContext(path, text, tree, enabled, package, lines, compile_names, transformers_version)
@@ -194,4 +196,6 @@ def analyse_tree(
         flex.finish(module_graph)
     if module_graph is None:
         ctx.table.release()
-    return FileResult(path, ctx.findings, [], parsed=True, fixes=fixes.found if fixes else []), module_graph
+    result = FileResult(path, ctx.findings, [], parsed=True, fixes=fixes.found if fixes else [],
+                        noqa=noqa_directives(text), noqa_used=ctx.used_noqa)
+    return result, module_graph

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from typing import FrozenSet, List, Mapping, Optional
+from typing import FrozenSet, List, Mapping, Optional, Set, Tuple
 
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.rules.registry import Rule
@@ -30,6 +30,24 @@ def suppressed(code: str, codes: Optional[FrozenSet[str]]) -> bool:
     return codes is not None and (codes is ALL_CODES or code in codes)
 
 
+NoqaDirective = Tuple[int, int, FrozenSet[str]]  # line, 1-based column of its "#", the DFD codes it names
+
+
+def noqa_directives(text: str) -> List[NoqaDirective]:
+    """Every `# noqa: DFDxxx` comment of a file (bare `# noqa` and other tools' codes are not ours to judge)."""
+    if "noqa" not in text.lower():
+        return []
+    found = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _NOQA.search(line) if "noqa" in line.lower() else None
+        codes = noqa_codes(line) if match else None
+        if codes and codes is not ALL_CODES:
+            ours = frozenset(c for c in codes if c.startswith("DFD"))
+            if ours:
+                found.append((number, match.start() + 1, ours))
+    return found
+
+
 class FileContext:
     def __init__(self, path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str],
                  candidate_lines: Optional[List[int]] = None, compile_names: FrozenSet[str] = frozenset({"compile"}),
@@ -45,6 +63,7 @@ class FileContext:
         self.findings: List[Finding] = []
         self._lines: Optional[List[str]] = None
         self._has_noqa = "noqa" in text.lower()  # once: asking per finding made big files quadratic
+        self.used_noqa: Set[Tuple[int, str]] = set()  # (line, code) a noqa comment suppressed
 
     def on_candidate_line(self, node: ast.AST) -> bool:
         """Whether `node` spans a candidate line: rules skip every other call without resolving names."""
@@ -64,7 +83,10 @@ class FileContext:
 
     def report(self, rule: Rule, node: ast.AST, message: str, evidence: Mapping,
                severity: Optional[Severity] = None) -> None:
-        if rule.code not in self.enabled or suppressed(rule.code, self.noqa(node.lineno)):
+        if rule.code not in self.enabled:
+            return
+        if suppressed(rule.code, self.noqa(node.lineno)):
+            self.used_noqa.add((node.lineno, rule.code))
             return
         self.findings.append(rule.finding(
             message, path=self.path, line=node.lineno, column=node.col_offset + 1, evidence=evidence,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, List, Sequence, Tuple
 
 from dflash_doctor.errors import UsageError
+from dflash_doctor.scan.config import matches, relative_to
 from dflash_doctor.findings import Problem
 
 DEFAULT_EXTENSIONS = (".py",)
@@ -65,10 +66,12 @@ def discover(
     paths: Iterable[str],
     exclude: Sequence[str] = (),
     extensions: Sequence[str] = DEFAULT_EXTENSIONS,
+    anchored: Tuple[str, Sequence[str]] = ("", ()),
 ) -> Discovery:
     """Files to scan, sorted and de-duplicated, spelled as the user spelled their roots.
 
-    A path named explicitly is always taken (even without a `.py` suffix) unless an exclude matches it; folders
+    `anchored` is (folder, globs): excludes from a configuration file, matched against paths relative to its
+    folder. A path named explicitly is always taken (even without a `.py` suffix) unless an exclude matches it; folders
     are walked without following links. A missing path is a UsageError, before anything is read. Whether each
     file is a regular file is decided when it is read (source.read_bytes), so a FIFO is never opened for reading.
     """
@@ -78,6 +81,13 @@ def discover(
         raise UsageError(f"no such file or directory: {', '.join(missing)}")
     result = Discovery()
     seen = set()
+    anchor, anchored_globs = anchored
+
+    def excluded(display: str, relative: str) -> bool:
+        if _excluded(display, relative, exclude):
+            return True
+        return bool(anchored_globs) and any(
+            matches(glob, relative_to(anchor, display)) for glob in anchored_globs)
 
     def take(path: str) -> None:
         # abspath, not realpath: realpath costs an lstat per path component, and walks never follow links.
@@ -95,7 +105,7 @@ def discover(
     suffixes: Tuple[str, ...] = tuple(extensions)
     for root in roots:
         if not os.path.isdir(root):
-            if not _excluded(root, os.path.basename(root), exclude):
+            if not excluded(root, os.path.basename(root)):
                 take(root)
             continue
         for folder, dirnames, filenames in os.walk(root, onerror=unreadable):
@@ -105,7 +115,7 @@ def discover(
                 relative = os.path.normpath(os.path.join(relative_folder, name))
                 full = os.path.join(folder, name)
                 reason = skip_reason(folder, name)
-                if not reason and _excluded(full, relative, exclude):
+                if not reason and excluded(full, relative):
                     reason = "excluded"
                 if reason:
                     result.skipped.append(Skipped(os.path.normpath(full), reason))
@@ -116,6 +126,6 @@ def discover(
                 if not name.endswith(suffixes):
                     continue
                 path = os.path.normpath(os.path.join(folder, name))
-                if not _excluded(path, os.path.normpath(os.path.join(relative_folder, name)), exclude):
+                if not excluded(path, os.path.normpath(os.path.join(relative_folder, name))):
                     take(path)
     return result

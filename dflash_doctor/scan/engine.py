@@ -10,15 +10,18 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
-from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD
+from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, UNUSED_NOQA
+from dflash_doctor.scan import baseline as baseline_file
+from dflash_doctor.scan import config as config_file
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
-from dflash_doctor.scan.context import suppressed
+from dflash_doctor.scan.config import ScanConfig
+from dflash_doctor.scan.context import noqa_directives, suppressed
 from dflash_doctor.scan.discovery import discover
 from dflash_doctor.scan.fixes import AppliedFix, collect, judge
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan.resolve import FuncRef
-from dflash_doctor.scan.source import MAX_SOURCE_BYTES, parse_bytes, parse_text, read_bytes, triggered
+from dflash_doctor.scan.source import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
 
 # Below this many files a process pool costs more than it saves, and a one-file scan must start instantly.
@@ -78,7 +81,9 @@ def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
         return FileResult(path, problems=[data]), None
     active = triggered(data, enabled)
     if not active:
-        return FileResult(path), None
+        # No rule can fire here, so every `# noqa: DFDxxx` in it suppresses nothing.
+        text = decode(data) if b"noqa" in data.lower() and b"DFD" in data.upper() else None
+        return FileResult(path, noqa=noqa_directives(text) if text else []), None
     parsed = parse_bytes(data, path, max_bytes)
     if isinstance(parsed, Problem):
         return FileResult(path, problems=[parsed]), None
@@ -117,7 +122,7 @@ def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[st
                 load=lambda path: _load_graph(path, index.packages.get(path), problems, max_bytes),
             )
             for graph in spawning:
-                results[graph.path].findings.extend(link_spawns(graph, linker))
+                results[graph.path].findings.extend(link_spawns(graph, linker, results[graph.path].noqa_used))
             loaded = list(linker.loaded)
             if problems:
                 results[spawning[0].path].problems.extend(problems)
@@ -168,16 +173,19 @@ def _describe(ref: FuncRef, linker: Linker) -> str:
     return f"{ref.qualname} ({ref.path}:{linker.function_line(ref)})"
 
 
-def link_spawns(graph: ModuleGraph, linker: Linker) -> List[Finding]:
-    """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain."""
+def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None) -> List[Finding]:
+    """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain.
+    Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`."""
     findings = []
     for spawn in graph.spawns:
-        if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
-            continue
         if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
             continue
         hit = linker.find_compiled(spawn.refs)
         if hit is None:
+            continue
+        if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
+            if used_noqa is not None:
+                used_noqa.add((spawn.line, COMPILED_CALL_IN_THREAD.code))
             continue
         chain, compiled = hit
         where = f"{compiled.path}:{compiled.line}"
@@ -214,6 +222,20 @@ def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix]) -> List[Fi
     return changed
 
 
+def unused_noqa(result: FileResult, enabled: FrozenSet[str]) -> List[Finding]:
+    """DFD302: codes named in `# noqa:` comments that suppressed no finding of a rule that ran."""
+    if UNUSED_NOQA.code not in enabled:
+        return []
+    findings = []
+    for line, column, codes in result.noqa:
+        for code in sorted(codes & enabled - {UNUSED_NOQA.code}):
+            if (line, code) not in result.noqa_used:
+                findings.append(UNUSED_NOQA.finding(
+                    f"`# noqa: {code}` suppresses nothing: no {code} finding on this line",
+                    path=result.path, line=line, column=column, evidence={"code": code}))
+    return findings
+
+
 def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_bytes: int
                 ) -> Optional[ModuleGraph]:
     """Parse a file the prefilter skipped because a thread's call chain leads into it."""
@@ -232,20 +254,28 @@ def scan_paths(
     select: Union[str, Sequence[str], None] = None,
     ignore: Union[str, Sequence[str], None] = None,
     *,
+    config: ScanConfig = ScanConfig(),
+    baseline: Optional[str] = None,
     max_bytes: int = MAX_SOURCE_BYTES,
     parallel_min_files: int = PARALLEL_MIN_FILES,
     clock: Callable[[], float] = time.perf_counter,
     transformers: VersionSource = installed_transformers,
 ) -> Report:
-    """Scan files and folders for the DFD1xx-3xx hazards. Never imports or runs the scanned code."""
+    """Scan files and folders for the DFD1xx-3xx hazards. Never imports or runs the scanned code.
+
+    `select`/`ignore` replace the configuration's lists when given; `exclude` adds to its excludes. `baseline`
+    is an earlier JSON report: findings whose fingerprint it holds are left out (facts["baseline"] counts them).
+    """
     started = clock()
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise UsageError("scan needs at least one PATH")
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
-    enabled = select_codes(select, ignore)
-    found = discover(paths, exclude)
+    enabled = select_codes(select if select is not None else config.select,
+                           ignore if ignore is not None else config.ignore)
+    known = baseline_file.load(baseline) if baseline is not None else None
+    found = discover(paths, exclude, anchored=(config.root, config.exclude))
     files = found.files
     index = ModuleIndex(files)
     jobs = jobs or default_jobs()
@@ -256,14 +286,19 @@ def scan_paths(
 
     report = Report("scan", problems=list(found.problems))
     seen_problems = {(p.subject, p.reason) for p in found.problems}
+    findings: List[Finding] = []
     for result in results:
-        report.findings.extend(result.findings)
+        findings.extend(result.findings)
+        findings.extend(unused_noqa(result, enabled))
         for problem in result.problems:
             if (problem.subject, problem.reason) not in seen_problems:  # two workers may load one file
                 seen_problems.add((problem.subject, problem.reason))
                 report.problems.append(problem)
     fixes = collect(r.fixes for r in results)
-    report.findings = apply_fixes(report.findings, fixes)
+    findings = apply_fixes(findings, fixes)
+    per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
+    stamped = baseline_file.add_fingerprints(per_file)
+    report.findings, matched = baseline_file.apply(stamped, known)
     parsed = sum(1 for r in results if r.parsed)
     report.facts = {
         "paths": paths,
@@ -274,13 +309,24 @@ def scan_paths(
         "jobs": workers,
         "skipped_folders": [s.to_dict() for s in found.skipped[:MAX_LISTED_SKIPS]],
         "skipped_folders_total": len(found.skipped),
+        "config": config.path,
         "rules": sorted(enabled),
+        "ignored_by_per_file_ignores": len(findings) - len(per_file),
+        "baseline": None if known is None else {
+            "file": baseline, "matched": matched, "new": len(report.findings),
+            "fixed": sum(known.values()) - matched},
         "mitigations_applied": [f.to_dict() for f in fixes],
         "transformers": transformers_version,
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),
     }
     return report
+
+
+def _per_file_ignored(config: ScanConfig, path: str) -> FrozenSet[str]:
+    if not config.per_file_ignores:
+        return frozenset()
+    return frozenset(config_file.ignored_codes(config, path, lambda spec: select_codes(spec)))
 
 
 def scan_source(source: str, path: str = "<string>") -> List[Finding]:
@@ -291,6 +337,8 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     parsed = parse_text(source, path)
     if isinstance(parsed, Problem):
         raise ValueError(f"{path}: {parsed.reason}")
-    result, graph = analyse_tree(path, parsed.text, parsed.tree, frozenset(scan_codes()))
-    findings = apply_fixes(list(result.findings) + link_spawns(graph, Linker({path: graph})), result.fixes)
+    enabled = frozenset(scan_codes())
+    result, graph = analyse_tree(path, parsed.text, parsed.tree, enabled)
+    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used)
+    findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes)
     return sorted(findings, key=Finding.sort_key)

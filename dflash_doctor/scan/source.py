@@ -11,7 +11,7 @@ import re
 import stat
 import tokenize
 from dataclasses import dataclass
-from typing import FrozenSet, Iterable, Union
+from typing import FrozenSet, Iterable, Optional, Union
 
 from dflash_doctor.findings import Problem
 
@@ -69,6 +69,8 @@ def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
     hits = set()
     seen = {}
     for code in enabled:
+        if code not in RULE_TRIGGERS:
+            continue  # judged after the files are read (DFD302, unused noqa)
         for trigger in (RULE_TRIGGERS[code],) + ((_ALSO[code],) if code in _ALSO else ()):
             if trigger not in seen:
                 seen[trigger] = _mentions(data, *trigger)
@@ -159,6 +161,16 @@ def parse_bytes(data: bytes, path: str, max_bytes: int = MAX_SOURCE_BYTES) -> Un
     if reason:
         return Problem(path, reason, hint)
     return parse_text(text, path)
+
+
+def decode(data: bytes) -> Optional[str]:
+    """The text of a source file decoded as parse_bytes decodes it, newlines made "\n"; None if it cannot be."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        text = data.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError):
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def parse_text(text: str, path: str) -> Union[ParsedSource, Problem]:

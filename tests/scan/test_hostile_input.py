@@ -141,4 +141,4 @@ def test_cli_select_commas_only_exits_2(cli, tmp_path):
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [
         "dflash-doctor: error: --select ',,,' names no rule; scan rules are "
-        "DFD101, DFD102, DFD103, DFD104, DFD201, DFD202, DFD301"]
+        "DFD101, DFD102, DFD103, DFD104, DFD201, DFD202, DFD301, DFD302"]

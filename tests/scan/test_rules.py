@@ -99,8 +99,17 @@ def test_noqa_suppresses_only_the_named_codes():
         checkpoint(f, x)  # noqa: DFD102
         checkpoint(f, x)  # noqa: DFD101
         checkpoint(f, x)  # NOQA:DFD101,DFD102
+        checkpoint(f, x, use_reentrant=False)  # noqa: DFD102, E501
     """
-    assert codes_at(source) == [(4, "DFD102")]
+    # DFD101 is named where no DFD101 fires, and DFD102 where the call is fine: unused (DFD302), like RUF100;
+    # the bare noqa and E501 are other tools' business.
+    assert codes_at(source) == [(4, "DFD102"), (4, "DFD302"), (5, "DFD302"), (6, "DFD302")]
+    unused = [(f.line, f.column, f.message) for f in scan_source(textwrap.dedent(source)) if f.code == "DFD302"]
+    assert unused == [
+        (4, 19, "`# noqa: DFD101` suppresses nothing: no DFD101 finding on this line"),
+        (5, 19, "`# noqa: DFD101` suppresses nothing: no DFD101 finding on this line"),
+        (6, 40, "`# noqa: DFD102` suppresses nothing: no DFD102 finding on this line"),
+    ]
 
 
 THREADS = """\
