@@ -49,8 +49,10 @@ def default_parts(plan: CheckPlan) -> Dict[str, Part]:
 
     def scan() -> Report:
         from dflash_doctor.scan import scan_paths
+        from dflash_doctor.scan.config import resolve
 
-        return scan_paths(list(plan.paths), exclude=tuple(plan.exclude))
+        # The project's [tool.dflash-doctor] settings apply to check's scan as they do to `scan`.
+        return scan_paths(list(plan.paths), exclude=tuple(plan.exclude), config=resolve(list(plan.paths)))
 
     def guards() -> Report:
         from dflash_doctor.guards import run_guards
