@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from dflash_doctor.findings import Finding, Problem
-from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.callgraph import COMPILE_WORDS, ModuleGraph
 from dflash_doctor.scan.checkpointing import CheckpointRule
 from dflash_doctor.scan.context import FileContext, NoqaDirective, noqa_directives
 from dflash_doctor.scan.dynamo_config import DynamoConfigRule
@@ -33,7 +33,7 @@ class FileResult:
 # Words whose lines hold every call the non-graph rules judge; aliases are added by `candidate_lines`.
 _RULE_WORDS = {
     "DFD101": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
-               "activation_checkpointing_kwargs", "use_reentrant"),
+               "activation_checkpointing_kwargs", "use_reentrant", "CheckpointFunction"),
     "DFD102": ("checkpoint", "checkpoint_sequential"),
     "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
                "activation_checkpointing_kwargs", "use_reentrant"),
@@ -153,14 +153,16 @@ def _walk(ctx: FileContext, lines: Optional[List[int]] = None):
 
 def analyse_tree(
     path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str] = None,
-    graph: bool = False, transformers_version: Optional[str] = None,
+    graph: bool = False, transformers_version: Optional[str] = None, roots: bool = False,
 ) -> Tuple[FileResult, Optional[ModuleGraph]]:
     """Findings of the `enabled` rules in one parsed file, and its call graph when a graph rule (DFD201,
-    DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into)."""
-    graph = graph or bool(enabled & _GRAPH_RULES)
-    compile_lines, compile_names = candidate_lines(text, ("compile",)) if graph else ([], frozenset())
+    DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into). `roots` collects the
+    file's compile sites without judging anything (another file's flex_attention may be compiled here)."""
+    graph = graph or roots or bool(enabled & _GRAPH_RULES)
+    compile_lines, compile_names = candidate_lines(text, COMPILE_WORDS) if graph else ([], frozenset())
     lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS.get(code, ())})
-    if "DFD202" in enabled:  # flex coverage needs this file's compile sites
+    roots = roots or "DFD202" in enabled
+    if roots:  # flex coverage needs this file's compile sites
         lines = sorted(set(lines) | set(compile_lines))
     ctx = FileContext(path, text, tree, enabled, package, lines, compile_names, transformers_version)
     module_graph = ModuleGraph(ctx) if graph else None
@@ -178,16 +180,19 @@ def analyse_tree(
                 fixes.visit_call(node, scope)
             if flex is not None:
                 flex.visit_call(node, scope)
+            if roots:
                 module_graph.visit_call(node, scope)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             config.visit_assign(node, scope)
             checkpoints.visit_assign(node, scope)
             if fixes is not None:
                 fixes.visit_assign(node, scope)
+        elif isinstance(node, ast.Dict):
+            checkpoints.visit_dict(node, scope)
         elif isinstance(node, SCOPE_NODES):
             if fixes is not None:
                 fixes.visit_scope(node, scope)
-            if flex is not None:
+            if roots:
                 module_graph.visit_scope(node, scope)
     checkpoints.finish()
     if spawns is not None:

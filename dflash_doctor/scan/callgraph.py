@@ -14,6 +14,12 @@ from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, Scop
 from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn
 
 THREAD_CLASS = "threading.Thread"
+# Ahead-of-time entry points that compile their first argument as torch.compile does (DFD202 coverage).
+AOT_COMPILE_FUNCTIONS = frozenset({
+    "torch._dynamo.aot_compile.aot_compile_fullgraph", "torch._dynamo.aot_compile.aot_compile_module",
+    "torch._export.aot_compile", "torch._inductor.aot_compile",
+})
+COMPILE_WORDS = ("compile", "aot_compile", "aot_compile_fullgraph", "aot_compile_module")
 _LOCALS = "<locals>"
 
 
@@ -36,7 +42,7 @@ class ModuleGraph:
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver
         line = node.lineno
-        if node.args and resolver.is_compile_call(node, scope, line):
+        if node.args and (resolver.is_compile_call(node, scope, line) or self._aot_compile(node, scope, line)):
             root = resolver.callee(node.args[0], scope, line)
             if root is not None:
                 self.compile_roots.append(root)
@@ -44,6 +50,11 @@ class ModuleGraph:
             cls = resolver.instance_class(node.func.value, scope, line)
             if cls is not None:
                 self.compile_roots.append(InstanceRef(cls))
+
+    def _aot_compile(self, node: ast.Call, scope: Scope, line: int) -> bool:
+        final = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        return final.startswith("aot_compile") and self.ctx.resolver.dotted(node.func, scope, line) in \
+            AOT_COMPILE_FUNCTIONS
 
     def _decorated_compiled(self, node: ast.AST, outer: Scope) -> bool:
         resolver = self.ctx.resolver

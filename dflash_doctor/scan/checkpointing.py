@@ -7,7 +7,7 @@ checkpointing (`save_checkpoint`, `self.checkpoint(...)`, a local `def checkpoin
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor.rules.scan import (
     CHECKPOINT_USE_REENTRANT_IMPLICIT,
@@ -25,6 +25,8 @@ CHECKPOINT_FUNCTIONS = frozenset({
     "torch.utils.checkpoint.checkpoint",
     "torch.utils.checkpoint.checkpoint_sequential",
 })
+# torch's reentrant implementation itself, called directly (nanotron-style `CheckpointFunction.apply(fn, ...)`).
+REENTRANT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction.apply"
 # checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs) also takes it positionally.
 _POSITIONAL_INDEX = {"torch.utils.checkpoint.checkpoint_sequential": 3}
 HF_ENABLE = "gradient_checkpointing_enable"
@@ -39,19 +41,44 @@ TRAINING_ARGUMENTS = frozenset({
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
 })
 
+_MAX_EXPANSION = 6  # names bound to names bound to names...
 # A use_reentrant value, judged: "true" | "false" | "missing" (absent or None: torch's default) | "unknown"
 Verdict = Tuple[str, str]
+# What an expression may evaluate to: literal nodes, one per path (a name's bindings, an if-expression's
+# branches); None stands for a path that is not a literal (a parameter, a call).
+Expand = Callable[[ast.AST], List[Optional[ast.AST]]]
+_SAME = frozenset({"missing", "false"})
 
 
-def _literal(node: ast.AST, literal=None) -> Verdict:
-    if literal is not None:
-        node = literal(node)
-    if isinstance(node, ast.Constant):
-        if node.value is None:
-            return "missing", "None"
-        if isinstance(node.value, bool):
-            return ("true" if node.value else "false"), repr(node.value)
+def combine(verdicts: List[Verdict], node: ast.AST) -> Verdict:
+    """One verdict for a value with several paths: a path that runs reentrant (True, or torch's default) is
+    reported, a value False on every path is fine, anything else is decided at run time."""
+    if len(verdicts) == 1:
+        return verdicts[0]
+    states = {state for state, _ in verdicts}
+    if "true" in states:
+        return "true", f"True on one of its paths ({describe(node)})"
+    if "missing" in states:
+        return "missing", next(text for state, text in verdicts if state == "missing")
+    if states == {"false"}:
+        return "false", "False"
     return "unknown", describe(node)
+
+
+def _paths(node: ast.AST, expand: Optional[Expand]) -> List[Optional[ast.AST]]:
+    return expand(node) if expand is not None else [node]
+
+
+def _literal(node: ast.AST, expand: Optional[Expand] = None) -> Verdict:
+    verdicts = []
+    for path in _paths(node, expand):
+        if isinstance(path, ast.Constant) and path.value is None:
+            verdicts.append(("missing", "None"))
+        elif isinstance(path, ast.Constant) and isinstance(path.value, bool):
+            verdicts.append(("true" if path.value else "false", repr(path.value)))
+        else:
+            verdicts.append(("unknown", describe(node)))
+    return combine(verdicts, node)
 
 
 def _dict_items(node: ast.AST) -> Optional[List[Tuple[Optional[str], ast.AST]]]:
@@ -71,28 +98,29 @@ def _dict_items(node: ast.AST) -> Optional[List[Tuple[Optional[str], ast.AST]]]:
     return None
 
 
-def judge_mapping(node: ast.AST, key: str = "use_reentrant", literal=None) -> Verdict:
-    """Look `key` up in an expression used as keyword arguments (a dict literal, or anything else: unknown).
-
-    `literal` maps a name to the dict literal it is bound to, when the caller can tell."""
-    if literal is not None:
-        node = literal(node)
-    items = _dict_items(node)
-    if items is None:
-        return "unknown", describe(node)
-    verdict: Verdict = ("missing", "")
-    for item_key, value in items:
-        if item_key == key:
-            verdict = _literal(value, literal)
-        elif item_key is None:
-            nested = judge_mapping(value, key, literal)
-            if nested[0] != "missing":
-                verdict = nested
-    return verdict
+def judge_mapping(node: ast.AST, key: str = "use_reentrant", expand: Optional[Expand] = None) -> Verdict:
+    """Look `key` up in an expression used as keyword arguments, on each of its paths (a dict literal; anything
+    else is unknown). `expand` follows names to what they are bound to, when the caller can tell."""
+    verdicts = []
+    for path in _paths(node, expand):
+        items = _dict_items(path) if path is not None else None
+        if items is None:
+            verdicts.append(("unknown", describe(node)))
+            continue
+        verdict: Verdict = ("missing", "")
+        for item_key, value in items:
+            if item_key == key:
+                verdict = _literal(value, expand)
+            elif item_key is None:
+                nested = judge_mapping(value, key, expand)
+                if nested[0] != "missing":
+                    verdict = nested
+        verdicts.append(verdict)
+    return combine(verdicts, node)
 
 
 def judge_keywords(keywords: Sequence[ast.keyword], positional: Sequence[ast.AST] = (),
-                   index: Optional[int] = None, literal=None) -> Verdict:
+                   index: Optional[int] = None, literal: Optional[Expand] = None) -> Verdict:
     """The effective use_reentrant of a call: the last explicit keyword or **mapping that sets it wins."""
     verdict: Verdict = ("missing", "")
     if index is not None:
@@ -104,7 +132,7 @@ def judge_keywords(keywords: Sequence[ast.keyword], positional: Sequence[ast.AST
         if keyword.arg == "use_reentrant":
             verdict = _literal(keyword.value, literal)
         elif keyword.arg is None:
-            nested = judge_mapping(keyword.value, literal=literal)
+            nested = judge_mapping(keyword.value, expand=literal)
             if nested[0] == "unknown":
                 verdict = ("unknown", "**" + nested[1])
             elif nested[0] != "missing":
@@ -132,33 +160,46 @@ class CheckpointRule:
         self._training_arguments: List[Tuple[ast.Call, str]] = []
         self._assigns_hf_kwargs = False
 
-    def _literal_in(self, scope: Scope, line: int):
-        """Follow a name (or `self.attr`) to the literal it is bound to: a dict (`KW = {"use_reentrant": False}`,
-        with any later `KW["use_reentrant"] = ...` in the same scope) or a constant (`REENTRANT = False`). Only
-        when every binding of the name agrees, so one value is never definite at one line and "decided at run
-        time" at another."""
+    def _literal_in(self, scope: Scope, line: int) -> Expand:
+        """Follow a name (or `self.attr`) to every value it is bound to in its scope (flow-insensitive, so one
+        name is judged alike at every line), an if-expression to both branches, and a dict bound to a name to
+        its later `name["use_reentrant"] = ...` in the same scope."""
         resolver = self.ctx.resolver
 
-        def literal(node: ast.AST) -> ast.AST:
+        def expand(node: ast.AST, depth: int = 0) -> List[Optional[ast.AST]]:
+            if depth > _MAX_EXPANSION:
+                return [None]
+            if isinstance(node, ast.IfExp):
+                return expand(node.body, depth + 1) + expand(node.orelse, depth + 1)
             if not isinstance(node, (ast.Name, ast.Attribute)):
-                return node
+                return [node]
             binding = resolver.value_binding(node, scope, line)
-            if binding is None or binding.kind != "assign":
-                return node
-            value = binding.node
-            if not (_dict_items(value) is not None or _is_constant(value)):
-                return node
-            siblings = self._bindings_like(node, binding)
-            if any(b.kind != "assign" or ast.dump(b.node) != ast.dump(value) for b in siblings):
-                return node
-            if isinstance(node, ast.Name):
-                override = self._subscript_sets.get((id(binding.scope), node.id))
-                if override is not None and _dict_items(value) is not None:
-                    return ast.Dict(keys=[None, ast.Constant("use_reentrant")], values=[value, override])
-            return value
-        return literal
+            if binding is None:
+                return [node] if isinstance(node, ast.Attribute) else [None]
+            paths: List[Optional[ast.AST]] = []
+            for sibling in self._bindings_like(node, binding):
+                if sibling.kind != "assign":
+                    paths.append(None)
+                    continue
+                for value in expand(sibling.node, depth + 1):
+                    override = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
+                    if override is not None and value is not None and _dict_items(value) is not None:
+                        value = ast.Dict(keys=[None, ast.Constant("use_reentrant")], values=[value, override])
+                    paths.append(value)
+            return paths or [None]
+        return expand
+
+    def visit_dict(self, node: ast.Dict, scope: Scope) -> None:
+        """`{"gradient_checkpointing_kwargs": {"use_reentrant": True}, ...}`: a config written as a dict."""
+        if not self.ctx.on_candidate_line(node):
+            return
+        for key, value in zip(node.keys, node.values):
+            if _constant_key(key) in HF_KWARGS_KEYS and not (isinstance(value, ast.Constant) and value.value is None):
+                verdict = judge_mapping(value, expand=self._literal_in(scope, node.lineno))
+                self._report_hf(value, verdict, enable=False, spelled=f"{{{_constant_key(key)!r}: ...}}")
 
     def _bindings_like(self, node: ast.AST, binding) -> list:
+        """Every binding of the name (in its scope) or `self.attr` (in its class) that `binding` is one of."""
         table = self.ctx.table
         if isinstance(node, ast.Name):
             return table.bindings(binding.scope).get(node.id, [binding])
@@ -173,14 +214,14 @@ class CheckpointRule:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         literal = self._literal_in(scope, node.lineno)
         for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr in HF_KWARGS_KEYS:
+            if _hf_kwargs_target(target):
                 self._assigns_hf_kwargs = True
                 if not (isinstance(node.value, ast.Constant) and node.value.value is None):
-                    self._report_hf(node, judge_mapping(node.value, literal=literal), enable=False,
+                    self._report_hf(node, judge_mapping(node.value, expand=literal), enable=False,
                                     spelled=describe(target))
             elif isinstance(target, ast.Subscript) and _constant_key(target.slice) == "use_reentrant":
                 owner = target.value
-                if isinstance(owner, ast.Attribute) and owner.attr in HF_KWARGS_KEYS:
+                if _hf_kwargs_target(owner):
                     self._assigns_hf_kwargs = True
                     self._report_hf(node, _literal(node.value, literal), enable=False, spelled=describe(target))
                 elif isinstance(owner, ast.Name):
@@ -201,6 +242,10 @@ class CheckpointRule:
             if keyword.arg in HF_KWARGS_KEYS:
                 self._hf_kwargs(node, keyword.value, literal)
         target = resolver.dotted(node.func, scope, line)
+        if target == REENTRANT_FUNCTION:
+            self._report(node, node.func, target, ("true", "True (CheckpointFunction is the reentrant variant)"),
+                         None)
+            return
         if target in TRAINING_ARGUMENTS or (target or "").startswith("trl.") and target.endswith("Config"):
             self._training_arguments_call(node, target, literal)
             return
@@ -264,7 +309,7 @@ class CheckpointRule:
         named = f"{spelled}(...)" if spelled == target else f"{spelled}(...) ({target})"
         if state == "true":
             rule = CHECKPOINT_USE_REENTRANT_TRUE
-            message = f"{named} with use_reentrant=True runs the reentrant checkpoint; pass use_reentrant=False"
+            message = f"{named} with use_reentrant={value} runs the reentrant checkpoint; pass use_reentrant=False"
         elif state == "missing":
             rule = CHECKPOINT_USE_REENTRANT_IMPLICIT
             message = (
@@ -281,21 +326,42 @@ class CheckpointRule:
         if value is None and node.args:
             value = node.args[0]
         if value is None and any(k.arg is None for k in node.keywords):
-            verdict: Verdict = ("unknown", "**" + describe(next(k for k in node.keywords if k.arg is None).value))
+            mapping = next(k for k in node.keywords if k.arg is None).value
+            verdict: Verdict = self._enable_mapping(mapping, literal, implicit_reentrant)
+            if verdict[0] == "false" or verdict == ("missing", "") and not implicit_reentrant:
+                return
         elif value is None or isinstance(value, ast.Constant) and value.value is None:
             if not implicit_reentrant:
                 return  # activation_checkpointing_enable() defaults to use_reentrant=False
             verdict = ("missing", "")
         else:
-            verdict = judge_mapping(value, literal=literal)
+            verdict = judge_mapping(value, expand=literal)
             if verdict[0] == "missing":
                 verdict = ("missing", "given")
         self._report_hf(node, verdict, enable=True)
 
+    @staticmethod
+    def _enable_mapping(mapping: ast.AST, expand: Expand, implicit_reentrant: bool) -> Verdict:
+        """`enable(**mapping)`: on each path, the mapping either leaves the kwargs out (the release's default) or
+        passes kwargs, judged for use_reentrant."""
+        verdicts: List[Verdict] = []
+        for path in expand(mapping):
+            items = _dict_items(path) if path is not None else None
+            if items is None:
+                verdicts.append(("unknown", "**" + describe(mapping)))
+                continue
+            given = [value for key, value in items if key in HF_KWARGS_KEYS]
+            if not given or isinstance(given[-1], ast.Constant) and given[-1].value is None:
+                verdicts.append(("missing", "") if implicit_reentrant else ("false", "False"))
+                continue
+            verdict = judge_mapping(given[-1], expand=expand)
+            verdicts.append(("missing", "given") if verdict[0] == "missing" else verdict)
+        return combine(verdicts, mapping)
+
     def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal) -> None:
         if isinstance(value, ast.Constant) and value.value is None:
             return
-        self._report_hf(node, judge_mapping(value, literal=literal), enable=False)
+        self._report_hf(node, judge_mapping(value, expand=literal), enable=False)
 
     def _report_hf(self, node: ast.AST, verdict: Verdict, enable: bool, spelled: Optional[str] = None,
                    via_trainer: bool = False) -> None:
@@ -307,7 +373,8 @@ class CheckpointRule:
         evidence = {"call": spelled, "use_reentrant": value if value not in ("", "given") else None}
         if state == "true":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node,
-                            f"{spelled} sets use_reentrant=True for Hugging Face gradient checkpointing; use False",
+                            f"{spelled} sets use_reentrant={value} for Hugging Face gradient checkpointing; "
+                            "use False",
                             evidence)
         elif state == "unknown":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_UNKNOWN, node,
@@ -331,11 +398,14 @@ class CheckpointRule:
                             severity=Severity.INFO if reentrant is False else None)
 
 
-def _is_constant(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, bool))
+def _hf_kwargs_target(node: ast.AST) -> bool:
+    """`args.gradient_checkpointing_kwargs` or `cfg["gradient_checkpointing_kwargs"]` (an assignment target)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in HF_KWARGS_KEYS
+    return isinstance(node, ast.Subscript) and _constant_key(node.slice) in HF_KWARGS_KEYS
 
 
-def _constant_key(node: ast.AST) -> Optional[str]:
+def _constant_key(node: Optional[ast.AST]) -> Optional[str]:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 

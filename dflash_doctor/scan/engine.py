@@ -10,7 +10,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
-from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, UNUSED_NOQA
+from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, UNUSED_NOQA
 from dflash_doctor.scan import baseline as baseline_file
 from dflash_doctor.scan import config as config_file
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
@@ -236,15 +236,44 @@ def unused_noqa(result: FileResult, enabled: FrozenSet[str]) -> List[Finding]:
     return findings
 
 
-def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_bytes: int
+def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_bytes: int, roots: bool = False,
                 ) -> Optional[ModuleGraph]:
-    """Parse a file the prefilter skipped because a thread's call chain leads into it."""
+    """Parse a file the prefilter skipped because a thread's call chain leads into it (or, with `roots`, because
+    it may compile another file's flex_attention)."""
     data = read_bytes(path)
     parsed = data if isinstance(data, Problem) else parse_bytes(data, path, max_bytes)
     if isinstance(parsed, Problem):
         problems.append(Problem(parsed.subject, parsed.reason, "calls from threads into this file were not followed"))
         return None
-    return analyse_tree(path, parsed.text, parsed.tree, frozenset(), package, graph=True)[1]
+    return analyse_tree(path, parsed.text, parsed.tree, frozenset(), package, graph=True, roots=roots)[1]
+
+
+def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: ModuleIndex, max_bytes: int
+                       ) -> Tuple[List[Finding], List[str]]:
+    """DFD202 decided project-wide: drop the findings whose function another scanned module compiles (a layer
+    that a benchmark script wraps in torch.compile(Layer(...)), a model compiled by the trainer). Only files that
+    mention `compile` and a pending function's name are parsed for their compile sites, and only when some
+    DFD202 is pending. Returns the findings kept and the files parsed for this."""
+    pending = [f for f in findings if f.code == FLEX_ATTENTION_UNCOMPILED.code and f.evidence.get("enclosing")]
+    if not pending:
+        return findings, []
+    anchors = {f.evidence["enclosing"].split(".")[0].encode() for f in pending}
+    anchors |= {os.path.splitext(os.path.basename(f.path))[0].encode() for f in pending}
+    problems: List[Problem] = []
+    linker = Linker({}, index, load=lambda p: _load_graph(p, index.packages.get(p), problems, max_bytes, roots=True))
+    roots = []
+    for path in files:
+        data = read_bytes(path)
+        if isinstance(data, Problem) or b"compile" not in data or not any(a in data for a in anchors):
+            continue
+        graph = linker.summary(path)
+        if graph is not None:
+            roots.extend(graph.compile_roots)
+    covered = linker.reachable(roots) if roots else set()
+    kept = [f for f in findings if f not in pending or FuncRef(f.path, f.evidence["enclosing"]) not in covered]
+    for graph in linker.summaries.values():
+        graph.ctx.table.release()
+    return kept, list(linker.loaded)
 
 
 def scan_paths(
@@ -296,6 +325,7 @@ def scan_paths(
                 report.problems.append(problem)
     fixes = collect(r.fixes for r in results)
     findings = apply_fixes(findings, fixes)
+    findings, loaded_for_flex = compiled_elsewhere(findings, files, index, max_bytes)
     per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
     stamped = baseline_file.add_fingerprints(per_file)
     report.findings, matched = baseline_file.apply(stamped, known)
@@ -306,6 +336,7 @@ def scan_paths(
         "parsed": parsed,
         "skipped_by_prefilter": sum(1 for r in results if not r.parsed and not r.problems),
         "loaded_for_call_chains": len(set(loaded)),
+        "loaded_for_flex_coverage": len(loaded_for_flex),
         "jobs": workers,
         "skipped_folders": [s.to_dict() for s in found.skipped[:MAX_LISTED_SKIPS]],
         "skipped_folders_total": len(found.skipped),

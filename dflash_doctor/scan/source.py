@@ -34,7 +34,8 @@ _SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multip
                     rb"|dflash_doctor|force_non_lazy_backward_lowering")
 _FLEX = re.compile(rb"flex_attention")
 _CONFIG = re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace")
-_HF = re.compile(rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|gradient_checkpointing\s*=\s*True")
+# `supports_gradient_checkpointing = True` (every transformers model class) is not the switch.
+_HF = re.compile(rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|(?<!\w)gradient_checkpointing\s*=\s*True")
 RULE_TRIGGERS = {
     "DFD101": ((b"checkpoint",), _CHECKPOINT_IMPORT),
     "DFD102": ((b"checkpoint",), _CHECKPOINT_IMPORT),
