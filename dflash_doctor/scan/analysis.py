@@ -15,7 +15,7 @@ from dflash_doctor.scan.context import FileContext, NoqaDirective, noqa_directiv
 from dflash_doctor.scan.dynamo_config import DynamoConfigRule
 from dflash_doctor.scan.fixes import MARKER_WORDS, AppliedFix, FixCollector
 from dflash_doctor.scan.flex import FlexAttentionRule
-from dflash_doctor.scan.scopes import SCOPE_NODES
+from dflash_doctor.scan.scopes import SCOPE_NODES, walk
 from dflash_doctor.scan.threads import SpawnCollector
 
 
@@ -114,43 +114,6 @@ def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenS
     return sorted(hits), frozenset(names)
 
 
-def _walk(ctx: FileContext, lines: Optional[List[int]] = None):
-    """(node, scope) pairs in source order; decorators, defaults and bases belong to the enclosing scope.
-
-    With `lines`, only subtrees whose line span holds one of those lines are entered."""
-    table = ctx.table
-
-    def wanted(node: ast.AST) -> bool:
-        start = getattr(node, "lineno", None)
-        if lines is None or start is None:
-            return True
-        decorators = getattr(node, "decorator_list", None)
-        if decorators:  # a def's lineno is its `def` line; decorators sit above it
-            start = min(start, decorators[0].lineno)
-        index = bisect.bisect_left(lines, start)
-        return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
-
-    stack = [(child, table.module) for child in reversed(table.module.node.body) if wanted(child)]
-    while stack:
-        node, scope = stack.pop()
-        yield node, scope
-        if not isinstance(node, SCOPE_NODES):
-            stack.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))) if wanted(child))
-            continue
-        inner = table.scope_for(node, scope)
-        if isinstance(node, ast.Lambda):
-            outer = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
-            body = [node.body]
-        elif isinstance(node, ast.ClassDef):
-            outer = node.decorator_list + node.bases + [k.value for k in node.keywords]
-            body = node.body
-        else:
-            outer = node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
-            body = node.body
-        stack.extend((child, inner) for child in reversed(body) if wanted(child))
-        stack.extend((child, scope) for child in reversed(outer) if wanted(child))
-
-
 def analyse_tree(
     path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str] = None,
     graph: bool = False, transformers_version: Optional[str] = None, roots: bool = False,
@@ -171,7 +134,7 @@ def analyse_tree(
     flex = FlexAttentionRule(ctx) if "DFD202" in enabled else None
     checkpoints = CheckpointRule(ctx)
     config = DynamoConfigRule(ctx)
-    for node, scope in _walk(ctx, lines):
+    for node, scope in walk(ctx.table, lines):
         if isinstance(node, ast.Call):
             checkpoints.visit_call(node, scope)
             config.visit_call(node, scope)

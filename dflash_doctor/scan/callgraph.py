@@ -9,8 +9,8 @@ import ast
 from typing import Dict, List, Optional, Tuple
 
 from dflash_doctor.scan.context import FileContext
-from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, Ref
-from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, Scope
+from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, ParamRef, Ref
+from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, Scope, walk
 from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn
 
 THREAD_CLASS = "threading.Thread"
@@ -55,6 +55,16 @@ class ModuleGraph:
         final = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         return final.startswith("aot_compile") and self.ctx.resolver.dotted(node.func, scope, line) in \
             AOT_COMPILE_FUNCTIONS
+
+    def _imported_decorators(self, node: ast.AST, outer: Scope) -> Tuple[Ref, ...]:
+        """`@jit_fuser` imported from another module, which may rebind it to torch.compile (Megatron-style)."""
+        found = []
+        for decorator in getattr(node, "decorator_list", ()):
+            ref = self.ctx.resolver.callee(decorator, outer, node.lineno) if isinstance(
+                decorator, (ast.Name, ast.Attribute)) else None
+            if isinstance(ref, ExtRef):
+                found.append(ref)
+        return tuple(found)
 
     def _decorated_compiled(self, node: ast.AST, outer: Scope) -> bool:
         resolver = self.ctx.resolver
@@ -111,7 +121,8 @@ class ModuleGraph:
 
     def _function_info(self, scope: Scope) -> FuncInfo:
         node = scope.node
-        info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.parent))
+        info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.parent),
+                        decorators=self._imported_decorators(node, scope.parent))
         body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
         seen: set = set()
@@ -175,5 +186,37 @@ class ModuleGraph:
         if binding.kind == "compiled":
             return CompiledRef(name, self.path, binding.line)
         if binding.kind == "assign":
+            param = self._param_ref(binding)
+            if param is not None:
+                return param
             return self.ctx.resolver.value_callee(binding.node, binding.scope, binding.line, name)
         return None
+
+    def _param_ref(self, binding: Binding) -> Optional[ParamRef]:
+        """`self.step = step` where `step` is a parameter of the method: the value comes from the callers."""
+        value, method = binding.node, binding.scope
+        if not isinstance(value, ast.Name) or method.kind != "function" or method.owner is None:
+            return None
+        found = self.ctx.table.lookup(value.id, method, binding.line)
+        if found is None or found.kind != "param" or found.scope is not method:
+            return None
+        args = method.node.args
+        positional = [a.arg for a in args.posonlyargs + args.args][1:]  # without self
+        index = positional.index(value.id) if value.id in positional else -1
+        return ParamRef(LocalClass(self.path, method.owner.qualname), method.node.name, value.id, index)
+
+    def calls_named(self, name: str) -> List[Tuple[ast.Call, Scope]]:
+        """Calls whose callee's last name is `name` (a class's construction sites), with their scopes; only the
+        subtrees around lines that mention the name are walked."""
+        text = self.ctx.text
+        if name not in text:
+            return []
+        lines = [number for number, line in enumerate(text.splitlines(), start=1) if name in line]
+        found = []
+        for node, scope in walk(self.ctx.table, lines):
+            if isinstance(node, ast.Call):
+                func = node.func
+                final = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if final == name:
+                    found.append((node, scope))
+        return found

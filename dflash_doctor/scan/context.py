@@ -13,6 +13,7 @@ from dflash_doctor.scan.scopes import ScopeTable
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
 ALL_CODES: FrozenSet[str] = frozenset({"*"})
+_GLOBAL = re.compile(r"^[ \t]*global[ \t]", re.MULTILINE)
 
 
 def noqa_codes(line_text: str) -> Optional[FrozenSet[str]]:
@@ -58,7 +59,13 @@ class FileContext:
         self.enabled = enabled
         # Sorted lines a rule call can start on (None: every line); see analysis.candidate_lines.
         self.candidate_lines = candidate_lines
-        self.table = ScopeTable(tree, package)
+        global_lines: List[int] = []
+        if "global" in text:
+            starts = [m.start() for m in _GLOBAL.finditer(text)]
+            if starts:
+                newlines = [m.start() for m in re.finditer("\n", text)]
+                global_lines = [bisect.bisect_left(newlines, start) + 1 for start in starts]
+        self.table = ScopeTable(tree, package, global_lines)
         self.resolver = Resolver(self.table, path, compile_names)
         self.findings: List[Finding] = []
         self._lines: Optional[List[str]] = None

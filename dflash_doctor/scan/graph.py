@@ -3,11 +3,12 @@ entry point to a torch.compile'd callable (DFD201) or from compiled roots to wha
 """
 from __future__ import annotations
 
+import ast
 import os
 from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, MethodRef
+from dflash_doctor.scan.resolve import COMPILE_FUNCTIONS, CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, MethodRef, ParamRef
 from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.summary import ClassInfo
 
@@ -59,6 +60,13 @@ class ModuleIndex:
         return self.by_abspath.get(base + ".py") or self.by_abspath.get(os.path.join(base, "__init__.py"))
 
 
+def _mentions(path: str, name: str) -> bool:
+    from dflash_doctor.scan.source import read_bytes
+
+    data = read_bytes(path)
+    return isinstance(data, bytes) and name.encode() in data
+
+
 Step = Tuple[str, object]  # ("node", FuncRef) or ("compiled", CompiledRef)
 
 
@@ -74,6 +82,7 @@ class Linker:
         self.load = load
         self.loaded: List[str] = []
         self._missing: Set[str] = set()
+        self._constructions: Dict[LocalClass, list] = {}
 
     # -- files and names ------------------------------------------------------------------------------------
 
@@ -105,7 +114,9 @@ class Linker:
             rest = parts[cut:]
             found: List[object] = []
             for item in summary.name(rest[0]):
-                if isinstance(item, ExtRef):
+                if isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS:
+                    found.append(item)  # a name bound to torch.compile itself (`jit_fuser = torch.compile`)
+                elif isinstance(item, ExtRef):
                     found.extend(self.resolve_ext(item, hops + 1))
                 else:
                     found.append(item)
@@ -153,7 +164,7 @@ class Linker:
             info = summary.function(ref.qualname) if summary else None
             if info is None:
                 return []
-            if info.compiled and not through_compiled:
+            if (info.compiled or self._compiled_by_import(info)) and not through_compiled:
                 return [("compiled", CompiledRef(ref.qualname, ref.path, info.line))]
             return [("node", ref)]
         if isinstance(ref, ExtRef):
@@ -169,6 +180,17 @@ class Linker:
                 return []
             attr = "__call__" if self._has_method(found[0], "__call__") else "forward"
             return self.expand(MethodRef(found[0], attr), through_compiled, hops + 1)
+        if isinstance(ref, ParamRef):
+            steps = []
+            for graph, call, scope in self.constructions(ref.cls):
+                argument = next((k.value for k in call.keywords if k.arg == ref.name), None)
+                if argument is None and 0 <= ref.index < len(call.args) and not any(
+                        isinstance(a, ast.Starred) for a in call.args[: ref.index + 1]):
+                    argument = call.args[ref.index]
+                passed = graph.ctx.resolver.callee(argument, scope, call.lineno) if argument is not None else None
+                if passed is not None:
+                    steps.extend(self.expand(passed, through_compiled, hops + 1))
+            return steps
         if isinstance(ref, MethodRef):
             found = self.class_info(ref.cls)
             if found is None:
@@ -186,6 +208,31 @@ class Linker:
                 steps.extend(self.expand(MethodRef(base, ref.attr), through_compiled, hops + 1))
             return steps
         return []
+
+    def _compiled_by_import(self, info) -> bool:
+        return any(isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS
+                   for decorator in info.decorators for item in self.resolve_ext(decorator))
+
+    def constructions(self, cls: LocalClass) -> List[Tuple[ModuleGraph, ast.Call, object]]:
+        """Where the project builds `cls` (its own file and any scanned file that names it), resolved to it."""
+        if cls in self._constructions:
+            return self._constructions[cls]
+        name = cls.qualname.rsplit(".", 1)[-1]
+        paths = [cls.path] + [p for p in (self.index.by_abspath.values() if self.index else ()) if p != cls.path]
+        found = []
+        for path in paths:
+            if path != cls.path and path not in self.summaries and not _mentions(path, name):
+                continue
+            graph = self.summary(path)
+            if graph is None:
+                continue
+            for call, scope in graph.calls_named(name):
+                ref = graph.ctx.resolver.class_ref(call.func, scope, call.lineno)
+                resolved = self.class_info(ref) if ref is not None else None
+                if resolved is not None and resolved[0] == cls:
+                    found.append((graph, call, scope))
+        self._constructions[cls] = found
+        return found
 
     def _has_method(self, cls: LocalClass, name: str, hops: int = 0) -> bool:
         found = self.class_info(cls)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import bisect
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -27,7 +27,7 @@ STAR_EXPORTS = {
 
 @dataclass(eq=False)
 class Binding:
-    kind: str  # import | assign | with | def | class | param | compiled | local
+    kind: str  # import | assign | with | def | class | param | compiled | local | iter
     line: int
     scope: "Scope"
     target: str = ""  # the dotted name an import binds
@@ -88,8 +88,11 @@ class ScopeTable:
     time something is looked up in it, so a file where only a few calls matter costs only a few scopes. Nothing
     here recurses over the AST (deep files must not overflow the stack)."""
 
-    def __init__(self, tree: ast.Module, package: Optional[str] = None):
+    def __init__(self, tree: ast.Module, package: Optional[str] = None, global_lines: Sequence[int] = ()):
         self.package = package
+        # Lines holding a `global` statement: the functions around them rebind module names (collected before the
+        # module's names are first looked up).
+        self._global_lines = sorted(global_lines)
         self.module = Scope("module", tree, None, "")
         self.scope_of: Dict[ast.AST, Scope] = {tree: self.module}
         self.by_qualname: Dict[str, Scope] = {}
@@ -205,6 +208,11 @@ class ScopeTable:
                     scope.bind(item.optional_vars.id, Binding("with", node.lineno, scope, node=item.context_expr))
                 elif self._self_attribute(scope, item.optional_vars):
                     self._bind_attribute(scope, item.optional_vars, item.context_expr, node.lineno, "with")
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
+            # `for layer in self.layers:` binds an element of the container (resolve.element_callee follows it)
+            handled.add(node.target)
+            line = getattr(node, "lineno", None) or node.target.lineno
+            scope.bind(node.target.id, Binding("iter", line, scope, node=node.iter))
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             if isinstance(node, ast.Global):
                 scope.global_names.update(node.names)
@@ -222,6 +230,9 @@ class ScopeTable:
         if isinstance(target, ast.Name):
             handled.add(target)
             scope.bind(target.id, Binding("assign", line, scope, node=value))
+            if target.id in scope.global_names and scope.parent is not None:
+                # `global jit_fuser; jit_fuser = torch.compile`: the module's name now has this value too
+                scope.module.bind(target.id, Binding("assign", line, scope, node=value))
         elif isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
                 for sub_target, sub_value in zip(target.elts, value.elts):
@@ -252,7 +263,28 @@ class ScopeTable:
             scope = scope.parent
         return None
 
+    def _collect_global_rebindings(self) -> None:
+        """Collect every function that holds a `global` statement, visiting only the subtrees around those lines."""
+        lines, self._global_lines = self._global_lines, []
+        stack = [(child, self.module) for child in self.module.node.body]
+        while stack:
+            node, parent = stack.pop()
+            start, end = getattr(node, "lineno", 0), getattr(node, "end_lineno", 0) or 0
+            index = bisect.bisect_left(lines, start)
+            if index >= len(lines) or lines[index] > end:
+                continue
+            if isinstance(node, SCOPE_NODES):
+                inner = self.scope_for(node, parent)
+                if not isinstance(node, ast.ClassDef):
+                    self.bindings(inner)
+                body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
+                stack.extend((child, inner) for child in body)
+            else:
+                stack.extend((child, parent) for child in ast.iter_child_nodes(node))
+
     def lookup(self, name: str, scope: Scope, line: int) -> Optional[Binding]:
+        if self._global_lines:
+            self._collect_global_rebindings()
         current: Optional[Scope] = scope
         nested = False
         while current is not None:
@@ -268,6 +300,7 @@ class ScopeTable:
                     return bindings[-1]
                 lines = current.binding_lines.get(name)
                 if lines is None or len(lines) != len(bindings):
+                    bindings.sort(key=lambda b: b.line)  # a `global` rebinding may have been added out of order
                     lines = current.binding_lines[name] = [b.line for b in bindings]
                 above = bisect.bisect_right(lines, line)
                 if above:
@@ -292,3 +325,38 @@ class ScopeTable:
         if owner_scope.owner is not None and owner_scope.self_name == node.id:
             return owner_scope.owner
         return None
+
+
+def walk(table: ScopeTable, lines: Optional[List[int]] = None):
+    """(node, scope) pairs in source order; decorators, defaults and bases belong to the enclosing scope.
+
+    With `lines`, only subtrees whose line span holds one of those lines are entered."""
+    def wanted(node: ast.AST) -> bool:
+        start = getattr(node, "lineno", None)
+        if lines is None or start is None:
+            return True
+        decorators = getattr(node, "decorator_list", None)
+        if decorators:  # a def's lineno is its `def` line; decorators sit above it
+            start = min(start, decorators[0].lineno)
+        index = bisect.bisect_left(lines, start)
+        return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
+
+    stack = [(child, table.module) for child in reversed(table.module.node.body) if wanted(child)]
+    while stack:
+        node, scope = stack.pop()
+        yield node, scope
+        if not isinstance(node, SCOPE_NODES):
+            stack.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))) if wanted(child))
+            continue
+        inner = table.scope_for(node, scope)
+        if isinstance(node, ast.Lambda):
+            outer = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+            body = [node.body]
+        elif isinstance(node, ast.ClassDef):
+            outer = node.decorator_list + node.bases + [k.value for k in node.keywords]
+            body = node.body
+        else:
+            outer = node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+            body = node.body
+        stack.extend((child, inner) for child in reversed(body) if wanted(child))
+        stack.extend((child, scope) for child in reversed(outer) if wanted(child))
