@@ -153,8 +153,9 @@ class CheckpointRule:
         # name bound to it are seen (those calls are judged instead).
         self._bare_partials: Dict[ast.Call, str] = {}
         self._called_partials: set = set()
-        # `kwargs["use_reentrant"] = value` on a name, seen so far: (scope, name) -> value
-        self._subscript_sets: Dict[Tuple[int, str], ast.AST] = {}
+        # `kwargs["use_reentrant"] = value`, `gc_kwargs["gradient_checkpointing_kwargs"] = ...` on a name, seen so
+        # far: (scope, name) -> [(key, value)], key None when it is not a constant
+        self._subscript_sets: Dict[Tuple[int, str], List[Tuple[Optional[str], ast.AST]]] = {}
         # TrainingArguments(gradient_checkpointing=True) without kwargs: judged at the end, because the file may
         # set `args.gradient_checkpointing_kwargs = ...` after building them.
         self._training_arguments: List[Tuple[ast.Call, str]] = []
@@ -182,9 +183,13 @@ class CheckpointRule:
                     paths.append(None)
                     continue
                 for value in expand(sibling.node, depth + 1):
-                    override = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
-                    if override is not None and value is not None and _dict_items(value) is not None:
-                        value = ast.Dict(keys=[None, ast.Constant("use_reentrant")], values=[value, override])
+                    later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
+                    if later and value is not None and _dict_items(value) is not None:
+                        if any(key is None for key, _ in later):
+                            value = None  # a key computed at run time: the dict is unknown
+                        else:
+                            value = ast.Dict(keys=[None] + [ast.Constant(key) for key, _ in later],
+                                             values=[value] + [v for _, v in later])
                     paths.append(value)
             return paths or [None]
         return expand
@@ -214,20 +219,23 @@ class CheckpointRule:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         literal = self._literal_in(scope, node.lineno)
         for target in targets:
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                self._record_subscript(target.value, _constant_key(target.slice), node.value, scope, node.lineno)
             if _hf_kwargs_target(target):
                 self._assigns_hf_kwargs = True
                 if not (isinstance(node.value, ast.Constant) and node.value.value is None):
                     self._report_hf(node, judge_mapping(node.value, expand=literal), enable=False,
                                     spelled=describe(target))
-            elif isinstance(target, ast.Subscript) and _constant_key(target.slice) == "use_reentrant":
-                owner = target.value
-                if _hf_kwargs_target(owner):
+            elif isinstance(target, ast.Subscript):
+                owner, key = target.value, _constant_key(target.slice)
+                if key == "use_reentrant" and _hf_kwargs_target(owner):
                     self._assigns_hf_kwargs = True
                     self._report_hf(node, _literal(node.value, literal), enable=False, spelled=describe(target))
-                elif isinstance(owner, ast.Name):
-                    binding = self.ctx.resolver.value_binding(owner, scope, node.lineno)
-                    if binding is not None:
-                        self._subscript_sets[(id(binding.scope), owner.id)] = node.value
+
+    def _record_subscript(self, owner: ast.Name, key: Optional[str], value: ast.AST, scope: Scope, line: int) -> None:
+        binding = self.ctx.resolver.value_binding(owner, scope, line)
+        if binding is not None:
+            self._subscript_sets.setdefault((id(binding.scope), owner.id), []).append((key, value))
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
