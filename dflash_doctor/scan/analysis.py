@@ -48,12 +48,20 @@ _LEFT = re.compile(r"^[\w\s,.\[\]*]+$")  # assignment targets; no "(" so `f(x=1)
 _NOT_ALIASES = frozenset({"self", "cls"})
 
 
+# What an alias's right-hand side looks like: a plain (dotted) name, a partial of something, or an instance of a
+# thread pool or thread (whose methods start threads). `y = checkpoint(f, x)` binds a result, not an alias: taking
+# such names made the candidate search grow with every call of a big file.
+_ALIAS_VALUE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:#.*)?$|(?:functools\s*\.\s*)?partial\s*\("
+                          r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\()")
+
+
 def _assigned_names(line: str) -> List[str]:
-    """Names on the left of a plain `=` (`a, self.b = ...`, `c: T = ...`); [] for other lines."""
+    """Names on the left of a plain `=` (`a, self.b = ...`, `c: T = ...`) whose value may be an alias; [] for
+    other lines."""
     position = line.find("=")
     while position > 0 and (line[position - 1] in "=!<>+-*/%&|^@:" or line[position + 1: position + 2] == "="):
         position = line.find("=", position + 2)
-    if position <= 0:
+    if position <= 0 or not _ALIAS_VALUE.match(line[position + 1:]):
         return []
     left = line[:position].split(":", 1)[0]
     if not _LEFT.match(left):
@@ -66,6 +74,29 @@ def _assigned_names(line: str) -> List[str]:
 _MAX_ALTERNATION = 32
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _FIXED_POINT_ROUNDS = 4
+
+
+def _word_lines(text: str, word: str, starts: List[int]) -> set:
+    """Lines where `word` occurs as a whole word: str.find runs in C, and after a hit the search jumps to the next
+    line, so a word repeated on one line costs one step (a regex alternation cost a third of torch's scan)."""
+    found = set()
+    size = len(word)
+    position = text.find(word)
+    while position != -1:
+        end = position + size
+        if (position == 0 or not _is_word_char(text[position - 1])) and (
+                end == len(text) or not _is_word_char(text[end])):
+            line = bisect.bisect_right(starts, position)
+            found.add(line)
+            position = starts[line] if line < len(starts) else len(text)
+        else:
+            position = end
+        position = text.find(word, position)
+    return found
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
 
 
 def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenSet[str]]:
@@ -88,8 +119,9 @@ def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenS
         if not starts:
             starts = [0] + [m.end() for m in re.finditer("\n", text)]
         if word_lines is None and len(new) <= _MAX_ALTERNATION:
-            pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, new))) + r")\b")
-            lines = {bisect.bisect_right(starts, m.start()) for m in pattern.finditer(text)}
+            lines = set()
+            for word in new:
+                lines |= _word_lines(text, word, starts)
         else:
             if word_lines is None:
                 word_lines = {}

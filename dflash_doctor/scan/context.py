@@ -49,6 +49,14 @@ def noqa_directives(text: str) -> List[NoqaDirective]:
     return found
 
 
+def _lines_of(text: str, offsets: List[int]) -> List[int]:
+    """1-based line numbers of character offsets (sorted)."""
+    if not offsets:
+        return []
+    newlines = [m.start() for m in re.finditer("\n", text)]
+    return [bisect.bisect_left(newlines, offset) + 1 for offset in offsets]
+
+
 class FileContext:
     def __init__(self, path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str],
                  candidate_lines: Optional[List[int]] = None, compile_names: FrozenSet[str] = frozenset({"compile"}),
@@ -59,13 +67,14 @@ class FileContext:
         self.enabled = enabled
         # Sorted lines a rule call can start on (None: every line); see analysis.candidate_lines.
         self.candidate_lines = candidate_lines
-        global_lines: List[int] = []
-        if "global" in text:
-            starts = [m.start() for m in _GLOBAL.finditer(text)]
-            if starts:
-                newlines = [m.start() for m in re.finditer("\n", text)]
-                global_lines = [bisect.bisect_left(newlines, start) + 1 for start in starts]
-        self.table = ScopeTable(tree, package, global_lines)
+        global_lines = _lines_of(text, [m.start() for m in _GLOBAL.finditer(text)] if "global" in text else [])
+        walrus = []
+        if ":=" in text:
+            position = text.find(":=")
+            while position != -1:
+                walrus.append(position)
+                position = text.find(":=", position + 2)
+        self.table = ScopeTable(tree, package, global_lines, _lines_of(text, walrus))
         self.resolver = Resolver(self.table, path, compile_names)
         self.findings: List[Finding] = []
         self._lines: Optional[List[str]] = None

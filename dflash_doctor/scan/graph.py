@@ -83,6 +83,7 @@ class Linker:
         self.loaded: List[str] = []
         self._missing: Set[str] = set()
         self._constructions: Dict[LocalClass, list] = {}
+        self._compiles: Dict[str, bool] = {}  # path -> whether its bytes mention "compile"
 
     # -- files and names ------------------------------------------------------------------------------------
 
@@ -210,19 +211,38 @@ class Linker:
         return []
 
     def _compiled_by_import(self, info) -> bool:
+        """An imported decorator bound to torch.compile in its module (only modules whose bytes mention
+        `compile` are parsed for this: `@torch.no_grad()` must not load torch's own __init__)."""
         return any(isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS
-                   for decorator in info.decorators for item in self.resolve_ext(decorator))
+                   for decorator in info.decorators if self._may_compile(decorator)
+                   for item in self.resolve_ext(decorator))
+
+    def _may_compile(self, ref: ExtRef) -> bool:
+        if self.index is None:
+            return False
+        parts = ref.dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            path = self.index.find(".".join(parts[:cut]), ref.path)
+            if path is not None:
+                if path not in self._compiles:
+                    self._compiles[path] = path in self.summaries and "compile" in self.summaries[path].ctx.text \
+                        or _mentions(path, "compile")
+                return self._compiles[path]
+        return False
 
     def constructions(self, cls: LocalClass) -> List[Tuple[ModuleGraph, ast.Call, object]]:
-        """Where the project builds `cls` (its own file and any scanned file that names it), resolved to it."""
+        """Where the project builds `cls`: its own file, the files beside it that name it, and files already
+        parsed. (A search of every file for every class made one scan of torch's sources 3 s slower.)"""
         if cls in self._constructions:
             return self._constructions[cls]
         name = cls.qualname.rsplit(".", 1)[-1]
-        paths = [cls.path] + [p for p in (self.index.by_abspath.values() if self.index else ()) if p != cls.path]
+        folder = os.path.dirname(os.path.abspath(cls.path))
+        neighbours = [p for p in (self.index.by_abspath.items() if self.index else ())
+                      if os.path.dirname(p[0]) == folder and p[1] != cls.path]
+        paths = [cls.path] + [p for p in self.summaries if p != cls.path] + [
+            path for _, path in neighbours if path not in self.summaries and _mentions(path, name)]
         found = []
-        for path in paths:
-            if path != cls.path and path not in self.summaries and not _mentions(path, name):
-                continue
+        for path in dict.fromkeys(paths):
             graph = self.summary(path)
             if graph is None:
                 continue

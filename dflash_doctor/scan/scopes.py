@@ -67,6 +67,36 @@ class Scope:
         return f"{self.qualname}.<locals>.{name}"
 
 
+def _spans(node: ast.AST, lines: List[int]) -> bool:
+    start = getattr(node, "lineno", None)
+    if start is None:
+        return True
+    index = bisect.bisect_left(lines, start)
+    return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
+
+
+def _stored(statement: ast.AST) -> list:
+    """The assignment targets of one statement (what it stores, whatever the value)."""
+    if isinstance(statement, ast.Assign):
+        return list(statement.targets)
+    if isinstance(statement, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+        return [statement.target]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [item.optional_vars for item in statement.items if item.optional_vars is not None]
+    return []
+
+
+def _names(target: ast.AST) -> list:
+    """The plain names a target stores into (`a, (b, *c) = ...`); attributes and subscripts bind no name."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for element in target.elts for name in _names(element)]
+    return []
+
+
 def lambda_name(node: ast.Lambda) -> str:
     return f"<lambda:{node.lineno}:{node.col_offset + 1}>"
 
@@ -88,8 +118,11 @@ class ScopeTable:
     time something is looked up in it, so a file where only a few calls matter costs only a few scopes. Nothing
     here recurses over the AST (deep files must not overflow the stack)."""
 
-    def __init__(self, tree: ast.Module, package: Optional[str] = None, global_lines: Sequence[int] = ()):
+    def __init__(self, tree: ast.Module, package: Optional[str] = None, global_lines: Sequence[int] = (),
+                 walrus_lines: Optional[Sequence[int]] = None):
         self.package = package
+        # Lines that may hold `:=` (None: any line): only statements spanning one are searched for walrus targets.
+        self.walrus_lines = None if walrus_lines is None else sorted(walrus_lines)
         # Lines holding a `global` statement: the functions around them rebind module names (collected before the
         # module's names are first looked up).
         self._global_lines = sorted(global_lines)
@@ -151,30 +184,59 @@ class ScopeTable:
         return cls.attributes
 
     def _collect(self, scope: Scope) -> None:
+        """Bind what one scope's statements bind. Only statements are visited (bodies of if/for/while/try/with,
+        never expressions): expressions bind nothing but walrus targets, looked for only in files that contain
+        `:=`. Walking every expression node made binding collection the largest cost of a scan."""
         node = scope.node
-        body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
-        handled = set()
-        stack = list(reversed(body))
+        if isinstance(node, ast.Lambda):
+            self._collect_walrus(scope, [node.body])
+            return
+        handled: set = set()
+        statements = list(node.body)
+        stack = list(reversed(statements))
+        while stack:
+            statement = stack.pop()
+            if isinstance(statement, SCOPE_NODES):
+                self.scope_for(statement, scope)
+                kind = "class" if isinstance(statement, ast.ClassDef) else "def"
+                scope.bind(statement.name, Binding(kind, statement.lineno, scope, node=statement))
+                continue
+            self._bind_statement(scope, statement, handled)
+            for target in _stored(statement):
+                for name in _names(target):
+                    if name not in handled:
+                        scope.bind(name.id, Binding("local", name.lineno, scope))
+            children: list = []
+            for field_name in ("body", "orelse", "finalbody"):
+                value = getattr(statement, field_name, None)
+                if isinstance(value, list):
+                    children.extend(value)
+            for handler in getattr(statement, "handlers", ()) or ():
+                if handler.name:
+                    scope.bind(handler.name, Binding("local", handler.lineno, scope))
+                children.extend(handler.body)
+            for case in getattr(statement, "cases", ()) or ():
+                children.extend(case.body)
+            statements.extend(children)
+            stack.extend(reversed(children))
+        self._collect_walrus(scope, statements)
+
+    def _collect_walrus(self, scope: Scope, roots: list) -> None:
+        """`(name := value)` inside expressions of this scope (not of nested functions or lambdas), searched only
+        in the statements that span a line holding `:=`."""
+        lines = self.walrus_lines
+        if lines is not None:
+            if not lines:
+                return
+            roots = [r for r in roots if _spans(r, lines)]
+        stack = list(roots)
         while stack:
             node = stack.pop()
-            if isinstance(node, SCOPE_NODES):
-                self.scope_for(node, scope)
-                if isinstance(node, ast.Lambda):
-                    stack.extend(d for d in node.args.defaults + node.args.kw_defaults if d is not None)
-                    continue
-                kind = "class" if isinstance(node, ast.ClassDef) else "def"
-                scope.bind(node.name, Binding(kind, node.lineno, scope, node=node))
-                stack.extend(node.decorator_list)
-                if isinstance(node, ast.ClassDef):
-                    stack.extend(node.bases)
-                    stack.extend(k.value for k in node.keywords)
-                else:
-                    stack.extend(d for d in node.args.defaults + node.args.kw_defaults if d is not None)
-                continue
-            self._bind_statement(scope, node, handled)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node not in handled:
-                scope.bind(node.id, Binding("local", node.lineno, scope))
-            stack.extend(ast.iter_child_nodes(node))
+            if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+                scope.bind(node.target.id, Binding("assign", node.lineno, scope, node=node.value))
+            for child in ast.iter_child_nodes(node):
+                if not isinstance(child, (ast.stmt, ast.Lambda, ast.excepthandler)):
+                    stack.append(child)
 
     def _bind_statement(self, scope: Scope, node: ast.AST, handled: set) -> None:
         if isinstance(node, ast.Import):
@@ -199,7 +261,7 @@ class ScopeTable:
         elif isinstance(node, ast.Assign):
             for target in node.targets:
                 self._bind_target(scope, target, node.value, node.lineno, handled)
-        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._bind_target(scope, node.target, node.value, node.lineno, handled)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
@@ -208,11 +270,10 @@ class ScopeTable:
                     scope.bind(item.optional_vars.id, Binding("with", node.lineno, scope, node=item.context_expr))
                 elif self._self_attribute(scope, item.optional_vars):
                     self._bind_attribute(scope, item.optional_vars, item.context_expr, node.lineno, "with")
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
+        elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
             # `for layer in self.layers:` binds an element of the container (resolve.element_callee follows it)
             handled.add(node.target)
-            line = getattr(node, "lineno", None) or node.target.lineno
-            scope.bind(node.target.id, Binding("iter", line, scope, node=node.iter))
+            scope.bind(node.target.id, Binding("iter", node.lineno, scope, node=node.iter))
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             if isinstance(node, ast.Global):
                 scope.global_names.update(node.names)

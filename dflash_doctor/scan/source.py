@@ -11,7 +11,7 @@ import re
 import stat
 import tokenize
 from dataclasses import dataclass
-from typing import FrozenSet, Iterable, Optional, Union
+from typing import Dict, FrozenSet, Iterable, Optional, Tuple, Union
 
 from dflash_doctor.findings import Problem
 
@@ -29,38 +29,50 @@ _CHECKPOINT_IMPORT = re.compile(
     rb"utils\.checkpoint|checkpoint\.checkpoint|utils\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
     rb"|from\s+\.+\s*checkpoint\s+import|from\s+\.+\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
 )
+_SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy")
+# Thread, Timer and the pools resolve only through an import of their module (or a base class that the linker
+# follows to one): a file that names none of these cannot start a thread the rules recognise.
+_SPAWN_IMPORT = re.compile(rb"threading|concurrent|multiprocessing|class\s+\w+\s*\([^)]*Thread\b")
 # A file that applies a mitigation (scan/fixes.py) is read for DFD201 too, though it may start no thread.
-_SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy"
-                    rb"|dflash_doctor|force_non_lazy_backward_lowering")
+_MITIGATION = re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering")
 _FLEX = re.compile(rb"flex_attention")
+# torch's flex_attention resolves only through an import that names its module (absolute or relative).
+_FLEX_IMPORT = re.compile(rb"nn\.attention\.flex_attention|attention\s+import\s+(?:[^\n;]*|\([^)]*)\bflex_attention\b"
+                          rb"|from\s+\.+\s*flex_attention\s+import")
 _CONFIG = re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace")
 # `supports_gradient_checkpointing = True` (every transformers model class) is not the switch.
 _HF = re.compile(rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|(?<!\w)gradient_checkpointing\s*=\s*True")
-RULE_TRIGGERS = {
-    "DFD101": ((b"checkpoint",), _CHECKPOINT_IMPORT),
-    "DFD102": ((b"checkpoint",), _CHECKPOINT_IMPORT),
-    "DFD103": ((b"checkpoint",), _CHECKPOINT_IMPORT),
-    "DFD104": ((b"gradient_checkpointing", b"activation_checkpointing"), _HF),
-    "DFD201": ((b"Thread", b"Timer", b"multiprocessing.dummy", b"dflash_doctor", b"force_non_lazy_backward_lowering"),
-               _SPAWN),
-    "DFD202": ((b"flex_attention",), _FLEX),
-    "DFD301": ((b"_fx_trace",), _CONFIG),
+# code -> (words, a pattern that must match near one of them, a pattern the whole file must match or None)
+Trigger = Tuple[Tuple[bytes, ...], "re.Pattern[bytes]", Optional["re.Pattern[bytes]"]]
+RULE_TRIGGERS: Dict[str, Trigger] = {
+    "DFD101": ((b"checkpoint",), _CHECKPOINT_IMPORT, None),
+    "DFD102": ((b"checkpoint",), _CHECKPOINT_IMPORT, None),
+    "DFD103": ((b"checkpoint",), _CHECKPOINT_IMPORT, None),
+    "DFD104": ((b"gradient_checkpointing", b"activation_checkpointing"), _HF, None),
+    "DFD201": ((b"Thread", b"Timer", b"multiprocessing.dummy"), _SPAWN, _SPAWN_IMPORT),
+    "DFD202": ((b"flex_attention",), _FLEX, _FLEX_IMPORT),
+    "DFD301": ((b"_fx_trace",), _CONFIG, None),
 }
-# DFD101 and DFD103 also fire on gradient_checkpointing_kwargs={"use_reentrant": ...}.
-_ALSO = {"DFD101": RULE_TRIGGERS["DFD104"], "DFD103": RULE_TRIGGERS["DFD104"]}
+# DFD101 and DFD103 also fire on gradient_checkpointing_kwargs={"use_reentrant": ...}; DFD201's pass also needs
+# the files that apply a mitigation.
+_ALSO: Dict[str, Trigger] = {
+    "DFD101": RULE_TRIGGERS["DFD104"], "DFD103": RULE_TRIGGERS["DFD104"],
+    "DFD201": ((b"dflash_doctor", b"force_non_lazy_backward_lowering"), _MITIGATION, None),
+}
 
 
 _WINDOW = 400  # bytes around each trigger word that a pattern must match in (patterns are line-local)
 
 
-def _mentions(data: bytes, words, pattern: "re.Pattern[bytes]") -> bool:
-    """Whether a pattern matches near an occurrence of one of `words`: the regex only ever sees small
-    windows, so a 400 kB file costs a few substring searches, not a regex pass."""
+def _mentions(data: bytes, words, pattern: "re.Pattern[bytes]", requires: Optional["re.Pattern[bytes]"] = None
+              ) -> bool:
+    """Whether a pattern matches near an occurrence of one of `words` (and `requires` anywhere): the windowed
+    regex only ever sees small windows, so a 400 kB file costs a few substring searches, not a regex pass."""
     for word in words:
         start = data.find(word)
         while start != -1:
             if pattern.search(data, max(0, start - _WINDOW), start + _WINDOW):
-                return True
+                return requires is None or requires.search(data) is not None
             start = data.find(word, start + _WINDOW)
     return False
 
