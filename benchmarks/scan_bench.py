@@ -2,7 +2,8 @@
 
 One command, every tool measured in the same run (so machine load hits all of them alike):
 
-    python benchmarks/scan_bench.py [--semgrep PATH] [--torchfix PATH] [--torchfix-timeout S] [--write FILE]
+    python benchmarks/scan_bench.py [--semgrep PATH] [--torchfix PATH] [--torchfix-timeout S] [--rounds N]
+                                    [--write FILE]
 
 Anchors: `grep -rn -e checkpoint -e reentrant` (what the seeds' engineer ran), one-process `ast.parse` of every
 file (the floor for a naive AST scanner), semgrep with one rule (checkpoint(...) without use_reentrant) and
@@ -147,23 +148,37 @@ def _torchfix(root: Path, torchfix: Optional[str], timeout: float) -> dict:
 
 
 def measure(root: Optional[Path] = None, *, semgrep: Optional[str] = None, torchfix: Optional[str] = None,
-            torchfix_timeout: float = 600, semgrep_timeout: float = 600) -> List[dict]:
-    """Wall time of each tool on `root` (default: the installed torch), measured in one run."""
+            torchfix_timeout: float = 600, semgrep_timeout: float = 600, rounds: int = 1) -> List[dict]:
+    """Wall time of each tool on `root` (default: the installed torch). With `rounds` > 1 the tools run in turn,
+    round after round (so a burst of load on a shared machine hits them alike), and each row keeps the median and
+    every round's time; TorchFix, minutes long, runs once."""
     root = Path(root or torch_root())
     with tempfile.TemporaryDirectory(prefix="scan-bench-") as tmp:
         workdir = Path(tmp)
-        rows = [
-            _dflash_doctor(root, workdir / "scan.json"),
-            _dflash_doctor(root, workdir / "scan-checkpoint.json", select="DFD101,DFD102,DFD103"),
-            _grep(root),
-            _floor(root),
-            _semgrep(root, semgrep, workdir, semgrep_timeout),
-            _torchfix(root, torchfix, torchfix_timeout),
-        ]
+        runs: List[List[dict]] = []
+        for _ in range(max(1, rounds)):
+            runs.append([
+                _dflash_doctor(root, workdir / "scan.json"),
+                _dflash_doctor(root, workdir / "scan-checkpoint.json", select="DFD101,DFD102,DFD103"),
+                _grep(root),
+                _floor(root),
+                _semgrep(root, semgrep, workdir, semgrep_timeout),
+            ])
+        rows = [_median_row([run[i] for run in runs]) for i in range(len(runs[0]))]
+        rows.append(_torchfix(root, torchfix, torchfix_timeout))
     ours = rows[0]["seconds"]
     for row in rows:
         row["ratio"] = (ours / row["seconds"]) if ours and row["seconds"] else None
     return rows
+
+
+def _median_row(samples: List[dict]) -> dict:
+    times = sorted(s["seconds"] for s in samples if s["seconds"] is not None)
+    row = dict(samples[-1])
+    row["seconds"] = times[len(times) // 2] if times else None
+    if len(samples) > 1:
+        row["rounds"] = [round(s["seconds"], 2) if s["seconds"] is not None else None for s in samples]
+    return row
 
 
 def targets(rows: List[dict]) -> List[str]:
@@ -222,14 +237,15 @@ def render(rows: List[dict], root: Path) -> str:
         f"torch sources: `{root}` ({sum(1 for _ in root.rglob('*.py'))} .py files); "
         f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores",
         "",
-        "| tool | wall (s) | dflash-doctor / tool | found | notes |",
-        "|---|---:|---:|---:|---|",
+        "| tool | wall (s), median | each round (s) | dflash-doctor / tool | found | notes |",
+        "|---|---:|---|---:|---:|---|",
     ]
     for row in rows:
         seconds = f"{row['seconds']:.2f}" if row["seconds"] is not None else "-"
         ratio = f"{row['ratio']:.2f}x" if row.get("ratio") is not None else "-"
         found = "-" if row["found"] is None else str(row["found"])
-        lines.append(f"| {row['tool']} | {seconds} | {ratio} | {found} | {row.get('note', '')} |")
+        each = ", ".join("-" if r is None else f"{r:.2f}" for r in row.get("rounds", [])) or "-"
+        lines.append(f"| {row['tool']} | {seconds} | {each} | {ratio} | {found} | {row.get('note', '')} |")
     lines += ["", "Targets:", ""] + [f"- {v}" for v in targets(rows)] + ["", "dflash-doctor findings (all rules):", ""]
     lines += [f"- `{f}`" for f in rows[0].get("findings", [])] or ["- (none)"]
     return "\n".join(lines) + "\n"
@@ -241,10 +257,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--semgrep", default=shutil.which("semgrep"), help="semgrep executable")
     parser.add_argument("--torchfix", default=shutil.which("torchfix"), help="torchfix executable")
     parser.add_argument("--torchfix-timeout", type=float, default=600)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     parser.add_argument("--write", type=Path, default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
     root = args.torch_root or torch_root()
-    rows = measure(root, semgrep=args.semgrep, torchfix=args.torchfix, torchfix_timeout=args.torchfix_timeout)
+    rows = measure(root, semgrep=args.semgrep, torchfix=args.torchfix, torchfix_timeout=args.torchfix_timeout,
+                   rounds=args.rounds)
     table = render(rows, root)
     with tempfile.TemporaryDirectory(prefix="scan-linear-") as tmp:
         table += "\nOne file, growing (CLI, JSON; start-up included):\n\n" + render_linear(linear(Path(tmp)))

@@ -76,6 +76,16 @@ _WORD = re.compile(r"[A-Za-z_]\w*")
 _FIXED_POINT_ROUNDS = 4
 
 
+def line_starts(text: str) -> List[int]:
+    """Offsets where each line begins (what bisect maps offsets to 1-based line numbers with)."""
+    starts = [0]
+    position = text.find("\n")
+    while position != -1:
+        starts.append(position + 1)
+        position = text.find("\n", position + 1)
+    return starts
+
+
 def _word_lines(text: str, word: str, starts: List[int]) -> set:
     """Lines where `word` occurs as a whole word: str.find runs in C, and after a hit the search jumps to the next
     line, so a word repeated on one line costs one step (a regex alternation cost a third of torch's scan)."""
@@ -117,7 +127,7 @@ def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenS
         if not new:
             break
         if not starts:
-            starts = [0] + [m.end() for m in re.finditer("\n", text)]
+            starts = line_starts(text)
         if word_lines is None and len(new) <= _MAX_ALTERNATION:
             lines = set()
             for word in new:

@@ -13,6 +13,7 @@ from dflash_doctor.scan.scopes import ScopeTable
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
 ALL_CODES: FrozenSet[str] = frozenset({"*"})
+_NOQA_WORD = re.compile("noqa", re.IGNORECASE)
 _GLOBAL = re.compile(r"^[ \t]*global[ \t]", re.MULTILINE)
 
 
@@ -36,16 +37,18 @@ NoqaDirective = Tuple[int, int, FrozenSet[str]]  # line, 1-based column of its "
 
 def noqa_directives(text: str) -> List[NoqaDirective]:
     """Every `# noqa: DFDxxx` comment of a file (bare `# noqa` and other tools' codes are not ours to judge)."""
-    if "noqa" not in text.lower():
-        return []
     found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        match = _NOQA.search(line) if "noqa" in line.lower() else None
-        codes = noqa_codes(line) if match else None
-        if codes and codes is not ALL_CODES:
-            ours = frozenset(c for c in codes if c.startswith("DFD"))
-            if ours:
-                found.append((number, match.start() + 1, ours))
+    newlines: Optional[List[int]] = None
+    for match in _NOQA.finditer(text):
+        codes = match.group("codes")
+        ours = frozenset(c.upper() for c in re.split(r"[\s,]+", codes or "") if c.upper().startswith("DFD"))
+        if not ours:
+            continue
+        if newlines is None:
+            newlines = [m.start() for m in re.finditer("\n", text)]
+        line = bisect.bisect_left(newlines, match.start())
+        column = match.start() - (newlines[line - 1] + 1 if line else 0) + 1
+        found.append((line + 1, column, ours))
     return found
 
 
@@ -78,7 +81,7 @@ class FileContext:
         self.resolver = Resolver(self.table, path, compile_names)
         self.findings: List[Finding] = []
         self._lines: Optional[List[str]] = None
-        self._has_noqa = "noqa" in text.lower()  # once: asking per finding made big files quadratic
+        self._has_noqa = _NOQA_WORD.search(text) is not None  # once: per finding made big files quadratic
         self.used_noqa: Set[Tuple[int, str]] = set()  # (line, code) a noqa comment suppressed
 
     def on_candidate_line(self, node: ast.AST) -> bool:

@@ -39,6 +39,7 @@ class ModuleIndex:
     def __init__(self, paths: Iterable[str]):
         self.by_name: Dict[str, str] = {}
         self.by_abspath: Dict[str, str] = {}
+        self.by_folder: Dict[str, List[str]] = {}  # absolute folder -> the scanned files in it
         package_dirs: Dict[str, bool] = {}
 
         def is_package_dir(folder: str) -> bool:
@@ -51,7 +52,9 @@ class ModuleIndex:
             package, module = package_of(path, is_package_dir)
             self.packages[path] = package
             self.by_name.setdefault(module, path)
-            self.by_abspath[os.path.abspath(path)] = path
+            absolute = os.path.abspath(path)
+            self.by_abspath[absolute] = path
+            self.by_folder.setdefault(os.path.dirname(absolute), []).append(path)
 
     def find(self, dotted: str, importer: str) -> Optional[str]:
         if dotted in self.by_name:
@@ -237,10 +240,9 @@ class Linker:
             return self._constructions[cls]
         name = cls.qualname.rsplit(".", 1)[-1]
         folder = os.path.dirname(os.path.abspath(cls.path))
-        neighbours = [p for p in (self.index.by_abspath.items() if self.index else ())
-                      if os.path.dirname(p[0]) == folder and p[1] != cls.path]
+        neighbours = self.index.by_folder.get(folder, []) if self.index else []
         paths = [cls.path] + [p for p in self.summaries if p != cls.path] + [
-            path for _, path in neighbours if path not in self.summaries and _mentions(path, name)]
+            path for path in neighbours if path not in self.summaries and _mentions(path, name)]
         found = []
         for path in dict.fromkeys(paths):
             graph = self.summary(path)
