@@ -269,3 +269,81 @@ def test_installed_transformers_is_read_from_metadata_without_importing_it():
         expected = None
     assert installed_transformers() == expected
     assert "transformers" not in sys.modules
+
+
+def test_global_rebinding_to_torch_compile_makes_the_decorator_compile():
+    source = """\
+        import threading
+        import torch
+
+        fuser = torch.jit.script
+
+        def enable_fuser():
+            global fuser
+            fuser = torch.compile
+
+        enable_fuser()
+
+        @fuser
+        def gelu(x):
+            return x
+
+        def worker():
+            return gelu(1)
+
+        threading.Thread(target=worker).start()  # DFD201
+    """
+    source = textwrap.dedent(source)
+    assert codes_at(source) == marked_lines(source, "DFD201")
+
+
+def test_elements_of_containers_and_loops_over_them():
+    source = """\
+        import threading
+        import torch
+
+        steps = {"train": torch.compile(lambda x: x), "eval": print}
+        workers = [torch.compile(lambda: 0)]
+
+        threading.Thread(target=steps["train"]).start()  # DFD201
+        threading.Thread(target=steps["eval"]).start()
+        for step in workers:
+            threading.Thread(target=step).start()  # DFD201
+    """
+    source = textwrap.dedent(source)
+    assert codes_at(source) == marked_lines(source, "DFD201")
+
+
+def test_constructor_argument_from_a_module_beside_the_class(tmp_path):
+    from dflash_doctor.scan import scan_paths
+
+    (tmp_path / "workers.py").write_text(textwrap.dedent("""\
+        import threading
+
+        class Worker(threading.Thread):
+            def __init__(self, name, step_fn):
+                super().__init__(name=name)
+                self.step_fn = step_fn
+
+            def run(self):
+                self.step_fn(1)
+    """))
+    (tmp_path / "main.py").write_text(textwrap.dedent("""\
+        import torch
+        from workers import Worker
+
+        Worker("drafter-0", step_fn=torch.compile(lambda x: x)).start()
+        Worker("logger", print).start()
+    """))
+    report = scan_paths([str(tmp_path)], jobs=1)
+    [finding] = report.findings
+    assert (finding.code, finding.line, finding.column) == ("DFD201", 8, 5)
+    assert finding.evidence["compiled"]["path"].endswith("main.py")
+
+
+def test_a_thread_file_without_a_thread_import_is_not_parsed(tmp_path):
+    from dflash_doctor.scan import scan_paths
+
+    (tmp_path / "notes.py").write_text("# Thread(target=x) in a comment, nothing imported\nx = 1\n")
+    report = scan_paths([str(tmp_path)], jobs=1)
+    assert report.facts["parsed"] == 0 and report.findings == []
