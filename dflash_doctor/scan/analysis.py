@@ -6,7 +6,7 @@ import ast
 import bisect
 import re
 from dataclasses import dataclass, field
-from typing import FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.scan.callgraph import COMPILE_WORDS, ModuleGraph
@@ -86,19 +86,25 @@ def line_starts(text: str) -> List[int]:
     return starts
 
 
-def _word_lines(text: str, word: str, starts: List[int]) -> set:
-    """Lines where `word` occurs as a whole word: str.find runs in C, and after a hit the search jumps to the next
-    line, so a word repeated on one line costs one step (a regex alternation cost a third of torch's scan)."""
-    found = set()
+def _word_lines(text: str, word: str) -> Dict[int, Tuple[int, int]]:
+    """Lines where `word` occurs as a whole word, with each line's (start, end) offsets. str.find and str.count
+    run in C; after a hit the search jumps to the next line, so a word repeated on one line costs one step, and no
+    table of line starts is built (a regex alternation, then that table, were the costliest parts of a scan)."""
+    found: Dict[int, Tuple[int, int]] = {}
     size = len(word)
+    line, counted = 1, 0  # line number at offset `counted`
     position = text.find(word)
     while position != -1:
         end = position + size
         if (position == 0 or not _is_word_char(text[position - 1])) and (
                 end == len(text) or not _is_word_char(text[end])):
-            line = bisect.bisect_right(starts, position)
-            found.add(line)
-            position = starts[line] if line < len(starts) else len(text)
+            line += text.count("\n", counted, position)
+            begin = text.rfind("\n", 0, position) + 1
+            stop = text.find("\n", position)
+            stop = len(text) if stop == -1 else stop + 1
+            found[line] = (begin, stop)
+            counted = position
+            position = stop
         else:
             position = end
         position = text.find(word, position)
@@ -119,41 +125,42 @@ def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenS
     names = set(words)
     if not names:
         return [], frozenset()
-    starts: List[int] = []
+    spans: Dict[int, Tuple[int, int]] = {}  # line -> (start, end) offsets of every candidate line
     word_lines: Optional[dict] = None
-    hits: set = set()
     new = set(names)
     for _ in range(_FIXED_POINT_ROUNDS):
         if not new:
             break
-        if not starts:
-            starts = line_starts(text)
         if word_lines is None and len(new) <= _MAX_ALTERNATION:
-            lines = set()
+            lines: Dict[int, Tuple[int, int]] = {}
             for word in new:
-                lines |= _word_lines(text, word, starts)
+                lines.update(_word_lines(text, word))
         else:
             if word_lines is None:
+                starts = line_starts(text)
                 word_lines = {}
                 line, next_start = 1, starts[1] if len(starts) > 1 else len(text) + 1
                 for match in _WORD.finditer(text):
                     while match.start() >= next_start:
                         line += 1
                         next_start = starts[line] if line < len(starts) else len(text) + 1
-                    word_lines.setdefault(match.group(), set()).add(line)
-            lines = set().union(*(word_lines.get(name, ()) for name in new))
-        fresh = lines - hits
-        hits |= fresh
+                    word_lines.setdefault(match.group(), {})[line] = (
+                        starts[line - 1], starts[line] if line < len(starts) else len(text))
+            lines = {}
+            for name in new:
+                lines.update(word_lines.get(name, {}))
+        fresh = {number: span for number, span in lines.items() if number not in spans}
+        spans.update(fresh)
         found = set()
-        for number in fresh:
-            line_text = text[starts[number - 1]: starts[number] if number < len(starts) else len(text)]
+        for begin, stop in fresh.values():
+            line_text = text[begin:stop]
             if " as " in line_text:
                 found.update(_ALIAS.findall(line_text))
             if "=" in line_text:
                 found.update(_assigned_names(line_text))
         new = found - names - _NOT_ALIASES
         names |= new
-    return sorted(hits), frozenset(names)
+    return sorted(spans), frozenset(names)
 
 
 def analyse_tree(

@@ -38,26 +38,27 @@ NoqaDirective = Tuple[int, int, FrozenSet[str]]  # line, 1-based column of its "
 def noqa_directives(text: str) -> List[NoqaDirective]:
     """Every `# noqa: DFDxxx` comment of a file (bare `# noqa` and other tools' codes are not ours to judge)."""
     found = []
-    newlines: Optional[List[int]] = None
+    line, counted = 1, 0
     for match in _NOQA.finditer(text):
         codes = match.group("codes")
         ours = frozenset(c.upper() for c in re.split(r"[\s,]+", codes or "") if c.upper().startswith("DFD"))
         if not ours:
             continue
-        if newlines is None:
-            newlines = [m.start() for m in re.finditer("\n", text)]
-        line = bisect.bisect_left(newlines, match.start())
-        column = match.start() - (newlines[line - 1] + 1 if line else 0) + 1
-        found.append((line + 1, column, ours))
+        line += text.count("\n", counted, match.start())
+        counted = match.start()
+        column = match.start() - (text.rfind("\n", 0, match.start()) + 1) + 1
+        found.append((line, column, ours))
     return found
 
 
 def _lines_of(text: str, offsets: List[int]) -> List[int]:
-    """1-based line numbers of character offsets (sorted)."""
-    if not offsets:
-        return []
-    newlines = [m.start() for m in re.finditer("\n", text)]
-    return [bisect.bisect_left(newlines, offset) + 1 for offset in offsets]
+    """1-based line numbers of sorted character offsets, counting newlines between them (in C)."""
+    lines, line, counted = [], 1, 0
+    for offset in offsets:
+        line += text.count("\n", counted, offset)
+        counted = offset
+        lines.append(line)
+    return lines
 
 
 class FileContext:
