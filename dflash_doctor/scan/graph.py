@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -112,10 +113,12 @@ class Linker:
             path = self.index.find(".".join(parts[:cut]), ref.path)
             if path is None:
                 continue
+            rest = parts[cut:]
+            if path not in self.summaries and not self._may_bind(path, rest):
+                return []  # its bytes cannot bind what is asked: not worth parsing (exact, see _may_bind)
             summary = self.summary(path)
             if summary is None:
                 return []
-            rest = parts[cut:]
             found: List[object] = []
             for item in summary.name(rest[0]):
                 if isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS:
@@ -212,6 +215,24 @@ class Linker:
                 steps.extend(self.expand(MethodRef(base, ref.attr), through_compiled, hops + 1))
             return steps
         return []
+
+    def _may_bind(self, path: str, rest: List[str]) -> bool:
+        """Whether a module not parsed yet can resolve `rest` (the names after the module's own): one name must
+        appear in it; `Name.attr` needs Name to be a class there or imported there (only classes' attributes are
+        followed); longer tails resolve to nothing. Parsing torch/__init__.py for every `torch._C.x` call was
+        most of a scan's call-chain cost."""
+        if len(rest) > 2:
+            return False
+        from dflash_doctor.scan.source import read_bytes
+
+        data = read_bytes(path)
+        if not isinstance(data, bytes):
+            return True  # let the load report the problem
+        name = re.escape(rest[0].encode())
+        if len(rest) == 1:
+            return re.search(rb"\b" + name + rb"\b", data) is not None
+        return re.search(rb"class\s+" + name + rb"\b|import[^\n]*\b" + name + rb"\b|import\s*\([^)]*\b" + name
+                         + rb"\b", data) is not None
 
     def _compiled_by_import(self, info) -> bool:
         """An imported decorator bound to torch.compile in its module (only modules whose bytes mention

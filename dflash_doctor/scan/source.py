@@ -35,7 +35,8 @@ _SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multip
 _SPAWN_IMPORT = re.compile(rb"threading|concurrent|multiprocessing|class\s+\w+\s*\([^)]*Thread\b")
 # A file that applies a mitigation (scan/fixes.py) is read for DFD201 too, though it may start no thread.
 _MITIGATION = re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering")
-_FLEX = re.compile(rb"flex_attention")
+# The function itself: not the module (`flex_attention.noop_mask`, `flex_attention import X`), not a longer name.
+_FLEX = re.compile(rb"\bflex_attention\b(?!\s*import\b)(?!\.)")
 # torch's flex_attention resolves only through an import that names its module (absolute or relative).
 _FLEX_IMPORT = re.compile(rb"nn\.attention\.flex_attention|attention\s+import\s+(?:[^\n;]*|\([^)]*)\bflex_attention\b"
                           rb"|from\s+\.+\s*flex_attention\s+import")
