@@ -31,7 +31,9 @@ def _line_texts(path: str) -> List[str]:
 def fingerprint(code: str, path: str, line_text: str, rank: int) -> str:
     relative = os.path.relpath(os.path.abspath(path)).replace(os.sep, "/")
     normalised = " ".join(line_text.split())
-    return hashlib.sha256(f"{code}|{relative}|{normalised}|{rank}".encode()).hexdigest()[:24]
+    # surrogateescape: a file name that is not UTF-8 (bytes from the file system) still hashes
+    key = f"{code}|{relative}|{normalised}|{rank}".encode("utf-8", "surrogateescape")
+    return hashlib.sha256(key).hexdigest()[:24]
 
 
 def add_fingerprints(findings: List[Finding]) -> List[Finding]:

@@ -259,7 +259,7 @@ def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: Mod
     if not pending:
         return findings, []
     anchors = {f.evidence["enclosing"].split(".")[0].encode() for f in pending}
-    anchors |= {os.path.splitext(os.path.basename(f.path))[0].encode() for f in pending}
+    anchors |= {os.fsencode(os.path.splitext(os.path.basename(f.path))[0]) for f in pending}
     problems: List[Problem] = []
     linker = Linker({}, index, load=lambda p: _load_graph(p, index.packages.get(p), problems, max_bytes, roots=True))
     roots = []

@@ -142,3 +142,14 @@ def test_cli_select_commas_only_exits_2(cli, tmp_path):
     assert run.stderr.strip().splitlines() == [
         "dflash-doctor: error: --select ',,,' names no rule; scan rules are "
         "DFD101, DFD102, DFD103, DFD104, DFD201, DFD202, DFD301, DFD302"]
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_a_file_name_that_is_not_utf8_is_scanned_and_fingerprinted(tmp_path):
+    folder = os.fsencode(tmp_path)
+    with open(os.path.join(folder, b"caf\xe9.py"), "w") as handle:
+        handle.write("import torch\ntorch.utils.checkpoint.checkpoint(f, x, use_reentrant=True)\n")
+    report = scan_paths([str(tmp_path)], jobs=1)
+    [finding] = report.findings
+    assert finding.code == "DFD101" and os.fsencode(finding.path).endswith(b"caf\xe9.py")
+    assert len(finding.evidence["fingerprint"]) == 24
