@@ -11,8 +11,9 @@ Sections:
 - startup: `dflash-doctor --help` and a one-file `scan`, against `python -c "import typer, rich.console"`
   (target: each <= 1.5x). Runs are interleaved and the median kept, because the machine is shared.
 - guards: `dflash-doctor guards` wall time (static + live probes), against `python -c "import torch"`.
-- repro: `dflash-doctor repro` forced mode on the CPU, time to verdict, against one cold inductor compile of a
-  small function in a fresh process (the cost every repro phase pays at least once).
+- repro: `dflash-doctor repro --device cpu --threads 3` (the README's command on a CPU machine: the ladder climbs
+  to forced stress, since a CPU cannot show the natural races), time to verdict, against one cold inductor compile
+  of a small function in a fresh process and against `import torch`; target: a verdict within 10 s.
 - recorder: the flight recorder's overhead, from `benchmarks/recorder_bench.py`.
 A section whose tool or module is missing says so in its row instead of failing the run.
 """
@@ -38,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results" / "run.md"
 STARTUP_TARGET = 1.5
+REPRO_BUDGET_S = 10.0
 SECTIONS = ("scan", "startup", "guards", "repro", "recorder")
 
 
@@ -222,6 +224,9 @@ def measure_repro(repeats: int, repro_args: Sequence[str]) -> List[Row]:
         median = statistics.median(to_verdict)
         rows.append(Row("repro", f"{what} (time to verdict, from its facts)", median, "cold compile",
                         median / anchor))
+        # The issue's target is absolute (under 10 s on the 2-core CPU): expressed as a ratio to 10 s.
+        rows.append(Row("repro", f"{what} (time to verdict vs the 10 s budget)", median, "10 s",
+                        median / REPRO_BUDGET_S, target="<= 1.0x"))
     return rows
 
 
@@ -340,7 +345,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--only", choices=SECTIONS, action="append", help="Run only these sections.")
     parser.add_argument("--repeats", type=int, default=15, help="Start-up runs per command (interleaved).")
     parser.add_argument("--slow-repeats", type=int, default=1, help="Runs of guards and repro.")
-    parser.add_argument("--repro-args", default="--mode forced --device cpu --threads 2",
+    parser.add_argument("--repro-args", default="--device cpu --threads 3",
                         help="Arguments for the repro section (default: %(default)s).")
     parser.add_argument("--recorder-rounds", type=int, default=5, help="Recorder section: interleaved rounds.")
     parser.add_argument("--recorder-steps", type=int, default=10, help="Recorder section: steps per round.")

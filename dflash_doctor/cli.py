@@ -59,14 +59,66 @@ def _register_commands() -> None:
 _register_commands()
 
 
+MIN_COLUMNS = 20  # below this (COLUMNS=0, a typo) rich would draw nothing at all: use the real terminal size
+
+
+def _sane_terminal() -> None:
+    """Whatever the environment says, the report is printed: an unusable COLUMNS/LINES is dropped, and a
+    stream that cannot encode a character (PYTHONIOENCODING=ascii, a C locale) writes it as an escape."""
+    import os
+
+    for name, least in (("COLUMNS", MIN_COLUMNS), ("LINES", 1)):
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) >= least):
+            del os.environ[name]
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def _terminate_on_sigterm() -> None:
+    """SIGTERM ends a command as Ctrl-C does (its cleanup runs), with exit 143; a second one kills at once."""
+    import signal
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise common.Terminated()
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> None:
+    _sane_terminal()
+    _terminate_on_sigterm()
     # Not standalone: click's own usage errors come back here as exceptions, to be shown as one line like every
     # other error instead of click's usage block. Typer vendors click in some releases, so match by attributes.
     try:
         code = app(prog_name=TOOL_NAME, standalone_mode=False)
-    except Exception as exc:  # noqa: BLE001 - only click's exceptions are handled; anything else re-raises
+        sys.stdout.flush()
+    except BrokenPipeError:  # the final flush, after the command (inside one, `guarded` handles it)
+        common.quiet_exit_on_broken_pipe(common.streams_without_reader() or [sys.stdout.fileno()])
+    except SystemExit as exc:
+        # click ends a broken pipe outside any command (`--help | head -1`) with exit 1, which reads as
+        # "findings" here: give it the same code as inside a command.
+        gone = common.streams_without_reader() if exc.code == 1 else []
+        if gone:
+            common.quiet_exit_on_broken_pipe(gone)
+        raise
+    except KeyboardInterrupt as exc:  # outside a command (while parsing, while importing one)
+        terminated = isinstance(exc, common.Terminated)
+        common.error_line("terminated" if terminated else "interrupted")
+        sys.exit(common.EXIT_TERMINATED if terminated else common.EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - click's exceptions are usage errors; anything else is internal
         if not (hasattr(exc, "format_message") and hasattr(exc, "exit_code")):
-            raise
+            if common.DEBUG or "--debug" in sys.argv[1:2]:
+                import traceback
+
+                traceback.print_exc()
+            common.error_line(f"internal error: {exc.__class__.__name__}: {exc} (rerun with --debug for the "
+                              "traceback)")
+            sys.exit(common.EXIT_INTERNAL)
         if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `dflash-doctor` or group: the help, as click does
             exc.show()
         else:

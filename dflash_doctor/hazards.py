@@ -22,8 +22,15 @@ class Hazard(str, enum.Enum):
     DEADLOCK = "deadlock"
 
     @property
-    def title(self) -> str:
+    def label(self) -> str:
+        """The hazard in words, for docs and reports (`title` is str's own method)."""
         return _TITLES[self]
+
+    @property
+    def minor(self) -> bool:
+        """Changes code paths in other threads, but neither raises nor hangs: advice never trades a severe
+        hazard for it."""
+        return self is Hazard.IS_COMPILING_LEAK
 
 
 _TITLES = {

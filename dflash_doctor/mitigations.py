@@ -11,7 +11,7 @@ Importing this module never imports torch: the apply hooks import the runtime la
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
@@ -75,6 +75,8 @@ def _needs_non_lazy_flag(release: Release) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Mitigation:
+    """One fix. Tuples of text are checked at import (a bare string would pass for a tuple of characters)."""
+
     name: str  # the CLI name: `--mitigation NAME`
     summary: str  # one line for --help, tables and docs
     api: str  # what a trainer writes to apply it
@@ -94,6 +96,18 @@ class Mitigation:
     # Names a trainer's source contains once it applies the fix (scan's mitigation-aware DFD201 reads them).
     source_markers: Tuple[str, ...] = ()
     solo: bool = False  # combines with nothing else
+    # The fix that completes this one (and why), stated as data so advice can tell when the pairing is met or moot.
+    pair_with: Optional[str] = None
+    pair_reason: str = ""
+
+    def __post_init__(self) -> None:
+        for field_name in ("caveats", "source_markers"):
+            if not isinstance(getattr(self, field_name), tuple):
+                raise TypeError(f"mitigation {self.name}: {field_name} must be a tuple of strings")
+
+    def pairing_caveat(self) -> str:
+        """"" when the fix needs no partner."""
+        return f"{self.pair_reason}: pair it with {self.pair_with}" if self.pair_with else ""
 
     @property
     def ladder(self) -> Tuple[Stress, ...]:
@@ -119,7 +133,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         name="global-lock",
         summary="hold one process-wide lock around every step",
         api="step = dflash_doctor.runtime.global_lock(step)",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
         caveats=("the workers stop overlapping: throughput of one worker",
                  "an FX trace outside the locked step (your own symbolic_trace, another library) still leaks"),
         cost="60 steps of 3 threads took 15.8 s under the lock against 0.27 s after a warm-up (H200, torch 2.11)",
@@ -130,7 +144,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         name="warmup",
         summary="run every shape's forward and backward in one thread before the workers start",
         api="dflash_doctor.runtime.warmup([step_for_shape_and_device, ...])",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}),
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
         caveats=("a shape, device or dtype not warmed up, a recompile (guard failure, dynamic shapes) or a "
                  "cleared compile cache reopens the race",
                  "every shape must be known before the workers start",
@@ -142,24 +156,28 @@ REGISTRY: Tuple[Mitigation, ...] = (
     Mitigation(
         name="threadlocal-flag",
         summary="make the FX-tracing flag thread-local (stops the leak and the stuck flag, not the deadlock)",
-        api="dflash_doctor.runtime.install_threadlocal_fx_flag()  # before any torch.compile wrapper exists",
+        api="dflash_doctor.runtime.install_threadlocal_fx_flag()",
         covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG}),
-        caveats=("alone it leaves the compile-lock / autograd deadlock: pair it with non-lazy-backward",
-                 "compile wrappers created before the call keep reading the global flag"),
+        caveats=("call it before any torch.compile wrapper exists: wrappers created earlier keep reading the global "
+                 "flag",),
         cost="none measurable: one thread-local read per compiled call",
         claims_flag_safety=True,
+        pair_with="non-lazy-backward",
+        pair_reason="alone it leaves the compile-lock / autograd deadlock",
         unavailable=_needs_global_flag,
         setup=_setup_threadlocal_flag,
         source_markers=("install_threadlocal_fx_flag",),
     ),
     Mitigation(
         name="non-lazy-backward",
-        summary="compile the backward with the forward (stops the deadlock, not the leak)",
-        api="dflash_doctor.runtime.enable_non_lazy_backward()  "
-            "# torch._functorch.config.force_non_lazy_backward_lowering = True",
+        summary="compile the backward with the forward: torch._functorch.config.force_non_lazy_backward_lowering "
+                "(stops the deadlock, not the leak)",
+        api="dflash_doctor.runtime.enable_non_lazy_backward()",
         covers=frozenset({Hazard.DEADLOCK}),
-        caveats=("alone it turns the deadlock into the FX RuntimeError: the longer compile leaks the flag into warm "
-                 "threads; pair it with threadlocal-flag where the flag is a module global (torch < 2.14)",),
+        caveats=(),
+        pair_with="threadlocal-flag",
+        pair_reason="alone it turns the deadlock into the FX RuntimeError where the flag is a module global "
+                    "(torch < 2.14): the longer compile leaks the flag into warm threads",
         cost="a longer first step: the backward compiles before it is needed",
         unavailable=_needs_non_lazy_flag,
         setup=_setup_non_lazy_backward,
@@ -248,7 +266,9 @@ class Recommendation:
 
     @property
     def complete(self) -> bool:
-        return not self.gaps
+        """Leaves no severe hazard open (a minor one, the is-compiling leak, is named in `gaps` but does not
+        count against it)."""
+        return not any(not hazard.minor for hazard in self.gaps)
 
     def to_dict(self) -> dict:
         return {"mitigation": self.label, "covers": sorted(h.value for h in self.covers),
@@ -278,18 +298,46 @@ def recommend(hazards: Iterable[Hazard], release: Release = Release()) -> List[R
         if not usable:
             continue
         recommendations.append(_recommendation(usable, needed))
-    recommendations.sort(key=lambda r: (not r.complete, len(r.gaps)))
+    recommendations.sort(key=lambda r: (not r.complete, sum(not h.minor for h in r.gaps)))
     return recommendations
 
 
 def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> Recommendation:
     entries = [BY_NAME[name] for name in names]
     covered = covers(names)
-    caveats = tuple(c for entry in entries for c in entry.caveats
-                    if not (len(entries) > 1 and "pair it with" in c))  # a pairing caveat is met by the pair
+    caveats = tuple(c for entry in entries for c in entry.caveats) + tuple(
+        entry.pairing_caveat() for entry in entries if _pairing_needed(entry, names, needed))
     return Recommendation(names, covered & needed, needed - covered, caveats, tuple(e.api for e in entries),
                           "; ".join(e.cost for e in entries))
 
 
-__all__ = ["BY_NAME", "MATRIX", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
+def _pairing_needed(entry: Mitigation, names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> bool:
+    """Met when the partner is in the recommendation; moot where the partner stops nothing this release needs
+    (torch 2.4 and 2.5 have no compile-lock deadlock for non-lazy-backward to stop)."""
+    partner = BY_NAME.get(entry.pair_with or "")
+    return partner is not None and partner.name not in names and bool(partner.covers & needed)
+
+
+def fix_text(*hazards: Hazard, release: Release = Release()) -> str:
+    """A rule's fix, in the registry's words: the complete recommendations for `hazards`, best first. A severe
+    hazard brings every other severe hazard the release can have along, because a fix for one that opens another
+    (non-lazy backward alone turning the deadlock into the FX error) is no fix."""
+    needed = set(hazards)
+    if any(not h.minor for h in needed):
+        needed |= {h for h in release.hazards() if not h.minor}
+    ranked = [r for r in recommend(needed, release) if r.complete]
+    listed = "; ".join(f"{r.label} ({'; '.join(BY_NAME[n].summary for n in r.mitigations)})" for r in ranked)
+    return f"One of, best first: {listed}. `dflash-doctor guards` ranks them for the installed release."
+
+
+def caveats_for(names: Iterable[str]) -> Tuple[str, ...]:
+    """What a fix, or a combination, leaves open as applied: each part's caveats, and a pairing unless the
+    partner is part of it."""
+    names = tuple(names)
+    entries = [BY_NAME[name] for name in names]
+    return tuple(c for entry in entries for c in entry.caveats) + tuple(
+        entry.pairing_caveat() for entry in entries if entry.pair_with and entry.pair_with not in names)
+
+
+__all__ = ["BY_NAME", "MATRIX", "caveats_for", "fix_text", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
            "covers", "get", "help_text", "label", "ladder", "parse", "recommend"]

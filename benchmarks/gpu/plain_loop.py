@@ -23,6 +23,8 @@ import traceback
 
 FX_ERROR = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
 KNOBS = ("autocast", "gqa", "head16", "captured-mask", "tiny-shape", "recorder", "stagger", "replay-step")
+# The fixes, applied the way a trainer applies them (the shim is dflash-doctor's runtime, the rest plain torch).
+FIXES = ("shim", "warmup", "global-lock")
 
 
 def parse(argv=None):
@@ -34,6 +36,7 @@ def parse(argv=None):
     parser.add_argument("--non-lazy-backward", action="store_true")
     parser.add_argument("--first-call-lock", action="store_true")
     parser.add_argument("--knob", action="append", default=[], choices=KNOBS)
+    parser.add_argument("--fix", action="append", default=[], choices=FIXES)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", default="-")
     return parser.parse_args(argv)
@@ -54,6 +57,10 @@ def main(argv=None) -> int:
 
     if args.non_lazy_backward:
         torch._functorch.config.force_non_lazy_backward_lowering = True
+    if "shim" in args.fix:
+        from dflash_doctor.runtime import install_threadlocal_fx_flag
+
+        install_threadlocal_fx_flag()
     if "recorder" in args.knob:
         from dflash_doctor import runtime
 
@@ -116,6 +123,12 @@ def main(argv=None) -> int:
         replay_steps = [build_drafter_step(preset="tiny", device=device, shape_index=0 if args.shapes == "same" else i,
                                            seed=i).run for i in range(args.threads)]
 
+    global_lock = threading.Lock()
+    if "warmup" in args.fix:  # every thread's shape, forward and backward, once, in this thread
+        for index in range(args.threads):
+            step(index, 1)
+        mark("warmup-done")
+
     results = [{"name": f"worker-{i}", "outcome": "running", "steps": 0, "error": None} for i in range(args.threads)]
     barrier = threading.Barrier(args.threads)
 
@@ -134,6 +147,9 @@ def main(argv=None) -> int:
                         mark("first-backward-done")
                 elif args.first_call_lock and step_no == 0:
                     with first_lock:
+                        step(index, step_no)
+                elif "global-lock" in args.fix:
+                    with global_lock:
                         step(index, step_no)
                 else:
                     step(index, step_no)

@@ -11,6 +11,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    check_output,
     finish,
     guarded,
 )
@@ -72,6 +73,7 @@ def register(app: typer.Typer) -> None:
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
         """CI pre-flight: scan the code and check the installed torch's guards in one report (SARIF, JUnit...)."""
+        check_output(output, paths or [Path(".")], read_suffixes=(".py",))
         from dflash_doctor.check import CheckPlan, run_check
 
         plan = CheckPlan(

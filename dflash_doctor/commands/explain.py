@@ -1,4 +1,5 @@
-"""`dflash-doctor explain CODE`: a rule's rationale, fix and its bad/good examples (the same ones the tests run)."""
+"""`dflash-doctor explain CODE`: a rule's rationale, fix and its bad/good examples (the same ones the tests run);
+`explain mitigations` (or one mitigation's name): what each fix stops and leaves open, from the registry."""
 from __future__ import annotations
 
 from typing import Optional
@@ -12,11 +13,13 @@ from dflash_doctor.errors import UsageError
 def register(app: typer.Typer) -> None:
     @app.command(
         epilog="Examples:  dflash-doctor explain DFD201  ·  dflash-doctor explain checkpoint-use-reentrant-true  ·  "
-        "dflash-doctor explain --list",
+        "dflash-doctor explain mitigations  ·  dflash-doctor explain threadlocal-flag  ·  dflash-doctor explain --list",
     )
     @guarded
     def explain(
-        code: Optional[str] = typer.Argument(None, help="Rule code (DFD101) or name (checkpoint-use-reentrant-true)."),
+        code: Optional[str] = typer.Argument(
+            None, help="Rule code (DFD101) or name (checkpoint-use-reentrant-true); `mitigations`, or a mitigation's "
+                       "name (threadlocal-flag)."),
         list_rules: bool = typer.Option(False, "--list", "-l", help="List every rule."),
         as_json: bool = typer.Option(False, "--json", help="Print the rule (or, with --list, all rules) as JSON."),
     ) -> int:
@@ -24,6 +27,10 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.render.explain_view import render_rule, render_rule_list, rules_json
         from dflash_doctor.rules import all_rules, lookup
 
+        if list_rules and code is not None:
+            raise UsageError(f"give a rule ({code!r}) or --list, not both")
+        if code is not None and _explains_mitigations(code):
+            return _explain_mitigations(code.strip().lower(), as_json)
         if list_rules or code is None:
             rules = all_rules()
         else:
@@ -38,3 +45,28 @@ def register(app: typer.Typer) -> None:
         else:
             render_rule(rules[0])
         return 0
+
+
+def _explains_mitigations(code: str) -> bool:
+    from dflash_doctor import mitigations as registry
+
+    return code.strip().lower() in ("mitigations", *registry.NAMES)
+
+
+def _explain_mitigations(name: str, as_json: bool) -> int:
+    """The registry's own words: docs/mitigations.md's page, or one entry of it."""
+    import json
+
+    from dflash_doctor import mitigations as registry
+    from dflash_doctor.render.mitigations_doc import entry_lines, render
+
+    entries = registry.REGISTRY if name == "mitigations" else (registry.get(name),)
+    if as_json:
+        typer.echo(json.dumps([{"name": e.name, "summary": e.summary, "api": e.api,
+                                "covers": sorted(h.value for h in e.covers), "cost": e.cost,
+                                "leaves_open": list(registry.caveats_for((e.name,))),
+                                "ladder": [s.value for s in e.ladder], "recommended": e.recommended}
+                               for e in entries], indent=2))
+    else:
+        typer.echo(render() if name == "mitigations" else "\n".join(entry_lines(entries[0])).rstrip())
+    return 0

@@ -11,6 +11,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    check_output,
     finish,
     guarded,
 )
@@ -88,6 +89,7 @@ def register(app: typer.Typer) -> None:
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
         """Compare every GPU with its role peers: idle GPUs holding memory, starved peers, memory near capacity."""
+        check_output(output, [source])
         from dflash_doctor.gpus.csv_snapshot import parse_columns, parse_memory_total
         from dflash_doctor.gpus.roles import parse_roles
         from dflash_doctor.render.gpus_view import render_gpus

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from dflash_doctor.commands.common import (
-    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, finish, guarded,
+    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
@@ -35,16 +35,19 @@ def register(app: typer.Typer) -> None:
         torch_root: Optional[Path] = typer.Option(
             None, "--torch-root", file_okay=False,
             help="Read another torch source tree (e.g. an unpacked wheel) instead of the installed one; "
-                 "sources only, no probes.",
+                 "sources only: no probes, and nothing about this host (caches, environment) is reported.",
         ),
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
-        """Read the installed torch's compile guard, its FX-tracing flag and the caches, probe them live, and say
-        whether compiled code is safe to call from several threads, with ranked fixes."""
+        """Read the installed torch's compile guard, FX-tracing flag and backward compile, probe them live, and give
+        a verdict per hazard (FX-flag leak, stuck flag, is-compiling leak, compile-lock deadlock) with fixes
+        ranked for that release."""
+        check_output(output)
         from dflash_doctor.guards import run_guards
         from dflash_doctor.render.guards_view import guards_view
 
+        timeout = finite(timeout, "--timeout", minimum=1.0)
         report = run_guards(probes=probes, timeout=timeout, torch_root=torch_root)
         return finish(report, fmt, fail_on, output, facts_view=guards_view)

@@ -11,6 +11,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    check_output,
     finish,
     guarded,
 )
@@ -95,6 +96,7 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Find dead threads and why they died (FX race, OOM, NCCL), dense-attention fallbacks, recompile limits,
         throughput drops and stalled threads, streaming the log line by line."""
+        check_output(output, [path])
         import sys
 
         from dflash_doctor.render.logs_view import render_finding_live, render_logs

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from dflash_doctor.commands.common import FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, finish, guarded
+from dflash_doctor.commands.common import FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
 
@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Train the reference DFlash drafter: frozen target workers feed drafter workers; prints tok/s, loss and
         every worker's health."""
+        check_output(output)
         import logging
 
         from dflash_doctor.errors import UsageError, require_torch

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from dflash_doctor.commands.common import guarded, write_atomically
+from dflash_doctor.commands.common import check_output, error_line, guarded, write_document
 from dflash_doctor.errors import UsageError
 
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
@@ -16,7 +16,8 @@ EPILOG = (
     "dflash-doctor report src/ --no-probes --out report.md  ·  dflash-doctor report --repro-json repro.json.  "
     "The last repro result is read from ~/.cache/dflash-doctor/last-repro.json (XDG_CACHE_HOME, or "
     "DFLASH_DOCTOR_CACHE, moves it) unless --repro-json names a file.  Exit codes: 0 written (sections that "
-    "could not be collected say so inside); 2 usage error; 3 internal error."
+    "could not be collected say so inside); 2 usage error; 3 internal error; 4 --out could not be written after "
+    "all (the report went to a temporary file, named on stderr)."
 )
 
 
@@ -36,14 +37,18 @@ def register(app: typer.Typer) -> None:
             dir_okay=False,
         ),
         probes: bool = typer.Option(True, "--probes/--no-probes", help="Run the guards' live probes (needs torch)."),
-        timeout: float = typer.Option(120.0, "--timeout", min=1.0, help="Seconds allowed to the guards' probes."),
+        timeout: float = typer.Option(120.0, "--timeout", help="Seconds allowed to the guards' probes (>= 1)."),
     ) -> int:
         """Write a bug report: environment, guards verdict, scan summary, GPU snapshot and last repro, redacted."""
+        from dflash_doctor.commands.common import finite
+
+        finite(timeout, "--timeout", minimum=1.0)
         kind = "markdown"
         if out is not None:
             kind = SUFFIXES.get(out.suffix.lower(), "")
             if not kind:
                 raise UsageError(f"--out {out}: use a .md or .html file name")
+        check_output(out, [*(paths or ()), repro_json], "--out")
         from dflash_doctor.report import build_bundle, render_html, render_markdown
 
         bundle = build_bundle(
@@ -52,7 +57,13 @@ def register(app: typer.Typer) -> None:
         text = render_html(bundle) if kind == "html" else render_markdown(bundle)
         if out is None:
             sys.stdout.write(text)
+            return 0
+        code, where = write_document(out, text, "--out", "report", out.suffix.lower())
+        if code:
+            error_line(where)
         else:
-            write_atomically(out, text)
-            sys.stderr.write(f"dflash-doctor: wrote {out} ({len(bundle.problems)} section(s) could not be collected)\n")
-        return 0
+            from dflash_doctor.render.printable import printable
+
+            sys.stderr.write(f"dflash-doctor: wrote {printable(where)} ({len(bundle.problems)} section(s) could not "
+                             "be collected)\n")
+        return code

@@ -1,53 +1,33 @@
-"""`dflash-doctor repro`: replay the drafter step in one thread, then in N, name the race and test the fixes."""
+"""`dflash-doctor repro`: replay the drafter step single- then multi-threaded, up the stress ladder; name the race
+and put the fixes through the same ladder."""
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from dflash_doctor.commands.common import FORMAT_OPTION, OUTPUT_OPTION, finish, guarded
+from dflash_doctor import mitigations as registry
+from dflash_doctor.commands.common import (
+    FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact,
+)
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.repro.spec import DEFAULT_PRESET, Cache, Checkpoint, Expect, Mode, Shapes
 
 EPILOG = (
-    "Examples:  dflash-doctor repro --threads 3 --device cpu --mode forced  ·  "
+    "Examples:  dflash-doctor repro --threads 3  ·  "
     "dflash-doctor repro --device cuda --mitigation threadlocal-flag,non-lazy-backward  ·  "
     "dflash-doctor repro --device cuda --matrix  ·  "
-    "dflash-doctor repro --mode stuck --expect reproduced --format json  ·  "
+    "dflash-doctor repro --mode forced --expect reproduced --format json  ·  "
     "dflash-doctor repro --model mypkg.drafter:build --trace trace.json.  "
+    "The default --mode auto climbs natural -> amplified -> forced until the race shows, skipping what this "
+    "machine cannot show (said up front). A mitigation is 'holds' only after it survived its whole stress ladder "
+    "against a baseline that reproduced under the same stresses; otherwise 'fails' or 'inconclusive'.  "
     "Exit codes: 0 not reproduced; 1 reproduced (with --expect: 0 when the verdict matches, else 1); "
-    "2 usage error; 3 harness failure (the single-thread control failed, or a mitigation could not be installed). "
+    "2 usage error (a --model that cannot be imported or built included); 3 harness failure (the single-thread "
+    "control failed, a mitigation could not be applied, no trial gave a verdict); 4 torch is missing. "
     "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index))."
 )
-
-
-class Mode(str, Enum):
-    NATURAL = "natural"
-    AMPLIFIED = "amplified"
-    FORCED = "forced"
-    STUCK = "stuck"
-
-
-class Checkpoint(str, Enum):
-    NONE = "none"
-    REENTRANT = "reentrant"
-    NON_REENTRANT = "non-reentrant"
-
-
-class Shapes(str, Enum):
-    SAME = "same"
-    PER_THREAD = "per-thread"
-
-
-class Cache(str, Enum):
-    COLD = "cold"
-    WARM = "warm"
-
-
-class Expect(str, Enum):
-    REPRODUCED = "reproduced"
-    NOT_REPRODUCED = "not-reproduced"
 
 
 def detect_device() -> str:
@@ -64,11 +44,26 @@ def detect_device() -> str:
         return "cpu"
 
 
+def check_torch(devices) -> None:
+    """One line, before any child starts: no torch at all (exit 4), or CUDA asked of a CPU-only build (exit 2)."""
+    from dflash_doctor.errors import MissingDependency, UsageError
+    from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
+
+    root = installed_torch_root()
+    if root is None:
+        raise MissingDependency("repro needs torch, which is not importable here; install the torch you want to "
+                                "diagnose (pip install torch==2.13.0 for a CPU build); dflash-doctor never "
+                                "installs it for you")
+    if devices != ("cpu",) and not is_accelerator_build(root):
+        raise UsageError(f"--device {','.join(devices)}: the installed torch ({root}) is a CPU-only build; use "
+                         "--device cpu, or run where a CUDA build of torch is installed")
+
+
 def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG)
     @guarded
     def repro(
-        threads: int = typer.Option(3, "--threads", "-n", help="Worker threads in the multi-thread phase."),
+        threads: int = typer.Option(3, "--threads", "-n", help="Worker threads in each multi-thread trial."),
         device: Optional[str] = typer.Option(
             None, "--device", help="cpu, cuda, or cuda:0,cuda:1,... (threads spread over them). Default: cuda if "
             "NVML sees a GPU, else cpu."),
@@ -80,27 +75,29 @@ def register(app: typer.Typer) -> None:
         shapes: Shapes = typer.Option(Shapes.SAME, "--shapes",
                                       help="same: every thread one shape; per-thread: each its own (more compiles)."),
         cache: Cache = typer.Option(Cache.COLD, "--cache",
-                                    help="cold: a fresh TORCHINDUCTOR_CACHE_DIR per phase; warm: the current one."),
+                                    help="cold: a fresh TORCHINDUCTOR_CACHE_DIR per trial; warm: the current one."),
         steps: int = typer.Option(
             3, "--steps", help="Steps per thread; a thread done early keeps stepping while another is still in its "
             "first step (warm threads overlapping a compile, as in training), for at most --hang-after seconds."),
-        trials: int = typer.Option(1, "--trials", help="Multi-thread trials, for a reproduction rate."),
-        timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a phase child is killed."),
-        hang_after: float = typer.Option(60.0, "--hang-after",
-                                         help="Seconds without progress before stacks are dumped and the run is "
-                                              "called hung."),
-        mode: Mode = typer.Option(Mode.NATURAL, "--mode",
-                                  help="natural; amplified (sleep in FX proxy creation); forced (a thread holds the "
-                                       "FX flag); stuck (two traces exit out of order)."),
-        mitigation: str = typer.Option(
-            "none", "--mitigation",
-            help="none, first-call-lock, global-lock, warmup, threadlocal-flag, non-lazy-backward, processes; "
-                 "combine with commas."),
+        trials: int = typer.Option(3, "--trials", help="Natural trials per row (amplified: one fewer; forced and "
+                                                       "stuck: one, they are deterministic)."),
+        jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Trials run side by side. Default: 1 on a "
+                                           "CPU, up to 6 (a third of the cores) with a GPU."),
+        timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a trial's child is killed."),
+        hang_after: float = typer.Option(
+            60.0, "--hang-after", help="Seconds without progress before a child is called hung (a lock cycle in the "
+                                       "stacks is reported within seconds, without waiting for this)."),
+        mode: Mode = typer.Option(Mode.AUTO, "--mode",
+                                  help="auto (climb the ladder); or one stress only: natural; amplified (sleep in FX "
+                                       "proxy creation); forced (a thread holds the FX flag); stuck (two traces exit "
+                                       "out of order)."),
+        mitigation: str = typer.Option(registry.NONE, "--mitigation", help=registry.help_text()),
         matrix: bool = typer.Option(
-            False, "--matrix", help="Run every mitigation (one single-thread control, then each multi-thread run) "
-            "and print mitigation, outcome, kind, steps/s; verdict and exit code stay those of --mitigation."),
-        amplify_ms: float = typer.Option(2.0, "--amplify-ms", help="Sleep per FX proxy in amplified mode."),
-        preset: str = typer.Option("tiny", "--preset", help="Reference drafter size."),
+            False, "--matrix", help="Put every mitigation through its stress ladder against one baseline; a row "
+            "reads fails / holds / inconclusive with per-stress counts. Verdict and exit code stay those of "
+            "--mitigation."),
+        amplify_ms: float = typer.Option(2.0, "--amplify-ms", help="Sleep per FX proxy in amplified trials."),
+        preset: str = typer.Option(DEFAULT_PRESET, "--preset", help="Reference drafter size."),
         model: Optional[str] = typer.Option(None, "--model",
                                             help="pkg.module:factory replaying your own model (runs your code)."),
         trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
@@ -110,30 +107,34 @@ def register(app: typer.Typer) -> None:
         fmt: OutputFormat = FORMAT_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
-        """Replay the drafter step single- then multi-threaded, each phase in its own process; name the race
-        (FX-flag leak, stuck flag, deadlock), blame the thread that caused it, and test the mitigations."""
+        """Replay the drafter step in one thread, then in N threads up the stress ladder (each trial in its own
+        process); name the race (FX-flag leak, stuck flag, deadlock), blame the thread, and test the fixes."""
+        check_output(output)
+        check_output(trace, [output], "--trace")
         import sys
 
         from dflash_doctor.render.repro_view import render_repro_facts
         from dflash_doctor.render.text import console_for
         from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
-        from dflash_doctor.repro.spec import ReproSpec, parse_devices, parse_mitigation
+        from dflash_doctor.repro.spec import ReproSpec, parse_devices
 
+        devices = parse_devices(detect_device() if device is None else device)
         spec = ReproSpec(
-            threads=threads, devices=parse_devices(device or detect_device()), backward=backward,
-            checkpoint=checkpoint.value, shapes=shapes.value, cache=cache.value, steps=steps, trials=trials,
-            timeout_s=timeout, hang_after_s=hang_after, mode=mode.value, mitigation=parse_mitigation(mitigation),
-            amplify_ms=amplify_ms, preset=preset, model=model,
-        )
+            threads=threads, devices=devices, backward=backward, checkpoint=checkpoint.value, shapes=shapes.value,
+            cache=cache.value, steps=steps, trials=trials, timeout_s=timeout, hang_after_s=hang_after,
+            mode=mode.value, mitigation=registry.parse(mitigation), amplify_ms=amplify_ms, preset=preset,
+            model=model, jobs=jobs,
+        ).validate()
+        check_torch(devices)
         err = console_for(sys.stderr)
-        report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro: {message}[/]"))
-        if trace is not None:
-            from dflash_doctor.runtime.chrome_trace import write_chrome_trace
-
-            write_chrome_trace(trace, trace_phases(report.facts))
+        report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro {message}[/]",
+                                                                                 highlight=False))
         if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
+        from dflash_doctor.runtime.chrome_trace import write_chrome_trace
+
+        write_artifact(report, "--trace", trace, lambda path: write_chrome_trace(path, trace_phases(report.facts)))
         from dflash_doctor.report.last_repro import remember_repro
 
         remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running

@@ -10,6 +10,7 @@ from dflash_doctor.commands.common import (
     EXIT_CODES_HELP,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    check_output,
     finish,
     guarded,
 )
@@ -126,6 +127,7 @@ def register(app: typer.Typer) -> None:
     ) -> int:
         """Find gradient checkpointing that runs reentrant, compiled calls from threads, uncompiled
         flex_attention and a silenced nested-FX-trace error. Pure AST: never imports torch or your code."""
+        check_output(output, paths, read_suffixes=(".py",))
         from dflash_doctor.errors import UsageError
         from dflash_doctor.scan import scan_paths
         from dflash_doctor.scan.config import resolve

@@ -11,6 +11,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    check_output,
     finish,
     guarded,
 )
@@ -49,6 +50,7 @@ def register(app: typer.Typer) -> None:
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
         """Which worker died, what killed it, which GPU it left idle, what the others do, and what to try next."""
+        check_output(output, [log, source])
         import time
 
         from dflash_doctor.commands.gpus import open_text

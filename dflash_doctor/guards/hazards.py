@@ -8,22 +8,27 @@ from typing import List, Mapping
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding
-from dflash_doctor.guards.layout import MODULE_GLOBAL, Layout, read_layout_text
-from dflash_doctor.guards.probes import REPRODUCED
+from dflash_doctor.guards.layout import Layout, read_layout_text
+from dflash_doctor.guards.probes import PROBES, REPRODUCED
 from dflash_doctor.guards.state import CONFIG_DEFAULTS
+from dflash_doctor.guards.verdict import PRESENT, evidence_of, source_states
+from dflash_doctor.hazards import Hazard
 from dflash_doctor.rules import guards as rules
 
-_PROBE_RULES = (
-    ("cross_thread_leak", rules.PROBE_CROSS_THREAD_LEAK),
-    ("stuck_flag", rules.PROBE_STUCK_FLAG),
-    ("is_compiling_leak", rules.PROBE_IS_COMPILING_LEAK),
-)
+# The finding a reproduction makes, by the hazard its probe tests.
+_PROBE_RULES = {
+    Hazard.FX_FLAG_LEAK: rules.PROBE_CROSS_THREAD_LEAK,
+    Hazard.STUCK_FLAG: rules.PROBE_STUCK_FLAG,
+    Hazard.IS_COMPILING_LEAK: rules.PROBE_IS_COMPILING_LEAK,
+}
 
 
 def layout_findings(layout: Layout) -> List[Finding]:
+    """A finding for each hazard the source shows present (verdict.source_states decides)."""
     findings = []
+    states = source_states(evidence_of(layout))
     flag, guard = layout.fx_flag, layout.guard
-    if layout.fx_flag_storage == MODULE_GLOBAL:
+    if states[Hazard.FX_FLAG_LEAK] == PRESENT and flag is not None and guard is not None:
         message = (
             f"{flag.name} is a module global: while any thread is inside {flag.writer or 'an FX trace'}, "
             f"`{guard.predicate}()` in {guard.function} ({guard.file}:{guard.line}) is true for every thread, "
@@ -37,9 +42,8 @@ def layout_findings(layout: Layout) -> List[Finding]:
                       "restores_saved_value": flag.restores_saved_value, "guard_file": guard.file,
                       "guard_line": guard.line, "predicate": guard.predicate},
         ))
-    compiling = layout.compiling_flag
-    if layout.masked_during_compile and compiling.storage == MODULE_GLOBAL:
-        masking = layout.masking
+    compiling, masking = layout.compiling_flag, layout.masking
+    if states[Hazard.IS_COMPILING_LEAK] == PRESENT and compiling is not None and masking is not None:
         findings.append(rules.COMPILING_FLAG_PROCESS_GLOBAL.finding(
             f"{compiling.name} is a module global that {masking.function} ({masking.file}:{masking.line}) holds "
             "True for the whole compile: every thread sees torch.compiler.is_compiling() while any thread compiles",
@@ -47,7 +51,29 @@ def layout_findings(layout: Layout) -> List[Finding]:
             evidence={"flag": compiling.name, "context": masking.context, "masking_file": masking.file,
                       "masking_line": masking.line},
         ))
+    if states[Hazard.DEADLOCK] == PRESENT:
+        findings.append(_deadlock_finding(layout))
     return findings
+
+
+def _deadlock_finding(layout: Layout) -> Finding:
+    backward = layout.backward
+    lock, lazy, holder = backward.lock, backward.lazy, backward.holder
+    assert lock is not None and lazy is not None and holder is not None  # what makes the hazard present
+    path = " -> ".join(backward.path)
+    message = (f"the backward compile ({path}) takes compile_lock here and runs lazily at the first backward "
+               f"({lazy.function}, {lazy.file}:{lazy.line}), on the autograd device thread for GPU tensors, while "
+               f"a Dynamo compile holding the same lock ({holder.file}:{holder.line}) can wait for that thread")
+    option = backward.non_lazy_option
+    message += (f"; torch._functorch.config.force_non_lazy_backward_lowering ({option.file}:{option.line}) "
+                "compiles it with the forward instead" if option else
+                "; this release has no force_non_lazy_backward_lowering switch")
+    return rules.BACKWARD_COMPILE_TAKES_COMPILE_LOCK.finding(
+        message, path=lock.file, line=lock.line, column=1,
+        evidence={"path": list(backward.path), "lazy_file": lazy.file, "lazy_line": lazy.line,
+                  "holder_file": holder.file, "holder_line": holder.line,
+                  "non_lazy_backward_available": backward.non_lazy_available},
+    )
 
 
 def state_findings(facts: Mapping) -> List[Finding]:
@@ -66,10 +92,12 @@ def state_findings(facts: Mapping) -> List[Finding]:
         ))
     findings += _cold_cache(facts)
     details = facts.get("probe_details") or {}
-    for name, rule in _PROBE_RULES:
+    for probe in PROBES:
+        name = probe.name
         if (facts.get("probes") or {}).get(name) == REPRODUCED:
             detail = (details.get(name) or {}).get("detail")
-            findings.append(rule.finding(evidence={"probe": name, "detail": detail} if detail else {"probe": name}))
+            findings.append(_PROBE_RULES[probe.hazard].finding(
+                evidence={"probe": name, "detail": detail} if detail else {"probe": name}))
     return findings
 
 

@@ -98,7 +98,7 @@ def _result(timed_out: bool, payload: bytes, status: int, timeout: float) -> dic
                 "seconds": round(timeout, 3)}
     try:
         return json.loads(payload.decode())
-    except (ValueError, UnicodeDecodeError):
+    except ValueError:  # UnicodeDecodeError included
         if os.WIFSIGNALED(status):
             why = f"killed by signal {os.WTERMSIG(status)}"
         else:

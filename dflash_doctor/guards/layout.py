@@ -6,9 +6,10 @@ Steps, each from the AST (nothing is imported, no version table is consulted):
    and the predicate called in the `if` around it (resolving a local alias bound when the wrapper is created);
 2. in the module defining that predicate (`fx/_symbolic_trace.py`), the state it reads: a module global written
    under `global` (by `Tracer.trace`), or an attribute of a `threading.local()` object;
-3. whether the predicate also requires `not torch.compiler.is_compiling()`, where that compiling flag lives, and
+3. where `torch.compiler.is_compiling()`'s flag lives (the predicate's own call when it makes one, 2.9+), and
    whether Dynamo's per-frame compile (`_dynamo/convert_frame.py`) enters a context manager that sets it True
-   for the whole compile (2.13's masking).
+   for the whole compile (2.13+: it masks the guard, and every thread sees it);
+4. the backward compile and Dynamo's compile_lock (backward.py): the compile-lock deadlock's ingredients.
 
 Anything not found leaves the corresponding part None/unknown and says so in `notes`.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from dflash_doctor.guards.backward import BackwardCompile, read_backward
 from dflash_doctor.guards.pyindex import Index, Module, dotted, own_nodes
 from dflash_doctor.guards.sources import DirectoryTree, MappingTree, SourceTree, parse_bundle
 
@@ -26,6 +28,7 @@ GUARD_MESSAGE = "Detected that you are using FX to symbolically trace"
 EVAL_FRAME = "_dynamo/eval_frame.py"
 CONVERT_FRAME = "_dynamo/convert_frame.py"
 VERSION_FILE = "version.py"
+IS_COMPILING = "torch.compiler.is_compiling"
 MODULE_GLOBAL, THREAD_LOCAL, UNKNOWN = "module-global", "thread-local", "unknown"
 _MAX_SNIPPET = 14
 FX_ROLE = "FX-tracing flag"
@@ -81,6 +84,9 @@ class Layout:
     consults_is_compiling: bool = False
     compiling_flag: Optional[FlagSite] = None
     masking: Optional[MaskingSite] = None
+    # Whether a Dynamo compile sets the compiling flag True (None: convert_frame.py or the flag not readable).
+    compile_sets_compiling_flag: Optional[bool] = None
+    backward: BackwardCompile = field(default_factory=BackwardCompile)
     notes: Tuple[str, ...] = field(default_factory=tuple)
     unknown_reason: Optional[str] = None  # why the FX flag's storage could not be told, when it could not
 
@@ -128,23 +134,25 @@ class _Analysis:
     def run(self) -> Layout:
         version, cuda, hip = self._version()
         layout = dict(root=self.tree.label, torch_version=version, cuda=cuda, hip=hip)
+        compiling_reader = IS_COMPILING
         guard, predicate_def = self._guard()
-        if guard is None:
-            return self._done(layout)
-        layout["guard"] = guard
-        if predicate_def is None:
-            return self._done(layout)
-        module, func = predicate_def
-        reads, calls = self._reads(module, func)
-        layout["fx_flag"] = self._flag(module, func, reads, role=FX_ROLE)
-        compiling_calls = [name for name in calls if name.rsplit(".", 1)[-1] == "is_compiling"]
-        if compiling_calls:
-            layout["consults_is_compiling"] = True
-            self.notes.append(f"{func.name} also requires `not {compiling_calls[0]}()`")
-            flag = self._compiling_flag(compiling_calls[0])
-            layout["compiling_flag"] = flag
-            if flag is not None:
-                layout["masking"] = self._masking(flag)
+        if guard is not None:
+            layout["guard"] = guard
+        if predicate_def is not None:
+            module, func = predicate_def
+            reads, calls = self._reads(module, func)
+            layout["fx_flag"] = self._flag(module, func, reads, role=FX_ROLE)
+            compiling_calls = [name for name in calls if name.rsplit(".", 1)[-1] == "is_compiling"]
+            if compiling_calls:
+                layout["consults_is_compiling"] = True
+                self.notes.append(f"{func.name} also requires `not {compiling_calls[0]}()`")
+                compiling_reader = compiling_calls[0]
+        # Read whether or not the guard consults it: other threads' code branches on is_compiling() too.
+        flag = self._compiling_flag(compiling_reader)
+        layout["compiling_flag"] = flag
+        if flag is not None:
+            layout["masking"], layout["compile_sets_compiling_flag"] = self._masking(flag)
+        layout["backward"] = read_backward(self.index)
         return self._done(layout)
 
     def _done(self, fields: dict) -> Layout:
@@ -291,11 +299,11 @@ class _Analysis:
         reads, _ = self._reads(module, func)
         return self._flag(module, func, reads, role="compiling flag")
 
-    def _masking(self, flag: FlagSite) -> Optional[MaskingSite]:
+    def _masking(self, flag: FlagSite) -> Tuple[Optional[MaskingSite], Optional[bool]]:
         convert = self.index.module(CONVERT_FRAME)
         if convert is None:
             self.notes.append(f"no readable {self.tree.display_path(CONVERT_FRAME)}: masking not checked")
-            return None
+            return None, None
         flag_qualname = flag.reader.rsplit(".", 1)[0] + "." + flag.name
         for call in _context_manager_calls(convert):
             scopes = convert.enclosing_functions(call)
@@ -312,9 +320,9 @@ class _Analysis:
                     f"Dynamo's {site.function} ({site.file}:{site.line}) enters {qualname}, which sets "
                     f"{flag.name} True for the whole compile"
                 )
-                return site
+                return site, True
         self.notes.append(f"nothing in {self.tree.display_path(CONVERT_FRAME)} sets {flag.name} during a compile")
-        return None
+        return None, False
 
 
 def _flag_source(module: Module, definition: ast.stmt, reader: ast.AST, reading_func: ast.AST,

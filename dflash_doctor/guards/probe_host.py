@@ -17,7 +17,7 @@ import warnings
 from functools import partial
 
 from dflash_doctor.guards.isolation import run_forked
-from dflash_doctor.guards.probes import ERROR, PROBE_NAMES, PROBES
+from dflash_doctor.guards.probes import BY_NAME, ERROR, PROBE_NAMES
 from dflash_doctor.guards.state import gpu_count, live_flags
 
 # Time kept back from the deadline for reporting, so the caller gets results rather than having to kill us.
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
                 for name in args.probes}
         else:
             read_flag = partial(_read_flag, torch, args.fx_flag)
-            tasks = {name: partial(PROBES[name], torch, compiled, remaining, read_flag) for name in args.probes}
+            tasks = {name: partial(BY_NAME[name].run, torch, compiled, remaining, read_flag) for name in args.probes}
             results = run_forked(tasks, remaining) if args.isolation == "fork" else _in_process(tasks)
     state["gpu_count"] = gpu_count(torch)  # after the forks: the driver is never touched before fork()
     document = {"state": state, "probes": results,

@@ -8,13 +8,14 @@ result does not depend on thread timing; an exception escaping a probe is report
 from __future__ import annotations
 
 import threading
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
 
 from dflash_doctor.guards.layout import GUARD_MESSAGE
+from dflash_doctor.hazards import Hazard
 
 REPRODUCED, NOT_REPRODUCED, SKIPPED, ERROR = "reproduced", "not-reproduced", "skipped", "error"
 OUTCOMES = (REPRODUCED, NOT_REPRODUCED, SKIPPED, ERROR)
-PROBE_NAMES = ("cross_thread_leak", "stuck_flag", "is_compiling_leak")
 
 
 def _outcome(outcome: str, detail: str) -> dict:
@@ -143,4 +144,18 @@ def _failure_text(failure: list) -> str:
     return f": {failure[0].__class__.__name__}: {failure[0]}" if failure else ""
 
 
-PROBES = {"cross_thread_leak": cross_thread_leak, "stuck_flag": stuck_flag, "is_compiling_leak": is_compiling_leak}
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    hazard: Hazard  # what a reproduction proves present on this install
+    run: Callable[..., dict]
+
+
+# The compile-lock deadlock has no probe: it needs the autograd engine's device thread, i.e. a GPU.
+PROBES: Tuple[Probe, ...] = (
+    Probe("cross_thread_leak", Hazard.FX_FLAG_LEAK, cross_thread_leak),
+    Probe("stuck_flag", Hazard.STUCK_FLAG, stuck_flag),
+    Probe("is_compiling_leak", Hazard.IS_COMPILING_LEAK, is_compiling_leak),
+)
+PROBE_NAMES: Tuple[str, ...] = tuple(probe.name for probe in PROBES)
+BY_NAME: Dict[str, Probe] = {probe.name: probe for probe in PROBES}

@@ -5,23 +5,28 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
 from dflash_doctor.errors import UsageError, require_torch
 from dflash_doctor.findings import Problem, Report
-from dflash_doctor.guards.corroboration import corroborate
+from dflash_doctor.guards.advice import hazard_fixes, rank_fixes, upgrade
 from dflash_doctor.guards.hazards import layout_findings, state_findings
 from dflash_doctor.guards.layout import Layout, read_layout
 from dflash_doctor.guards.probes import ERROR, PROBE_NAMES, SKIPPED
+from dflash_doctor.guards.releases import corroborate, later_rows
 from dflash_doctor.guards.runner import Runner, run_child, run_probes
 from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
 from dflash_doctor.guards.state import (
-    CONFIG_FLAGS, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state, read_env,
-    read_versions, triton_cache_dir,
+    CONFIG_DEFAULTS, CONFIG_FLAGS, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state,
+    read_env, read_versions, torch_build, triton_cache_dir,
 )
-from dflash_doctor.guards.verdict import decide_verdict, rank_fixes, verdict_reasons
+from dflash_doctor.guards.verdict import (
+    ABSENT, UNKNOWN, HazardVerdict, decide_hazards, evidence_of_row, headline, present_hazards, release_of,
+    verdict_reasons,
+)
 
 PURPOSE = "dflash-doctor guards"
+TREE_ONLY = "not read: --torch-root describes the source tree only"
 
 
 def run_guards(
@@ -38,9 +43,10 @@ def run_guards(
 ) -> Report:
     """Read the guard layout, the state and (unless `probes=False`) run the live probes; see the module docs.
 
-    `torch_root` analyses another torch source tree (an unpacked wheel) statically: probes and live state then
-    describe the importable torch, not that one, so they are skipped. `modules` is where an already imported
-    torch is looked for (sys.modules): when the caller has Dynamo loaded, the live state is the caller's own.
+    `torch_root` analyses another torch source tree (an unpacked wheel) statically: probes, live state, this
+    host's caches and environment describe something else, so they are neither read nor reported. `modules` is
+    where an already imported torch is looked for (sys.modules): when the caller has Dynamo loaded, the live
+    state is the caller's own.
     """
     began = clock()
     environ = os.environ if environ is None else environ
@@ -49,19 +55,16 @@ def run_guards(
     layout = read_layout(root)
     layout_seconds = clock() - began
     report = Report("guards")
-    facts_env = read_env(environ)
-    compile_cache = cache_facts(inductor_cache_dir(environ)).to_dict()
-    triton_cache = cache_facts(triton_cache_dir(environ)).to_dict()
+    tree_only = torch_root is not None
+    host = {} if tree_only else _host_facts(environ)  # before the probes, whose compiles may create the caches
 
-    live, state_source = None, "not read"
-    if torch_root is None and "torch._dynamo" in modules:
+    live, state_source = None, TREE_ONLY if tree_only else "not read"
+    if not tree_only and "torch._dynamo" in modules:
         live, state_source = live_state(modules["torch"], fx_flag_spec(layout)), "this process"
     probe_details = {name: {"outcome": SKIPPED, "seconds": None, "detail": _skip_reason(probes, torch_root)}
                      for name in PROBE_NAMES}
-    probe_seconds = {}
-    if torch_root is not None:
-        state_source = "not read: --torch-root analyses sources only"
-    elif probes:
+    probe_seconds: Dict[str, float] = {}
+    if not tree_only and probes:
         if fork is None and is_accelerator_build(root):
             # Measured on the H200 (torch 2.11+cu130): a fresh compile in a process forked after `import torch`
             # hangs there, so on CUDA/ROCm builds each probe gets an interpreter of its own.
@@ -72,14 +75,22 @@ def run_guards(
         if live is None:
             live, state_source = run.state, ("a fresh interpreter (the probe host)" if run.state is not None
                                              else "not read: the probe host reported nothing (see problems)")
-    elif live is None:
+    elif live is None and not tree_only:
         state_source = "not read: --no-probes starts no interpreter to read it from"
     live = live or {"config": {name: None for name in CONFIG_FLAGS}, "fx_flag_now": None, "gpu_count": None}
 
     outcomes = {name: detail.get("outcome", ERROR) for name, detail in probe_details.items()}
-    verdict = decide_verdict(layout.fx_flag_storage, outcomes, live["fx_flag_now"])
-    versions = read_versions(layout.torch_version, layout.cuda, layout.hip, version_of)
-    versions["gpu_count"] = live["gpu_count"]
+    verdicts = decide_hazards(layout, outcomes, live["fx_flag_now"])
+    verdict, worst = headline(verdicts)
+    release = release_of(layout)
+    needed = frozenset(v.hazard for v in verdicts if v.state != ABSENT)
+    upgrade_advice = upgrade(needed, later_rows(layout.torch_version),
+                             lambda row: present_hazards(evidence_of_row(row)))
+    if tree_only:
+        versions = {"torch": layout.torch_version, **torch_build(layout.cuda, layout.hip)}
+    else:
+        versions = read_versions(layout.torch_version, layout.cuda, layout.hip, version_of)
+        versions["gpu_count"] = live["gpu_count"]
     report.facts = {
         "torch_version": versions["torch"],
         "fx_flag_storage": layout.fx_flag_storage,
@@ -88,29 +99,39 @@ def run_guards(
         "config": live["config"],
         "fx_flag_now": live["fx_flag_now"],
         "probes": outcomes,
-        "compile_cache": compile_cache,
+        "compile_cache": host.get("compile_cache"),
         "verdict": verdict,
-        "verdict_reasons": verdict_reasons(layout, outcomes, live["fx_flag_now"]),
-        "fixes": rank_fixes(verdict, layout.fx_flag_storage, live["fx_flag_now"], live["config"]),
+        "verdict_reasons": verdict_reasons(verdicts),
+        "worst_hazard": worst.value if worst else None,
+        "hazards": {v.hazard.value: {**v.to_dict(), **hazard_fixes(v.hazard, release, v.state != ABSENT)}
+                    for v in verdicts},
+        "release": {"version": release.version, "fx_flag_thread_local": release.fx_flag_thread_local,
+                    "non_lazy_backward_available": release.non_lazy_backward_available,
+                    "backward_compile_takes_compile_lock": release.backward_compile_takes_compile_lock},
+        "fixes": rank_fixes(needed, release, live["fx_flag_now"], live["config"], CONFIG_DEFAULTS, upgrade_advice),
         "versions": versions,
         "fx_flag": _flag_facts(layout.fx_flag),
         "compiling_flag": _compiling_facts(layout),
-        "corroboration": corroborate(
-            versions["torch"], layout.guard.predicate_qualname.rsplit(".", 1)[-1]
-            if layout.guard and layout.guard.predicate_qualname else None,
-            layout.fx_flag_storage, layout.masked_during_compile),
+        "backward_compile": layout.backward.to_dict(),
+        "corroboration": corroborate(layout),
         "probe_details": probe_details,
         "state_source": state_source,
-        "env": facts_env,
-        "triton_cache": triton_cache,
+        "env": host.get("env"),
+        "triton_cache": host.get("triton_cache"),
         "torch_root": str(root),
         "layout_notes": list(layout.notes),
         "seconds": {"layout": round(layout_seconds, 3), **{f"probe_{k}": v for k, v in probe_seconds.items()},
                     "total": round(clock() - began, 3)},
     }
     report.findings += layout_findings(layout) + state_findings(report.facts)
-    report.problems += _problems(layout, probe_details)
+    report.problems += _problems(verdicts, probe_details)
     return report
+
+
+def _host_facts(environ: Mapping[str, str]) -> dict:
+    """This machine's compile caches and environment: facts about the installed torch's host, not about a tree."""
+    return {"env": read_env(environ), "compile_cache": cache_facts(inductor_cache_dir(environ)).to_dict(),
+            "triton_cache": cache_facts(triton_cache_dir(environ)).to_dict()}
 
 
 def _torch_root(torch_root: Optional[Path]) -> Path:
@@ -131,7 +152,7 @@ def _torch_root(torch_root: Optional[Path]) -> Path:
 
 def _skip_reason(probes: bool, torch_root: Optional[Path]) -> str:
     if torch_root is not None:
-        return "--torch-root analyses sources only; probes would test the importable torch instead"
+        return "--torch-root reads sources only; probes would test the importable torch instead"
     return "--no-probes" if not probes else "not run"
 
 
@@ -161,19 +182,22 @@ def _compiling_facts(layout: Layout) -> dict:
     return {
         "consulted_by_predicate": layout.consults_is_compiling,
         "flag": _flag_facts(layout.compiling_flag),
+        "set_by_compile": layout.compile_sets_compiling_flag,
         "masking": None if masking is None else {"file": masking.file, "line": masking.line,
                                                  "function": masking.function, "context": masking.context},
     }
 
 
-def _problems(layout: Layout, probe_details: Mapping[str, dict]) -> list:
+def _problems(verdicts: Sequence[HazardVerdict], probe_details: Mapping[str, dict]) -> list:
     problems = []
-    if not layout.known:
-        problems.append(Problem(
-            "guard layout",
-            f"could not tell where the FX-tracing flag lives: {layout.unknown_reason}",
-            "facts.layout_notes lists what was found; the probes, if run, still test the behaviour",
-        ))
+    for verdict in verdicts:
+        if verdict.state == UNKNOWN:
+            problems.append(Problem(
+                f"hazard {verdict.hazard.value}",
+                f"could not tell whether the {verdict.hazard.label} is possible here: {verdict.reason}",
+                "facts.layout_notes and facts.backward_compile.notes say what was found; the probes, where they "
+                "run, test the FX-flag hazards live",
+            ))
     for name, detail in probe_details.items():
         if detail.get("outcome") == ERROR:
             problems.append(Problem(

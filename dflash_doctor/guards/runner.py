@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+from dflash_doctor.children import child_env, python_argv
 from dflash_doctor.guards.isolation import can_fork
 from dflash_doctor.guards.probes import ERROR
 
@@ -37,10 +38,11 @@ Runner = Callable[[Sequence[str], float], ChildResult]
 
 
 def run_child(argv: Sequence[str], timeout: float) -> ChildResult:
-    """Run `argv` in a new session; past `timeout` the whole process group (the forked probes too) is killed."""
+    """Run `argv` in a new session with children.child_env(); past `timeout` the whole process group (the forked
+    probes too) is killed."""
     began = time.monotonic()
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, errors="replace", start_new_session=True)
+                            text=True, errors="replace", start_new_session=True, env=child_env())
     try:
         out, err = proc.communicate(timeout=timeout)
         return ChildResult(proc.returncode, out, err, time.monotonic() - began)
@@ -69,10 +71,11 @@ class ProbeRun:
 
 def host_argv(names: Sequence[str], timeout: float, fx_flag: Optional[str], isolation: str,
               python: str = sys.executable) -> List[str]:
-    argv = [python, "-m", HOST_MODULE, "--timeout", f"{timeout:g}", "--isolation", isolation]
+    """The probe host's argv, through children.python_argv: a `torch.py` in the working folder is never imported."""
+    args = ["--timeout", f"{timeout:g}", "--isolation", isolation]
     if fx_flag:
-        argv += ["--fx-flag", fx_flag]
-    return argv + list(names)
+        args += ["--fx-flag", fx_flag]
+    return python_argv(HOST_MODULE, *args, *names, python=python)
 
 
 def run_probes(names: Sequence[str], timeout: float, fx_flag: Optional[str] = None, *,

@@ -53,16 +53,18 @@ def distribution_version(name: str) -> Optional[str]:
 def read_versions(torch_version: Optional[str], cuda: Optional[str], hip: Optional[str],
                   version_of: Callable[[str], Optional[str]] = distribution_version) -> dict:
     triton = next((v for v in map(version_of, TRITON_DISTRIBUTIONS) if v), None)
-    build = f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else "CPU"
     return {
         "python": platform.python_version(),
         "torch": torch_version or version_of("torch"),
-        "torch_build": build,
-        "cuda": cuda,
-        "hip": hip,
+        **torch_build(cuda, hip),
         "triton": triton,
         "transformers": version_of("transformers"),
     }
+
+
+def torch_build(cuda: Optional[str], hip: Optional[str]) -> dict:
+    """The build a torch tree's version.py names: what `--torch-root` can say about versions without the host."""
+    return {"torch_build": f"CUDA {cuda}" if cuda else f"ROCm {hip}" if hip else "CPU", "cuda": cuda, "hip": hip}
 
 
 def read_env(environ: Mapping[str, str]) -> dict:

@@ -1,101 +1,230 @@
-"""The verdict and the ranked fixes, each with its cost, chosen for the layout that was read.
+"""A verdict per hazard, each decided from the source that was read (file:line) and, where probes ran, from them;
+then the headline, which is the worst of them.
 
-`vulnerable`: a trace in one thread can make another thread's compiled calls raise (a module-global FX flag, a
-live reproduction, or a flag already stuck). `safe`: the flag is per thread and nothing reproduced a leak.
-`unknown`: the source did not say where the flag lives and no probe settled it; that is reported, not guessed.
-
-Ranking follows the measurements in shared/FACTS.md section 3: a single-thread warm-up is the cheapest fix that
-was seen to work; the thread-local flag (2.14) removes the race itself but, alone, not the compile-lock deadlock.
+A hazard is `present`, `absent` or `unknown` (the source did not say and no probe settled it: reported, never
+guessed). The headline is `vulnerable` when any hazard is present, `unknown` when none is present but one is
+unknown, and `safe` only when every hazard is absent. docs/guards-releases.md shows what each release decides.
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dflash_doctor.guards.layout import MODULE_GLOBAL, THREAD_LOCAL
-from dflash_doctor.guards.probes import REPRODUCED
-from dflash_doctor.guards.state import CONFIG_DEFAULTS
+from dflash_doctor.guards.backward import BackwardCompile
+from dflash_doctor.guards.layout import MODULE_GLOBAL, THREAD_LOCAL, Layout
+from dflash_doctor.guards.probes import NOT_REPRODUCED, PROBES, REPRODUCED
+from dflash_doctor.guards.releases import ReleaseRow
+from dflash_doctor.hazards import Hazard, Release
 
-VULNERABLE, SAFE, UNKNOWN = "vulnerable", "safe", "unknown"
-LEAK_PROBES = ("cross_thread_leak", "stuck_flag")
-
-RESTART = {
-    "fix": "Restart the process: its FX-tracing flag is stuck True and never clears, so every compiled call raises.",
-    "cost": "the process's in-memory state (resume from the last checkpoint)",
-}
-RESTORE_CONFIG = {
-    "fix": "Set torch._dynamo.config.error_on_nested_fx_trace = True and force_compile_during_fx_trace = False "
-           "(the defaults), then remove the race with one of the fixes below.",
-    "cost": "none; the race raises again instead of silently running uncompiled code (for flex_attention: the "
-            "dense path that materialises QK^T and can run out of memory)",
-}
-WARM_UP = {
-    "fix": "Warm up in one thread before starting the workers: one compiled forward+backward for every shape on "
-           "every device, with TORCHINDUCTOR_CACHE_DIR on persistent storage so later runs start warm.",
-    "cost": "a serial warm-up per process (15.6 s for 3 GPUs of compiled flex_attention fwd+bwd on torch 2.11); "
-            "every shape must be known up front, and a new shape or a recompile later reopens the race window",
-}
-UPGRADE = {
-    "fix": "Upgrade to torch 2.14 or later, whose FX-tracing flag is thread-local.",
-    "cost": "a torch upgrade and re-validation (wheels matching your CUDA/ROCm and triton); it removes the "
-            "cross-thread leak and the stuck flag, but not the compile-lock deadlock of lazy backward compiles: "
-            "pair it with the warm-up or torch._functorch.config.force_non_lazy_backward_lowering = True",
-}
-NON_LAZY_BACKWARD = {
-    "fix": "Compile backward with forward: torch._functorch.config.force_non_lazy_backward_lowering = True, so "
-           "no lazy backward compile waits on Dynamo's compile lock from the autograd device thread.",
-    "cost": "a longer first step (backward compiled before it is needed); measured to let three threads compile "
-            "concurrently once the FX flag is per thread (12.9 s, torch 2.11 with a thread-local shim)",
-}
-GLOBAL_LOCK = {
-    "fix": "Hold one process-wide lock around every compiled step (forward and backward) in every thread.",
-    "cost": "the threads stop overlapping compiled work: 60 steps took 15.8 s under the lock vs 0.27 s after a "
-            "warm-up (3 threads, torch 2.11, H200)",
-}
-PROCESSES = {
-    "fix": "Run the workers as processes instead of threads, so each has its own Dynamo and FX state.",
-    "cost": "a rewrite of the hand-off between workers (IPC or shared memory for hidden states), one compile and "
-            "one CUDA context per process, more host memory",
-}
+PRESENT, ABSENT, UNKNOWN = "present", "absent", "unknown"
+VULNERABLE, SAFE = "vulnerable", "safe"
+# The headline names the worst present hazard: a silent hang first, then a process that can never run compiled
+# code again, then the error, then the changed code path.
+WORST_FIRST = (Hazard.DEADLOCK, Hazard.STUCK_FLAG, Hazard.FX_FLAG_LEAK, Hazard.IS_COMPILING_LEAK)
 
 
-def decide_verdict(storage: str, probes: Mapping[str, str], fx_flag_now: Optional[bool]) -> str:
-    if fx_flag_now or any(probes.get(name) == REPRODUCED for name in LEAK_PROBES):
-        return VULNERABLE
-    if storage == MODULE_GLOBAL:
-        return VULNERABLE
-    if storage == THREAD_LOCAL:
-        return SAFE
+@dataclass(frozen=True)
+class Citation:
+    file: str
+    line: int
+    what: str  # the name that line holds (the flag, `compile_lock`, the raise...)
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "line": self.line, "what": self.what}
+
+
+@dataclass(frozen=True)
+class HazardVerdict:
+    hazard: Hazard
+    state: str  # present | absent | unknown
+    reason: str
+    cited: Tuple[Citation, ...] = ()
+    probe: Optional[str] = None  # the outcome of the probe that tests this hazard, when one ran
+
+    def to_dict(self) -> dict:
+        return {"hazard": self.hazard.value, "title": self.hazard.label, "state": self.state, "reason": self.reason,
+                "cited": [c.to_dict() for c in self.cited], "probe": self.probe}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the hazard decisions read; the same rules decide a layout read now and a row of the release table."""
+
+    fx_flag_storage: str
+    fx_flag_restores: Optional[bool]
+    compiling_flag_storage: Optional[str]
+    compile_sets_compiling_flag: Optional[bool]
+    backward_takes_lock: Optional[bool]
+    lazy_backward: Optional[bool]
+    lock_holder: Optional[bool]  # a Dynamo compile holds the same lock
+
+
+def evidence_of(layout: Layout) -> Evidence:
+    backward = layout.backward
+    return Evidence(
+        fx_flag_storage=layout.fx_flag_storage,
+        fx_flag_restores=layout.fx_flag.restores_saved_value if layout.fx_flag else None,
+        compiling_flag_storage=layout.compiling_flag.storage if layout.compiling_flag else None,
+        compile_sets_compiling_flag=layout.compile_sets_compiling_flag,
+        backward_takes_lock=backward.takes_lock, lazy_backward=backward.lazy_backward,
+        lock_holder=True if backward.holder is not None else None,
+    )
+
+
+def evidence_of_row(row: ReleaseRow) -> Evidence:
+    """A release table row as evidence (every row's Dynamo compile holds compile_lock)."""
+    return Evidence(fx_flag_storage=row.fx_flag_storage, fx_flag_restores=row.fx_flag_restores_saved_value,
+                    compiling_flag_storage=row.compiling_flag_storage,
+                    compile_sets_compiling_flag=row.compile_sets_compiling_flag,
+                    backward_takes_lock=row.backward_compile_takes_compile_lock, lazy_backward=row.lazy_backward,
+                    lock_holder=True)
+
+
+def source_states(evidence: Evidence) -> Dict[Hazard, str]:
+    """Each hazard's state from the source alone."""
+    return {
+        Hazard.FX_FLAG_LEAK: _by_storage(evidence.fx_flag_storage, PRESENT),
+        Hazard.STUCK_FLAG: _by_storage(evidence.fx_flag_storage,
+                                       _known(evidence.fx_flag_restores, PRESENT, ABSENT)),
+        Hazard.IS_COMPILING_LEAK: _by_storage(evidence.compiling_flag_storage or "",
+                                              _known(evidence.compile_sets_compiling_flag, PRESENT, ABSENT)),
+        Hazard.DEADLOCK: _deadlock(evidence),
+    }
+
+
+def _by_storage(storage: str, if_global: str) -> str:
+    return {MODULE_GLOBAL: if_global, THREAD_LOCAL: ABSENT}.get(storage, UNKNOWN)
+
+
+def _known(value: Optional[bool], if_true: str, if_false: str) -> str:
+    return UNKNOWN if value is None else if_true if value else if_false
+
+
+def _deadlock(evidence: Evidence) -> str:
+    if evidence.backward_takes_lock is False or evidence.lazy_backward is False:
+        return ABSENT  # either half of the cycle missing breaks it
+    if evidence.backward_takes_lock and evidence.lazy_backward and evidence.lock_holder:
+        return PRESENT
     return UNKNOWN
 
 
-def verdict_reasons(layout, probes: Mapping[str, str], fx_flag_now: Optional[bool]) -> List[str]:
-    reasons = []
-    flag = layout.fx_flag
-    if layout.fx_flag_storage == MODULE_GLOBAL:
-        reasons.append(f"the FX-tracing flag {flag.name} ({flag.file}:{flag.line}) is a module global: a trace in "
-                       f"any thread makes every thread's compiled calls raise")
-    elif layout.fx_flag_storage == THREAD_LOCAL:
-        reasons.append(f"the FX-tracing flag {flag.name}.{flag.attribute} ({flag.file}:{flag.line}) is thread-local")
-    else:
-        reasons.append(f"the source does not say where the FX-tracing flag lives: {layout.unknown_reason}")
-    for name in LEAK_PROBES:
-        if probes.get(name) == REPRODUCED:
-            reasons.append(f"probe {name} reproduced the race in a child process")
-    if fx_flag_now:
-        reasons.append("the FX-tracing flag is True right now, outside any trace: this process is already corrupted")
-    return reasons
+def present_hazards(evidence: Evidence) -> frozenset:
+    return frozenset(h for h, state in source_states(evidence).items() if state == PRESENT)
 
 
-def rank_fixes(verdict: str, storage: str, fx_flag_now: Optional[bool], config: Mapping[str, object]) -> List[dict]:
-    fixes = []
-    if fx_flag_now:
-        fixes.append(RESTART)
-    if any(config.get(name) is not None and config.get(name) != default for name, default in CONFIG_DEFAULTS.items()):
-        fixes.append(RESTORE_CONFIG)
-    if storage == MODULE_GLOBAL:
-        fixes += [WARM_UP, UPGRADE, GLOBAL_LOCK, PROCESSES]
-    elif storage == THREAD_LOCAL:
-        fixes += [WARM_UP, NON_LAZY_BACKWARD, PROCESSES] if verdict == VULNERABLE else [WARM_UP, NON_LAZY_BACKWARD]
-    else:
-        fixes += [WARM_UP, GLOBAL_LOCK, PROCESSES]
-    return [dict(rank=rank, **fix) for rank, fix in enumerate(fixes, start=1)]
+def release_of(layout: Layout) -> Release:
+    """The release traits the mitigation registry's advice reads, from the source alone."""
+    storage = layout.fx_flag_storage
+    return Release(version=layout.torch_version,
+                   fx_flag_thread_local={MODULE_GLOBAL: False, THREAD_LOCAL: True}.get(storage),
+                   non_lazy_backward_available=layout.backward.non_lazy_available,
+                   backward_compile_takes_compile_lock=layout.backward.takes_lock)
+
+
+def decide_hazards(layout: Layout, probes: Mapping[str, Optional[str]],
+                   fx_flag_now: Optional[bool]) -> Tuple[HazardVerdict, ...]:
+    """One verdict per hazard (in the Hazard enum's order): the source decides, a probe or the live flag can add."""
+    states = source_states(evidence_of(layout))
+    probe_of = {probe.hazard: probe.name for probe in PROBES}
+    verdicts = []
+    for hazard in Hazard:
+        state, reason, cited = states[hazard], *_source_reason(hazard, states[hazard], layout)
+        probe_name = probe_of.get(hazard)
+        outcome = probes.get(probe_name) if probe_name else None
+        if outcome == REPRODUCED:
+            if state != PRESENT:
+                reason = f"the source says {state} ({reason}), but the live probe reproduced it: a patched build?"
+            else:
+                reason += f"; the probe {probe_name} reproduced it"
+            state = PRESENT
+        elif outcome == NOT_REPRODUCED:
+            if state == UNKNOWN:
+                state, reason = ABSENT, f"the probe {probe_name} did not reproduce it ({reason})"
+            elif state == PRESENT:
+                reason += f"; the probe {probe_name} did not reproduce it"
+        if hazard is Hazard.STUCK_FLAG and fx_flag_now:
+            state, reason = PRESENT, "the FX-tracing flag is True right now, outside any trace: this process is " \
+                                     "already stuck; " + reason
+        verdicts.append(HazardVerdict(hazard, state, reason, cited, outcome))
+    return tuple(verdicts)
+
+
+def _source_reason(hazard: Hazard, state: str, layout: Layout) -> Tuple[str, Tuple[Citation, ...]]:
+    if hazard is Hazard.DEADLOCK:
+        return _deadlock_reason(state, layout.backward)
+    if hazard is Hazard.IS_COMPILING_LEAK:
+        return _compiling_reason(state, layout)
+    flag, guard = layout.fx_flag, layout.guard
+    if flag is None or guard is None:
+        return f"the source does not say where the FX-tracing flag lives: {layout.unknown_reason}", ()
+    cited: Tuple[Citation, ...] = (Citation(guard.file, guard.line, "raise"), Citation(flag.file, flag.line, flag.name))
+    shown = f"{flag.name}.{flag.attribute}" if flag.attribute else flag.name
+    if flag.storage == THREAD_LOCAL:
+        return f"the FX-tracing flag {shown} ({flag.file}:{flag.line}) is thread-local", cited[1:]
+    if hazard is Hazard.FX_FLAG_LEAK:
+        return (f"`{guard.predicate}()` in {guard.function} ({guard.file}:{guard.line}) reads {flag.name} "
+                f"({flag.file}:{flag.line}), a module global: a trace in any thread makes every thread's compiled "
+                "calls raise"), cited
+    if state == ABSENT:
+        return f"{flag.writer or 'its writer'} does not restore a saved value into {flag.name}", cited[1:]
+    writer = (f"{flag.writer} ({flag.file}:{flag.writer_line})" if flag.writer and flag.writer_line
+              else "Tracer.trace")
+    cited = cited[1:] + ((Citation(flag.file, flag.writer_line, flag.name),) if flag.writer_line else ())
+    return (f"{writer} saves, sets and restores the module global {flag.name}: two traces that exit out of "
+            "order leave it True for good"), cited
+
+
+def _compiling_reason(state: str, layout: Layout) -> Tuple[str, Tuple[Citation, ...]]:
+    flag, masking = layout.compiling_flag, layout.masking
+    if flag is None:
+        return "the source does not say where torch.compiler.is_compiling()'s flag lives", ()
+    cited = (Citation(flag.file, flag.line, flag.name),)
+    where = f"{flag.name} ({flag.file}:{flag.line})"
+    if flag.storage == THREAD_LOCAL:
+        return f"is_compiling()'s flag {where} is thread-local", cited
+    if masking is not None:
+        return (f"{masking.function} ({masking.file}:{masking.line}) enters {masking.context}, which holds the "
+                f"module global {where} True for the whole compile: every thread sees is_compiling()"), \
+            cited + (Citation(masking.file, masking.line, masking.context.rsplit(".", 1)[-1]),)
+    if state == ABSENT:
+        return f"{where} is a module global, but no Dynamo compile sets it (only torch.export does)", cited
+    return f"{where} is a module global; whether Dynamo compiles set it was not read", cited
+
+
+def _deadlock_reason(state: str, backward: BackwardCompile) -> Tuple[str, Tuple[Citation, ...]]:
+    compiler, lock, lazy, holder = backward.compiler, backward.lock, backward.lazy, backward.holder
+    if state == ABSENT and backward.takes_lock is False and compiler is not None:
+        return (f"the backward compiler {compiler.function} ({compiler.file}:{compiler.line}) takes no "
+                "compile_lock, so the lazy backward compile cannot wait on a Dynamo compile"), \
+            (Citation(compiler.file, compiler.line, compiler.function.rsplit(".", 1)[-1]),)
+    if state == ABSENT:
+        return "AOTAutograd compiles the backward with the forward: no lazy compile on the autograd thread", ()
+    if state == PRESENT and lock and lazy and holder:
+        path = " -> ".join(backward.path)
+        return (f"the backward compile ({path}) takes compile_lock ({lock.file}:{lock.line}) and runs lazily at the "
+                f"first backward ({lazy.function}, {lazy.file}:{lazy.line}), on the autograd device thread for GPU "
+                f"tensors, while a Dynamo compile holds that lock ({holder.file}:{holder.line}) and can wait for "
+                "that thread"), (Citation(lock.file, lock.line, "compile_lock"),
+                                 Citation(lazy.file, lazy.line, "compiled_bw"),
+                                 Citation(holder.file, holder.line, "compile_lock"))
+    missing = "; ".join(note for note in backward.notes if "no " in note or "unknown" in note or "nothing" in note)
+    return f"the source does not say: {missing or 'the backward compile path was not recognised'}", ()
+
+
+def headline(verdicts: Sequence[HazardVerdict]) -> Tuple[str, Optional[Hazard]]:
+    """(verdict, worst present hazard)."""
+    states = {v.hazard: v.state for v in verdicts}
+    worst = next((h for h in WORST_FIRST if states.get(h) == PRESENT), None)
+    if worst is not None:
+        return VULNERABLE, worst
+    if any(state == UNKNOWN for state in states.values()):
+        return UNKNOWN, None
+    return SAFE, None
+
+
+def verdict_reasons(verdicts: Sequence[HazardVerdict]) -> List[str]:
+    """One line per hazard that is not absent, worst first (every hazard's line when all are absent)."""
+    by_hazard = {v.hazard: v for v in verdicts}
+    ordered = [by_hazard[h] for h in WORST_FIRST if h in by_hazard]
+    shown = [v for v in ordered if v.state != ABSENT] or ordered
+    return [f"{v.hazard.label}: {v.state}: {v.reason}" for v in shown]

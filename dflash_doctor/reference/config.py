@@ -120,10 +120,35 @@ SMALL = PipelineConfig(
     corpus_per_target=32,
 )
 
+# What `repro` replays by default: the smallest drafter whose compiled flex_attention takes the kernel real
+# training shapes take (>= 128 query rows: 8 blocks of 16), with the loop's head size (4 heads of 64). Below 128
+# rows flex_attention uses its decoding kernel, whose first call took over a second on the H200: long enough for
+# the other threads' compiles to finish before the first backward, which hid the deadlock (docs/races.md).
+REPLAY = PipelineConfig(
+    name="replay",
+    target=ModelSpec(vocab_size=512, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=64,
+                     intermediate_size=512),
+    drafter_layers=1,
+    target_layer_ids=(0, 1),
+    block_size=16,
+    seq_len=256,
+    prompt_len=16,
+    min_len=224,
+    blocks_per_seq=8,
+    batch_size=2,
+    loss_decay=7.0,
+    loss_chunk=4096,
+    lr=1e-3,
+    steps=30,
+    target_workers=1,
+    drafter_workers=3,
+    corpus_per_target=8,
+)
+
 # The seeds' topology: 5 target workers and 3 drafter workers (scaled onto the devices present).
 SEEDS = replace(SMALL, name="seeds", target_workers=5, drafter_workers=3, batch_size=8, corpus_per_target=16)
 
-PRESETS = {c.name: c for c in (TINY, SMALL, SEEDS)}
+PRESETS = {c.name: c for c in (TINY, SMALL, SEEDS, REPLAY)}
 
 
 def preset(name: str) -> PipelineConfig:

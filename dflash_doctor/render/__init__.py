@@ -1,11 +1,19 @@
-"""Output formats. Renderers are the only code (besides cli.py) that writes to the terminal."""
+"""Output formats. Renderers are the only code (besides cli.py) that writes to the terminal.
+
+`OutputFormat` is the one list of formats; `formatter_for` maps each to its formatter (render/formats.py) and ends
+in `assert_never`, so a format added to the enum without a formatter fails the type check and the tests instead
+of falling through to another format's output.
+"""
 from __future__ import annotations
 
 import enum
 import sys
-from typing import Callable, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, NoReturn, Optional, TextIO
 
 from dflash_doctor.findings import FailOn, Report
+
+if TYPE_CHECKING:
+    from dflash_doctor.render.formats import Formatter
 
 
 class OutputFormat(str, enum.Enum):
@@ -17,6 +25,26 @@ class OutputFormat(str, enum.Enum):
 
 # A facts view draws a command's facts in the text format (tables, timelines); it receives a rich Console.
 FactsView = Callable[[object, dict], None]
+
+
+def assert_never(value: NoReturn) -> NoReturn:
+    """typing.assert_never (Python 3.11+), for the interpreters before it."""
+    raise AssertionError(f"unhandled value: {value!r}")
+
+
+def formatter_for(fmt: OutputFormat) -> "Formatter":
+    # Imported per branch: the SARIF and JUnit writers (rule registry, ElementTree) load only when asked for.
+    from dflash_doctor.render import formats
+
+    if fmt is OutputFormat.TEXT:
+        return formats.TextFormatter()
+    if fmt is OutputFormat.JSON:
+        return formats.JsonFormatter()
+    if fmt is OutputFormat.SARIF:
+        return formats.SarifFormatter()
+    if fmt is OutputFormat.JUNIT:
+        return formats.JunitFormatter()
+    assert_never(fmt)
 
 
 def emit(
@@ -32,30 +60,7 @@ def emit(
     # Older typer releases hand an unannotated enum option over as its plain string: accept both.
     fmt = OutputFormat(fmt)
     fail_on = FailOn(fail_on)
-    out = out or sys.stdout
-    err = err or sys.stderr
     exit_code = report.exit_code(fail_on)
-    if fmt is OutputFormat.TEXT:
-        from dflash_doctor.render.text import render_text
-
-        render_text(report, out, err, facts_view=facts_view, exit_code=exit_code)
-        return exit_code
-    if fmt is OutputFormat.JSON:
-        from dflash_doctor.render.json_format import render_json
-
-        document = render_json(report, exit_code)
-    elif fmt is OutputFormat.SARIF:
-        from dflash_doctor.render.sarif import render_sarif
-
-        document = render_sarif(report, exit_code)
-    else:
-        from dflash_doctor.render.junit import render_junit
-
-        # JUnit marks as failures exactly the findings at or above --fail-on; the others pass with details.
-        document = render_junit(report, exit_code, fail_on)
-    out.write(document)
-    out.write("\n")
-    from dflash_doctor.render.text import render_problems_and_summary
-
-    render_problems_and_summary(report, err, exit_code)
+    formatter_for(fmt).write(report, out or sys.stdout, err or sys.stderr, exit_code=exit_code, fail_on=fail_on,
+                             facts_view=facts_view)
     return exit_code

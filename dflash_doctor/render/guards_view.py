@@ -1,10 +1,12 @@
-"""Text view of `guards` facts: versions, the guard's source with the flag highlighted, state, caches, probes,
-verdict and ranked fixes. Draws only what the facts hold; the findings follow it (render/text.py)."""
+"""Text view of `guards` facts: versions, the guard's source with the flag highlighted, the backward compile, state,
+caches, probes, a verdict per hazard, the headline and ranked fixes. Draws only what the facts hold; the findings
+follow it (render/text.py)."""
 from __future__ import annotations
 
 import textwrap
 
 _VERDICT_STYLE = {"vulnerable": "bold red", "safe": "bold green", "unknown": "bold magenta"}
+_STATE_STYLE = {"present": "red", "absent": "green", "unknown": "magenta"}
 _OUTCOME_STYLE = {"reproduced": "red", "not-reproduced": "green", "skipped": "dim", "error": "magenta"}
 HIGHLIGHT = "bold black on yellow"
 
@@ -14,18 +16,17 @@ def guards_view(console, facts: dict) -> None:
 
     _versions(console, facts)
     _guard(console, facts)
+    _backward(console, facts)
     _state(console, facts)
     _probes(console, facts)
+    _hazards(console, facts)
     verdict = facts.get("verdict", "unknown")
-    console.print(f"\n[bold]Verdict[/] [{_VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.upper())}[/]")
+    worst = (facts.get("hazards") or {}).get(facts.get("worst_hazard") or "", {}).get("title")
+    console.print(f"\n[bold]Verdict[/] [{_VERDICT_STYLE.get(verdict, 'bold')}]{escape(verdict.upper())}[/]"
+                  + (f": worst is the {escape(worst)}" if worst else ""))
     for reason in facts.get("verdict_reasons", []):
         console.print(f"  - {escape(reason)}")
-    fixes = facts.get("fixes") or []
-    if fixes:
-        console.print("\n[bold]Fixes[/] (best first)")
-        for fix in fixes:
-            console.print(f"  {fix['rank']}. {escape(fix['fix'])}")
-            console.print(f"     [dim]cost: {escape(fix['cost'])}[/]")
+    _fixes(console, facts.get("fixes") or [])
     console.print()
 
 
@@ -33,23 +34,24 @@ def _versions(console, facts: dict) -> None:
     from rich.markup import escape
 
     versions = facts.get("versions") or {}
-    gpus = versions.get("gpu_count")
-    parts = [
-        f"torch {versions.get('torch') or '?'} ({versions.get('torch_build', '?')} build)",
-        f"Python {versions.get('python', '?')}",
-        f"triton {versions.get('triton') or '-'}",
-        f"transformers {versions.get('transformers') or '-'}",
-        f"GPUs {'?' if gpus is None else gpus}",
-    ]
+    parts = [f"torch {versions.get('torch') or '?'} ({versions.get('torch_build', '?')} build)"]
+    if "python" in versions:  # the installed torch's host; --torch-root describes the tree alone
+        gpus = versions.get("gpu_count")
+        parts += [f"Python {versions.get('python', '?')}", f"triton {versions.get('triton') or '-'}",
+                  f"transformers {versions.get('transformers') or '-'}", f"GPUs {'?' if gpus is None else gpus}"]
     console.print("[bold]" + escape(" · ".join(parts)) + "[/]")
     console.print(f"[dim]read from {escape(str(facts.get('torch_root', '?')))}[/]")
-    corroboration = facts.get("corroboration") or {}
-    if corroboration.get("table_row") is not None:
-        if corroboration.get("agrees"):
-            console.print(f"[dim]FACTS table for {corroboration['release']}: agrees with what was read[/]")
-        else:
-            console.print(f"[yellow]FACTS table for {corroboration['release']} differs in "
-                          f"{escape(', '.join(corroboration['differences']))}: the source read here decides[/]")
+    table = facts.get("corroboration") or {}
+    if table.get("consulted") is False:
+        console.print(f"[yellow]torch {escape(str(table.get('release') or '?'))} is not in the built-in release table "
+                      f"({escape(str(table.get('table_releases')))}): the table was not consulted; every verdict "
+                      "below is derived from this source alone[/]")
+    elif table.get("agrees"):
+        console.print(f"[dim]release table row {escape(table['release'])} (read from the {escape(table['read_from'])} "
+                      "wheel) agrees with this source[/]")
+    elif table.get("consulted"):
+        console.print(f"[yellow]release table row {escape(table['release'])} differs in "
+                      f"{escape(', '.join(table['differences']))}: the source read here decides[/]")
 
 
 def _guard(console, facts: dict) -> None:
@@ -121,6 +123,31 @@ def source_rows(lines, token: str) -> list:
     return rows
 
 
+def _backward(console, facts: dict) -> None:
+    from rich.markup import escape
+
+    backward = facts.get("backward_compile") or {}
+    compiler, lock, lazy, option = (backward.get(key) for key in ("compiler", "lock", "lazy", "non_lazy_option"))
+    if compiler is None:
+        console.print("[bold]Backward compile[/] [magenta]not found[/]")
+    elif lock is None:
+        console.print(f"[bold]Backward compile[/] {escape(compiler['function'])} ({escape(compiler['file'])}:"
+                      f"{compiler['line']}) takes [green]no compile_lock[/]")
+    else:
+        console.print(f"[bold]Backward compile[/] {escape(' -> '.join(backward.get('path') or []))} takes "
+                      f"[red]compile_lock[/] ({escape(lock['file'])}:{lock['line']})")
+    if lazy is not None:
+        console.print(f"[bold]Lazy backward[/] yes: {escape(lazy['function'])} ({escape(lazy['file'])}:"
+                      f"{lazy['line']}) compiles it at the first backward")
+    else:
+        console.print("[bold]Lazy backward[/] [magenta]not recognised[/]")
+    if option is not None:
+        console.print(f"[bold]Non-lazy switch[/] torch._functorch.config.force_non_lazy_backward_lowering "
+                      f"({escape(option['file'])}:{option['line']})")
+    elif backward.get("non_lazy_backward_available") is False:
+        console.print("[bold]Non-lazy switch[/] none in this release")
+
+
 def _state(console, facts: dict) -> None:
     from rich.markup import escape
 
@@ -129,14 +156,17 @@ def _state(console, facts: dict) -> None:
     console.print(f"\n[bold]State[/] [dim]({escape(label)})[/]")
     config = facts.get("config") or {}
     flag_now = facts.get("fx_flag_now")
-    flag_text = "[bold red]True: this process is corrupted[/]" if flag_now else escape(str(flag_now))
-    console.print("  " + "  ".join(f"{escape(k)}={escape(str(v))}" for k, v in config.items())
-                  + f"  FX flag now={flag_text}")
+    if any(value is not None for value in config.values()) or flag_now is not None:
+        flag_text = "[bold red]True: this process is corrupted[/]" if flag_now else escape(str(flag_now))
+        console.print("  " + "  ".join(f"{escape(k)}={escape(str(v))}" for k, v in config.items())
+                      + f"  FX flag now={flag_text}")
     for label, key in (("inductor cache", "compile_cache"), ("triton cache", "triton_cache")):
         cache = facts.get(key)
         if cache:
             console.print(f"  {label} {escape(cache['dir'])}: {escape(_cache_text(cache))}")
-    env = {k: v for k, v in (facts.get("env") or {}).items() if v is not None}
+    if facts.get("env") is None:
+        return
+    env = {k: v for k, v in facts["env"].items() if v is not None}
     console.print("  env: " + (escape("  ".join(f"{k}={v}" for k, v in env.items())) if env
                                else "[dim]none of the relevant variables is set[/]"))
 
@@ -174,3 +204,48 @@ def _probes(console, facts: dict) -> None:
             escape(str(detail.get("error") or detail.get("detail") or "")),
         )
     console.print(table)
+
+
+def _hazards(console, facts: dict) -> None:
+    """One row per hazard: its verdict, the lines that decided it (relative to the torch folder), the probe that
+    bore on it, and the registry's fixes for it on this release. The verdict's reasons follow in full."""
+    import os
+
+    from rich.markup import escape
+    from rich.table import Table
+
+    hazards = facts.get("hazards") or {}
+    if not hazards:
+        return
+    root = str(facts.get("torch_root") or "")
+    console.print("\n[bold]Hazards[/] [dim](decided from the source; probes where they ran)[/]")
+    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False, padding=(0, 2, 0, 2))
+    for column in ("hazard", "verdict", "decided by", "probe", "fixes here"):
+        table.add_column(column, no_wrap=column in ("hazard", "verdict", "probe"), overflow="fold")
+    for hazard in hazards.values():
+        state = hazard.get("state", "?")
+        cited = ", ".join(f"{os.path.relpath(c['file'], root) if root else c['file']}:{c['line']}"
+                          for c in hazard.get("cited") or [])
+        unavailable = hazard.get("unavailable") or {}
+        fixes = ", ".join(hazard.get("fixes") or []) + "".join(
+            f"; not {name}: {why}" for name, why in unavailable.items())
+        table.add_row(escape(hazard.get("title", "?")), f"[{_STATE_STYLE.get(state, 'bold')}]{escape(state)}[/]",
+                      escape(cited or "-"), escape(hazard.get("probe") or "-"), escape(fixes or "-"))
+    console.print(table)
+
+
+def _fixes(console, fixes: list) -> None:
+    from rich.markup import escape
+
+    if not fixes:
+        return
+    console.print("\n[bold]Fixes[/] (best first)")
+    for fix in fixes:
+        console.print(f"  {fix['rank']}. {escape(fix['fix'])}")
+        for api in fix.get("api") or []:
+            console.print(f"     [cyan]{escape(api)}[/]")
+        if fix.get("kind") == "mitigation" and fix.get("gaps"):
+            console.print(f"     [yellow]leaves open here: {escape(', '.join(fix['gaps']))}[/]")
+        for caveat in fix.get("caveats") or []:
+            console.print(f"     [dim]caveat: {escape(caveat)}[/]")
+        console.print(f"     [dim]cost: {escape(fix['cost'])}[/]")

@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Optional
 
 from dflash_doctor import TOOL_NAME
 from dflash_doctor.findings import EXIT_FINDINGS, FailOn, Finding, Report, Severity
+from dflash_doctor.render.printable import without_surrogates
 from dflash_doctor.render.rules_doc import code_domain
 
 PROBLEMS_SUITE = "could-not-check"
@@ -22,7 +23,8 @@ _ILLEGAL_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _clean(text: object) -> str:
-    return _ILLEGAL_XML.sub("\ufffd", str(text))
+    # A file name that is not UTF-8 arrives with lone surrogates, which no UTF-8 document can hold.
+    return _ILLEGAL_XML.sub("\ufffd", without_surrogates(str(text)))
 
 
 def _where(finding: Finding) -> str:

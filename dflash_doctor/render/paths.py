@@ -16,9 +16,17 @@ def repo_root(start: Optional[Path] = None) -> Path:
 
 
 def relative_uri(path: str, root: Path) -> str:
-    """`path` relative to `root` with forward slashes; paths outside the root stay absolute file URIs."""
+    """`path` relative to `root` with forward slashes, percent-encoded as a URI reference must be (a space, a
+    `#`, a byte that is not UTF-8); paths outside the root stay absolute file URIs."""
     absolute = Path(path).resolve()
     try:
-        return absolute.relative_to(root).as_posix()
+        return _uri_reference(absolute.relative_to(root).as_posix())
     except ValueError:
-        return absolute.as_uri() if absolute.is_absolute() else Path(os.path.normpath(path)).as_posix()
+        return absolute.as_uri() if absolute.is_absolute() else _uri_reference(Path(os.path.normpath(path)).as_posix())
+
+
+def _uri_reference(posix_path: str) -> str:
+    from urllib.parse import quote
+
+    # os.fsencode gives back the file name's own bytes, undecodable ones included (PEP 383).
+    return quote(os.fsencode(posix_path), safe="/!$&'()*+,;=:@")

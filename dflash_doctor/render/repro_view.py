@@ -68,6 +68,23 @@ def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
             f"{rate:.2f}" if rate else "-", summary]
 
 
+_WORD_STYLE = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow", "reproduced": "bold red",
+               "not-reproduced": "green"}
+def verdict_line(facts: dict) -> str:
+    """The headline in words: which race, under which stress, how often; or where nothing showed."""
+    verdict = facts.get("verdict")
+    if verdict is None:
+        return "verdict: none (no trial ran to an end)"
+    levels = facts.get("levels") or {}
+    if verdict == "reproduced":
+        level = facts.get("level")
+        entry = levels.get(level) or {}
+        return (f"verdict: reproduced ({facts.get('kind')}) under {level} stress, {entry.get('reproduced')}/"
+                f"{entry.get('ran')} trials; first after {facts.get('time_to_verdict_s')} s")
+    ran = ", ".join(f"{stress} 0/{entry['ran']}" for stress, entry in levels.items() if entry.get("ran"))
+    return f"verdict: not reproduced ({ran or 'no stress could run here'}) in {facts.get('wall_s')} s"
+
+
 def render_repro_facts(console, facts: dict) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -77,6 +94,8 @@ def render_repro_facts(console, facts: dict) -> None:
         f"{escape(str(facts.get('device')))} · {facts.get('threads')} threads · mode {facts.get('mode')} · "
         f"mitigation {escape(str(facts.get('mitigation')))} · cache {facts.get('cache')}"
     )
+    for line in (facts.get("capabilities") or {}).get("cannot_show", []):
+        console.print(f"[dim]note: {escape(line)}[/]")
     shim = facts.get("shim")
     if shim:
         check = shim.get("self_check") or {}
@@ -90,6 +109,8 @@ def render_repro_facts(console, facts: dict) -> None:
         if row:
             table.add_row(*row)
     console.print(table)
+    if facts.get("levels"):
+        console.print(f"stresses: {escape(stress_cells(facts['levels']))}")
     multi = facts.get("multi_thread") or {}
     if multi.get("disturbance"):
         console.print(f"[dim]{escape(multi['disturbance'])}[/]")
@@ -111,27 +132,40 @@ def render_repro_facts(console, facts: dict) -> None:
             console.print(f"  {escape(thread):>16} {row}")
     if facts.get("matrix"):
         render_matrix(console, facts["matrix"])
-    verdict = facts.get("verdict")
-    kind = f" ({facts['kind']})" if facts.get("kind") else ""
-    style = "bold red" if verdict == "reproduced" else "bold green"
-    rate = facts.get("reproduction_rate")
-    trial_count = len(facts.get("trials") or [])
-    trials = f" · {rate:.0%} of {trial_count} trials" if rate is not None and trial_count else ""
-    console.print(f"verdict: [{style}]{verdict}[/]{kind} in {facts.get('time_to_verdict_s')} s{trials}")
+    style = "bold red" if facts.get("verdict") == "reproduced" else "bold green"
+    console.print(f"[{style}]{escape(verdict_line(facts))}[/]")
+    if facts.get("outcome"):
+        word = facts["outcome"]
+        console.print(f"mitigation {escape(str(facts.get('mitigation')))}: [{_WORD_STYLE.get(word, '')}]{word}[/] "
+                      f"[dim]({escape(str(facts.get('outcome_reason', '')))})[/]")
     for line in facts.get("next_steps") or []:
         console.print(f"[dim]next:[/] {escape(line)}")
 
 
+_KIND_SHORT = {"fx-flag-leak": "leak", "stuck-flag": "stuck", "deadlock": "deadlock", "other-error": "other"}
+
+
+def stress_cells(tally: dict) -> str:
+    """`natural 0/3 · amplified 1/2 leak · forced skip`: per stress, reproduced/ran and the kinds seen."""
+    cells = []
+    for stress, entry in tally.items():
+        if entry.get("skipped"):
+            cells.append(f"{stress} skip")
+        elif entry.get("ran"):
+            kinds = " ".join(_KIND_SHORT.get(k, k) for k in entry.get("kinds") or {})
+            cells.append(f"{stress} {entry['reproduced']}/{entry['ran']}" + (f" {kinds}" if kinds else ""))
+        else:
+            cells.append(f"{stress} -")
+    return " · ".join(cells)
+
+
 def render_matrix(console, rows: Sequence[dict]) -> None:
     from rich.markup import escape
-    from rich.table import Table
 
-    table = Table(title="mitigation matrix", box=None, header_style="bold", title_justify="left")
-    for column in ("mitigation", "outcome", "kind", "steps/s", "seconds"):
-        table.add_column(column)
+    console.print("[bold]mitigation matrix[/] [dim](per stress: trials that reproduced / trials run)[/]")
+    width = max(len(row["mitigation"]) for row in rows)
     for row in rows:
-        style = _OUTCOME_STYLE.get(row.get("outcome"), "")
+        word = row.get("outcome") or row.get("verdict")
         rate = row.get("steps_per_s")
-        table.add_row(escape(row["mitigation"]), f"[{style}]{row.get('outcome')}[/]", row.get("kind") or "-",
-                      f"{rate:.2f}" if rate else "-", f"{row.get('seconds') or 0:.1f}")
-    console.print(table)
+        console.print(f"  {escape(row['mitigation']).ljust(width)}  [{_WORD_STYLE.get(word, '')}]{word:<14}[/] "
+                      f"{escape(stress_cells(row.get('stresses') or {}))}{f' · {rate:.2f} steps/s' if rate else ''}")

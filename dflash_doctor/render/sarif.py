@@ -18,6 +18,7 @@ from typing import Optional
 from dflash_doctor import TOOL_NAME, __version__
 from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.render.paths import relative_uri, repo_root
+from dflash_doctor.render.printable import without_surrogates
 from dflash_doctor.render.rules_doc import rule_anchor
 from dflash_doctor.rules import all_rules
 
@@ -158,5 +159,18 @@ def sarif_document(report: Report, exit_code: int, root: Optional[Path] = None) 
     }
 
 
+def _valid_unicode(value):
+    """The document with every string valid Unicode: a file name that is not UTF-8 (lone surrogates) would
+    otherwise reach the JSON as escapes that strict SARIF consumers reject."""
+    if isinstance(value, str):
+        return without_surrogates(value)
+    if isinstance(value, dict):
+        return {without_surrogates(str(key)): _valid_unicode(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_valid_unicode(item) for item in value]
+    return value
+
+
 def render_sarif(report: Report, exit_code: int) -> str:
-    return json.dumps(sarif_document(report, exit_code), indent=2, default=str)
+    return json.dumps(_valid_unicode(sarif_document(report, exit_code)), indent=2,
+                      default=lambda value: without_surrogates(str(value)))

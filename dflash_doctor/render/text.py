@@ -1,17 +1,41 @@
 """Human output: findings like a linter (path:line:col CODE name message), facts views, problems on stderr."""
 from __future__ import annotations
 
+import functools
 from typing import Optional, TextIO
 
 from dflash_doctor.findings import Report, Severity
+from dflash_doctor.render.printable import printable
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
-def console_for(stream: TextIO):
+@functools.lru_cache(maxsize=None)
+def _safe_console_class():
     from rich.console import Console
 
-    return Console(file=stream, highlight=False, soft_wrap=True)
+    class SafeConsole(Console):
+        """Every string this console draws (print, table cells, titles) goes through `printable` first, so a
+        file name or a log line cannot move the cursor, clear the screen or hide text; line breaks stay, since
+        views lay text out over several lines (data that must stay on one line is escaped where it is put)."""
+
+        def render_str(self, text, **kwargs):
+            return super().render_str(printable(text, keep_newlines=True), **kwargs)
+
+        def on_broken_pipe(self) -> None:
+            # rich's own handling exits 1 (the findings code here) and silences stdout even for a stderr
+            # console: let the command's guard decide, as for any other write.
+            import errno
+
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+    return SafeConsole
+
+
+def console_for(stream: TextIO):
+    # No emoji codes: a file named `:fire:.py` is shown as it is named.
+    return _safe_console_class()(file=stream, highlight=False, soft_wrap=True, emoji=False)
 
 
 def render_text(report: Report, out: TextIO, err: TextIO, *, facts_view=None, exit_code: int) -> None:
@@ -21,13 +45,13 @@ def render_text(report: Report, out: TextIO, err: TextIO, *, facts_view=None, ex
     if facts_view is not None:
         facts_view(console, report.facts)
     for f in report.sorted_findings():
-        where = f"{f.path}:{f.line}:{f.column}: " if f.path else ""
+        where = f"{printable(f.path)}:{f.line}:{f.column}: " if f.path else ""
         console.print(
-            f"{escape(where)}[{_STYLE[f.severity]}]{f.code}[/] [bold]{f.name}[/] {escape(f.message)}"
+            f"{escape(where)}[{_STYLE[f.severity]}]{f.code}[/] [bold]{f.name}[/] {escape(printable(f.message))}"
         )
         chain = f.evidence.get("chain") if isinstance(f.evidence, dict) else None
         if chain:
-            console.print(f"    [dim]via {escape(' -> '.join(map(str, chain)))}[/]")
+            console.print(f"    [dim]via {escape(printable(' -> '.join(map(str, chain))))}[/]")
     render_problems_and_summary(report, err, exit_code)
 
 
@@ -36,8 +60,9 @@ def render_problems_and_summary(report: Report, err: TextIO, exit_code: int, sum
 
     console = console_for(err)
     for p in report.problems:
-        hint = f" [dim]({escape(p.hint)})[/]" if p.hint else ""
-        console.print(f"[magenta]could not check[/] {escape(p.subject)}: {escape(p.reason)}{hint}")
+        hint = f" [dim]({escape(printable(p.hint))})[/]" if p.hint else ""
+        subject, reason = escape(printable(p.subject)), escape(printable(p.reason))
+        console.print(f"[magenta]could not check[/] {subject}: {reason}{hint}")
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
     found = ", ".join(parts) if parts else "no findings"

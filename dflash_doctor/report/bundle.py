@@ -14,7 +14,7 @@ from dflash_doctor import __version__
 from dflash_doctor.errors import DoctorError, UsageError
 from dflash_doctor.findings import Problem, Report, Severity
 from dflash_doctor.report.environment import collect_environment
-from dflash_doctor.report.last_repro import UnreadableRepro, last_repro_path, load_repro
+from dflash_doctor.report.last_repro import RefusedRepro, UnreadableRepro, last_repro_path, load_repro
 
 MAX_SCAN_FINDINGS = 25  # the summary lists this many; the counts cover all of them
 
@@ -39,6 +39,7 @@ class BundleSources:
     scan: Optional[Callable[[], Report]] = None
     gpus: Optional[Callable[[], dict]] = None
     env: Optional[Mapping[str, str]] = None
+    argv: Optional[Sequence[str]] = None  # the command line that made the report; default sys.argv
     version_of: Optional[Callable[[str], str]] = None
     now: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc)
 
@@ -118,7 +119,7 @@ def build_bundle(
     bundle = Bundle(
         created=sources.now().replace(microsecond=0).isoformat(),
         tool_version=__version__,
-        environment=collect_environment(sources.env, sources.version_of),
+        environment=collect_environment(sources.env, sources.version_of, sources.argv),
         problems=problems,
     )
     guards = _collect("guards", sources.guards or _real_guards(probes, timeout), problems)
@@ -138,6 +139,8 @@ def _repro_section(repro_json: Optional[Path], env, problems: List[Problem]) -> 
     try:
         document = load_repro(path)
     except UnreadableRepro as exc:
+        if repro_json is not None and isinstance(exc, RefusedRepro):
+            raise UsageError(f"--repro-json {exc}") from exc
         problems.append(Problem("repro", str(exc), "run `dflash-doctor repro` again to refresh it"))
         return {"source": str(path), "result": None}
     if document is None:

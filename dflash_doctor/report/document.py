@@ -2,7 +2,8 @@
 
 The bundle is first laid out as a list of blocks (heading, paragraph, table, code, details), then written in
 either format, so both always carry the same content. Every block is redacted before it is written (and the
-Markdown once more as a whole): a token in a path, a log tail or a repro's stderr never survives either.
+Markdown once more as a whole): a token in a path, a log tail or a repro's stderr never survives either. Control
+characters (a file name with an escape sequence) are spelled out, as on every terminal output.
 """
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from dflash_doctor import TOOL_NAME
+from dflash_doctor.render.printable import printable
 from dflash_doctor.report.bundle import Bundle
-from dflash_doctor.report.redact import redact_text
+from dflash_doctor.report.redact import redact_data, redact_text
 
 MAX_FACTS_CHARS = 6000  # per section; a bug report nobody can scroll through is not read
 
@@ -29,7 +31,8 @@ class Block:
 
 
 def _json_text(data: object) -> str:
-    text = json.dumps(data, indent=2, default=str, sort_keys=True)
+    # Structured first (a key that says secret hides its value), then as text with every block.
+    text = json.dumps(redact_data(json.loads(json.dumps(data, default=str))), indent=2, sort_keys=True)
     if len(text) > MAX_FACTS_CHARS:
         text = text[:MAX_FACTS_CHARS] + f"\n... ({len(text) - MAX_FACTS_CHARS} more characters cut)"
     return text
@@ -86,19 +89,24 @@ def _repro_blocks(section: dict) -> List[Block]:
     return blocks + [Block("details", _json_text(result.get("facts", {})), header=("repro facts",))]
 
 
-def _redacted(block: Block) -> Block:
-    # Before any escaping: HTML entities would split a `password="..."` apart and hide it from the patterns.
+def _clean(text: str) -> str:
+    # Redacted before any escaping: HTML entities would split a `password="..."` apart and hide it from the
+    # patterns. Control characters are spelled out: the Markdown is often read on a terminal (stdout).
+    return printable(redact_text(text), keep_newlines=True)
+
+
+def _cleaned(block: Block) -> Block:
     return Block(
         block.kind,
-        redact_text(block.text),
-        rows=[[redact_text(str(cell)) for cell in row] for row in block.rows],
-        header=[redact_text(str(h)) for h in block.header],
+        _clean(block.text),
+        rows=[[_clean(str(cell)) for cell in row] for row in block.rows],
+        header=[_clean(str(h)) for h in block.header],
         level=block.level,
     )
 
 
 def layout(bundle: Bundle) -> List[Block]:
-    return [_redacted(block) for block in _layout(bundle)]
+    return [_cleaned(block) for block in _layout(bundle)]
 
 
 def _layout(bundle: Bundle) -> List[Block]:
@@ -109,7 +117,7 @@ def _layout(bundle: Bundle) -> List[Block]:
                            "environment are redacted; read it once before you post it."),
         Block("heading", "Environment"),
         Block("table", header=("field", "value"), rows=[[key, env[key]] for key in (
-            "python", "implementation", "platform", "machine", "cpu_count", "executable")]),
+            "command", "python", "implementation", "platform", "machine", "cpu_count", "executable")]),
         Block("table", header=("package", "version"),
               rows=[[name, version or "not installed"] for name, version in env["packages"].items()]),
     ]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Sequence
 
-from dflash_doctor.report.redact import redact_env
+from dflash_doctor.report.redact import redact_argv, redact_env
 
 PACKAGES_OF_INTEREST = (
     "torch", "triton", "pytorch-triton", "transformers", "accelerate", "deepspeed", "flash-attn", "numpy",
@@ -44,9 +44,20 @@ def selected_env(env: Mapping[str, str]) -> Dict[str, str]:
     return dict(sorted(redact_env(picked).items()))
 
 
-def collect_environment(env: Optional[Mapping[str, str]] = None, version_of=None) -> dict:
+def command_line(argv: Sequence[str]) -> str:
+    """The command as typed (`dflash-doctor report ...`), secret option values masked."""
+    import shlex
+
+    from dflash_doctor import TOOL_NAME
+
+    return " ".join([TOOL_NAME] + [shlex.quote(arg) for arg in redact_argv(list(argv[1:]))])
+
+
+def collect_environment(env: Optional[Mapping[str, str]] = None, version_of=None,
+                        argv: Optional[Sequence[str]] = None) -> dict:
     env = os.environ if env is None else env
     return {
+        "command": command_line(sys.argv if argv is None else argv),
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
         "executable": sys.executable,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Mapping, Optional
 
 LAST_REPRO_NAME = "last-repro.json"
+MAX_REPRO_BYTES = 16 * 2**20
 
 
 def cache_dir(env: Optional[Mapping[str, str]] = None) -> Path:
@@ -28,19 +30,10 @@ def last_repro_path(env: Optional[Mapping[str, str]] = None) -> Path:
 
 def save_last_repro(envelope: dict, env: Optional[Mapping[str, str]] = None) -> Path:
     """Write `envelope` atomically (a concurrent `report` never reads half a file); returns the path."""
-    import tempfile
+    from dflash_doctor.outputs import write_atomically
 
     path = last_repro_path(env)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(envelope, handle, indent=2, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, json.dumps(envelope, indent=2, default=str))
     return path
 
 
@@ -59,18 +52,35 @@ class UnreadableRepro(Exception):
     """The repro file exists but is not a repro envelope; the message says why."""
 
 
+class RefusedRepro(UnreadableRepro):
+    """The path is not something a repro result can be read from at all: a FIFO, a device, a huge file."""
+
+
+def _read_bounded(path: Path) -> str:
+    """The text of a regular file of at most MAX_REPRO_BYTES. Opened without blocking, so a FIFO in its place
+    cannot hang the report, and never read past the cap, so /dev/zero or a huge file cannot fill memory."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise RefusedRepro(f"{path} is not a regular file (a FIFO, device or socket is never read)")
+        data = handle.read(MAX_REPRO_BYTES + 1)
+    if len(data) > MAX_REPRO_BYTES:
+        raise RefusedRepro(f"{path} is larger than {MAX_REPRO_BYTES // 2**20} MiB; a repro result is a few KiB")
+    return data.decode("utf-8")
+
+
 def load_repro(path: Path) -> Optional[dict]:
     """The envelope at `path`; None when there is no file; UnreadableRepro when it is not a repro envelope."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_bounded(Path(path))
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise UnreadableRepro(f"cannot read {path}: {exc.__class__.__name__}: {exc}") from exc
     try:
         document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UnreadableRepro(f"{path} is not JSON ({exc})") from exc
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise UnreadableRepro(f"{path} is not JSON ({exc.__class__.__name__}: {exc})") from exc
     if not isinstance(document, dict) or document.get("command") != "repro":
         raise UnreadableRepro(f"{path} is not a repro result (expected the JSON envelope of `dflash-doctor repro`)")
     return document

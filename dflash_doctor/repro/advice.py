@@ -1,51 +1,84 @@
-"""What to run next after a repro: pure data from the facts, shown by the text view and kept in the JSON.
+"""What to do after a repro: pure data from the facts, shown by the text view and kept in the JSON.
 
-A "not reproduced" is the answer users misread most: the race is timing-dependent, and on the CPU half of it
-(the lazy-backward deadlock) cannot form at all. So the advice says what this run could and could not show.
+The fixes and their caveats come from the mitigation registry (dflash_doctor/mitigations.py), the same source
+`guards`, `explain` and the README use, so the four cannot disagree. A "not reproduced" is the answer users
+misread most: the race is timing-dependent, so the lines say what this run could and could not show.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
-# The mitigations that held on the H200 (docs/gpu-results.md) for each failure kind, cheapest first.
-FIXES = {
-    "fx-flag-leak": "threadlocal-flag (with non-lazy-backward on a GPU), warmup, global-lock",
-    "stuck-flag": "threadlocal-flag, or processes (a stuck flag breaks every later compiled call in the process)",
-    "deadlock": "threadlocal-flag,non-lazy-backward, warmup or global-lock",
-    "other-error": "none known: the step fails for another reason; read the thread errors above",
-}
+from dflash_doctor import mitigations as registry
+from dflash_doctor.hazards import Hazard, Release
+
+KIND_HAZARD = {"fx-flag-leak": Hazard.FX_FLAG_LEAK, "stuck-flag": Hazard.STUCK_FLAG, "deadlock": Hazard.DEADLOCK}
+
+
+def release_from_facts(facts: dict) -> Release:
+    caps = facts.get("capabilities") or {}
+    storage = caps.get("fx_flag_storage")
+    return Release(version=facts.get("torch_version"),
+                   fx_flag_thread_local=None if storage is None else storage == "thread-local")
+
+
+def fix_line(facts: dict) -> Optional[str]:
+    """The best complete fix for every hazard this release has, then the alternatives."""
+    release = release_from_facts(facts)
+    ranked = [r for r in registry.recommend(release.hazards(), release) if r.complete]
+    if not ranked:
+        return None
+    best, others = ranked[0], ranked[1:]
+    line = f"fix: {best.label} ({'; '.join(best.api)})"
+    if others:
+        line += f"; alternatives: {', '.join(r.label for r in others)}"
+    return line + ". `--matrix` puts each through the stress ladder on this install"
+
+
+def _counts(tally: dict) -> str:
+    return ", ".join(f"{stress} {entry['reproduced']}/{entry['ran']}" for stress, entry in tally.items()
+                     if not entry.get("skipped") and entry.get("ran"))
 
 
 def next_steps(facts: dict) -> List[str]:
-    """One line each: what the verdict means here and the command to run next."""
-    steps: List[str] = []
-    on_cpu = str(facts.get("device", "")).startswith("cpu")
-    mitigation = facts.get("mitigation") or "none"
+    """One line each: what the verdict means here and what to run or change next."""
     if facts.get("matrix"):
-        held = [row["mitigation"] for row in facts["matrix"]
-                if row.get("verdict") == "not-reproduced" and row.get("mitigation") != "none"]
-        if held:
-            steps.append(f"held on this install: {', '.join(held)}; each is a function in dflash_doctor.runtime "
-                         "(README: 'Fix it in your own trainer')")
-        return steps
-    if facts.get("verdict") == "reproduced":
-        kind = facts.get("kind") or "other-error"
-        if mitigation == "none":
-            steps.append(f"fixes that held for {kind} on the H200: {FIXES.get(kind, FIXES['other-error'])}; "
-                         "`--matrix` measures them all on this install")
+        return _matrix_steps(facts["matrix"])
+    mitigation = facts.get("mitigation") or registry.NONE
+    steps: List[str] = []
+    if mitigation != registry.NONE:
+        outcome, reason = facts.get("outcome"), facts.get("outcome_reason", "")
+        caveats = registry.caveats_for(registry.parse(mitigation))
+        if outcome == "fails":
+            steps.append(f"--mitigation {mitigation} fails: {reason}")
+            steps.extend(f"it leaves open: {c}" for c in caveats)
+        elif outcome == "holds":
+            steps.append(f"--mitigation {mitigation} holds: {reason}")
+            steps.extend(f"caveat: {c}" for c in caveats)
         else:
-            steps.append(f"--mitigation {mitigation} did not hold here; `--matrix` shows which does")
-        return steps
-    if mitigation != "none":
-        steps.append(f"--mitigation {mitigation} held in this run; raise --trials for a rate, not one sample")
-        return steps
+            steps.append(f"--mitigation {mitigation} is inconclusive: {reason}")
+        line = fix_line(facts) if outcome != "holds" else None
+        return steps + ([line] if line else [])
+    if facts.get("verdict") == "reproduced":
+        line = fix_line(facts)
+        return [line] if line else ["none known: the step fails for another reason; read the thread errors above"]
+    steps.append("not reproduced at any stress that ran (" + (_counts(facts.get("levels") or {}) or "none ran")
+                 + "): the race needs a compile to overlap another thread's work, so this is not proof of safety")
+    if facts.get("shapes") == "same" and facts.get("backward"):
+        steps.append("`--shapes per-thread` gives every thread its own compile, each a new race window")
     if not facts.get("backward"):
-        steps.append("forward only (flex_attention has no CPU backward), so the compile-lock / autograd deadlock "
-                     "cannot form here" if on_cpu else
-                     "forward only (--no-backward): the compile-lock / autograd deadlock cannot form")
-    if facts.get("mode") == "natural":
-        steps.append("not reproduced is not safe: the race needs a compile to overlap another thread's call. "
-                     "`--mode forced` tests this torch's guard deterministically; `dflash-doctor guards` reads it")
-        if on_cpu:
-            steps.append("on a GPU: `--device cuda --shapes per-thread` (the seeds' shape: the H200 deadlocked)")
+        steps.append("on a GPU the backward compiles lazily and the deadlock can form: `--device cuda`")
+    steps.append("`dflash-doctor guards` reads this torch's guard and probes it directly")
+    return steps
+
+
+def _matrix_steps(rows: List[dict]) -> List[str]:
+    steps = []
+    for word in ("holds", "fails", "inconclusive"):
+        named = [row for row in rows if row.get("outcome") == word]
+        if named:
+            steps.append(f"{word}: " + "; ".join(f"{row['mitigation']} ({row.get('reason', '')})" for row in named))
+    holding = [row["mitigation"] for row in rows if row.get("outcome") == "holds"]
+    if holding:
+        steps.append(f"apply in your trainer: {', '.join(holding)} (each is a call in dflash_doctor.runtime; "
+                     "README: 'Fix it in your own trainer')")
     return steps

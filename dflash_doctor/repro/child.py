@@ -15,18 +15,19 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import IO, List, Optional
 
 from dflash_doctor.repro.spec import PhaseSpec
+from dflash_doctor.runtime.recorder import FlightRecorder
 
 FAULTHANDLER_GRACE_S = 15.0  # the C-level stack dump fires this long after the Python watchdog should have
 OVERLAP_PAUSE_S = 0.001
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    from dflash_doctor.outputs import write_atomically
+
+    write_atomically(path, json.dumps(data, default=str))
 
 
 class PhaseChild:
@@ -37,45 +38,42 @@ class PhaseChild:
         self.result: dict = {"phase": spec.phase, "problems": [], "shim": None, "shim_check": None,
                              "warmup_s": [], "hang": None, "stacks": [], "threads": []}
         self.thread_results: List[dict] = []
-        self.recorder = None
+        # Plain data until run() installs its hooks into torch (runtime.install).
+        self.recorder = FlightRecorder(clock=clock)
         self._written = threading.Lock()
-        self._fault_file = None
+        self._fault_file: Optional[IO[str]] = None
         self.started = clock()
         self._first_steps_lock = threading.Lock()
         self._first_steps_pending = spec.threads
 
     # -- set-up ------------------------------------------------------------------------------------------
     def install_mitigations(self) -> None:
-        from dflash_doctor import runtime
+        """Each requested mitigation's process-wide set-up (mitigations.py), before any compile wrapper exists."""
+        from dflash_doctor import mitigations as registry
 
-        if "threadlocal-flag" in self.spec.mitigation:
-            status = runtime.install_threadlocal_fx_flag()
-            self.result["shim"] = status.to_dict()
-            if status.state == "unknown-layout":
-                self.result["problems"].append(
-                    {"subject": "threadlocal-flag", "reason": status.detail,
-                     "hint": "this torch's FX module is not a layout the shim knows; the run used no shim"})
-            else:
-                ok, detail = runtime.verify_threadlocal_fx_flag()
-                self.result["shim_check"] = {"ok": ok, "detail": detail}
-                if not ok:
-                    self.result["problems"].append({"subject": "threadlocal-flag", "reason": detail,
-                                                    "hint": "the shim is installed but not effective"})
-        if "non-lazy-backward" in self.spec.mitigation:
+        for name in self.spec.mitigation:
+            entry = registry.get(name)
+            if entry.setup is None:
+                continue
             try:
-                runtime.enable_non_lazy_backward()
-            except runtime.MitigationUnavailable as exc:
-                self.result["problems"].append({"subject": "non-lazy-backward", "reason": str(exc),
-                                                "hint": "this torch cannot compile the backward eagerly"})
+                self.result.update(entry.setup())
+            except registry.MitigationFailed as exc:
+                self.result["problems"].append({"subject": name, "reason": str(exc),
+                                                "hint": "this torch cannot apply it; the run went on without it"})
 
     def wrap_steps(self, steps):
-        from dflash_doctor import runtime
+        from dflash_doctor import mitigations as registry
 
-        if "global-lock" in self.spec.mitigation:
-            return [runtime.global_lock(step) for step in steps]
-        if "first-call-lock" in self.spec.mitigation:
-            return [runtime.first_call_lock(step) for step in steps]
+        for name in self.spec.mitigation:
+            wrap = registry.get(name).wrap_step
+            if wrap is not None:
+                steps = [wrap(step) for step in steps]
         return steps
+
+    def warm_up_wanted(self) -> bool:
+        from dflash_doctor import mitigations as registry
+
+        return any(registry.get(name).warm_up for name in self.spec.mitigation)
 
     # -- running -----------------------------------------------------------------------------------------
     def _first_step_over(self) -> None:
@@ -131,8 +129,7 @@ class PhaseChild:
         if not self._written.acquire(blocking=False):
             return
         self.result.update(outcome=outcome, threads=self.thread_results,
-                           events=self.recorder.to_dicts() if self.recorder else [],
-                           blame=[b.to_dict() for b in self.recorder.blames] if self.recorder else [],
+                           events=self.recorder.to_dicts(), blame=[b.to_dict() for b in self.recorder.blames],
                            seconds=round(self.clock() - self.started, 6))
         _write_json(self.result_path, self.result)
 
@@ -154,7 +151,7 @@ class PhaseChild:
         self.result.update(torch_version=torch.__version__, python=sys.version.split()[0], pid=os.getpid())
         self._fault_file = open(self.result_path.with_name("faulthandler.txt"), "w", encoding="utf-8")
         self.install_mitigations()
-        self.recorder = runtime.install(runtime.FlightRecorder(clock=self.clock))
+        runtime.install(self.recorder)
         if spec.mode == "amplified":
             disturb.install_amplifier(spec.amplify_ms, on_sleep=self.recorder.mark_progress)
         self.started = self.clock()
@@ -164,7 +161,7 @@ class PhaseChild:
         self.thread_results = [{"name": name, "outcome": "running", "error": None, "steps": 0, "seconds": 0.0}
                                for name in spec.thread_names]
         steps = self.wrap_steps(build_thread_steps(spec))
-        if "warmup" in spec.mitigation:
+        if self.warm_up_wanted():
             self.result["warmup_s"] = [round(s, 6) for s in runtime.warmup(steps, clock=self.clock)]
         self.result["setup_s"] = round(self.clock() - self.started, 6)
         watchdog = runtime.Watchdog(lambda: self.recorder.last_progress, spec.hang_after_s, self.on_hang,
@@ -226,8 +223,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     spec_path, result_path = Path(argv[0]), Path(argv[1])
     spec = PhaseSpec.from_dict(json.loads(spec_path.read_text(encoding="utf-8")))
     child = PhaseChild(spec, result_path)
+    from dflash_doctor.errors import UsageError
+
     try:
         child.run()
+    except UsageError as exc:  # a --model that cannot be imported or built: one line for the user, no traceback
+        child.result["usage_error"] = str(exc)
+        child.finish("error")
+        return 2
     except BaseException as exc:  # noqa: BLE001 - the parent must get a result, whatever broke here
         child.result["problems"].append({"subject": f"{spec.phase}-thread phase", "reason":
                                          f"{type(exc).__name__}: {exc}", "hint": traceback.format_exc(limit=8)})

@@ -10,7 +10,7 @@ PHASE_KEYS = ("outcome", "seconds", "threads")
 
 
 def is_fx_error_text(error: Optional[str]) -> bool:
-    return bool(error) and FX_ERROR_PREFIX in error
+    return error is not None and FX_ERROR_PREFIX in error
 
 
 def classify_phase(result: dict) -> Tuple[Optional[str], List[dict]]:

@@ -34,7 +34,7 @@ def install_amplifier(sleep_ms: float, sleep: Callable[[float], None] = time.sle
             on_sleep()
         return original(self, *args, **kwargs)
 
-    fx_proxy.TracerBase.create_proxy = create_proxy
+    setattr(fx_proxy.TracerBase, "create_proxy", create_proxy)  # process-wide, on purpose: every tracer
 
 
 def _blocking_module(entered: threading.Event, release: threading.Event, hold_s: float):

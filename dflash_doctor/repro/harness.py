@@ -1,25 +1,34 @@
-"""The repro harness: single-thread control, then N threads (K trials), each phase in a fresh child process.
+"""The repro harness: a single-thread control, then multi-thread trials up the stress ladder, each in a fresh child.
 
-`run_repro(spec)` returns a Report whose facts follow the issue's contract and whose exit code is repro's own:
-0 not reproduced, 1 reproduced, 3 harness failure (the control failed, a requested mitigation could not be
-installed, or a child could not be started). It never prints; `progress(message)` is called as phases run.
+`run_repro(spec)` returns a Report whose exit code is repro's own: 0 not reproduced, 1 reproduced, 3 harness
+failure (the control failed, a requested mitigation could not be applied, or no trial gave a verdict). Trials
+run side by side (`--jobs`); which trials run and what they mean is repro/ladder.py's business, what this machine
+can show is repro/capabilities.py's. It never prints; `progress(message)` is called as trials start and end.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from dflash_doctor import mitigations as registry
 from dflash_doctor.findings import Problem, Report
+from dflash_doctor.hazards import STRESS_ORDER, Stress
+from dflash_doctor.repro import ladder
+from dflash_doctor.repro.capabilities import Capabilities, assess
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
-from dflash_doctor.repro.runner import ProcessRunner, child_env, read_phase_result, write_spec
-from dflash_doctor.repro.spec import MATRIX, PhaseSpec, ReproSpec, mitigation_label
+from dflash_doctor.repro.runner import Child, ChildExit, ProcessRunner, child_env, read_phase_result, write_spec
+from dflash_doctor.repro.spec import PhaseSpec, ReproSpec
 
 EXIT_NOT_REPRODUCED = 0
 EXIT_REPRODUCED = 1
 EXIT_HARNESS_FAILURE = 3
+POLL_S = 0.2
+# The default run climbs these; stuck runs only when asked for (--mode stuck) or to qualify a mitigation.
+ESCALATION = (Stress.NATURAL, Stress.AMPLIFIED, Stress.FORCED)
 
 Progress = Callable[[str], None]
 
@@ -32,84 +41,135 @@ def thread_names(count: int) -> List[str]:
     return [f"drafter-{i}" for i in range(count)]
 
 
+class _Trial:
+    """One multi-thread trial in flight: one child, or for `processes` one child per worker plus a disturber."""
+
+    def __init__(self, harness: "Harness", root: Path, task: Optional[ladder.Task], label: str) -> None:
+        self.task, self.label, self.harness = task, label, harness
+        self.children: List[Tuple[PhaseSpec, Path, Child]] = []
+        self.disturber: Optional[Tuple[PhaseSpec, Path, Child]] = None
+        self.exits: Dict[int, ChildExit] = {}
+        if task is None:  # the single-thread control
+            self._start(root, label, harness.phase_spec("single", 1, (), thread_names(1), Stress.NATURAL))
+        elif task.row and registry.get(task.row[0]).separate_processes:
+            self._start_processes(root, task)
+        else:
+            self._start(root, label, harness.phase_spec("multi", harness.spec.threads, task.row,
+                                                        thread_names(harness.spec.threads), task.stress))
+
+    def _start(self, root: Path, label: str, spec: PhaseSpec) -> None:
+        self.children.append((spec, *self.harness.start_child(root, label, spec)))
+
+    def _start_processes(self, root: Path, task: ladder.Task) -> None:
+        harness = self.harness
+        if task.stress in (Stress.FORCED, Stress.STUCK):
+            spec = harness.phase_spec("disturb", 0, (), [], task.stress)
+            self.disturber = (spec, *harness.start_child(root, f"{self.label}-disturb", spec))
+        calm = Stress.AMPLIFIED if task.stress is Stress.AMPLIFIED else Stress.NATURAL
+        for index, name in enumerate(thread_names(harness.spec.threads)):
+            spec = harness.phase_spec("multi", 1, (), [name], calm)
+            spec.shape_indices = [index if harness.spec.shapes == "per-thread" else 0]
+            spec.devices = [harness.spec.devices[index % len(harness.spec.devices)]]
+            self._start(root, f"{self.label}-proc{index}", spec)
+
+    def poll(self) -> Optional[dict]:
+        """The phase result once every child has ended, else None."""
+        timeout = self.harness.spec.timeout_s
+        for index, (_, _, child) in enumerate(self.children):
+            if index not in self.exits:
+                ended = child.poll(timeout)
+                if ended is not None:
+                    self.exits[index] = ended
+        if len(self.exits) < len(self.children):
+            return None
+        results = [read_phase_result(phase_dir, self.exits[i], spec)
+                   for i, (spec, phase_dir, _) in enumerate(self.children)]
+        self.harness.clean_caches([phase_dir for _, phase_dir, _ in self.children])
+        if len(results) == 1 and self.disturber is None:
+            return results[0]
+        merged = merge_process_results(results)
+        if self.disturber is not None:
+            spec, phase_dir, child = self.disturber
+            disturbed = read_phase_result(phase_dir, child.stop(), spec)
+            merged["disturbance"] = f"{disturbed.get('disturbance')} (in a process of its own)"
+        return merged
+
+    def kill(self) -> None:
+        for _, _, child in self.children + ([self.disturber] if self.disturber else []):
+            child.kill()
+
+
 class Harness:
     def __init__(self, spec: ReproSpec, *, runner=None, progress: Progress = _quiet,
-                 clock: Callable[[], float] = time.perf_counter, workdir: Optional[Path] = None) -> None:
+                 clock: Callable[[], float] = time.perf_counter, workdir: Optional[Path] = None,
+                 capabilities: Optional[Capabilities] = None) -> None:
         self.spec = spec
         self.runner = runner or ProcessRunner(clock=clock)
         self.progress = progress
         self.clock = clock
         self.workdir = workdir
+        self.capabilities = capabilities
         self._phase_counter = 0
+        self.started = clock()
+        # Trials side by side share the cores: each child's inductor worker pool gets its share, not all of them.
+        jobs = spec.effective_jobs
+        self.compile_threads = max(2, (os.cpu_count() or 2) // jobs) if jobs > 1 else None
 
-    # -- one phase ---------------------------------------------------------------------------------------
+    # -- children ----------------------------------------------------------------------------------------
     def phase_spec(self, phase: str, threads: int, mitigation: Tuple[str, ...], names: List[str],
-                   mode: Optional[str] = None) -> PhaseSpec:
+                   stress: Stress) -> PhaseSpec:
         spec = self.spec
         shape_indices = [i if spec.shapes == "per-thread" else 0 for i in range(threads)]
         return PhaseSpec(phase=phase, threads=threads, devices=list(spec.devices), backward=spec.effective_backward,
                          checkpoint=spec.checkpoint, shape_indices=shape_indices, steps=spec.steps,
-                         hang_after_s=spec.hang_after_s, mode=mode or spec.mode, mitigation=list(mitigation),
+                         hang_after_s=spec.hang_after_s, mode=stress.value, mitigation=list(mitigation),
                          amplify_ms=spec.amplify_ms, preset=spec.preset, model=spec.model, thread_names=names,
                          disturb_hold_s=spec.timeout_s)
 
-    def _phase_dir(self, root: Path, label: str) -> Path:
+    def start_child(self, root: Path, label: str, phase_spec: PhaseSpec) -> Tuple[Path, Child]:
         self._phase_counter += 1
-        return root / f"{self._phase_counter:02d}-{label}"
-
-    def start_child(self, root: Path, label: str, phase_spec: PhaseSpec):
-        phase_dir = self._phase_dir(root, label)
+        phase_dir = root / f"{self._phase_counter:03d}-{label}"
         spec_path = write_spec(phase_dir, phase_spec)
-        env = child_env(phase_dir, self.spec.cache == "cold")
-        child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt")
+        env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads)
+        child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt",
+                                  user_code=self.spec.model is not None)
         return phase_dir, child
 
-    def run_child(self, root: Path, label: str, phase_spec: PhaseSpec) -> dict:
-        phase_dir, child = self.start_child(root, label, phase_spec)
-        exit = child.wait(self.spec.timeout_s)
-        result = read_phase_result(phase_dir, exit, phase_spec)
+    def clean_caches(self, phase_dirs: Sequence[Path]) -> None:
         if self.spec.cache == "cold":
-            shutil.rmtree(phase_dir / "inductor-cache", ignore_errors=True)
-            shutil.rmtree(phase_dir / "triton-cache", ignore_errors=True)
-        return result
+            for phase_dir in phase_dirs:
+                shutil.rmtree(phase_dir / "inductor-cache", ignore_errors=True)
+                shutil.rmtree(phase_dir / "triton-cache", ignore_errors=True)
 
-    def run_single(self, root: Path, mitigation: Tuple[str, ...]) -> dict:
-        self.progress("single-thread phase: one worker, compiling from "
-                      f"{'a cold' if self.spec.cache == 'cold' else 'the warm'} cache")
-        spec = self.phase_spec("single", 1, tuple(m for m in mitigation if m != "processes"), thread_names(1))
-        return self.run_child(root, "single", spec)
+    def elapsed(self) -> float:
+        return self.clock() - self.started
 
-    def run_multi(self, root: Path, mitigation: Tuple[str, ...], label: str) -> dict:
-        threads = self.spec.threads
-        self.progress(f"{threads}-thread phase ({label}), mode {self.spec.mode}, mitigation "
-                      f"{mitigation_label(mitigation)}")
-        if "processes" not in mitigation:
-            return self.run_child(root, label, self.phase_spec("multi", threads, mitigation, thread_names(threads)))
-        return self.run_processes(root, label)
+    def say(self, message: str) -> None:
+        self.progress(f"[{self.elapsed():6.1f}s] {message}")
 
-    def run_processes(self, root: Path, label: str) -> dict:
-        """One child per worker, started together; a forced/stuck disturbance gets a process of its own."""
-        names = thread_names(self.spec.threads)
-        disturber = None
-        if self.spec.mode in ("forced", "stuck"):
-            disturb_spec = self.phase_spec("disturb", 0, (), [])
-            disturber = self.start_child(root, f"{label}-disturb", disturb_spec)
-        calm_mode = "amplified" if self.spec.mode == "amplified" else "natural"
-        started = []
-        for index, name in enumerate(names):
-            worker_spec = self.phase_spec("multi", 1, (), [name], mode=calm_mode)
-            worker_spec.shape_indices = [index if self.spec.shapes == "per-thread" else 0]
-            worker_spec.devices = [self.spec.devices[index % len(self.spec.devices)]]
-            started.append((worker_spec, *self.start_child(root, f"{label}-proc{index}", worker_spec)))
-        results = []
-        for worker_spec, phase_dir, child in started:
-            results.append(read_phase_result(phase_dir, child.wait(self.spec.timeout_s), worker_spec))
-        merged = merge_process_results(results)
-        if disturber is not None:
-            phase_dir, child = disturber
-            disturbed = read_phase_result(phase_dir, child.stop(), self.phase_spec("disturb", 0, (), []))
-            merged["disturbance"] = f"{disturbed.get('disturbance')} (in a process of its own)"
-        return merged
+    # -- the plan ----------------------------------------------------------------------------------------
+    def plan(self, matrix: bool, caps: Capabilities) -> Tuple[ladder.Row, List[ladder.Row], ladder.Row]:
+        """(baseline, every row in scheduling order, the row whose verdict is the headline)."""
+        spec = self.spec
+        pinned = spec.pinned_stress
+        if pinned is None:
+            skipped = dict(caps.skipped)
+        else:  # asked for by name: it runs even where this machine is not expected to show anything
+            skipped = {s: f"--mode {pinned.value} runs that stress alone" for s in STRESS_ORDER if s is not pinned}
+        if not matrix and not spec.mitigation:
+            stresses = (pinned,) if pinned else ESCALATION
+            baseline = ladder.escalating_baseline(stresses, spec.trials, skipped)
+            return baseline, [baseline], baseline
+        wanted = list(registry.MATRIX[1:]) if matrix else []
+        if spec.mitigation and spec.mitigation not in wanted:
+            wanted.insert(0, spec.mitigation)
+        rows = [ladder.mitigation_row(names, spec.trials, skipped) for names in wanted]
+        if matrix:  # longest ladders first, so the slowest rows do not start last (longest-processing-time order)
+            rows.sort(key=lambda row: -ladder.expected_cost(row))
+        needed = {stress for row in rows for stress in row.stresses}
+        baseline = ladder.qualifying_baseline(tuple(s for s in STRESS_ORDER if s in needed), spec.trials, skipped)
+        headline = baseline if not spec.mitigation else next(r for r in rows if r.names == spec.mitigation)
+        return baseline, [baseline] + rows, headline
 
     # -- a whole run -------------------------------------------------------------------------------------
     def run(self, matrix: bool = False) -> Report:
@@ -121,126 +181,236 @@ class Harness:
 
     def _run(self, root: Path, matrix: bool) -> Report:
         spec = self.spec
-        started = self.clock()
+        caps = self.capabilities or assess(spec.effective_backward, spec.on_cpu)
+        for line in caps.cannot_show:
+            self.say(f"note: {line}")
+        baseline, rows, headline = self.plan(matrix, caps)
+        needs_control = any(s in (Stress.NATURAL, Stress.AMPLIFIED) for row in rows for s in row.runnable())
+        control, results = self._execute(root, rows, needs_control)
         report = Report(command="repro")
-        single = self.run_single(root, () if matrix else spec.mitigation)
-        facts = self._base_facts(single)
-        facts["single_thread"] = phase_facts(single)
-        report.problems.extend(_problems(single))
-        if single.get("outcome") != "ok":
-            failed = [t for t in single.get("threads", []) if t.get("error")]
-            reason = failed[0]["error"] if failed else single.get("crash") or f"outcome {single.get('outcome')}"
-            report.problems.append(Problem(
-                "single-thread phase", f"the step fails in one thread, so threads cannot be blamed: {reason}",
-                "fix the step (or the --model factory) first; the child's log tail is in the JSON facts"))
-            facts.update(multi_thread=None, verdict="not-reproduced", kind=None, blame=[],
-                         time_to_verdict_s=round(self.clock() - started, 3))
-            report.facts = facts
-            report.exit_code_override = EXIT_HARNESS_FAILURE
-            return report
-
-        rows = MATRIX if matrix else (spec.mitigation,)
-        if matrix and spec.mitigation not in rows:
-            rows = (spec.mitigation,) + rows
-        matrix_rows = []
-        headline = None
-        for mitigation in rows:
-            outcome = self._trials(root, mitigation, started)
-            matrix_rows.append(outcome)
-            if mitigation == spec.mitigation:
-                headline = outcome
-        facts.update(
-            multi_thread=headline["multi_thread"], verdict=headline["verdict"], kind=headline["kind"],
-            blame=headline["blame"], time_to_verdict_s=headline["time_to_verdict_s"], trials=headline["trials"],
-            reproduction_rate=headline["reproduction_rate"],
-        )
-        hang = (headline["multi_thread"] or {}).get("hang")
-        facts["hang"] = hang
-        if matrix:
-            facts["matrix"] = [_matrix_row(row) for row in matrix_rows]
-        for row in matrix_rows:
-            report.problems.extend(row["problems"])
-        from dflash_doctor.repro.advice import next_steps
-
-        facts["next_steps"] = next_steps(facts)
+        facts = self._base_facts(control, caps)
         report.facts = facts
+        if control is not None and control.get("usage_error"):
+            from dflash_doctor.errors import UsageError
+
+            raise UsageError(control["usage_error"])
+        if control is not None:
+            facts["single_thread"] = phase_facts(control)
+            report.problems.extend(_problems(control))
+            if control.get("outcome") != "ok":
+                return self._control_failed(report, control)
+        else:
+            facts["single_thread"] = None
+        self._headline_facts(facts, headline, baseline)
+        if matrix:
+            order = [(), *registry.MATRIX[1:]]
+            facts["matrix"] = [self._matrix_row(row, baseline)
+                               for row in sorted(rows, key=lambda r: order.index(r.names) if r.names in order else -1)]
+        report.problems.extend(Problem(p["subject"], p["reason"], p.get("hint", ""))
+                               for result in results for p in result.problems)
+        from dflash_doctor.repro.advice import next_steps
         from dflash_doctor.repro.findings import findings_from_facts
 
+        facts["next_steps"] = next_steps(facts)
         report.findings.extend(findings_from_facts(facts))
-        if report.problems:  # a mitigation that could not be installed, a phase that ran out of time
+        failed_setup = any(p.subject in registry.BY_NAME for p in report.problems)
+        if facts["verdict"] is None:
+            report.problems.append(Problem(
+                "repro", "no trial ran to an end, so there is no verdict",
+                "every stress this run needed was skipped or gave no verdict; see the notes above"))
+        if failed_setup or facts["verdict"] is None:
             report.exit_code_override = EXIT_HARNESS_FAILURE
         else:
             report.exit_code_override = EXIT_REPRODUCED if facts["verdict"] == "reproduced" else EXIT_NOT_REPRODUCED
         return report
 
-    def _trials(self, root: Path, mitigation: Tuple[str, ...], started: float) -> dict:
-        label = mitigation_label(mitigation)
-        trials, chosen, verdict_at, problems = [], None, None, []
-        for trial in range(self.spec.trials):
-            result = self.run_multi(root, mitigation, f"multi-{label.replace(',', '+')}-t{trial + 1}")
-            kind, blame = classify_phase(result)
-            problems.extend(_problems(result))
-            if result.get("timed_out_busy"):
-                kind, blame = None, []
-                problems.append(Problem(
-                    f"{self.spec.threads}-thread phase ({label})",
-                    f"still making progress when --timeout ({self.spec.timeout_s:.0f} s) ended it: no verdict",
-                    "raise --timeout (cold compiles of several shapes take a while on a busy machine)"))
-            trials.append({"trial": trial + 1, "outcome": result.get("outcome"), "kind": kind,
-                           "seconds": result.get("seconds")})
-            if kind is not None and chosen is None:
-                chosen, verdict_at = (result, kind, blame), self.clock() - started
-            self.progress(f"  trial {trial + 1}/{self.spec.trials}: {result.get('outcome')}"
-                          f"{' (' + kind + ')' if kind else ''}")
-        if chosen is None:
-            chosen, verdict_at = (result, None, []), self.clock() - started
-        result, kind, blame = chosen
-        multi = phase_facts(result)
-        if result.get("processes"):
-            multi["processes"] = result["processes"]
-        reproduced = sum(1 for t in trials if t["kind"] is not None)
-        return {"mitigation": label, "multi_thread": multi, "kind": kind, "blame": blame, "trials": trials,
-                "verdict": "reproduced" if kind else "not-reproduced",
-                "reproduction_rate": round(reproduced / len(trials), 3),
-                "time_to_verdict_s": round(verdict_at, 3), "problems": problems}
+    def _execute(self, root: Path, rows: List[ladder.Row], needs_control: bool):
+        """Run the control and every trial the rows ask for, `jobs` at a time; returns (control, trial results)."""
+        running: List[_Trial] = []
+        results: List[ladder.TrialResult] = []
+        control: Optional[dict] = None
+        try:
+            if needs_control:
+                self.say("single-thread control: one worker, "
+                         f"{'cold' if self.spec.cache == 'cold' else 'warm'} compile cache")
+                running.append(_Trial(self, root, None, "single"))
+                if self.spec.effective_jobs == 1:  # nothing fits beside it: wait; a broken step stops the run
+                    control = self._wait(running[0])
+                    running.clear()
+                    if control.get("outcome") != "ok":
+                        return control, results
+            return self._drive(root, rows, running, results, control)
+        finally:
+            for trial in running:  # an error, Ctrl-C or SIGTERM: no child outlives the run
+                trial.kill()
 
-    def _base_facts(self, single: dict) -> dict:
+    def _drive(self, root: Path, rows: List[ladder.Row], running: List["_Trial"],
+               results: List[ladder.TrialResult], control: Optional[dict]):
+        jobs = self.spec.effective_jobs
+        by_row = {row.names: row for row in rows}
+        while True:
+            for row in rows:
+                for task in row.next_tasks():
+                    if len(running) >= jobs:
+                        break
+                    row.mark_started(task)
+                    label = f"{row.label.replace(',', '+')}-{task.stress.value}-t{task.index + 1}"
+                    self.say(f"{task.stress.value} trial {task.index + 1}/{row.trials[task.stress]} "
+                             f"(mitigation {row.label}): started")
+                    running.append(_Trial(self, root, task, label))
+            if not running:
+                return control, results
+            time.sleep(POLL_S)
+            for trial in list(running):
+                if trial.task is not None and not by_row[trial.task.row].wanted(trial.task):
+                    trial.kill()
+                    running.remove(trial)
+                    continue
+                result = trial.poll()
+                if result is None:
+                    continue
+                running.remove(trial)
+                if trial.task is None:
+                    control = result
+                    self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
+                    if result.get("outcome") != "ok":
+                        return control, results
+                    continue
+                outcome = self._trial_result(trial, result)
+                by_row[trial.task.row].record(outcome)
+                results.append(outcome)
+
+    def _wait(self, trial: _Trial) -> dict:
+        while True:
+            result = trial.poll()
+            if result is not None:
+                self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
+                return result
+            time.sleep(POLL_S)
+
+    def _trial_result(self, trial: _Trial, result: dict) -> ladder.TrialResult:
+        task = trial.task
+        assert task is not None, "the control is not a trial"
+        if result.get("usage_error"):
+            from dflash_doctor.errors import UsageError
+
+            raise UsageError(result["usage_error"])
+        kind, blame = classify_phase(result)
+        problems = list(result.get("problems") or [])
+        subject = f"{task.stress.value} trial {task.index + 1} ({registry.label(task.row)})"
+        no_verdict = bool(result.get("timed_out_busy") or result.get("crash"))
+        if result.get("crash"):  # the child died without a word: that is the harness's failure, not a race
+            kind, blame = None, []
+            problems.append({"subject": subject, "reason": f"the trial's child {result['crash']}",
+                             "hint": "its log tail is in the JSON facts (multi_thread.log_tail)"})
+        elif no_verdict:
+            kind, blame = None, []
+            problems.append({"subject": subject,
+                             "reason": f"still making progress when --timeout ({self.spec.timeout_s:.0f} s) "
+                                       "ended it: no verdict",
+                             "hint": "raise --timeout (cold compiles of several shapes take a while on a busy "
+                                     "machine)"})
+        phase = phase_facts(result)
+        if result.get("processes"):
+            phase["processes"] = result["processes"]
+        seconds = float(result.get("seconds") or 0.0)
+        said = kind or ("no verdict" if no_verdict else f"not reproduced ({result.get('outcome')})")
+        self.say(f"{task.stress.value} trial {task.index + 1} (mitigation {registry.label(task.row)}): {said} "
+                 f"in {seconds:.1f} s")
+        return ladder.TrialResult(task, kind, str(result.get("outcome")), seconds, self.elapsed(), phase,
+                                  tuple(blame), tuple(problems), no_verdict)
+
+    # -- facts -------------------------------------------------------------------------------------------
+    def _base_facts(self, control: Optional[dict], caps: Capabilities) -> dict:
         spec = self.spec
         facts = {
-            "torch_version": single.get("torch_version"),
+            "torch_version": (control or {}).get("torch_version") or caps.torch_version,
             "device": ",".join(spec.devices),
             "threads": spec.threads,
             "mode": spec.mode,
-            "mitigation": mitigation_label(spec.mitigation),
+            "mitigation": registry.label(spec.mitigation),
             "cache": spec.cache,
             "backward": spec.effective_backward,
             "checkpoint": spec.checkpoint,
             "shapes": spec.shapes,
             "steps": spec.steps,
+            "jobs": spec.effective_jobs,
             "model": spec.model or f"reference drafter ({spec.preset})",
+            "capabilities": caps.to_dict(),
         }
-        if spec.mode == "amplified":
+        if spec.mode in ("auto", "amplified"):
             facts["amplify_ms"] = spec.amplify_ms
-        if single.get("shim"):
-            facts["shim"] = {**single["shim"], "self_check": single.get("shim_check")}
         return facts
+
+    def _headline_facts(self, facts: dict, row: ladder.Row, baseline: ladder.Row) -> None:
+        level = ladder.headline_level(row)
+        first = row.failed()
+        done = [r for s in STRESS_ORDER for r in row.done_at(s)]
+        chosen = first or (done[-1] if done else None)
+        verdict = "reproduced" if first else ("not-reproduced" if any(not r.no_verdict for r in done) else None)
+        at = level or next((s for s in reversed(STRESS_ORDER) if row.done_at(s)), None)
+        tally = row.tally()
+        counted = tally.get(at.value) if at else None
+        facts.update(
+            verdict=verdict, kind=first.kind if first else None, level=level.value if level else None,
+            levels=tally, blame=list(chosen.blame) if chosen else [],
+            multi_thread=chosen.phase if chosen else None,
+            hang=(chosen.phase or {}).get("hang") if chosen else None,
+            trials=[{"stress": r.task.stress.value, "trial": r.task.index + 1, "outcome": r.outcome, "kind": r.kind,
+                     "seconds": round(r.seconds, 3)} for r in done],
+            reproduction_rate=round(counted["reproduced"] / counted["ran"], 3) if counted and counted["ran"] else None,
+            time_to_verdict_s=round(first.finished_at_s if first else self.elapsed(), 3),
+            wall_s=round(self.elapsed(), 3),
+        )
+        shim = chosen.phase.get("shim") if chosen else None
+        if chosen and shim:
+            facts["shim"] = {**shim, "self_check": chosen.phase.get("shim_check")}
+        if row.names:
+            outcome, reason = ladder.judge(row, baseline)
+            facts.update(outcome=outcome.value, outcome_reason=reason, baseline_levels=baseline.tally())
+
+    def _matrix_row(self, row: ladder.Row, baseline: ladder.Row) -> dict:
+        first = row.failed()
+        clean = next((r for s in STRESS_ORDER for r in row.done_at(s) if not r.reproduced and not r.no_verdict),
+                     None)
+        entry = {"mitigation": row.label, "verdict": "reproduced" if first else "not-reproduced",
+                 "kind": first.kind if first else None, "stresses": row.tally(),
+                 "steps_per_s": (clean.phase or {}).get("steps_per_s") if clean else None,
+                 "seconds": round(max((r.seconds for s in STRESS_ORDER for r in row.done_at(s)), default=0.0), 3)}
+        if row.names:
+            outcome, reason = ladder.judge(row, baseline)
+            entry.update(outcome=outcome.value, reason=reason,
+                         covers=sorted(h.value for h in registry.covers(row.names)),
+                         caveats=list(registry.caveats_for(row.names)))
+        else:
+            level = ladder.headline_level(row)
+            entry.update(outcome="reproduced" if first else "not-reproduced",
+                         reason=f"{first.kind} under {level.value}" if first and level else
+                         "the race did not show under any stress that ran")
+        return entry
+
+    def _control_failed(self, report: Report, control: dict) -> Report:
+        failed = [t for t in control.get("threads", []) if t.get("error")]
+        reason = failed[0]["error"] if failed else control.get("crash") or f"outcome {control.get('outcome')}"
+        report.problems.append(Problem(
+            "single-thread phase", f"the step fails in one thread, so threads cannot be blamed: {reason}",
+            "fix the step (or the --model factory) first; the child's log tail is in the JSON facts"))
+        report.facts.update(multi_thread=None, verdict="not-reproduced", kind=None, blame=[], level=None,
+                            time_to_verdict_s=round(self.elapsed(), 3))
+        report.exit_code_override = EXIT_HARNESS_FAILURE
+        return report
 
 
 def _problems(result: dict) -> List[Problem]:
     return [Problem(p["subject"], p["reason"], p.get("hint", "")) for p in result.get("problems") or []]
 
 
-def _matrix_row(row: dict) -> dict:
-    multi = row["multi_thread"] or {}
-    return {"mitigation": row["mitigation"], "verdict": row["verdict"], "outcome": multi.get("outcome"),
-            "kind": row["kind"], "steps_per_s": multi.get("steps_per_s"), "seconds": multi.get("seconds"),
-            "reproduction_rate": row["reproduction_rate"]}
-
-
 def run_repro(spec: ReproSpec, *, matrix: bool = False, runner=None, progress: Progress = _quiet,
-              clock: Callable[[], float] = time.perf_counter, workdir: Optional[Path] = None) -> Report:
+              clock: Callable[[], float] = time.perf_counter, workdir: Optional[Path] = None,
+              capabilities: Optional[Capabilities] = None) -> Report:
     """Run a repro (or the mitigation matrix) and return its Report; see the module docstring."""
-    return Harness(spec.validate(), runner=runner, progress=progress, clock=clock, workdir=workdir).run(matrix)
+    return Harness(spec.validate(), runner=runner, progress=progress, clock=clock, workdir=workdir,
+                   capabilities=capabilities).run(matrix)
 
 
 def trace_phases(facts: dict) -> Sequence[tuple]:

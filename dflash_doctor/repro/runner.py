@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Protocol
 
 from dflash_doctor.repro.spec import PhaseSpec
 
@@ -28,6 +28,16 @@ class ChildExit:
     seconds: float
 
 
+class Child(Protocol):
+    """What the harness needs of a started child; ChildProcess is the real one, tests pass small fakes."""
+
+    def poll(self, timeout_s: float) -> Optional[ChildExit]: ...
+
+    def stop(self) -> ChildExit: ...
+
+    def kill(self) -> None: ...
+
+
 class ChildProcess:
     """A running child; `wait(timeout)` kills its process group when the time is up."""
 
@@ -36,6 +46,16 @@ class ChildProcess:
         self._log = log_handle
         self._clock = clock
         self._started = clock()
+
+    def poll(self, timeout_s: float) -> Optional[ChildExit]:
+        """Non-blocking: how the child ended, or None while it runs; past `timeout_s` it is killed."""
+        if self._popen.poll() is None:
+            if self._clock() - self._started < timeout_s:
+                return None
+            return self.wait(0.0)
+        self.kill()  # the child is gone; its compile workers may not be
+        self._log.close()
+        return ChildExit(self._popen.returncode, False, self._clock() - self._started)
 
     def wait(self, timeout_s: float) -> ChildExit:
         remaining = max(0.0, timeout_s - (self._clock() - self._started))
@@ -73,25 +93,34 @@ class ProcessRunner:
         self.python = python
         self.clock = clock
 
-    def start(self, spec_path: Path, result_path: Path, env: Dict[str, str], log_path: Path) -> ChildProcess:
+    def start(self, spec_path: Path, result_path: Path, env: Dict[str, str], log_path: Path,
+              user_code: bool = False) -> ChildProcess:
+        """Start a phase child in the phase folder. Only a `--model` child (`user_code`) may import from the
+        user's working folder, which is where their model module lives."""
+        from dflash_doctor.children import python_argv
+
         log = open(log_path, "wb")
-        popen = subprocess.Popen(
-            [self.python, "-m", "dflash_doctor.repro.child", str(spec_path), str(result_path)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
+        argv = python_argv("dflash_doctor.repro.child", str(spec_path), str(result_path), python=self.python,
+                           keep_working_folder=user_code)
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True, cwd=os.getcwd() if user_code else str(spec_path.parent))
         return ChildProcess(popen, log, self.clock)
 
 
-def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The child's environment: this package importable, and for a cold cache fresh inductor/triton caches."""
-    env = dict(os.environ if base is None else base)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
+def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None,
+              compile_threads: Optional[int] = None) -> Dict[str, str]:
+    """The child's environment (children.child_env): for a cold cache fresh inductor/triton caches, and with
+    trials side by side a share of the cores for inductor's compile workers (unless the user set it)."""
+    from dflash_doctor.children import child_env as clean_env
+
+    extra = {}
+    source = os.environ if base is None else base
+    if compile_threads and "TORCHINDUCTOR_COMPILE_THREADS" not in source:
+        extra["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
     if cold_cache:
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(phase_dir / "inductor-cache")
-        env["TRITON_CACHE_DIR"] = str(phase_dir / "triton-cache")
-    return env
+        extra = {"TORCHINDUCTOR_CACHE_DIR": str(phase_dir / "inductor-cache"),
+                 "TRITON_CACHE_DIR": str(phase_dir / "triton-cache")}
+    return clean_env(base, extra)
 
 
 def write_spec(phase_dir: Path, spec: PhaseSpec) -> Path:

@@ -1,42 +1,59 @@
-"""What a repro run is asked to do (parsed, validated options) and what one phase child is told (JSON-able)."""
+"""What a repro run is asked to do (parsed, validated options) and what one phase child is told (JSON-able).
+
+The option vocabularies are declared here once, as enums; the CLI's choices and help are built from them.
+"""
 from __future__ import annotations
 
+import enum
+import os
 import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
+from dflash_doctor.hazards import Stress
 
-MODES = ("natural", "amplified", "forced", "stuck")
-MITIGATIONS = ("none", "first-call-lock", "global-lock", "warmup", "threadlocal-flag", "non-lazy-backward",
-               "processes")
-# The rows of --matrix: every mitigation alone, then the combination that worked on the H200 (FACTS section 3).
-MATRIX = (("none",), ("first-call-lock",), ("global-lock",), ("warmup",), ("threadlocal-flag",),
-          ("non-lazy-backward",), ("processes",), ("threadlocal-flag", "non-lazy-backward"))
-CHECKPOINTS = ("none", "reentrant", "non-reentrant")
-SHAPES = ("same", "per-thread")
-CACHES = ("cold", "warm")
+
+class Mode(str, enum.Enum):
+    AUTO = "auto"  # climb the ladder: natural, then amplified, then forced, until one reproduces
+    NATURAL = Stress.NATURAL.value
+    AMPLIFIED = Stress.AMPLIFIED.value
+    FORCED = Stress.FORCED.value
+    STUCK = Stress.STUCK.value
+
+    @property
+    def stress(self) -> Optional[Stress]:
+        return None if self is Mode.AUTO else Stress(self.value)
+
+
+class Checkpoint(str, enum.Enum):
+    NONE = "none"
+    REENTRANT = "reentrant"
+    NON_REENTRANT = "non-reentrant"
+
+
+class Shapes(str, enum.Enum):
+    SAME = "same"  # every thread one shape (the seeds' three drafters)
+    PER_THREAD = "per-thread"  # each thread its own shape: more compiles, each a new race window
+
+
+class Cache(str, enum.Enum):
+    COLD = "cold"  # a fresh TORCHINDUCTOR_CACHE_DIR per phase: the seeds' state after the cache was deleted
+    WARM = "warm"
+
+
+class Expect(str, enum.Enum):
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not-reproduced"
+
+
+# The reference drafter the replay builds by default: big enough that compiled flex_attention takes the kernel
+# training uses (>= 128 query rows; below that it switches to its decoding kernel, whose slow first call let the
+# other threads' compiles finish before the first backward began, so the deadlock never formed: docs/races.md).
+DEFAULT_PRESET = "replay"
+
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 _MODEL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-def parse_mitigation(text: str) -> Tuple[str, ...]:
-    """`threadlocal-flag,non-lazy-backward` -> ('threadlocal-flag', 'non-lazy-backward'); 'none' -> ()."""
-    names = [part.strip().lower() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in MITIGATIONS]
-    if unknown or not names:
-        raise UsageError(f"unknown mitigation {', '.join(unknown) or repr(text)}; choose from {', '.join(MITIGATIONS)} "
-                         "(combine with commas)")
-    if "none" in names and len(names) > 1:
-        raise UsageError("mitigation 'none' cannot be combined with others")
-    ordered = tuple(name for name in MITIGATIONS if name in names and name != "none")
-    if "processes" in ordered and len(ordered) > 1:
-        raise UsageError("'processes' replaces threads; it does not combine with thread mitigations")
-    return ordered
-
-
-def mitigation_label(mitigations: Tuple[str, ...]) -> str:
-    return ",".join(mitigations) if mitigations else "none"
 
 
 def parse_devices(text: str) -> Tuple[str, ...]:
@@ -48,35 +65,54 @@ def parse_devices(text: str) -> Tuple[str, ...]:
     return devices
 
 
+def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> int:
+    """Trials run side by side on a GPU machine (a trial is mostly one single-threaded Dynamo/AOT compile); one
+    at a time on a CPU, where the trials themselves are the CPU work."""
+    if devices == ("cpu",):
+        return 1
+    cores = cpu_count or os.cpu_count() or 1
+    return max(1, min(8, cores // 2))
+
+
 @dataclass(frozen=True)
 class ReproSpec:
     threads: int = 3
     devices: Tuple[str, ...] = ("cpu",)
     backward: Optional[bool] = None  # None: on for CUDA, off for CPU
-    checkpoint: str = "none"
-    shapes: str = "same"
-    cache: str = "cold"
+    checkpoint: str = Checkpoint.NONE.value
+    shapes: str = Shapes.SAME.value
+    cache: str = Cache.COLD.value
     steps: int = 3
-    trials: int = 1
+    trials: int = 3  # natural trials; the ladder derives the other stresses' counts (repro/ladder.py)
     timeout_s: float = 300.0  # per phase child, enforced by the parent (kills the process group)
     hang_after_s: float = 60.0  # no progress this long in a child -> stacks dumped, outcome hung
-    mode: str = "natural"
+    mode: str = Mode.AUTO.value
     mitigation: Tuple[str, ...] = ()
     amplify_ms: float = 2.0
-    preset: str = "tiny"
+    preset: str = DEFAULT_PRESET
     model: Optional[str] = None  # "pkg.module:factory" (runs user code)
+    jobs: Optional[int] = None  # trials run side by side; None: default_jobs()
 
     def validate(self) -> "ReproSpec":
         if self.threads < 2:
             raise UsageError("--threads must be at least 2 (the single-thread phase always runs first)")
-        if self.steps < 1 or self.trials < 1:
-            raise UsageError("--steps and --trials must be at least 1")
+        if self.threads > 64:
+            raise UsageError("--threads must be at most 64")
+        if not 1 <= self.steps <= 10_000 or not 1 <= self.trials <= 100:
+            raise UsageError("--steps must be 1..10000 and --trials 1..100")
+        if self.jobs is not None and not 1 <= self.jobs <= 64:
+            raise UsageError("--jobs must be 1..64")
+        for name, value in (("--timeout", self.timeout_s), ("--hang-after", self.hang_after_s),
+                            ("--amplify-ms", self.amplify_ms)):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise UsageError(f"{name} must be a finite number, got {value}")
         if self.hang_after_s <= 0 or self.timeout_s <= self.hang_after_s:
             raise UsageError("--timeout must be longer than --hang-after (the child reports a hang before it is "
                              "killed)")
-        if self.mode not in MODES:
-            raise UsageError(f"--mode must be one of {', '.join(MODES)}")
-        if self.checkpoint not in CHECKPOINTS or self.shapes not in SHAPES or self.cache not in CACHES:
+        if self.mode not in {m.value for m in Mode}:
+            raise UsageError(f"--mode must be one of {', '.join(m.value for m in Mode)}")
+        if (self.checkpoint not in {c.value for c in Checkpoint} or self.shapes not in {s.value for s in Shapes}
+                or self.cache not in {c.value for c in Cache}):
             raise UsageError("bad --checkpoint, --shapes or --cache value")
         if self.model is not None and not _MODEL.match(self.model):
             raise UsageError(f"--model must look like pkg.module:factory, got {self.model!r}")
@@ -85,6 +121,11 @@ class ReproSpec:
                              "use --no-backward on CPU, a CUDA --device, or --model with a CPU-trainable model")
         if self.amplify_ms < 0:
             raise UsageError("--amplify-ms must be >= 0")
+        if self.model is None:
+            from dflash_doctor.reference.config import PRESETS
+
+            if self.preset not in PRESETS:
+                raise UsageError(f"unknown --preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         return self
 
     @property
@@ -94,6 +135,14 @@ class ReproSpec:
     @property
     def effective_backward(self) -> bool:
         return (not self.on_cpu) if self.backward is None else self.backward
+
+    @property
+    def effective_jobs(self) -> int:
+        return self.jobs or default_jobs(self.devices)
+
+    @property
+    def pinned_stress(self) -> Optional[Stress]:
+        return Mode(self.mode).stress
 
     def with_mitigation(self, mitigation: Tuple[str, ...]) -> "ReproSpec":
         return replace(self, mitigation=mitigation)
@@ -111,7 +160,7 @@ class PhaseSpec:
     shape_indices: List[int]  # one per thread
     steps: int
     hang_after_s: float
-    mode: str  # the disturbance applies only to the multi phase; single is the control
+    mode: str  # the stress; its disturbance applies only to the multi phase (single is the control)
     mitigation: List[str]
     amplify_ms: float
     preset: str

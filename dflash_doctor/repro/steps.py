@@ -20,6 +20,8 @@ def load_factory(model: str) -> Callable:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"--model {model}: cannot import {module_name} ({exc})") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module raised while importing: their error, one line
+        raise UsageError(f"--model {model}: importing {module_name} raised {type(exc).__name__}: {exc}") from exc
     factory = getattr(module, attribute, None)
     if not callable(factory):
         raise UsageError(f"--model {model}: {module_name} has no callable {attribute}")
@@ -44,7 +46,10 @@ def _first_tensor(value):
 def user_model_step(factory: Callable, device: str, shape_index: int, backward: bool) -> Callable[[], float]:
     import torch
 
-    built = factory()
+    try:
+        built = factory()
+    except Exception as exc:  # noqa: BLE001 - the user's factory raised: their error, one line
+        raise UsageError(f"the --model factory raised {type(exc).__name__}: {exc}") from exc
     if not (isinstance(built, tuple) and len(built) == 2 and callable(built[1])):
         raise UsageError("the --model factory must return (module, input_builder)")
     module, input_builder = built

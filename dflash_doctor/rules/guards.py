@@ -7,7 +7,12 @@ Examples come in two formats, both run as tests through `dflash_doctor.guards.fi
   env, probes).
 """
 from dflash_doctor.findings import Severity
+from dflash_doctor.guards.advice import RESTART, RESTORE_CONFIG
+from dflash_doctor.mitigations import fix_text
+from dflash_doctor.hazards import Hazard
 from dflash_doctor.rules.registry import Rule, register
+
+_FLAG_FIX = fix_text(Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG)
 
 _WRAPPER = (
     "# ==> _dynamo/eval_frame.py <==\n"
@@ -73,10 +78,9 @@ FX_FLAG_MODULE_GLOBAL = register(Rule(
         "Here that predicate reads a module global that Tracer.trace sets: while any thread traces (symbolic_trace, "
         "or make_fx inside another thread's compile or lazy backward compile), every other thread's compiled "
         "calls raise. Its save/set/restore also sticks at True when two traces exit out of order, after which "
-        "every compiled call in the process raises (torch 2.6-2.13)."
+        "every compiled call in the process raises (torch 2.4-2.13 as read; 2.14 made it thread-local)."
     ),
-    fix="Warm every shape in one thread before starting workers, upgrade to torch 2.14+ (thread-local flag), a "
-        "global lock around compiled steps, or processes instead of threads (`dflash-doctor guards` ranks them).",
+    fix=_FLAG_FIX,
     example_format="torch-layout",
     bad=(
         _WRAPPER
@@ -114,7 +118,7 @@ FX_FLAG_STUCK = register(Rule(
         "compiled function, in any thread, raises the nested-FX-trace RuntimeError: the 'Dynamo state globally "
         "corrupted' symptom. Only a restart recovers."
     ),
-    fix="Restart the process, then remove the race (see DFD601's fixes).",
+    fix=f"{RESTART.fix} Then remove the race: {_FLAG_FIX}",
     example_format="guards-state",
     bad='{"fx_flag_now": true}\n',
     good='{"fx_flag_now": false}\n',
@@ -131,8 +135,7 @@ NESTED_FX_TRACE_ERROR_DISABLED = register(Rule(
         "trace. Either hides the race: for flex_attention the uncompiled path is the dense one, which "
         "materialises QK^T and can run out of memory far from the cause."
     ),
-    fix="Restore the defaults (error_on_nested_fx_trace=True, force_compile_during_fx_trace=False) and remove "
-        "the race itself.",
+    fix=RESTORE_CONFIG.fix,
     example_format="guards-state",
     bad='{"config": {"error_on_nested_fx_trace": false, "force_compile_during_fx_trace": false}}\n',
     good='{"config": {"error_on_nested_fx_trace": true, "force_compile_during_fx_trace": false}}\n',
@@ -159,7 +162,7 @@ COMPILE_CACHE_COLD = register(Rule(
 COMPILING_FLAG_PROCESS_GLOBAL = register(Rule(
     code="DFD605",
     name="compiling-flag-process-global",
-    severity=Severity.INFO,
+    severity=Severity.WARNING,
     summary="Dynamo compiles set a process-global 'compiling' flag that every thread sees",
     rationale=(
         "From torch 2.13 each Dynamo compile holds torch.compiler's compiling flag True for the whole compile, "
@@ -167,8 +170,7 @@ COMPILING_FLAG_PROCESS_GLOBAL = register(Rule(
         "torch.compiler.is_compiling() is True in every thread: code that branches on it (skipping checks, "
         "choosing kernels, the FX guard itself) behaves in other threads as if it were being compiled."
     ),
-    fix="Do not start compiles while other threads run code that branches on torch.compiler.is_compiling(): "
-        "warm up in one thread first.",
+    fix=fix_text(Hazard.IS_COMPILING_LEAK),
     example_format="torch-layout",
     bad=(
         _WRAPPER
@@ -231,7 +233,7 @@ PROBE_CROSS_THREAD_LEAK = register(Rule(
         "and called an already compiled function (backend='eager') in thread B meanwhile. B raised the "
         "nested-FX-trace RuntimeError: with this torch, one thread's trace breaks other threads' compiled code."
     ),
-    fix="See DFD601's fixes; `dflash-doctor repro --matrix` measures them on your own model.",
+    fix=_FLAG_FIX,
     example_format="guards-state",
     bad='{"probes": {"cross_thread_leak": "reproduced"}}\n',
     good='{"probes": {"cross_thread_leak": "not-reproduced"}}\n',
@@ -247,7 +249,7 @@ PROBE_STUCK_FLAG = register(Rule(
         "called a compiled function with no trace running: it raised. With this torch a process in which traces "
         "overlap can be left permanently unable to run compiled code."
     ),
-    fix="See DFD601's fixes; a process already in that state needs a restart (DFD602).",
+    fix=f"{_FLAG_FIX} A process already in that state: {RESTART.fix}",
     example_format="guards-state",
     bad='{"probes": {"stuck_flag": "reproduced"}}\n',
     good='{"probes": {"stuck_flag": "not-reproduced"}}\n',
@@ -256,14 +258,87 @@ PROBE_STUCK_FLAG = register(Rule(
 PROBE_IS_COMPILING_LEAK = register(Rule(
     code="DFD608",
     name="probe-is-compiling-leak",
-    severity=Severity.INFO,
+    severity=Severity.WARNING,
     summary="reproduced: another thread sees torch.compiler.is_compiling() True while one thread compiles",
     rationale=(
         "The probe held a compile inside a custom backend in thread A and asked torch.compiler.is_compiling() "
         "in thread B: True. See DFD605 for what that changes in other threads."
     ),
-    fix="Warm up in one thread before starting workers.",
+    fix=fix_text(Hazard.IS_COMPILING_LEAK),
     example_format="guards-state",
     bad='{"probes": {"is_compiling_leak": "reproduced"}}\n',
     good='{"probes": {"is_compiling_leak": "not-reproduced"}}\n',
+))
+
+_DYNAMO_COMPILE_HOLDS_THE_LOCK = (
+    "# ==> _dynamo/convert_frame.py <==\n"
+    "import threading\n"
+    "\n"
+    "compile_lock = threading.RLock()\n"
+    "\n"
+    "\n"
+    "def convert_frame(frame):\n"
+    "    with compile_lock:\n"
+    "        return frame\n"
+    "\n"
+)
+
+_LAZY_BACKWARD = (
+    "# ==> _functorch/_aot_autograd/runtime_wrappers.py <==\n"
+    "class BackwardCompiler:\n"
+    "    def __init__(self, bw_compiler, bw_module):\n"
+    "        self.bw_compiler = bw_compiler\n"
+    "        self.bw_module = bw_module\n"
+    "        self.compiled_bw = None\n"
+    "\n"
+    "    def get_or_compile(self, placeholders):\n"
+    "        if self.compiled_bw is None:\n"
+    "            self.compiled_bw = self.bw_compiler(self.bw_module, placeholders)\n"
+    "        return self.compiled_bw\n"
+)
+
+BACKWARD_COMPILE_TAKES_COMPILE_LOCK = register(Rule(
+    code="DFD609",
+    name="backward-compile-takes-compile-lock",
+    severity=Severity.ERROR,
+    summary="the lazy backward compile takes Dynamo's compile_lock: threads can deadlock on the autograd thread",
+    rationale=(
+        "AOTAutograd compiles a compiled function's backward lazily, when its first backward runs, on the thread "
+        "that runs it: for GPU tensors, the autograd engine's device thread. From torch 2.6 inductor's backward "
+        "compiler takes torch._dynamo.convert_frame.compile_lock (bw_compiler in 2.6-2.8, compile_fx_backward from "
+        "2.9). A second thread compiling under that lock, whose joint trace calls torch.autograd.grad, waits for "
+        "the same device thread: neither moves and nothing raises. Three threads of compiled flex_attention "
+        "forward+backward on one H200 (torch 2.11) hung this way every time. torch 2.4 and 2.5 take no lock there."
+    ),
+    fix=fix_text(Hazard.DEADLOCK),
+    example_format="torch-layout",
+    bad=(
+        _DYNAMO_COMPILE_HOLDS_THE_LOCK
+        + "# ==> _inductor/compile_fx.py <==\n"
+        "def compile_fx_backward(gm, example_inputs):\n"
+        "    from torch._dynamo.convert_frame import compile_lock\n"
+        "\n"
+        "    with compile_lock:  # DFD609\n"
+        "        return gm\n"
+        "\n"
+        "\n"
+        "def compile_fx(model, example_inputs, aot_autograd):\n"
+        "    def bw_compiler(gm, example_inputs):\n"
+        "        return compile_fx_backward(gm, example_inputs)\n"
+        "\n"
+        "    return aot_autograd(bw_compiler=bw_compiler)(model, example_inputs)\n"
+        "\n"
+        + _LAZY_BACKWARD
+    ),
+    good=(
+        _DYNAMO_COMPILE_HOLDS_THE_LOCK
+        + "# ==> _inductor/compile_fx.py <==\n"
+        "def compile_fx(model, example_inputs, aot_autograd, inner_compile):\n"
+        "    def bw_compiler(gm, example_inputs):\n"
+        "        return inner_compile(gm, example_inputs, is_backward=True)\n"
+        "\n"
+        "    return aot_autograd(bw_compiler=bw_compiler)(model, example_inputs)\n"
+        "\n"
+        + _LAZY_BACKWARD
+    ),
 ))

@@ -1,6 +1,8 @@
 """Repro rules (DFD7xx): what a reproduced thread race was. Examples are repro facts documents (JSON); the
 classifier in dflash_doctor.repro.findings turns them into findings, and the tests run them."""
 from dflash_doctor.findings import Severity
+from dflash_doctor.hazards import Hazard
+from dflash_doctor.mitigations import fix_text
 from dflash_doctor.rules.registry import Rule, register
 
 _FX_ERROR = ("RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
@@ -37,9 +39,7 @@ FX_FLAG_LEAK = register(Rule(
         "function'. The repro ran the step alone (fine) and in threads (this error), and the flight recorder "
         "names the thread that held the flag at that moment."
     ),
-    fix=("Install dflash_doctor.runtime.install_threadlocal_fx_flag() before creating any compiled wrapper "
-         "(plus enable_non_lazy_backward() on GPU), warm up every shape in one thread, or hold one global lock "
-         "around each step; `dflash-doctor repro --matrix` shows which holds on your install."),
+    fix=fix_text(Hazard.FX_FLAG_LEAK) + " `dflash-doctor repro --matrix` shows which holds on your install.",
     example_format="repro-facts",
     bad=_facts("none", "reproduced", '"fx-flag-leak"', "error",
                '{"name": "drafter-0", "outcome": "error", "steps": 0, "error": "' + _FX_ERROR + '"}',
@@ -58,8 +58,8 @@ FX_FLAG_STUCK = register(Rule(
         "of any compiled function in any thread raises. This is the 'Dynamo state globally corrupted' symptom; "
         "only a new process clears it."
     ),
-    fix=("Make the flag thread-local: dflash_doctor.runtime.install_threadlocal_fx_flag() (torch 2.14 does it "
-         "natively)."),
+    fix="A process in that state must restart: only a new process clears the flag. Then: " + fix_text(
+        Hazard.STUCK_FLAG),
     example_format="repro-facts",
     bad=_facts("none", "reproduced", '"stuck-flag"', "error",
                '{"name": "drafter-1", "outcome": "error", "steps": 0, "error": "' + _FX_ERROR + '"}',
@@ -78,9 +78,7 @@ COMPILE_LOCK_DEADLOCK = register(Rule(
         "another thread's backward and waits for compile_lock in the lazy backward compile "
         "(compile_fx_backward). A lock-order cycle: nothing progresses and no error is raised."
     ),
-    fix=("torch._functorch.config.force_non_lazy_backward_lowering = True "
-         "(dflash_doctor.runtime.enable_non_lazy_backward()) together with the thread-local FX shim, or warm up "
-         "every shape and device in one thread before the workers start."),
+    fix=fix_text(Hazard.DEADLOCK) + " `dflash-doctor repro --matrix` shows which holds on your install.",
     example_format="repro-facts",
     bad=_facts("none", "reproduced", '"deadlock"', "hung",
                '{"name": "drafter-0", "outcome": "hung", "steps": 0, "error": null}',

@@ -49,12 +49,11 @@ def _args(detail: Mapping) -> dict:
 
 
 def write_chrome_trace(path, phases: Iterable[tuple]) -> None:
-    """Write the trace via a temporary file and a rename, so Perfetto never opens half a file."""
-    import os
+    """Write the trace atomically (dflash_doctor.outputs), so Perfetto never opens half a file."""
     from pathlib import Path
+
+    from dflash_doctor.outputs import write_atomically
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(chrome_trace(list(phases))), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(chrome_trace(list(phases))))

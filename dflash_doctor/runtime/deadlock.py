@@ -83,7 +83,8 @@ def _dynamo_cycle(stacks: Sequence[ThreadStack], stalled_s: float) -> Optional[H
     if not compilers or not waiters:
         return None
     holder, waiter = compilers[0], waiters[0]
-    backward_fn = _waits_for_compile_lock_in_backward(waiter).function
+    waiting_in = _waits_for_compile_lock_in_backward(waiter)
+    backward_fn = waiting_in.function if waiting_in is not None else "the backward compile"
     chain = (
         f"{holder.name} holds compile_lock (Dynamo compiling a frame) and waits in torch.autograd.grad "
         f"for the autograd engine",
@@ -112,7 +113,7 @@ def _lock_wanted(frame: Frame) -> Optional[str]:
 def _locks_held(stack: ThreadStack) -> List[str]:
     """`with` blocks the thread is inside. Calls (`with torch.no_grad():`, `with recorder.step():`) are context
     managers made on the spot, not locks someone else could be waiting for, so they are left out."""
-    held = []
+    held: List[str] = []
     for index, frame in enumerate(stack.frames):
         innermost = index == len(stack.frames) - 1
         held.extend(expr for line, expr in frame.enclosing_with

@@ -136,16 +136,18 @@ class FlightRecorder:
     # -- hook callbacks ----------------------------------------------------------------------------------
     def _trace_enter(self) -> None:
         thread = threading.current_thread()
+        ident = threading.get_ident()
         with self._lock:
-            self._inside[thread.ident] = self._inside.get(thread.ident, 0) + 1
-            self._names[thread.ident] = thread.name
+            self._inside[ident] = self._inside.get(ident, 0) + 1
+            self._names[ident] = thread.name
         self.record("fx-trace", "B")
 
     def _trace_exit(self, global_flag: Optional[bool]) -> None:
         thread = threading.current_thread()
+        ident = threading.get_ident()
         stuck = False
         with self._lock:
-            self._inside[thread.ident] = self._inside.get(thread.ident, 1) - 1
+            self._inside[ident] = self._inside.get(ident, 1) - 1
             nobody_inside = not any(depth > 0 for depth in self._inside.values())
             if global_flag and nobody_inside and self.stuck_by is None:
                 self.stuck_by = thread.name
@@ -250,7 +252,11 @@ def _install_dynamo_hooks() -> None:
 
         handler.register_start_callback(on_start)
         handler.register_end_callback(on_end)
-        _UNDO.append(lambda: (handler.remove_start_callback(on_start), handler.remove_end_callback(on_end)))
+        def remove() -> None:
+            handler.remove_start_callback(on_start)
+            handler.remove_end_callback(on_end)
+
+        _UNDO.append(remove)
 
     reasons_fn = getattr(convert_frame, "get_and_maybe_log_recompilation_reasons", None)
     if reasons_fn is not None:

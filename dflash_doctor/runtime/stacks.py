@@ -12,6 +12,7 @@ import linecache
 import re
 import sys
 import threading
+from types import FrameType
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -66,12 +67,12 @@ def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = 
     too while they run Python code; they are named `thread-<ident>`."""
     names = {**thread_names(), **(names or {})}
     current = threading.get_ident()
-    stacks = []
+    stacks: List[ThreadStack] = []
     for ident, top in sys._current_frames().items():
         if skip_current and ident == current:
             continue
-        frames = []
-        frame = top
+        frames: List[Frame] = []
+        frame: Optional[FrameType] = top
         while frame is not None:
             code = frame.f_code
             line = frame.f_lineno or 0
@@ -115,8 +116,9 @@ _FRAME_LINE = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
 def parse_faulthandler(text: str, names: Optional[Dict[int, str]] = None) -> List[ThreadStack]:
     """Turn `faulthandler.dump_traceback(all_threads=True)` output into stacks (innermost last)."""
     names = names or {}
-    stacks = []
-    ident, frames = None, []
+    stacks: List[ThreadStack] = []
+    ident: Optional[int] = None
+    frames: List[Frame] = []
 
     def close() -> None:
         if ident is not None:

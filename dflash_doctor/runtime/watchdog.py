@@ -1,4 +1,9 @@
-"""A watchdog: no progress for `hang_after` seconds -> snapshot every thread's stack, classify the hang, report.
+"""A watchdog: a lock cycle in the stacks, or no progress for `hang_after` seconds -> classify the hang, report.
+
+Two rules. The fast one: once no event came for `cycle_confirm_s`, it samples every thread's stack each
+`cycle_confirm_s`; the same lock cycle (the compile-lock / autograd one, or threads waiting on each other's locks)
+in two samples with no event between them is a deadlock, reported at once instead of after `hang_after` seconds
+of silence. The fallback, for hangs whose stacks show no cycle: no progress for `hang_after` seconds.
 
 Progress is an event (a step, an FX trace, a compile) or the process tree burning CPU: an inductor compile can go
 many seconds without an event, but it keeps a core busy, while deadlocked threads use none.
@@ -14,12 +19,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
+from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, HangDiagnosis, classify_hang
 from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks
 
 
 BUSY_CORE_FRACTION = 0.1  # above this share of one core, averaged over a window, the tree counts as working
 BUSY_WINDOW_S = 1.0
+CYCLES = (DYNAMO_CYCLE, LOCK_CYCLE)  # true wait-for cycles: they never resolve, so two samples settle it
 
 
 def process_tree_cpu_seconds() -> float:
@@ -63,6 +69,7 @@ class Watchdog:
         capture: Callable[[], List[ThreadStack]] = capture_stacks,
         cpu_seconds: Optional[Callable[[], float]] = process_tree_cpu_seconds,
         thread_factory=threading.Thread,
+        cycle_confirm_s: Optional[float] = 1.5,
     ) -> None:
         self._last_progress = last_progress
         self._hang_after = hang_after_s
@@ -73,6 +80,9 @@ class Watchdog:
         self._cpu_seconds = cpu_seconds
         self._window = (clock(), cpu_seconds()) if cpu_seconds else None
         self._last_busy = float("-inf")
+        self._cycle_confirm = cycle_confirm_s
+        self._suspect: Optional[HangReport] = None  # a cycle seen in the last sample, waiting for confirmation
+        self._suspect_at = float("-inf")
         self._stop = threading.Event()
         self._thread = thread_factory(target=self._run, name="dflash-doctor-watchdog", daemon=True)
         self.fired: Optional[HangReport] = None
@@ -96,17 +106,39 @@ class Watchdog:
             return None
         now = self._clock()
         self._note_cpu(now)
+        report = self._confirmed_cycle(now)
         stalled = now - self.last_alive()
-        if stalled < self._hang_after:
+        if report is None and stalled >= self._hang_after:
+            stacks = self._capture()
+            report = HangReport(classify_hang(stacks, stalled), stacks)
+        if report is None:
+            return None
+        self.fired = report
+        self._on_hang(report)
+        return report
+
+    def _confirmed_cycle(self, now: float) -> Optional[HangReport]:
+        """The fast rule: the same cycle in two stack samples `cycle_confirm_s` apart, no event in between."""
+        if self._cycle_confirm is None:
+            return None
+        quiet = now - self._last_progress()
+        if quiet < self._cycle_confirm:
+            self._suspect = None
+            return None
+        if now - self._suspect_at < self._cycle_confirm:
             return None
         stacks = self._capture()
-        self.fired = HangReport(classify_hang(stacks, stalled), stacks)
-        self._on_hang(self.fired)
-        return self.fired
+        diagnosis = classify_hang(stacks, quiet)
+        previous, previous_at = self._suspect, self._suspect_at
+        self._suspect, self._suspect_at = (HangReport(diagnosis, stacks) if diagnosis.cycle in CYCLES else None), now
+        if (self._suspect is not None and previous is not None and previous.diagnosis.cycle == diagnosis.cycle
+                and self._last_progress() < previous_at):
+            return self._suspect
+        return None
 
     def _note_cpu(self, now: float) -> None:
         """Close a CPU window every BUSY_WINDOW_S; a busy window counts as progress at its end."""
-        if self._window is None:
+        if self._window is None or self._cpu_seconds is None:
             return
         started, cpu_at_start = self._window
         if now - started < BUSY_WINDOW_S:

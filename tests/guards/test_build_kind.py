@@ -27,4 +27,5 @@ def test_missing_version_py_is_not_an_accelerator_build(tmp_path):
 def test_the_installed_cpu_torch_is_recognised():
     import torch
 
-    assert is_accelerator_build(installed_torch_root()) is (torch.version.cuda is not None or torch.version.hip is not None)
+    built_for_gpu = torch.version.cuda is not None or torch.version.hip is not None
+    assert is_accelerator_build(installed_torch_root()) is built_for_gpu

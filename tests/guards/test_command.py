@@ -14,6 +14,7 @@ from tests.conftest import REPO, run_cli, run_cli_json
 
 FIXTURES = REPO / "fixtures" / "guards"
 PROBES = ("cross_thread_leak", "stuck_flag", "is_compiling_leak")
+HAZARDS = ("fx-flag-leak", "stuck-flag", "is-compiling-leak", "deadlock")
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +54,28 @@ def test_real_torch_2_13_is_vulnerable_with_both_races_reproduced(real_run, cach
     assert facts["probes"] == dict.fromkeys(PROBES, "reproduced")
     assert facts["compile_cache"] == {"dir": cache_env["TORCHINDUCTOR_CACHE_DIR"], "exists": False, "bytes": 0,
                                       "entries": 0, "truncated": False}
-    assert facts["verdict"] == "vulnerable"
-    assert facts["corroboration"]["agrees"] is True
-    assert [f["code"] for f in doc["findings"]] == ["DFD604", "DFD606", "DFD607", "DFD608", "DFD605", "DFD601"]
+    assert facts["verdict"] == "vulnerable" and facts["worst_hazard"] == "deadlock"
+    assert {name: h["state"] for name, h in facts["hazards"].items()} == dict.fromkeys(HAZARDS, "present")
+    # each probe bore on its own hazard; the deadlock has no probe (it needs a GPU's autograd thread)
+    assert {name: h["probe"] for name, h in facts["hazards"].items()} == {
+        "fx-flag-leak": "reproduced", "stuck-flag": "reproduced", "is-compiling-leak": "reproduced", "deadlock": None}
+    assert facts["corroboration"]["agrees"] is True and facts["corroboration"]["read_from"] == "2.13.0"
+    assert facts["release"] == {"version": facts["torch_version"], "fx_flag_thread_local": False,
+                                "non_lazy_backward_available": True, "backward_compile_takes_compile_lock": True}
+    assert [f.get("mitigation") or f["kind"] for f in facts["fixes"]] == [
+        "threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes", "upgrade"]
+    assert sorted(f["code"] for f in doc["findings"]) == ["DFD601", "DFD604", "DFD605", "DFD606", "DFD607",
+                                                          "DFD608", "DFD609"]
     assert doc["problems"] == [] and proc.returncode == doc["exit_code"] == 1
     for name in PROBES:
         assert 0 <= facts["probe_details"][name]["seconds"] < 60
+
+
+def test_real_run_cites_lines_that_hold_what_they_name(real_run):
+    for hazard in real_run[1]["facts"]["hazards"].values():
+        assert hazard["cited"]
+        for citation in hazard["cited"]:
+            assert citation["what"] in Path(citation["file"]).read_text().splitlines()[citation["line"] - 1]
 
 
 def test_real_run_contract_keys_come_first(real_run):
@@ -88,7 +105,7 @@ def test_text_view_highlights_the_predicate_and_the_flag(real_run):
         str(facts["fx_flag"]["source"][2][0])]
 
 
-@pytest.mark.parametrize("folder", ["torch-2.6", "torch-2.14", "torch-unknown"])
+@pytest.mark.parametrize("folder", ["torch-2.4", "torch-2.14", "torch-unknown"])
 def test_text_view_draws_partial_facts(folder, tmp_path):
     """Stand-ins leave state, probes and (unknown) the flag empty: the view must still draw them."""
     from rich.console import Console
@@ -103,18 +120,58 @@ def test_text_view_draws_partial_facts(folder, tmp_path):
     assert (tmp_path / "out.txt").stat().st_size > 0
 
 
-@pytest.mark.parametrize("folder, verdict, codes, exit_code", [
-    ("torch-2.6", "vulnerable", ["DFD604", "DFD601"], 1),
-    ("torch-2.11", "vulnerable", ["DFD604", "DFD601"], 1),
-    ("torch-2.14", "safe", ["DFD604", "DFD605"], 0),
-    ("torch-unknown", "unknown", ["DFD604"], 4),
+@pytest.mark.parametrize("folder, verdict, worst, codes, exit_code", [
+    ("torch-2.4", "vulnerable", "stuck-flag", ["DFD601"], 1),
+    ("torch-2.6", "vulnerable", "deadlock", ["DFD609", "DFD601"], 1),
+    ("torch-2.11", "vulnerable", "deadlock", ["DFD609", "DFD601"], 1),
+    ("torch-2.14", "vulnerable", "deadlock", ["DFD609", "DFD605"], 1),
+    ("torch-unknown", "unknown", None, [], 4),
 ])
-def test_stand_in_layouts_through_the_cli(folder, verdict, codes, exit_code, cache_env):
+def test_stand_in_layouts_through_the_cli(folder, verdict, worst, codes, exit_code, cache_env):
     proc, doc = run_cli_json("guards", "--torch-root", FIXTURES / folder, env=cache_env)
-    assert doc["facts"]["verdict"] == verdict
+    assert (doc["facts"]["verdict"], doc["facts"]["worst_hazard"]) == (verdict, worst)
     assert [f["code"] for f in doc["findings"]] == codes
     assert proc.returncode == exit_code
     assert doc["facts"]["probes"] == dict.fromkeys(PROBES, "skipped")
+
+
+def test_torch_root_describes_the_tree_only(cache_env, tmp_path):
+    """No cache, environment or host version reaches a --torch-root report, however the host is set up."""
+    env = dict(cache_env, TORCHINDUCTOR_FORCE_DISABLE_CACHES="1", TORCH_LOGS="+dynamo")
+    _, doc = run_cli_json("guards", "--torch-root", FIXTURES / "torch-2.13", env=env)
+    facts = doc["facts"]
+    assert (facts["env"], facts["compile_cache"], facts["triton_cache"]) == (None, None, None)
+    assert facts["versions"] == {"torch": "2.13.0+cpu", "torch_build": "CPU", "cuda": None, "hip": None}
+    assert facts["state_source"] == "not read: --torch-root describes the source tree only"
+    assert facts["config"] == {"error_on_nested_fx_trace": None, "force_compile_during_fx_trace": None}
+    assert "DFD604" not in [f["code"] for f in doc["findings"]]
+
+
+def test_a_release_outside_the_table_says_so_and_is_decided_from_source(cache_env):
+    _, doc = run_cli_json("guards", "--torch-root", FIXTURES / "torch-unknown", env=cache_env)
+    assert doc["facts"]["corroboration"] == {"release": "9.9", "consulted": False, "table_releases": "2.4-2.15",
+                                             "table_row": None, "agrees": None, "differences": []}
+    assert sorted(p["subject"] for p in doc["problems"]) == [f"hazard {h}" for h in sorted(HAZARDS)]
+
+
+def test_a_planted_torch_py_in_the_working_folder_is_never_imported(tmp_path, cache_env):
+    """`dflash-doctor guards` run from a folder holding torch.py: neither the CLI nor its probe children import it."""
+    marker = tmp_path / "planted-ran"
+    (tmp_path / "torch.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise SystemExit('planted torch')\n")
+    proc, doc = run_cli_json("guards", "--timeout", "60", cwd=tmp_path, env=cache_env, timeout=150)
+    assert not marker.exists()
+    assert doc["facts"]["torch_root"] == str(installed_torch_root())
+    assert doc["facts"]["probes"] == dict.fromkeys(PROBES, "reproduced") and doc["problems"] == []
+    assert proc.returncode == 1
+
+
+@pytest.mark.parametrize("value, message", [
+    ("nan", "--timeout must be a finite number, got nan"),
+    ("inf", "--timeout must be a finite number, got inf"),
+])
+def test_timeout_must_be_finite(value, message):
+    proc = run_cli("guards", "--timeout", value)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"dflash-doctor: error: {message}\n")
 
 
 def test_sarif_places_layout_findings_on_the_torch_source(cache_env):

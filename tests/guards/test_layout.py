@@ -6,31 +6,33 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.guards import read_layout, read_layout_text
-from dflash_doctor.guards.corroboration import corroborate
-from dflash_doctor.guards.verdict import decide_verdict
+from dflash_doctor.guards.verdict import decide_hazards, headline
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
 
 
 @pytest.mark.parametrize(
-    "folder, version, predicate, storage, flag, consults, compiling_storage, masked, verdict",
+    "folder, version, function, predicate, storage, flag, consults, compiling_storage, masked, verdict",
     [
-        ("torch-2.6", "2.6.0+cu124", "is_fx_tracing", "module-global", "_is_fx_tracing_flag", False, None, False,
-         "vulnerable"),
-        ("torch-2.11", "2.11.0+cu130", "is_fx_symbolic_tracing", "module-global", "_is_fx_tracing_flag", True,
+        ("torch-2.4", "2.4.1", "_fn", "is_fx_tracing", "module-global", "_is_fx_tracing_flag", False, "module-global",
+         False, "vulnerable"),
+        ("torch-2.6", "2.6.0+cu124", "_fn", "is_fx_tracing", "module-global", "_is_fx_tracing_flag", False,
          "module-global", False, "vulnerable"),
-        ("torch-2.13", "2.13.0+cpu", "is_fx_symbolic_tracing", "module-global", "_is_fx_tracing_flag", True,
-         "module-global", True, "vulnerable"),
-        ("torch-2.14", "2.14.1+cu130", "is_fx_symbolic_tracing", "thread-local", "_is_fx_tracing_tls", True,
-         "module-global", True, "safe"),
-        ("torch-unknown", "9.9.0a0+unknown", "is_fx_symbolic_tracing", "unknown", None, True, "module-global",
-         False, "unknown"),
+        ("torch-2.11", "2.11.0+cu130", "compile_wrapper", "is_fx_symbolic_tracing", "module-global",
+         "_is_fx_tracing_flag", True, "module-global", False, "vulnerable"),
+        ("torch-2.13", "2.13.0+cpu", "compile_wrapper", "is_fx_symbolic_tracing", "module-global",
+         "_is_fx_tracing_flag", True, "module-global", True, "vulnerable"),
+        ("torch-2.14", "2.14.1+cu130", "compile_wrapper", "is_fx_symbolic_tracing", "thread-local",
+         "_is_fx_tracing_tls", True, "module-global", True, "vulnerable"),
+        ("torch-unknown", "9.9.0a0+unknown", "compile_wrapper", "is_fx_symbolic_tracing", "unknown", None, True,
+         "module-global", False, "unknown"),
     ],
 )
-def test_stand_in_layouts(folder, version, predicate, storage, flag, consults, compiling_storage, masked, verdict):
+def test_stand_in_layouts(folder, version, function, predicate, storage, flag, consults, compiling_storage, masked,
+                          verdict):
     layout = read_layout(FIXTURES / folder)
     assert layout.torch_version == version
-    assert layout.guard.function == "compile_wrapper"
+    assert layout.guard.function == function
     assert layout.guard.predicate == predicate
     assert layout.guard.predicate_qualname == f"torch.fx._symbolic_trace.{predicate}"
     assert layout.guard.bound_at_wrap is True
@@ -39,7 +41,7 @@ def test_stand_in_layouts(folder, version, predicate, storage, flag, consults, c
     assert layout.consults_is_compiling is consults
     assert (layout.compiling_flag.storage if layout.compiling_flag else None) == compiling_storage
     assert layout.masked_during_compile is masked
-    assert decide_verdict(layout.fx_flag_storage, {}, None) == verdict
+    assert headline(decide_hazards(layout, {}, None))[0] == verdict
 
 
 def test_guard_line_is_the_raise_and_its_source_is_the_if_block():
@@ -78,7 +80,15 @@ def test_export_setting_the_compiling_flag_is_not_masking():
     # 2.11's export context sets torch.compiler._is_compiling_flag, but Dynamo's compile never enters it.
     layout = read_layout(FIXTURES / "torch-2.11")
     assert layout.masking is None and layout.compiling_flag.writer is None
+    assert layout.compile_sets_compiling_flag is False
     assert any("nothing in" in note and "convert_frame.py" in note for note in layout.notes)
+
+
+def test_the_compiling_flag_is_read_even_when_the_guard_ignores_it():
+    # 2.4-2.8's predicate does not call is_compiling(), but other threads' code does: the flag is read anyway.
+    layout = read_layout(FIXTURES / "torch-2.6")
+    assert not layout.consults_is_compiling and layout.compiling_flag.name == "_is_compiling_flag"
+    assert layout.compile_sets_compiling_flag is False and layout.masked_during_compile is False
 
 
 def test_unknown_layout_says_what_was_found():
@@ -134,8 +144,8 @@ def test_a_context_var_flag_counts_as_thread_local():
     )
     eval_frame = f"import torch\ndef w():\n    if torch.fx._symbolic_trace.is_fx_tracing():\n        {_RAISE}\n"
     layout = read_layout_text(_bundle(eval_frame, symbolic_trace))
-    assert (layout.fx_flag.name, layout.fx_flag.attribute, layout.fx_flag_storage) == ("_tracing", "get",
-                                                                                      "thread-local")
+    assert (layout.fx_flag.name, layout.fx_flag.attribute, layout.fx_flag_storage) == (
+        "_tracing", "get", "thread-local")
 
 
 @pytest.mark.parametrize("eval_frame, note", [
@@ -153,18 +163,9 @@ def test_unrecognisable_guards_are_unknown_with_a_note(eval_frame, note):
 def test_missing_eval_frame_is_unknown():
     layout = read_layout_text("# ==> fx/_symbolic_trace.py <==\n" + _GLOBAL_FLAG)
     assert layout.guard is None and layout.fx_flag_storage == "unknown"
-    assert layout.notes == ("no readable torch/_dynamo/eval_frame.py",) and layout.unknown_reason == layout.notes[0]
-
-
-def test_corroboration_is_reported_not_trusted():
-    agreeing = read_layout(FIXTURES / "torch-2.13")
-    assert corroborate("2.13.0+cpu", "is_fx_symbolic_tracing", agreeing.fx_flag_storage,
-                       agreeing.masked_during_compile)["agrees"] is True
-    # A build that says 2.14 but still has the module-global flag (a patched or mislabelled build).
-    row = corroborate("2.14.0", "is_fx_symbolic_tracing", "module-global", True)
-    assert (row["agrees"], row["differences"]) == (False, ["fx_flag_storage"])
-    assert corroborate("3.1.0", "x", "unknown", False) == {"release": "3.1", "table_row": None, "agrees": None,
-                                                            "differences": []}
+    assert layout.notes == ("no readable torch/_dynamo/eval_frame.py",
+                            "no readable definition of torch.compiler.is_compiling")
+    assert layout.unknown_reason == layout.notes[0]
 
 
 def test_a_module_level_alias_of_the_predicate_is_followed():

@@ -11,7 +11,7 @@ GUARDS_RULES = [rule for rule in all_rules() if rule.code.startswith("DFD6")]
 
 
 def test_the_guards_rules_are_registered():
-    assert [rule.code for rule in GUARDS_RULES] == [f"DFD60{n}" for n in range(1, 9)]
+    assert [rule.code for rule in GUARDS_RULES] == [f"DFD60{n}" for n in range(1, 10)]
     assert {rule.example_format for rule in GUARDS_RULES} == {"torch-layout", "guards-state"}
 
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from dflash_doctor.children import python_argv
 from dflash_doctor.guards.isolation import run_forked
 from dflash_doctor.guards.runner import ChildResult, host_argv, run_child, run_probes
 
@@ -111,9 +112,10 @@ def test_without_fork_each_probe_gets_its_own_host_and_the_timeout_plus_grace():
     run_probes(NAMES, timeout=7, fx_flag="_flag", runner=recording, fork=False, python="py")
     assert sorted(calls) == sorted(
         (host_argv([name], 7, "_flag", "none", "py"), 10.0) for name in NAMES)
-    assert host_argv(["stuck_flag"], 7, "_flag", "none", "py") == [
-        "py", "-m", "dflash_doctor.guards.probe_host", "--timeout", "7", "--isolation", "none",
-        "--fx-flag", "_flag", "stuck_flag"]
+    argv = host_argv(["stuck_flag"], 7, "_flag", "none", "py")
+    assert argv == python_argv("dflash_doctor.guards.probe_host", "--timeout", "7", "--isolation", "none",
+                               "--fx-flag", "_flag", "stuck_flag", python="py")
+    assert argv[:2] == ["py", "-c"]
 
 
 @pytest.mark.timeout(120)

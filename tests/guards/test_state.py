@@ -55,30 +55,31 @@ def _static(folder, tmp_path, **kwargs):
 def test_static_report_for_a_stand_in_layout(tmp_path):
     report = _static("torch-2.13", tmp_path)
     facts = report.facts
-    assert [f.code for f in report.sorted_findings()] == ["DFD604", "DFD605", "DFD601"]
+    assert [f.code for f in report.sorted_findings()] == ["DFD609", "DFD605", "DFD601"]
     assert facts["verdict"] == "vulnerable" and report.problems == []
     assert facts["probes"] == dict.fromkeys(("cross_thread_leak", "stuck_flag", "is_compiling_leak"), "skipped")
     assert facts["config"] == {"error_on_nested_fx_trace": None, "force_compile_during_fx_trace": None}
     assert facts["fx_flag_now"] is None and facts["state_source"].startswith("not read")
-    assert facts["compile_cache"] == {"dir": str(tmp_path / "inductor"), "exists": False, "bytes": 0, "entries": 0,
-                                      "truncated": False}
+    # a source tree says nothing about this host's caches, however cold they are
+    assert facts["compile_cache"] is None and facts["env"] is None
     assert facts["corroboration"]["agrees"] is True
 
 
-def test_unknown_layout_is_a_problem_and_verdict_unknown(tmp_path):
+def test_unknown_layout_is_a_problem_per_hazard_and_verdict_unknown(tmp_path):
     report = _static("torch-unknown", tmp_path)
     assert report.facts["verdict"] == "unknown" and report.facts["fx_flag_storage"] == "unknown"
-    [problem] = report.problems
-    assert problem.subject == "guard layout"
-    assert problem.reason == ("could not tell where the FX-tracing flag lives: torch.fx._symbolic_trace."
-                              "is_fx_symbolic_tracing reads no module state this tool recognises")
-    assert report.facts["verdict_reasons"] == [
-        "the source does not say where the FX-tracing flag lives: torch.fx._symbolic_trace.is_fx_symbolic_tracing "
-        "reads no module state this tool recognises"]
-    assert [rank["fix"].split(":")[0] for rank in report.facts["fixes"]] == [
-        "Warm up in one thread before starting the workers", "Hold one process-wide lock around every compiled "
-        "step (forward and backward) in every thread.", "Run the workers as processes instead of threads, so each "
-        "has its own Dynamo and FX state."]
+    reason = ("the source does not say where the FX-tracing flag lives: torch.fx._symbolic_trace."
+              "is_fx_symbolic_tracing reads no module state this tool recognises")
+    assert [(p.subject, p.reason) for p in report.problems[:2]] == [
+        ("hazard fx-flag-leak", f"could not tell whether the FX-flag leak across threads is possible here: {reason}"),
+        ("hazard stuck-flag", f"could not tell whether the stuck FX flag is possible here: {reason}")]
+    assert [p.subject for p in report.problems[2:]] == ["hazard is-compiling-leak", "hazard deadlock"]
+    # worst first: the deadlock, the stuck flag, the leak, the is-compiling leak
+    assert report.facts["verdict_reasons"][1:3] == [f"stuck FX flag: unknown: {reason}",
+                                                    f"FX-flag leak across threads: unknown: {reason}"]
+    # every hazard may be there: the concurrent pair stops every severe one (the is-compiling leak is minor)
+    assert [fix["mitigation"] for fix in report.facts["fixes"]] == [
+        "threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes"]
 
 
 @pytest.mark.timeout(120)
@@ -93,7 +94,7 @@ def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
     assert clean.facts["state_source"] == "this process"
     assert clean.facts["config"] == {"error_on_nested_fx_trace": True, "force_compile_during_fx_trace": False}
     assert clean.facts["fx_flag_now"] is False
-    assert [f.code for f in clean.sorted_findings()] == ["DFD605", "DFD601"]
+    assert [f.code for f in clean.sorted_findings()] == ["DFD609", "DFD605", "DFD601"]
 
     saved = symbolic_trace._is_fx_tracing_flag
     symbolic_trace._is_fx_tracing_flag = True  # what an out-of-order trace exit leaves behind
@@ -103,7 +104,8 @@ def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
     finally:
         symbolic_trace._is_fx_tracing_flag = saved
     assert corrupted.facts["fx_flag_now"] is True
-    assert {f.code for f in corrupted.findings} == {"DFD601", "DFD602", "DFD603", "DFD605"}
+    assert {f.code for f in corrupted.findings} == {"DFD601", "DFD602", "DFD603", "DFD605", "DFD609"}
+    assert corrupted.facts["hazards"]["stuck-flag"]["reason"].startswith("the FX-tracing flag is True right now")
     assert [fix["fix"].split(":")[0] for fix in corrupted.facts["fixes"][:2]] == [
         "Restart the process", "Set torch._dynamo.config.error_on_nested_fx_trace = True and "
         "force_compile_during_fx_trace = False (the defaults), then remove the race with one of the fixes below."]

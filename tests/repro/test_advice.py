@@ -1,43 +1,61 @@
-"""The 'next:' lines after a verdict: what this run could show, and what to run next."""
+"""The 'next:' lines after a verdict come from the mitigation registry, for the release the run read, so repro's
+advice, guards' ranking and the README cannot disagree."""
 from __future__ import annotations
 
-from dflash_doctor.repro.advice import next_steps
+from dflash_doctor import mitigations as registry
+from dflash_doctor.hazards import Release
+from dflash_doctor.repro.advice import fix_line, next_steps
 
-CPU_NATURAL = {"device": "cpu", "mitigation": "none", "mode": "natural", "backward": False,
-               "verdict": "not-reproduced", "kind": None}
-
-
-def test_natural_cpu_not_reproduced_says_what_could_not_form_and_points_at_forced_and_the_gpu():
-    steps = next_steps(CPU_NATURAL)
-    assert len(steps) == 3
-    assert "flex_attention has no CPU backward" in steps[0] and "deadlock cannot form" in steps[0]
-    assert "--mode forced" in steps[1] and "dflash-doctor guards" in steps[1]
-    assert "--device cuda --shapes per-thread" in steps[2]
+GLOBAL_FLAG = {"capabilities": {"fx_flag_storage": "module-global"}, "torch_version": "2.11.0"}
+THREAD_LOCAL = {"capabilities": {"fx_flag_storage": "thread-local"}, "torch_version": "2.14.1"}
 
 
-def test_gpu_natural_with_backward_only_warns_that_one_run_is_not_proof():
-    steps = next_steps({**CPU_NATURAL, "device": "cuda", "backward": True})
-    assert len(steps) == 1 and "not reproduced is not safe" in steps[0]
+def test_the_fix_line_is_the_registrys_first_complete_recommendation_for_the_release():
+    for facts in (GLOBAL_FLAG, THREAD_LOCAL):
+        storage = facts["capabilities"]["fx_flag_storage"]
+        release = Release(version=facts["torch_version"], fx_flag_thread_local=storage == "thread-local")
+        best = registry.recommend(release.hazards(), release)[0]
+        assert fix_line(facts).startswith(f"fix: {best.label} (")
+    assert fix_line(GLOBAL_FLAG).startswith("fix: threadlocal-flag,non-lazy-backward")
+    assert fix_line(THREAD_LOCAL).startswith("fix: non-lazy-backward")  # no shim where the flag is per thread
 
 
-def test_reproduced_names_the_fixes_for_its_kind():
-    [deadlock] = next_steps({**CPU_NATURAL, "verdict": "reproduced", "kind": "deadlock"})
-    assert "threadlocal-flag,non-lazy-backward" in deadlock and "--matrix" in deadlock
-    [stuck] = next_steps({**CPU_NATURAL, "verdict": "reproduced", "kind": "stuck-flag"})
-    assert "processes" in stuck
+def test_a_reproduced_race_gets_the_fix_and_the_matrix():
+    [line] = next_steps({**GLOBAL_FLAG, "mitigation": "none", "verdict": "reproduced", "kind": "deadlock"})
+    assert line.startswith("fix: threadlocal-flag,non-lazy-backward") and "`--matrix`" in line
 
 
-def test_a_mitigation_is_judged_by_its_own_run():
-    [failed] = next_steps({**CPU_NATURAL, "mitigation": "first-call-lock", "verdict": "reproduced",
-                           "kind": "fx-flag-leak"})
-    assert failed.startswith("--mitigation first-call-lock did not hold")
-    [held] = next_steps({**CPU_NATURAL, "mitigation": "warmup"})
-    assert held.startswith("--mitigation warmup held") and "--trials" in held
+def test_a_failed_mitigation_says_why_and_what_it_leaves_open_then_the_fix():
+    steps = next_steps({**GLOBAL_FLAG, "mitigation": "non-lazy-backward", "verdict": "reproduced",
+                        "outcome": "fails", "outcome_reason": "fx-flag-leak under natural stress (1 of 1)"})
+    assert steps[0] == "--mitigation non-lazy-backward fails: fx-flag-leak under natural stress (1 of 1)"
+    assert steps[1] == f"it leaves open: {registry.get('non-lazy-backward').pairing_caveat()}"
+    assert steps[-1].startswith("fix: threadlocal-flag,non-lazy-backward")
 
 
-def test_matrix_lists_what_held_and_never_the_baseline():
-    facts = {**CPU_NATURAL, "matrix": [
-        {"mitigation": "none", "verdict": "not-reproduced"}, {"mitigation": "warmup", "verdict": "not-reproduced"},
-        {"mitigation": "first-call-lock", "verdict": "reproduced"}]}
-    assert next_steps(facts) == ["held on this install: warmup; each is a function in dflash_doctor.runtime "
-                                 "(README: 'Fix it in your own trainer')"]
+def test_a_holding_combination_lists_its_caveats_but_not_the_pairing_it_meets():
+    steps = next_steps({**GLOBAL_FLAG, "mitigation": "threadlocal-flag,non-lazy-backward", "outcome": "holds",
+                        "outcome_reason": "no reproduction in 3 natural trials", "verdict": "not-reproduced"})
+    assert steps[0].startswith("--mitigation threadlocal-flag,non-lazy-backward holds")
+    assert not any("pair it with" in step for step in steps)
+    assert not any(step.startswith("fix:") for step in steps)
+
+
+def test_not_reproduced_is_not_called_safe_and_points_at_what_could_show_it():
+    steps = next_steps({**GLOBAL_FLAG, "mitigation": "none", "verdict": "not-reproduced", "shapes": "same",
+                        "backward": True, "levels": {"natural": {"ran": 3, "reproduced": 0, "kinds": {}}}})
+    assert steps[0].startswith("not reproduced at any stress that ran (natural 0/3)")
+    assert "not proof of safety" in steps[0]
+    assert any("--shapes per-thread" in step for step in steps)
+    assert steps[-1].startswith("`dflash-doctor guards`")
+
+
+def test_the_matrix_lists_holds_fails_and_inconclusive_and_what_to_apply():
+    rows = [{"mitigation": "none", "outcome": "reproduced"},
+            {"mitigation": "warmup", "outcome": "holds", "reason": "r1"},
+            {"mitigation": "first-call-lock", "outcome": "fails", "reason": "r2"},
+            {"mitigation": "processes", "outcome": "inconclusive", "reason": "r3"}]
+    assert next_steps({"matrix": rows}) == [
+        "holds: warmup (r1)", "fails: first-call-lock (r2)", "inconclusive: processes (r3)",
+        "apply in your trainer: warmup (each is a call in dflash_doctor.runtime; README: 'Fix it in your own "
+        "trainer')"]

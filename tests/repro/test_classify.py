@@ -12,7 +12,8 @@ import pytest
 
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
 from dflash_doctor.repro.runner import ChildExit, ChildProcess, read_phase_result
-from dflash_doctor.repro.spec import PhaseSpec, parse_mitigation
+from dflash_doctor.mitigations import parse as parse_mitigation
+from dflash_doctor.repro.spec import PhaseSpec
 from tests.conftest import REPO
 
 FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is..."

@@ -1,6 +1,7 @@
-"""`dflash-doctor repro` end to end through the real CLI (JSON), on CPU: forced and stuck reproduce with the exact
-error and the right blame, the thread-local shim turns both into not-reproduced, a natural run gives a verdict,
-and a genuine lock-order deadlock is reported as hung within the timeout.
+"""`dflash-doctor repro` end to end through the real CLI (JSON), on CPU: the default run climbs past what a CPU
+cannot show and reproduces under forced stress, forced and stuck reproduce with the exact error and the right
+blame, the thread-local shim turns both into not-reproduced (inconclusive: one stress is not a ladder), a natural
+run gives a verdict, and a genuine lock-order deadlock is recognised from the stacks within seconds.
 
 Runs share one warm inductor cache (the first run fills it) and use one step per thread: the point here is the
 race, not a cold compile.
@@ -17,15 +18,16 @@ FX_ERROR = ("RuntimeError: Detected that you are using FX to symbolically trace 
             "This is not supported at the moment.")
 # Later options win, so DEADLOCK's own --threads/--hang-after/--timeout override these.
 COMMON = ("repro", "--threads", "3", "--device", "cpu", "--cache", "warm", "--steps", "1", "--hang-after", "60",
-          "--timeout", "200", "--format", "json")
+          "--timeout", "200", "--preset", "tiny", "--trials", "1", "--format", "json")
 
 
+DEFAULT = ()
 FORCED = ("--mode", "forced", "--trace", "TRACE")
 STUCK = ("--mode", "stuck", "--expect", "reproduced")
 SHIMMED = {mode: ("--mode", mode, "--mitigation", "threadlocal-flag") for mode in ("forced", "stuck")}
 NATURAL = ("--mode", "natural")
-DEADLOCK = ("--model", "tests.repro.deadlock_factory:build", "--threads", "2", "--shapes", "per-thread",
-            "--hang-after", "10", "--timeout", "120")
+DEADLOCK = ("--mode", "natural", "--model", "tests.repro.deadlock_factory:build", "--threads", "2", "--shapes",
+            "per-thread", "--timeout", "120")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def repro(tmp_path_factory):
         return proc, doc, (trace if "--trace" in extra else saved / "last-repro.json")
 
     done = {FORCED: run(FORCED)}
-    rest = (STUCK, SHIMMED["forced"], SHIMMED["stuck"], NATURAL, DEADLOCK)
+    rest = (DEFAULT, STUCK, SHIMMED["forced"], SHIMMED["stuck"], NATURAL, DEADLOCK)
     with ThreadPoolExecutor(max_workers=2) as pool:
         done.update(zip(rest, pool.map(run, rest)))
     return done
@@ -71,8 +73,9 @@ def test_forced_reproduces_the_exact_error_and_blames_the_holder(repro):
     assert (facts["verdict"], facts["kind"], facts["mode"], facts["mitigation"]) == (
         "reproduced", "fx-flag-leak", "forced", "none")
     assert facts["torch_version"].startswith("2.") and facts["device"] == "cpu" and facts["threads"] == 3
-    assert facts["single_thread"]["outcome"] == "ok"
-    assert threads_of(facts["single_thread"]) == {"drafter-0": ("ok", None, 1)}
+    assert facts["single_thread"] is None  # the guard raises at the first call: no control needed
+    assert (facts["level"], facts["levels"]["forced"]) == ("forced", {"ran": 1, "reproduced": 1,
+                                                                      "kinds": {"fx-flag-leak": 1}})
     assert facts["multi_thread"]["outcome"] == "error"
     assert threads_of(facts["multi_thread"]) == {f"drafter-{i}": ("error", FX_ERROR, 0) for i in range(3)}
     assert sorted((b["victim"], b["holder"]) for b in facts["blame"]) == [
@@ -86,6 +89,18 @@ def test_forced_reproduces_the_exact_error_and_blames_the_holder(repro):
     threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert {"drafter-0", "drafter-1", "drafter-2", "fx-holder"} <= threads
     assert any(e["ph"] == "i" and e["name"] == "RuntimeError" for e in events)
+
+
+@pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
+def test_the_default_run_says_what_a_cpu_cannot_show_and_reproduces_under_forced_stress(repro):
+    proc, doc, _ = repro[DEFAULT]
+    facts = doc["facts"]
+    assert proc.returncode == 1 and facts["mode"] == "auto"
+    assert (facts["verdict"], facts["kind"], facts["level"]) == ("reproduced", "fx-flag-leak", "forced")
+    skipped = {stress: entry.get("skipped") for stress, entry in facts["levels"].items()}
+    assert skipped["natural"] and skipped["amplified"] and skipped["forced"] is None
+    assert any("flex_attention has no CPU backward" in line for line in facts["capabilities"]["cannot_show"])
+    assert facts["next_steps"][0].startswith("fix: threadlocal-flag,non-lazy-backward")
 
 
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
@@ -107,6 +122,8 @@ def test_the_threadlocal_shim_turns_forced_and_stuck_into_not_reproduced(repro, 
     facts = doc["facts"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (facts["verdict"], facts["kind"], facts["blame"]) == ("not-reproduced", None, [])
+    # the baseline reproduced under the same stress, but one stress is not the shim's whole ladder
+    assert facts["baseline_levels"][mode]["reproduced"] == 1 and facts["outcome"] == "inconclusive"
     threads = threads_of(facts["multi_thread"])
     assert sorted(threads) == ["drafter-0", "drafter-1", "drafter-2"]
     # At least --steps each; a thread done early keeps stepping while another is still in its first step.
@@ -137,8 +154,8 @@ def test_a_genuine_lock_order_deadlock_is_reported_hung_as_a_lock_cycle(repro):
     assert hang["cycle"] == "lock-cycle" and set(hang["threads"]) == {"drafter-0", "drafter-1"}
     assert any(step.startswith("drafter-0 holds LOCK_A and waits for LOCK_B") for step in hang["chain"])
     assert any(step.startswith("drafter-1 holds LOCK_B and waits for LOCK_A") for step in hang["chain"])
-    assert facts["multi_thread"]["seconds"] < 100  # the watchdog (10 s), not the 120 s timeout, ended it
-    assert hang["stalled_s"] >= 10
+    # two stack samples 1.5 s apart named the cycle: no waiting for --hang-after (60 s) of silence
+    assert hang["stalled_s"] < 10 and facts["multi_thread"]["seconds"] < 40
     assert [f["code"] for f in doc["findings"]] == ["DFD704"]
 
 
@@ -150,9 +167,38 @@ def test_a_genuine_lock_order_deadlock_is_reported_hung_as_a_lock_cycle(repro):
     (("--device", "tpu"), "--device must be cpu, cuda"),
     (("--hang-after", "10", "--timeout", "5"), "--timeout must be longer than --hang-after"),
     (("--model", "no colon"), "--model must look like pkg.module:factory"),
+    (("--device", "cuda"), "is a CPU-only build"),
+    (("--trials", "0"), "--trials 1..100"),
+    (("--timeout", "nan"), "--timeout must be a finite number"),
 ])
 def test_bad_options_are_one_line_and_exit_2(args, message):
     proc = run_cli("repro", *args, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+@pytest.mark.timeout(300)
+def test_a_model_that_cannot_be_imported_is_one_line_and_exit_2():
+    proc = run_cli("repro", "--mode", "natural", "--preset", "tiny", "--trials", "1", "--device", "cpu",
+                   "--model", "no_such_module_anywhere:build", timeout=280)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("dflash-doctor: error: --model no_such_module_anywhere:build: cannot import")
+
+
+def test_no_torch_at_all_is_exit_4_and_a_cuda_request_of_a_cpu_build_is_exit_2(monkeypatch, tmp_path):
+    # The one thing this machine cannot lack for real (the suite needs torch): the finder is faked, the rest real.
+    from dflash_doctor.commands import repro as command
+    from dflash_doctor.errors import MissingDependency, UsageError
+    from dflash_doctor.guards import sources
+
+    monkeypatch.setattr(sources, "installed_torch_root", lambda: None)
+    with pytest.raises(MissingDependency, match="repro needs torch"):
+        command.check_torch(("cpu",))
+    (tmp_path / "version.py").write_text("cuda = None\n", encoding="utf-8")
+    monkeypatch.setattr(sources, "installed_torch_root", lambda: tmp_path)
+    with pytest.raises(UsageError, match="CPU-only build"):
+        command.check_torch(("cuda",))
+    command.check_torch(("cpu",))

@@ -1,5 +1,5 @@
-"""The harness's bookkeeping with a fake process runner (the real one is exercised by test_cli_repro.py): the
-matrix rows, trials and reproduction rate, the `processes` layout, and harness failures."""
+"""The harness's bookkeeping with a fake process runner (the real one is exercised by test_cli_repro.py): the ladder
+each kind of run climbs, the rate, fails / holds / inconclusive, the `processes` layout, and harness failures."""
 from __future__ import annotations
 
 import json
@@ -7,24 +7,36 @@ from pathlib import Path
 
 import pytest
 
+from dflash_doctor import mitigations as registry
+from dflash_doctor.errors import UsageError
+from dflash_doctor.hazards import Stress
+from dflash_doctor.repro.capabilities import Capabilities
 from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
 from dflash_doctor.repro.runner import ChildExit
-from dflash_doctor.repro.spec import MATRIX, ReproSpec
+from dflash_doctor.repro.spec import ReproSpec
 
 FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function."
+EVERYTHING_RUNS = Capabilities()
 
 
 class FakeChild:
     def __init__(self, result_path: Path, result) -> None:
         self.result_path, self.result = result_path, result
+        self.killed = False
 
-    def wait(self, timeout_s):
+    def poll(self, timeout_s):
         if self.result is not None:
             self.result_path.write_text(json.dumps(self.result))
         return ChildExit(0 if self.result is not None else -9, self.result is None, 1.0)
 
+    def wait(self, timeout_s):
+        return self.poll(timeout_s)
+
     def stop(self):
-        return self.wait(0)
+        return self.poll(0)
+
+    def kill(self):
+        self.killed = True
 
 
 class FakeRunner:
@@ -34,10 +46,14 @@ class FakeRunner:
         self.behaviour = behaviour
         self.specs = []
 
-    def start(self, spec_path, result_path, env, log_path):
+    def start(self, spec_path, result_path, env, log_path, user_code=False):
         spec = json.loads(Path(spec_path).read_text())
         self.specs.append(spec)
         return FakeChild(Path(result_path), self.behaviour(spec))
+
+    def trials(self, mitigation=(), mode=None):
+        return [s for s in self.specs if s["phase"] == "multi" and s["mitigation"] == list(mitigation)
+                and (mode is None or s["mode"] == mode)]
 
 
 def ok(spec, steps=2):
@@ -56,50 +72,140 @@ def leak(spec):
     return result
 
 
-def shim_fixes_it(spec):
-    if spec["phase"] == "single" or "threadlocal-flag" in spec["mitigation"] or "global-lock" in spec["mitigation"]:
+def deadlock(spec):
+    result = ok(spec)
+    result.update(outcome="hung", threads=[{"name": n, "outcome": "hung", "error": None, "steps": 0}
+                                           for n in spec["thread_names"]],
+                  hang={"kind": "deadlock", "cycle": "compile-lock-autograd", "chain": ["a", "b"]})
+    return result
+
+
+def repro(spec: ReproSpec, behaviour, tmp_path, matrix=False, caps=EVERYTHING_RUNS):
+    runner = FakeRunner(behaviour)
+    report = run_repro(spec, matrix=matrix, runner=runner, workdir=tmp_path, capabilities=caps)
+    return report, runner
+
+
+def like_the_h200(spec):
+    """What the H200 showed: the baseline deadlocks naturally; threadlocal-flag alone deadlocks; non-lazy alone and
+    the first-call lock leak the flag; the shim + non-lazy, warm-up, global lock and processes hold."""
+    mitigation, mode = set(spec["mitigation"]), spec["mode"]
+    if spec["phase"] in ("single", "disturb") or spec["threads"] == 1:
         return ok(spec)
-    return leak(spec)
+    if {"threadlocal-flag", "non-lazy-backward"} <= mitigation or mitigation & {"warmup", "global-lock"}:
+        return ok(spec)
+    if mode in ("forced", "stuck"):
+        return ok(spec) if "threadlocal-flag" in mitigation else leak(spec)
+    if mitigation & {"non-lazy-backward", "first-call-lock"}:
+        return leak(spec)
+    return deadlock(spec)
 
 
-def test_the_matrix_has_one_row_per_mitigation_and_the_headline_is_the_requested_one(tmp_path):
-    runner = FakeRunner(shim_fixes_it)
-    report = run_repro(ReproSpec(mode="forced"), matrix=True, runner=runner, workdir=tmp_path)
+def test_the_default_run_escalates_no_further_than_it_must_and_runs_every_trial_of_that_stress(tmp_path):
+    report, runner = repro(ReproSpec(trials=3), like_the_h200, tmp_path)
     facts = report.facts
-    rows = {row["mitigation"]: (row["verdict"], row["outcome"], row["kind"]) for row in facts["matrix"]}
-    assert list(rows) == [",".join(m) for m in MATRIX]
-    assert rows["none"] == ("reproduced", "error", "fx-flag-leak")
-    assert rows["global-lock"] == rows["threadlocal-flag"] == rows["threadlocal-flag,non-lazy-backward"] == (
-        "not-reproduced", "ok", None)
-    assert (facts["verdict"], facts["kind"], report.exit_code_override) == ("reproduced", "fx-flag-leak", 1)
-    assert [s["phase"] for s in runner.specs].count("single") == 1  # one control for the whole matrix
-    assert next(r for r in facts["matrix"] if r["mitigation"] == "global-lock")["steps_per_s"] == 12.0
-    assert list(tmp_path.iterdir()) == []  # the run's scratch folder is gone
+    assert (facts["verdict"], facts["kind"], facts["level"]) == ("reproduced", "deadlock", "natural")
+    assert facts["levels"]["natural"] == {"ran": 3, "reproduced": 3, "kinds": {"deadlock": 3}}
+    assert facts["levels"]["amplified"]["ran"] == 0 and facts["levels"]["forced"]["ran"] == 0
+    assert facts["reproduction_rate"] == 1.0 and report.exit_code_override == 1
+    assert [s["mode"] for s in runner.trials()] == ["natural"] * 3
+    assert [s["phase"] for s in runner.specs].count("single") == 1
 
 
-def test_trials_give_a_rate_and_the_first_reproducing_trial_is_reported(tmp_path):
-    outcomes = iter([ok, leak, ok])
+def test_the_ladder_climbs_to_the_first_stress_that_reproduces(tmp_path):
+    def only_when_forced(spec):
+        return leak(spec) if spec["phase"] == "multi" and spec["mode"] == "forced" else ok(spec)
 
-    def behaviour(spec):
-        return ok(spec) if spec["phase"] == "single" else next(outcomes)(spec)
-
-    report = run_repro(ReproSpec(trials=3), runner=FakeRunner(behaviour), workdir=tmp_path)
+    report, runner = repro(ReproSpec(trials=2), only_when_forced, tmp_path)
     facts = report.facts
-    assert [t["kind"] for t in facts["trials"]] == [None, "fx-flag-leak", None]
-    assert facts["reproduction_rate"] == pytest.approx(1 / 3, abs=1e-3)
-    assert (facts["verdict"], facts["multi_thread"]["outcome"]) == ("reproduced", "error")
+    assert [s["mode"] for s in runner.trials()] == ["natural", "natural", "amplified", "forced"]
+    assert (facts["verdict"], facts["level"], facts["kind"]) == ("reproduced", "forced", "fx-flag-leak")
+    assert facts["levels"]["natural"] == {"ran": 2, "reproduced": 0, "kinds": {}}
+
+
+def test_not_reproduced_anywhere_is_not_reproduced_with_the_counts(tmp_path):
+    report, _ = repro(ReproSpec(trials=2), ok, tmp_path)
+    facts = report.facts
+    assert (facts["verdict"], facts["level"], report.exit_code_override) == ("not-reproduced", None, 0)
+    assert {s: e["ran"] for s, e in facts["levels"].items()} == {"natural": 2, "amplified": 1, "forced": 1}
+    assert facts["next_steps"][0].startswith("not reproduced at any stress that ran (natural 0/2, amplified 0/1, "
+                                             "forced 0/1)")
+
+
+def test_what_this_machine_cannot_show_is_skipped_and_no_control_runs_for_forced_alone(tmp_path):
+    caps = Capabilities(skipped={Stress.NATURAL: "no backward", Stress.AMPLIFIED: "no backward"},
+                        cannot_show=("no backward",))
+    report, runner = repro(ReproSpec(), like_the_h200, tmp_path, caps=caps)
+    assert [s["mode"] for s in runner.trials()] == ["forced"]
+    assert [s["phase"] for s in runner.specs] == ["multi"]  # forced needs no single-thread control
+    assert report.facts["single_thread"] is None and report.facts["level"] == "forced"
+    assert report.facts["levels"]["natural"]["skipped"] == "no backward"
+
+
+def test_a_pinned_mode_runs_even_what_the_machine_is_not_expected_to_show(tmp_path):
+    caps = Capabilities(skipped={Stress.NATURAL: "no backward", Stress.AMPLIFIED: "no backward"})
+    report, runner = repro(ReproSpec(mode="natural", trials=2), ok, tmp_path, caps=caps)
+    assert [s["mode"] for s in runner.trials()] == ["natural", "natural"]
+    assert report.facts["verdict"] == "not-reproduced"
+
+
+def test_the_matrix_judges_every_row_against_one_baseline_like_the_h200(tmp_path):
+    report, runner = repro(ReproSpec(trials=2), like_the_h200, tmp_path, matrix=True)
+    rows = {row["mitigation"]: row for row in report.facts["matrix"]}
+    assert list(rows) == [registry.label(names) for names in registry.MATRIX]
+    outcomes = {name: row["outcome"] for name, row in rows.items()}
+    assert outcomes == {
+        "none": "reproduced", "first-call-lock": "fails", "global-lock": "holds", "warmup": "holds",
+        "threadlocal-flag": "fails", "non-lazy-backward": "fails", "processes": "holds",
+        "threadlocal-flag,non-lazy-backward": "holds"}
+    assert rows["threadlocal-flag"]["kind"] == "deadlock" and rows["non-lazy-backward"]["kind"] == "fx-flag-leak"
+    assert rows["threadlocal-flag,non-lazy-backward"]["stresses"] == {
+        "natural": {"ran": 2, "reproduced": 0, "kinds": {}}, "amplified": {"ran": 1, "reproduced": 0, "kinds": {}},
+        "forced": {"ran": 1, "reproduced": 0, "kinds": {}}, "stuck": {"ran": 1, "reproduced": 0, "kinds": {}}}
+    assert rows["warmup"]["stresses"].keys() == {"natural", "amplified"}  # it claims no flag safety
+    # a failing row stops at its first reproduction
+    assert len(runner.trials(("threadlocal-flag",))) == 1
+    assert [s["phase"] for s in runner.specs].count("single") == 1
+    assert report.facts["verdict"] == "reproduced" and report.exit_code_override == 1
+    holds = next(step for step in report.facts["next_steps"] if step.startswith("holds: "))
+    assert "global-lock" in holds and "first-call-lock" not in holds
+
+
+def test_nothing_is_held_against_a_baseline_that_never_reproduced(tmp_path):
+    report, _ = repro(ReproSpec(trials=2), ok, tmp_path, matrix=True)
+    outcomes = {row["mitigation"]: row["outcome"] for row in report.facts["matrix"]}
+    assert outcomes.pop("none") == "not-reproduced"
+    assert set(outcomes.values()) == {"inconclusive"}
+    reason = next(r["reason"] for r in report.facts["matrix"] if r["mitigation"] == "warmup")
+    assert "the baseline did not reproduce under it" in reason
+    assert not any(step.startswith("holds") for step in report.facts["next_steps"])
+
+
+def test_too_few_natural_trials_cannot_hold(tmp_path):
+    report, _ = repro(ReproSpec(trials=1, mitigation=("global-lock",)), like_the_h200, tmp_path)
+    assert report.facts["outcome"] == "inconclusive"
+    assert "natural: 1 clean trial(s), 2 needed" in report.facts["outcome_reason"]
+    assert report.facts["verdict"] == "not-reproduced" and report.exit_code_override == 0
+
+
+def test_a_single_mitigation_run_is_judged_against_its_own_baseline(tmp_path):
+    report, runner = repro(ReproSpec(trials=2, mitigation=("non-lazy-backward",)), like_the_h200, tmp_path)
+    facts = report.facts
+    assert (facts["outcome"], facts["verdict"], facts["kind"]) == ("fails", "reproduced", "fx-flag-leak")
+    assert facts["next_steps"][0].startswith("--mitigation non-lazy-backward fails: fx-flag-leak under natural")
+    assert any("pair it with threadlocal-flag" in step for step in facts["next_steps"])
+    assert runner.trials(())  # the baseline ran to qualify it
 
 
 def test_processes_run_one_child_per_worker_plus_a_disturbance_child(tmp_path):
-    runner = FakeRunner(ok)
-    report = run_repro(ReproSpec(threads=3, mode="stuck", mitigation=("processes",), shapes="per-thread",
-                                 devices=("cuda:0", "cuda:1")), runner=runner, workdir=tmp_path)
-    multi_specs = [s for s in runner.specs if s["phase"] == "multi"]
-    assert [(s["thread_names"], s["shape_indices"], s["devices"], s["mode"]) for s in multi_specs] == [
+    report, runner = repro(ReproSpec(threads=3, mode="stuck", mitigation=("processes",), shapes="per-thread",
+                                     devices=("cuda:0", "cuda:1")), ok, tmp_path)
+    workers = [s for s in runner.specs if s["phase"] == "multi" and s["threads"] == 1]
+    assert [(s["thread_names"], s["shape_indices"], s["devices"], s["mode"]) for s in workers] == [
         (["drafter-0"], [0], ["cuda:0"], "natural"), (["drafter-1"], [1], ["cuda:1"], "natural"),
         (["drafter-2"], [2], ["cuda:0"], "natural")]
     assert [s["mode"] for s in runner.specs if s["phase"] == "disturb"] == ["stuck"]
-    assert report.facts["verdict"] == "not-reproduced" and report.exit_code_override == 0
+    assert report.facts["verdict"] == "not-reproduced"
     phases = trace_phases(report.facts)
     assert [name for name, _ in phases] == ["single-thread", "process drafter-0", "process drafter-1",
                                             "process drafter-2"]
@@ -108,26 +214,37 @@ def test_processes_run_one_child_per_worker_plus_a_disturbance_child(tmp_path):
 def test_a_failing_single_thread_control_is_a_harness_failure(tmp_path):
     def behaviour(spec):
         result = ok(spec)
-        result.update(outcome="error", threads=[{"name": "drafter-0", "outcome": "error", "steps": 0,
-                                                 "error": "NotImplementedError: no CPU backward"}])
+        if spec["phase"] == "single":
+            result.update(outcome="error", threads=[{"name": "drafter-0", "outcome": "error", "steps": 0,
+                                                     "error": "NotImplementedError: no CPU backward"}])
         return result
 
-    report = run_repro(ReproSpec(), runner=FakeRunner(behaviour), workdir=tmp_path)
+    report, _ = repro(ReproSpec(jobs=1), behaviour, tmp_path)
     assert report.exit_code_override == EXIT_HARNESS_FAILURE
     assert report.facts["multi_thread"] is None and report.facts["verdict"] == "not-reproduced"
     assert [p.subject for p in report.problems] == ["single-thread phase"]
     assert "NotImplementedError: no CPU backward" in report.problems[0].reason
 
 
-def test_a_shim_that_could_not_be_installed_is_a_harness_failure(tmp_path):
+def test_a_mitigation_that_could_not_be_applied_is_a_harness_failure(tmp_path):
     def behaviour(spec):
         result = ok(spec)
-        result["problems"] = [{"subject": "threadlocal-flag", "reason": "unknown layout", "hint": "h"}]
+        if "threadlocal-flag" in spec["mitigation"]:
+            result["problems"] = [{"subject": "threadlocal-flag", "reason": "unknown layout", "hint": "h"}]
         return result
 
-    report = run_repro(ReproSpec(mitigation=("threadlocal-flag",)), runner=FakeRunner(behaviour), workdir=tmp_path)
+    report, _ = repro(ReproSpec(mitigation=("threadlocal-flag",), mode="forced"), behaviour, tmp_path)
     assert report.exit_code_override == EXIT_HARNESS_FAILURE
     assert {p.subject for p in report.problems} == {"threadlocal-flag"}
+
+
+def test_a_model_that_cannot_be_imported_is_one_usage_error(tmp_path):
+    def behaviour(spec):
+        return {**ok(spec), "outcome": "error", "usage_error": "--model m:f: cannot import m (No module named 'm')"}
+
+    with pytest.raises(UsageError, match="cannot import m"):
+        repro(ReproSpec(), behaviour, tmp_path)
+    assert list(tmp_path.iterdir()) == []  # the scratch folder is gone
 
 
 def test_a_child_killed_at_the_timeout_without_a_stack_dump_gives_no_verdict(tmp_path):
@@ -135,12 +252,9 @@ def test_a_child_killed_at_the_timeout_without_a_stack_dump_gives_no_verdict(tmp
     def behaviour(spec):
         return ok(spec) if spec["phase"] == "single" else None
 
-    report = run_repro(ReproSpec(timeout_s=100.0), runner=FakeRunner(behaviour), workdir=tmp_path)
+    report, _ = repro(ReproSpec(timeout_s=100.0, mode="natural", trials=1), behaviour, tmp_path)
     facts = report.facts
-    assert facts["multi_thread"]["outcome"] == "hung"
-    assert [t["outcome"] for t in facts["multi_thread"]["threads"]] == ["hung"] * 3
-    assert (facts["verdict"], facts["kind"], report.findings) == ("not-reproduced", None, [])
+    assert (facts["verdict"], facts["kind"], report.findings) == (None, None, [])
     assert report.exit_code_override == EXIT_HARNESS_FAILURE
-    [problem] = report.problems
-    assert problem.subject == "3-thread phase (none)"
-    assert problem.reason == "still making progress when --timeout (100 s) ended it: no verdict"
+    reasons = [p.reason for p in report.problems]
+    assert "still making progress when --timeout (100 s) ended it: no verdict" in reasons

@@ -43,8 +43,28 @@ def test_the_text_view_ends_with_the_next_steps():
 
     console = Console(file=io.StringIO(), width=200, color_system=None)
     render_repro_facts(console, {"device": "cpu", "threads": 3, "mode": "natural", "mitigation": "none",
-                                 "verdict": "not-reproduced", "time_to_verdict_s": 1.0,
+                                 "verdict": "not-reproduced", "time_to_verdict_s": 1.0, "wall_s": 2.5,
+                                 "levels": {"natural": {"ran": 3, "reproduced": 0, "kinds": {}}},
                                  "next_steps": ["first thing", "second [thing]"]})
     lines = console.file.getvalue().splitlines()
-    assert lines[-3].startswith("verdict: not-reproduced")
+    assert lines[-3] == "verdict: not reproduced (natural 0/3) in 2.5 s"
     assert lines[-2:] == ["next: first thing", "next: second [thing]"]
+
+
+def test_verdict_line_names_the_stress_and_the_rate():
+    from dflash_doctor.render.repro_view import verdict_line
+
+    facts = {"verdict": "reproduced", "kind": "deadlock", "level": "natural", "time_to_verdict_s": 28.2,
+             "levels": {"natural": {"ran": 3, "reproduced": 2, "kinds": {"deadlock": 2}}}}
+    assert verdict_line(facts) == ("verdict: reproduced (deadlock) under natural stress, 2/3 trials; first after "
+                                   "28.2 s")
+
+
+def test_matrix_cells_show_per_stress_counts_kinds_and_skips():
+    from dflash_doctor.render.repro_view import stress_cells
+
+    assert stress_cells({"natural": {"ran": 3, "reproduced": 0, "kinds": {}},
+                         "amplified": {"ran": 2, "reproduced": 1, "kinds": {"fx-flag-leak": 1}},
+                         "forced": {"ran": 0, "reproduced": 0, "kinds": {}, "skipped": "thread-local"},
+                         "stuck": {"ran": 0, "reproduced": 0, "kinds": {}}}) == (
+        "natural 0/3 · amplified 1/2 leak · forced skip · stuck -")

@@ -104,3 +104,68 @@ def test_a_real_lock_order_deadlock_in_a_child_is_reported_as_a_lock_cycle_in_ti
     assert any(step.startswith("worker-ab holds lock_a and waits for lock_b") for step in diagnosis["chain"])
     assert any(step.startswith("worker-ba holds lock_b and waits for lock_a") for step in diagnosis["chain"])
     assert elapsed < 20
+
+
+def _dynamo_cycle_stacks():
+    """The compile-lock / autograd cycle as the stacks show it (file and function names as torch writes them)."""
+    from dflash_doctor.runtime.stacks import Frame, ThreadStack
+
+    holder = ThreadStack("drafter-1", 1, (
+        Frame("/site/torch/_dynamo/convert_frame.py", 900, "_compile", "return _compile_inner(code)"),
+        Frame("/site/torch/_functorch/_aot_autograd/graph_compile.py", 300, "aot_stage1_graph_capture", "fw()"),
+        Frame("/site/torch/autograd/__init__.py", 400, "grad", "result = _engine_run_backward(")))
+    device_thread = ThreadStack("thread-77", 2, (
+        Frame("/site/torch/_functorch/_aot_autograd/runtime_wrappers.py", 2850, "_backward_impl", "bw_compiler()"),
+        Frame("/site/torch/_inductor/compile_fx.py", 2575, "compile_fx_backward", "with compile_lock:")))
+    return [holder, device_thread]
+
+
+def test_a_compile_lock_cycle_seen_in_two_quiet_samples_fires_long_before_the_silence_rule():
+    from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE
+
+    clock, fired, samples = FakeClock(), [], []
+    last = {"t": 100.0}
+
+    def capture():
+        samples.append(clock.now)
+        return _dynamo_cycle_stacks()
+
+    dog = Watchdog(lambda: last["t"], 60.0, fired.append, clock=clock, capture=capture, cpu_seconds=None,
+                   cycle_confirm_s=1.5)
+    clock.now = 101.0
+    assert dog.check() is None and samples == []  # not quiet long enough to look
+    clock.now = 101.5
+    assert dog.check() is None and samples == [101.5]  # first sample: a suspect, not yet a verdict
+    clock.now = 102.0
+    assert dog.check() is None and samples == [101.5]  # samples are cycle_confirm_s apart
+    clock.now = 103.0
+    report = dog.check()
+    assert report is not None and report.diagnosis.cycle == DYNAMO_CYCLE and fired == [report]
+    assert report.diagnosis.stalled_s == pytest.approx(3.0)
+
+
+def test_progress_between_samples_clears_a_suspected_cycle():
+    clock, fired = FakeClock(), []
+    last = {"t": 100.0}
+    dog = Watchdog(lambda: last["t"], 60.0, fired.append, clock=clock, capture=_dynamo_cycle_stacks,
+                   cpu_seconds=None, cycle_confirm_s=1.5)
+    clock.now = 101.5
+    assert dog.check() is None  # suspect
+    last["t"] = 102.0  # an event: the threads moved (a compile on another device finished its joint trace)
+    clock.now = 103.0
+    assert dog.check() is None
+    clock.now = 103.6
+    assert dog.check() is None  # a fresh suspect, sampled after the event
+    clock.now = 105.1
+    assert dog.check() is not None and len(fired) == 1
+
+
+def test_stacks_without_a_cycle_wait_for_the_silence_rule():
+    clock, fired = FakeClock(), []
+    dog = Watchdog(lambda: 100.0, 10.0, fired.append, clock=clock, capture=lambda: [], cpu_seconds=None,
+                   cycle_confirm_s=1.5)
+    for now in (101.5, 103.0, 104.5, 106.0, 109.9):
+        clock.now = now
+        assert dog.check() is None
+    clock.now = 110.0
+    assert dog.check() is not None

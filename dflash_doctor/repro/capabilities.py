@@ -1,0 +1,74 @@
+"""What this machine and this torch can show, decided before any trial runs, so a run never spends minutes on a
+stress that cannot reproduce anything here, and says so up front.
+
+- The deadlock needs a lazily compiled backward: without a backward (the reference drafter on a CPU, where
+  flex_attention has none) it cannot form.
+- A compile leaks the FX flag into other threads only where the flag is a module global that compiles do not
+  mask (torch 2.13 holds the process-global is-compiling flag for the whole compile, which hides it).
+- Forced and stuck need a module-global flag: a thread-local one (torch >= 2.14) cannot leak at all.
+Where the installed source cannot be read, every stress runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional, Tuple
+
+from dflash_doctor.hazards import Stress
+
+LayoutTraits = Tuple[Optional[str], Optional[bool], Optional[str]]  # (storage, masked during compile, version)
+
+
+def installed_traits() -> LayoutTraits:
+    """The installed torch's FX-flag storage and compile masking, read from its source (no import)."""
+    from dflash_doctor.guards.layout import UNKNOWN, read_layout
+    from dflash_doctor.guards.sources import installed_torch_root
+
+    root = installed_torch_root()
+    if root is None:
+        return None, None, None
+    try:
+        layout = read_layout(root)
+    except Exception:  # noqa: BLE001 - an unreadable layout only means "assume every stress can show something"
+        return None, None, None
+    storage = None if layout.fx_flag_storage == UNKNOWN else layout.fx_flag_storage
+    return storage, layout.masked_during_compile, layout.torch_version
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    skipped: Dict[Stress, str] = field(default_factory=dict)
+    cannot_show: Tuple[str, ...] = ()  # printed before the first trial
+    flag_storage: Optional[str] = None
+    masked_during_compile: Optional[bool] = None
+    torch_version: Optional[str] = None  # as read from the installed source
+
+    def to_dict(self) -> dict:
+        return {"skipped": {s.value: why for s, why in self.skipped.items()}, "cannot_show": list(self.cannot_show),
+                "fx_flag_storage": self.flag_storage, "masked_during_compile": self.masked_during_compile,
+                "torch_version": self.torch_version}
+
+
+def assess(backward: bool, on_cpu: bool, traits: Callable[[], LayoutTraits] = installed_traits) -> Capabilities:
+    storage, masked, version = traits()
+    release = f"torch {version}" if version else "this torch"
+    skipped: Dict[Stress, str] = {}
+    lines = []
+    deadlock_possible = backward
+    if not backward:
+        lines.append("no backward in this run (flex_attention has no CPU backward), so the compile-lock / autograd "
+                     "deadlock cannot form here" if on_cpu else
+                     "no backward in this run (--no-backward), so the compile-lock / autograd deadlock cannot form")
+    compile_leak_possible = storage != "thread-local" and not masked
+    if masked:
+        lines.append(f"{release} masks the FX flag while any thread compiles, so a compile cannot leak it into "
+                     "another thread; a foreign FX trace still can (forced)")
+    if storage == "thread-local":
+        lines.append(f"{release} keeps the FX flag per thread: no trace can leak it into another thread")
+        for stress in (Stress.FORCED, Stress.STUCK):
+            skipped[stress] = f"the FX flag is thread-local in {release}"
+    if not deadlock_possible and not compile_leak_possible:
+        reasons = ["no backward"] + (["compiles mask the FX flag"] if masked else []) + (
+            ["the FX flag is thread-local"] if storage == "thread-local" else [])
+        skipped[Stress.NATURAL] = skipped[Stress.AMPLIFIED] = (
+            "nothing can race naturally here: " + " and ".join(reasons))
+    return Capabilities(skipped, tuple(lines), storage, masked, version)

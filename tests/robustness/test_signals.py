@@ -1,0 +1,104 @@
+"""Ctrl-C and SIGTERM stop a command and everything it started within 5 s, remove its temporary folders, and
+still write what it had; no orphan keeps training, no traceback."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import psutil
+import pytest
+
+from tests.robustness.harness import (
+    PIPELINE_BRANCH,
+    cli_env,
+    descendants_with_real_torch,
+    fixed_on,
+    wait_for,
+)
+
+STOP_BOUND_S = 5.0
+
+
+def _start(args, tmp_path: Path) -> subprocess.Popen:
+    env = cli_env({"TMPDIR": str(tmp_path)})
+    return subprocess.Popen([sys.executable, "-m", "dflash_doctor", *map(str, args)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _family(pid: int) -> List[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _stop_and_watch(proc: subprocess.Popen, signum: int):
+    """Send `signum` to the command alone (as `kill PID` or a terminal's Ctrl-C to the foreground process
+    would reach it); return (exit code, stdout, stderr, descendants still alive after the bound)."""
+    family = _family(proc.pid)
+    try:
+        os.kill(proc.pid, signum)
+        try:
+            stdout, stderr = proc.communicate(timeout=STOP_BOUND_S)
+        except subprocess.TimeoutExpired:
+            for process in family + [psutil.Process(proc.pid)]:  # the workers hold the pipes open too
+                _kill(process)
+            stdout, stderr = proc.communicate()
+            name = signal.Signals(signum).name
+            raise AssertionError(f"still running {STOP_BOUND_S:g}s after {name}: {stderr[-2000:]}")
+        _, alive = psutil.wait_procs(family, timeout=max(0.1, STOP_BOUND_S - 1))
+        return proc.returncode, stdout, stderr, alive
+    finally:
+        for process in family:
+            _kill(process)
+
+
+def _kill(process: psutil.Process) -> None:
+    try:
+        process.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_following_a_log_stops_on_a_signal_with_the_report(tmp_path, signum, code):
+    log = tmp_path / "train.log"
+    log.write_text("drafter-0 step=1 loss=2.0 tok/s=100\n")
+    proc = _start(["logs", log, "--follow", "-f", "json"], tmp_path)
+    wait_for(lambda: any(f.path == str(log) for f in psutil.Process(proc.pid).open_files()), 20, "the log opened")
+    returncode, stdout, stderr, alive = _stop_and_watch(proc, signum)
+    assert "Traceback" not in stderr, stderr
+    assert json.loads(stdout)["command"] == "logs"  # what was read is reported
+    assert returncode in (0, code), (returncode, stderr)
+
+
+@pytest.mark.timeout(120)
+@fixed_on(PIPELINE_BRANCH, "SIGTERM leaves the worker processes training as orphans")
+def test_sigterm_to_a_process_pipeline_stops_every_worker(tmp_path):
+    proc = _start(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "100000", "--workers", "processes",
+                   "-f", "json"], tmp_path)
+    wait_for(lambda: len(descendants_with_real_torch(proc.pid)) >= 2 or proc.poll() is not None, 90,
+             "the workers to start")
+    returncode, stdout, stderr, alive = _stop_and_watch(proc, signal.SIGTERM)
+    assert not alive, f"orphans: {alive}"
+    assert returncode == 143 and "Traceback" not in stderr, stderr
+    assert json.loads(stdout)["command"] == "pipeline"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_repro_stops_its_child_and_removes_its_folder(tmp_path, signum, code):
+    proc = _start(["repro", "--mode", "forced", "--device", "cpu", "--threads", "2", "--timeout", "120",
+                   "--hang-after", "60", "-f", "json"], tmp_path)
+    wait_for(lambda: descendants_with_real_torch(proc.pid) or proc.poll() is not None, 90, "the phase child")
+    time.sleep(0.5)
+    returncode, stdout, stderr, alive = _stop_and_watch(proc, signum)
+    assert not alive, f"orphans: {alive}"
+    assert returncode == code and "Traceback" not in stderr, stderr
+    assert not list(tmp_path.glob("dflash-repro-*")), "temporary folder left behind"

@@ -1,0 +1,141 @@
+"""The mitigation registry is the one place a fix is declared: every entry is complete and applies for real, and
+everything that talks about fixes (docs/mitigations.md, the CLI help, the README, repro's matrix) derives from it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from dflash_doctor import mitigations as registry
+from dflash_doctor import runtime
+from dflash_doctor.errors import UsageError
+from dflash_doctor.hazards import Hazard, Release
+from tests.conftest import REPO, run_cli
+
+APPLY_HOOKS = ("setup", "wrap_step", "warm_up", "separate_processes")
+
+
+@pytest.mark.parametrize("entry", registry.REGISTRY, ids=lambda e: e.name)
+def test_every_entry_is_complete(entry):
+    hooks = [hook for hook in APPLY_HOOKS if getattr(entry, hook)]
+    assert len(hooks) == 1, f"{entry.name} must say how repro applies it: exactly one of {APPLY_HOOKS}"
+    assert entry.summary and entry.api and entry.cost
+    assert entry.covers or not entry.recommended, "a fix that stops nothing must be marked not recommended"
+    if entry.pair_with:
+        assert entry.pair_with in registry.BY_NAME and entry.pair_reason
+    for marker in entry.source_markers:  # what scan looks for: a runtime call or a torch config name
+        assert hasattr(runtime, marker) or marker == "force_non_lazy_backward_lowering", marker
+    if entry.api.startswith("dflash_doctor.runtime.") or "= dflash_doctor.runtime." in entry.api:
+        function = entry.api.split("dflash_doctor.runtime.")[1].split("(")[0]
+        assert callable(getattr(runtime, function)), entry.api
+
+
+def test_docs_and_help_are_generated_from_the_registry():
+    from dflash_doctor.render.mitigations_doc import render
+
+    assert (REPO / "docs" / "mitigations.md").read_text(encoding="utf-8") == render(), (
+        "regenerate: python -m dflash_doctor.render.mitigations_doc > docs/mitigations.md")
+    proc = run_cli("repro", "--help", timeout=60)
+    help_text = " ".join(proc.stdout.split())
+    assert all(name in help_text for name in registry.NAMES)
+
+
+def test_the_readme_recommends_what_the_registry_ranks_first():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for release in (Release("2.11", False, True, True), Release("2.14.1", True, True, True)):
+        best = registry.recommend(release.hazards(), release)[0]
+        assert f"`{best.label}`" in readme, best.label
+
+
+def test_combinations_parse_in_registry_order_and_solo_fixes_stay_alone():
+    assert registry.parse("non-lazy-backward,threadlocal-flag") == ("threadlocal-flag", "non-lazy-backward")
+    assert registry.parse("none") == ()
+    for bad in ("bogus", ",", "none,warmup", "processes,warmup"):
+        with pytest.raises(UsageError):
+            registry.parse(bad)
+    assert registry.MATRIX[0] == () and ("threadlocal-flag", "non-lazy-backward") in registry.MATRIX
+
+
+def test_the_ladder_adds_forced_and_stuck_only_for_fixes_that_claim_flag_safety():
+    assert [s.value for s in registry.ladder(("warmup",))] == ["natural", "amplified"]
+    assert [s.value for s in registry.ladder(("threadlocal-flag", "non-lazy-backward"))] == [
+        "natural", "amplified", "forced", "stuck"]
+
+
+def test_a_pairing_is_met_by_the_pair_and_moot_where_the_partner_stops_nothing():
+    def ranked(release):
+        return {r.label: r for r in registry.recommend(release.hazards(), release)}
+
+    on_211 = ranked(Release("2.11", False, True, True))
+    assert not any("pair it with" in c for c in on_211["threadlocal-flag,non-lazy-backward"].caveats)
+    on_29 = ranked(Release("2.9", False, False, True))  # no non-lazy switch: the shim alone leaves the deadlock
+    assert on_29["threadlocal-flag"].gaps == frozenset({Hazard.DEADLOCK})
+    on_25 = ranked(Release("2.5", False, False, False))  # no deadlock at all: the pairing is moot
+    assert on_25["threadlocal-flag"].complete and not any("pair it" in c for c in on_25["threadlocal-flag"].caveats)
+
+
+def test_a_bare_string_where_a_tuple_belongs_is_refused_at_declaration():
+    with pytest.raises(TypeError, match="caveats must be a tuple"):
+        registry.Mitigation(name="x", summary="s", api="a", covers=frozenset(), caveats="one", cost="c")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("entry", [e for e in registry.REGISTRY if e.setup], ids=lambda e: e.name)
+def test_each_setup_hook_really_applies_in_a_fresh_process(entry):
+    # A fresh interpreter: the hooks change torch's process-wide state, as they do in repro's children.
+    pytest.importorskip("torch")
+    script = textwrap.dedent(f"""
+        import json, sys
+        from dflash_doctor import mitigations as registry
+        facts = registry.get({entry.name!r}).setup()
+        import torch._functorch.config as functorch_config
+        from dflash_doctor.runtime import verify_threadlocal_fx_flag
+        print(json.dumps({{"facts": facts, "non_lazy": functorch_config.force_non_lazy_backward_lowering,
+                           "shim_ok": verify_threadlocal_fx_flag()[0]}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=110,
+                          cwd=str(REPO), env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    state = json.loads(proc.stdout.strip().splitlines()[-1])
+    if entry.name == "threadlocal-flag":
+        assert state["shim_ok"] and state["facts"]["shim"]["state"] == "installed"
+    if entry.name == "non-lazy-backward":
+        assert state["non_lazy"] is True and state["facts"] == {"non_lazy_backward_was": False}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["first-call-lock", "global-lock"])
+def test_each_step_wrapper_serialises_what_it_says_with_real_threads(name):
+    guard, local = threading.Lock(), threading.local()
+    inside = {"any": 0, "first": 0}
+    peak = {"any": 0, "first": 0}
+    calls = []
+
+    def step():
+        first = not getattr(local, "done", False)
+        local.done = True
+        with guard:
+            for key in ("any", "first") if first else ("any",):
+                inside[key] += 1
+                peak[key] = max(peak[key], inside[key])
+        threading.Event().wait(0.02)
+        with guard:
+            for key in ("any", "first") if first else ("any",):
+                inside[key] -= 1
+        calls.append(1)
+
+    wrapped = [registry.get(name).wrap_step(step) for _ in range(3)]
+    threads = [threading.Thread(target=lambda w=w: [w() for _ in range(3)]) for w in wrapped]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(calls) == 9
+    assert peak["first"] == 1  # both serialise the threads' first steps
+    if name == "global-lock":
+        assert peak["any"] == 1  # and the global lock every step
