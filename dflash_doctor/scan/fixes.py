@@ -124,11 +124,20 @@ def judge(fixes: Sequence[AppliedFix]) -> Verdict:
         return Verdict(names, True, f"mitigated by {where}")
     left: List[str] = []
     if gaps:
-        left.append("leaves open: " + ", ".join(h.title for h in gaps))
-    caveats = [c for m in entries for c in m.caveats[:1]]
+        left.append("leaves open: " + ", ".join(h.label for h in gaps))
     for m in not_fixes:
         left.append(f"{m.name} is not a fix ({m.summary})")
-    return Verdict(names, False, f"applies {where}, not enough: " + "; ".join(left) + " (" + "; ".join(caveats) + ")")
+    caveats = [_caveat(m, names) for m in entries]
+    said = "; ".join(c for c in caveats if c)
+    return Verdict(names, False, f"applies {where}, not enough: " + "; ".join(left) + (f" ({said})" if said else ""))
+
+
+def _caveat(entry: Mitigation, applied: Tuple[str, ...]) -> str:
+    """What the registry says an applied fix leaves open: its pairing when the partner is missing, else its
+    first caveat."""
+    if entry.pair_with and entry.pair_with not in applied:
+        return entry.pairing_caveat()
+    return entry.caveats[0] if entry.caveats else ""
 
 
 def collect(results: Iterable[Iterable[AppliedFix]]) -> List[AppliedFix]:
