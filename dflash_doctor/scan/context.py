@@ -14,7 +14,7 @@ from dflash_doctor.scan.scopes import ScopeTable
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
 ALL_CODES: FrozenSet[str] = frozenset({"*"})
 _NOQA_WORD = re.compile("noqa", re.IGNORECASE)
-_GLOBAL = re.compile(r"^[ \t]*global[ \t]", re.MULTILINE)
+
 
 
 def noqa_codes(line_text: str) -> Optional[FrozenSet[str]]:
@@ -51,6 +51,19 @@ def noqa_directives(text: str) -> List[NoqaDirective]:
     return found
 
 
+def _statement_starts(text: str, keyword: str) -> List[int]:
+    """Offsets of lines that start with `keyword` and a blank (indentation allowed), found with str.find."""
+    found = []
+    position = text.find(keyword)
+    while position != -1:
+        begin = text.rfind("\n", 0, position) + 1
+        end = position + len(keyword)
+        if not text[begin:position].strip(" \t") and text[end:end + 1] in (" ", "\t"):
+            found.append(position)
+        position = text.find(keyword, end)
+    return found
+
+
 def _lines_of(text: str, offsets: List[int]) -> List[int]:
     """1-based line numbers of sorted character offsets, counting newlines between them (in C)."""
     lines, line, counted = [], 1, 0
@@ -71,7 +84,7 @@ class FileContext:
         self.enabled = enabled
         # Sorted lines a rule call can start on (None: every line); see analysis.candidate_lines.
         self.candidate_lines = candidate_lines
-        global_lines = _lines_of(text, [m.start() for m in _GLOBAL.finditer(text)] if "global" in text else [])
+        global_lines = _lines_of(text, _statement_starts(text, "global"))
         walrus = []
         if ":=" in text:
             position = text.find(":=")

@@ -11,6 +11,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from dflash_doctor.scan.resolve import COMPILE_FUNCTIONS, CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, MethodRef, ParamRef
 from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.scopes import STAR_EXPORTS
 from dflash_doctor.scan.summary import ClassInfo
 
 MAX_CHAIN_DEPTH = 8  # calls between a thread's target and the compiled callable
@@ -62,6 +63,9 @@ class ModuleIndex:
             return self.by_name[dotted]
         base = os.path.join(os.path.dirname(os.path.abspath(importer)), *dotted.split("."))
         return self.by_abspath.get(base + ".py") or self.by_abspath.get(os.path.join(base, "__init__.py"))
+
+
+_STAR_NAMES = frozenset(name for names in STAR_EXPORTS.values() for name in names)
 
 
 def _mentions(path: str, name: str) -> bool:
@@ -217,10 +221,11 @@ class Linker:
         return []
 
     def _may_bind(self, path: str, rest: List[str]) -> bool:
-        """Whether a module not parsed yet can resolve `rest` (the names after the module's own): one name must
-        appear in it; `Name.attr` needs Name to be a class there or imported there (only classes' attributes are
-        followed); longer tails resolve to nothing. Parsing torch/__init__.py for every `torch._C.x` call was
-        most of a scan's call-chain cost."""
+        """Whether a module not parsed yet can resolve `rest` (the names after the module's own) for the linker:
+        one name must be bound there by a def, class, assignment or import (a star import binds names for the
+        linker only from the modules scopes.STAR_EXPORTS knows); `Name.attr` needs Name to be a class there or
+        imported there (only classes' attributes are followed); longer tails resolve to nothing. Exact for what
+        the linker can resolve, and it kept torch/__init__.py from being parsed for every `torch.zeros(...)`."""
         if len(rest) > 2:
             return False
         from dflash_doctor.scan.source import read_bytes
@@ -229,10 +234,15 @@ class Linker:
         if not isinstance(data, bytes):
             return True  # let the load report the problem
         name = re.escape(rest[0].encode())
-        if len(rest) == 1:
-            return re.search(rb"\b" + name + rb"\b", data) is not None
-        return re.search(rb"class\s+" + name + rb"\b|import[^\n]*\b" + name + rb"\b|import\s*\([^)]*\b" + name
-                         + rb"\b", data) is not None
+        if len(rest) == 2:
+            pattern = rb"class\s+" + name + rb"\b|import[^\n]*\b" + name + rb"\b|import\s*\([^)]*\b" + name + rb"\b"
+        else:
+            pattern = (rb"(?:def|class)\s+" + name + rb"\b|\b" + name + rb"\s*(?::[^=\n]*)?=(?!=)|import[^\n]*\b" + name
+                       + rb"\b|import\s*\([^)]*\b" + name + rb"\b|\b" + name + rb"\s*,[^\n=]*=(?!=)|,\s*" + name
+                       + rb"\b[^\n=]*=(?!=)")
+        if re.search(pattern, data):
+            return True
+        return rest[0] in _STAR_NAMES and b"import *" in data
 
     def _compiled_by_import(self, info) -> bool:
         """An imported decorator bound to torch.compile in its module (only modules whose bytes mention
