@@ -13,7 +13,13 @@ from dflash_doctor.scan.scopes import ScopeTable
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
 ALL_CODES: FrozenSet[str] = frozenset({"*"})
-_NOQA_WORD = re.compile("noqa", re.IGNORECASE)
+_NOQA_SPELLINGS = ("noqa", "NOQA", "NoQA", "Noqa")
+
+
+def has_noqa(text: str) -> bool:
+    """Whether a noqa comment may be present (str.find per spelling: a case-insensitive regex over a whole
+    file cost more than the check it guards)."""
+    return any(spelling in text for spelling in _NOQA_SPELLINGS)
 
 
 
@@ -37,6 +43,8 @@ NoqaDirective = Tuple[int, int, FrozenSet[str]]  # line, 1-based column of its "
 
 def noqa_directives(text: str) -> List[NoqaDirective]:
     """Every `# noqa: DFDxxx` comment of a file (bare `# noqa` and other tools' codes are not ours to judge)."""
+    if not has_noqa(text):
+        return []
     found = []
     line, counted = 1, 0
     for match in _NOQA.finditer(text):
@@ -95,7 +103,7 @@ class FileContext:
         self.resolver = Resolver(self.table, path, compile_names)
         self.findings: List[Finding] = []
         self._lines: Optional[List[str]] = None
-        self._has_noqa = _NOQA_WORD.search(text) is not None  # once: per finding made big files quadratic
+        self._has_noqa = has_noqa(text)  # once: asking per finding made big files quadratic
         self.used_noqa: Set[Tuple[int, str]] = set()  # (line, code) a noqa comment suppressed
 
     def on_candidate_line(self, node: ast.AST) -> bool:
