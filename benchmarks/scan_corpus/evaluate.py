@@ -71,7 +71,8 @@ def totals(rows: list) -> dict:
 
 def render(result: dict) -> str:
     rows = result["rows"]
-    lines = ["| entry | split | files | s | TP | FP | missed | info | problems |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| entry | split | files | s | TP | FP | missed | info | problems |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['name']} | {r['split']} | {r['files']} | {r['seconds']:.2f} | {len(r['tp'])} | "
                      f"{len(r['fp'])} | {len(r['missed'])} | {r['info']} | {r['problems']} |")

@@ -3,7 +3,6 @@ each rule look at the calls and assignments it cares about."""
 from __future__ import annotations
 
 import ast
-import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple

@@ -23,7 +23,9 @@ class FlexAttentionRule:
         self._calls: List[Tuple[ast.Call, Optional[str]]] = []
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
-        if self.ctx.on_candidate_line(node) and self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION:
+        if not self.ctx.on_candidate_line(node):
+            return
+        if self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION:
             if self._compiled_on_another_path(node.func, scope, node.lineno):
                 return
             enclosing = scope.qualname if scope.kind in ("function", "lambda") else None

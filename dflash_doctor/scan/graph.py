@@ -9,7 +9,16 @@ import re
 from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from dflash_doctor.scan.resolve import COMPILE_FUNCTIONS, CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, MethodRef, ParamRef
+from dflash_doctor.scan.resolve import (
+    COMPILE_FUNCTIONS,
+    CompiledRef,
+    ExtRef,
+    FuncRef,
+    InstanceRef,
+    LocalClass,
+    MethodRef,
+    ParamRef,
+)
 from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.scopes import STAR_EXPORTS
 from dflash_doctor.scan.summary import ClassInfo
