@@ -22,8 +22,9 @@ ENVIRONMENT_PARTS = ("guards", "repro")
 # Scan codes that show the scanned code calls compiled code from threads: the pattern the environment breaks.
 THREADED_COMPILE_CODES = frozenset({"DFD201"})
 DOWNGRADED = (
-    "downgraded to info by check: no scanned code calls compiled code from a thread (DFD201), so this torch "
-    "behaviour cannot break it; pass --assume-threads if threads start outside the scanned paths"
+    "downgraded to info by check: no scanned code calls compiled code from a thread without a mitigation that "
+    "holds (DFD201 above info), so this torch behaviour cannot break it; pass --assume-threads if threads start "
+    "outside the scanned paths"
 )
 INSTALL_HINT = {
     "guards": "install torch in this environment to check its guards; the scan ran without it",
@@ -48,8 +49,10 @@ def default_parts(plan: CheckPlan) -> Dict[str, Part]:
 
     def scan() -> Report:
         from dflash_doctor.scan import scan_paths
+        from dflash_doctor.scan.config import resolve
 
-        return scan_paths(list(plan.paths), exclude=tuple(plan.exclude))
+        # The project's [tool.dflash-doctor] settings apply to check's scan as they do to `scan`.
+        return scan_paths(list(plan.paths), exclude=tuple(plan.exclude), config=resolve(list(plan.paths)))
 
     def guards() -> Report:
         from dflash_doctor.guards import run_guards
@@ -123,8 +126,9 @@ def run_check(
             merged.facts["parts"].append(name)
             merged.facts[name] = report.facts
 
+    # A DFD201 at info is mitigated: the scanned program applies fixes that cover every hazard (scan/fixes.py).
     threaded = "scan" not in merged.facts["parts"] or plan.assume_threads or any(
-        f.code in THREADED_COMPILE_CODES for f in by_part["scan"].findings)
+        f.code in THREADED_COMPILE_CODES and f.severity is not Severity.INFO for f in by_part["scan"].findings)
     merged.facts["environment_findings"] = "as reported" if threaded else "downgraded to info (no DFD201)"
     for name, report in by_part.items():
         if name in ENVIRONMENT_PARTS and not threaded:

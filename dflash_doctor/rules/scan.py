@@ -11,7 +11,10 @@ CHECKPOINT_USE_REENTRANT_TRUE = register(Rule(
         "The reentrant checkpoint re-runs the forward inside backward on the autograd engine's device thread. "
         "Any torch.compile'd code inside it then compiles (or re-checks its guards) from that thread, where "
         "Dynamo's compile lock and the FX-tracing flag are shared with every other worker thread. Upstream "
-        "deprecated the reentrant variant; use_reentrant=False is the supported path."
+        "deprecated the reentrant variant; use_reentrant=False is the supported path. Reported wherever the value "
+        "is set: torch's checkpoint calls and partials, torch's CheckpointFunction.apply called directly, and "
+        "Hugging Face's gradient_checkpointing_kwargs as a keyword, an attribute, a subscript or a config dict. A "
+        "name is judged on every value it is bound to in its scope, so a default of True on one path counts."
     ),
     fix="Pass use_reentrant=False (and verify with `dflash-doctor repro`: on its own it does not remove the race).",
     bad=(
@@ -81,10 +84,15 @@ HF_GRADIENT_CHECKPOINTING_IMPLICIT = register(Rule(
     code="DFD104",
     name="hf-gradient-checkpointing-implicit",
     severity=Severity.WARNING,
-    summary="gradient_checkpointing_enable() without use_reentrant in gradient_checkpointing_kwargs",
+    summary="Hugging Face gradient checkpointing enabled without use_reentrant (reentrant on transformers 4.x)",
     rationale=(
-        "Hugging Face models forward gradient_checkpointing_kwargs to torch.utils.checkpoint; without "
-        "use_reentrant there, the model checkpoints with torch's default, the reentrant variant."
+        "Hugging Face models forward gradient_checkpointing_kwargs to torch.utils.checkpoint. Left out (a bare "
+        "gradient_checkpointing_enable(), or TrainingArguments/TRL configs with gradient_checkpointing=True and no "
+        "kwargs, which Trainer passes on as None), every transformers release before 5.0 checkpoints with the "
+        "reentrant variant: 4.38-4.57 pass use_reentrant=True, 4.35-4.37 and older leave torch's reentrant "
+        "default; 5.0 made use_reentrant=False the default. Kwargs given without use_reentrant reach torch's own "
+        "default, the reentrant variant, on every release. The message names the installed transformers release "
+        "when there is one (read from package metadata, never imported); on 5.0 or later the finding is info."
     ),
     fix='model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})',
     bad=(
@@ -106,7 +114,12 @@ COMPILED_CALL_IN_THREAD = register(Rule(
         "Every call of a torch.compile'd function checks a process-global FX-tracing flag (module global up to "
         "torch 2.13) that any other thread's compile sets while it traces. A worker thread calling compiled code "
         "while another thread compiles raises 'Detected that you are using FX to symbolically trace a "
-        "dynamo-optimized function', or deadlocks on Dynamo's compile lock against the autograd device thread."
+        "dynamo-optimized function', or deadlocks on Dynamo's compile lock against the autograd device thread. "
+        "The call chain is followed across the scanned modules, through constructor arguments stored on self, "
+        "containers and decorators rebound to torch.compile. When the scanned program applies fixes that together "
+        "stop every hazard (the mitigation registry's markers, e.g. runtime.install_threadlocal_fx_flag() with "
+        "runtime.enable_non_lazy_backward()), the finding is info, 'mitigated by ...'; a partial fix keeps it an "
+        "error and says what it leaves open."
     ),
     fix=(
         "Warm every shape and device in one thread before starting workers, serialise compiled steps with one "
@@ -142,7 +155,9 @@ FLEX_ATTENTION_UNCOMPILED = register(Rule(
     summary="flex_attention called directly, outside any compiled function",
     rationale=(
         "Uncompiled, flex_attention runs its dense reference path, which materialises the full QK^T score "
-        "matrix: slow, and out of memory at training lengths. Call it through torch.compile."
+        "matrix: slow, and out of memory at training lengths. Call it through torch.compile. Coverage is decided "
+        "project-wide: a layer that another scanned module compiles (torch.compile(Layer()), a model whose blocks "
+        "call it, an aot_compile entry point) is not reported."
     ),
     fix="flex = torch.compile(flex_attention) once at module level, then call flex(...).",
     bad=(
@@ -182,5 +197,31 @@ NESTED_FX_TRACE_SILENCED = register(Rule(
         "import torch._dynamo\n"
         "\n"
         "torch._dynamo.config.cache_size_limit = 64\n"
+    ),
+))
+
+UNUSED_NOQA = register(Rule(
+    code="DFD302",
+    name="unused-noqa",
+    severity=Severity.INFO,
+    summary="a `# noqa: DFDxxx` comment that suppresses nothing",
+    rationale=(
+        "A noqa comment outlives the code it was written for: once the line is fixed or moved, it silences "
+        "nothing, and later it hides a new finding nobody has looked at. Like ruff's RUF100, the scan reports "
+        "each DFD code in a noqa comment that no finding on that line needed (only for the rules that ran). "
+        "Bare `# noqa` and other tools' codes are left alone."
+    ),
+    fix="Delete the code from the comment (or the whole comment when nothing is left).",
+    bad=(
+        "from torch.utils.checkpoint import checkpoint\n"
+        "\n"
+        "def block(layer, h):\n"
+        "    return checkpoint(layer, h, use_reentrant=False)  # noqa: DFD102  # DFD302\n"
+    ),
+    good=(
+        "from torch.utils.checkpoint import checkpoint\n"
+        "\n"
+        "def block(layer, h):\n"
+        "    return checkpoint(layer, h)  # noqa: DFD102\n"
     ),
 ))

@@ -3,18 +3,18 @@ each rule look at the calls and assignments it cares about."""
 from __future__ import annotations
 
 import ast
-import bisect
 import re
 from dataclasses import dataclass, field
-from typing import FrozenSet, Iterable, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from dflash_doctor.findings import Finding, Problem
-from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.callgraph import COMPILE_WORDS, ModuleGraph
 from dflash_doctor.scan.checkpointing import CheckpointRule
-from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.context import FileContext, NoqaDirective, noqa_directives
 from dflash_doctor.scan.dynamo_config import DynamoConfigRule
+from dflash_doctor.scan.fixes import MARKER_WORDS, AppliedFix, FixCollector
 from dflash_doctor.scan.flex import FlexAttentionRule
-from dflash_doctor.scan.scopes import SCOPE_NODES
+from dflash_doctor.scan.scopes import SCOPE_NODES, walk
 from dflash_doctor.scan.threads import SpawnCollector
 
 
@@ -24,16 +24,21 @@ class FileResult:
     findings: List[Finding] = field(default_factory=list)
     problems: List[Problem] = field(default_factory=list)
     parsed: bool = False
+    fixes: List[AppliedFix] = field(default_factory=list)  # mitigations this file applies (for DFD201)
+    noqa: List[NoqaDirective] = field(default_factory=list)  # its `# noqa: DFDxxx` comments
+    noqa_used: Set[Tuple[int, str]] = field(default_factory=set)  # (line, code) they suppressed
 
 
 # Words whose lines hold every call the non-graph rules judge; aliases are added by `candidate_lines`.
 _RULE_WORDS = {
-    "DFD101": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs"),
+    "DFD101": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
+               "activation_checkpointing_kwargs", "use_reentrant", "CheckpointFunction"),
     "DFD102": ("checkpoint", "checkpoint_sequential"),
-    "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs"),
-    "DFD104": ("gradient_checkpointing_enable",),
+    "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
+               "activation_checkpointing_kwargs", "use_reentrant"),
+    "DFD104": ("gradient_checkpointing_enable", "activation_checkpointing_enable", "gradient_checkpointing"),
     "DFD301": ("error_on_nested_fx_trace", "force_compile_during_fx_trace"),
-    "DFD201": ("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool"),
+    "DFD201": ("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MARKER_WORDS,
     "DFD202": ("flex_attention",),
 }
 _GRAPH_RULES = frozenset({"DFD201", "DFD202"})
@@ -42,12 +47,20 @@ _LEFT = re.compile(r"^[\w\s,.\[\]*]+$")  # assignment targets; no "(" so `f(x=1)
 _NOT_ALIASES = frozenset({"self", "cls"})
 
 
+# What an alias's right-hand side looks like: a plain (dotted) name, a partial of something, or an instance of a
+# thread pool or thread (whose methods start threads). `y = checkpoint(f, x)` binds a result, not an alias: taking
+# such names made the candidate search grow with every call of a big file.
+_ALIAS_VALUE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:#.*)?$|(?:functools\s*\.\s*)?partial\s*\("
+                          r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\()")
+
+
 def _assigned_names(line: str) -> List[str]:
-    """Names on the left of a plain `=` (`a, self.b = ...`, `c: T = ...`); [] for other lines."""
+    """Names on the left of a plain `=` (`a, self.b = ...`, `c: T = ...`) whose value may be an alias; [] for
+    other lines."""
     position = line.find("=")
     while position > 0 and (line[position - 1] in "=!<>+-*/%&|^@:" or line[position + 1: position + 2] == "="):
         position = line.find("=", position + 2)
-    if position <= 0:
+    if position <= 0 or not _ALIAS_VALUE.match(line[position + 1:]):
         return []
     left = line[:position].split(":", 1)[0]
     if not _LEFT.match(left):
@@ -55,104 +68,143 @@ def _assigned_names(line: str) -> List[str]:
     return re.findall(r"[A-Za-z_]\w*", left)
 
 
+# Up to this many names are searched with one regex alternation; more (a generated file binding thousands of
+# names on candidate lines) switch to a word index of the file, so the search stays linear in its size.
+_MAX_ALTERNATION = 32
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_FIXED_POINT_ROUNDS = 4
+
+
+def line_starts(text: str) -> List[int]:
+    """Offsets where each line begins (what bisect maps offsets to 1-based line numbers with)."""
+    starts = [0]
+    position = text.find("\n")
+    while position != -1:
+        starts.append(position + 1)
+        position = text.find("\n", position + 1)
+    return starts
+
+
+def _word_lines(text: str, word: str) -> Dict[int, Tuple[int, int]]:
+    """Lines where `word` occurs as a whole word, with each line's (start, end) offsets. str.find and str.count
+    run in C; after a hit the search jumps to the next line, so a word repeated on one line costs one step, and no
+    table of line starts is built (a regex alternation, then that table, were the costliest parts of a scan)."""
+    found: Dict[int, Tuple[int, int]] = {}
+    size = len(word)
+    line, counted = 1, 0  # line number at offset `counted`
+    position = text.find(word)
+    while position != -1:
+        end = position + size
+        if (position == 0 or not _is_word_char(text[position - 1])) and (
+                end == len(text) or not _is_word_char(text[end])):
+            line += text.count("\n", counted, position)
+            begin = text.rfind("\n", 0, position) + 1
+            stop = text.find("\n", position)
+            stop = len(text) if stop == -1 else stop + 1
+            found[line] = (begin, stop)
+            counted = position
+            position = stop
+        else:
+            position = end
+        position = text.find(word, position)
+    return found
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 def candidate_lines(text: str, words: Iterable[str]) -> Tuple[List[int], FrozenSet[str]]:
     """Sorted numbers of the lines that mention `words` or a name bound on such a line (`as ckpt`,
     `ckpt = partial(checkpoint, ...)`), followed to a fixed point, and those names: a rule's call can only
-    start on such a line."""
+    start on such a line.
+
+    Each round searches only the names the previous round found, and each line is read once, so the cost is
+    linear in the size of the file whatever the number of names."""
     names = set(words)
     if not names:
         return [], frozenset()
-    starts: Optional[List[int]] = None
-    hits: List[int] = []
-    for _ in range(4):
-        pattern = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names))) + r")\b")
-        offsets = [m.start() for m in pattern.finditer(text)]
-        if not offsets:
-            return [], frozenset(names)
-        if starts is None:
-            starts = [0] + [m.end() for m in re.finditer("\n", text)]
-        hits = sorted({bisect.bisect_right(starts, offset) for offset in offsets})
-        found = set()
-        for number in hits:
-            line = text[starts[number - 1]: starts[number] if number < len(starts) else len(text)]
-            if " as " in line:
-                found.update(_ALIAS.findall(line))
-            if "=" in line:
-                found.update(_assigned_names(line))
-        found -= _NOT_ALIASES
-        if found <= names:
+    spans: Dict[int, Tuple[int, int]] = {}  # line -> (start, end) offsets of every candidate line
+    word_lines: Optional[dict] = None
+    new = set(names)
+    for _ in range(_FIXED_POINT_ROUNDS):
+        if not new:
             break
-        names |= found
-    return hits, frozenset(names)
-
-
-def _walk(ctx: FileContext, lines: Optional[List[int]] = None):
-    """(node, scope) pairs in source order; decorators, defaults and bases belong to the enclosing scope.
-
-    With `lines`, only subtrees whose line span holds one of those lines are entered."""
-    table = ctx.table
-
-    def wanted(node: ast.AST) -> bool:
-        start = getattr(node, "lineno", None)
-        if lines is None or start is None:
-            return True
-        decorators = getattr(node, "decorator_list", None)
-        if decorators:  # a def's lineno is its `def` line; decorators sit above it
-            start = min(start, decorators[0].lineno)
-        index = bisect.bisect_left(lines, start)
-        return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
-
-    stack = [(child, table.module) for child in reversed(table.module.node.body) if wanted(child)]
-    while stack:
-        node, scope = stack.pop()
-        yield node, scope
-        if not isinstance(node, SCOPE_NODES):
-            stack.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))) if wanted(child))
-            continue
-        inner = table.scope_for(node, scope)
-        if isinstance(node, ast.Lambda):
-            outer = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
-            body = [node.body]
-        elif isinstance(node, ast.ClassDef):
-            outer = node.decorator_list + node.bases + [k.value for k in node.keywords]
-            body = node.body
+        if word_lines is None and len(new) <= _MAX_ALTERNATION:
+            lines: Dict[int, Tuple[int, int]] = {}
+            for word in new:
+                lines.update(_word_lines(text, word))
         else:
-            outer = node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
-            body = node.body
-        stack.extend((child, inner) for child in reversed(body) if wanted(child))
-        stack.extend((child, scope) for child in reversed(outer) if wanted(child))
+            if word_lines is None:
+                starts = line_starts(text)
+                word_lines = {}
+                line, next_start = 1, starts[1] if len(starts) > 1 else len(text) + 1
+                for match in _WORD.finditer(text):
+                    while match.start() >= next_start:
+                        line += 1
+                        next_start = starts[line] if line < len(starts) else len(text) + 1
+                    word_lines.setdefault(match.group(), {})[line] = (
+                        starts[line - 1], starts[line] if line < len(starts) else len(text))
+            lines = {}
+            for name in new:
+                lines.update(word_lines.get(name, {}))
+        fresh = {number: span for number, span in lines.items() if number not in spans}
+        spans.update(fresh)
+        found = set()
+        for begin, stop in fresh.values():
+            line_text = text[begin:stop]
+            if " as " in line_text:
+                found.update(_ALIAS.findall(line_text))
+            if "=" in line_text:
+                found.update(_assigned_names(line_text))
+        new = found - names - _NOT_ALIASES
+        names |= new
+    return sorted(spans), frozenset(names)
 
 
 def analyse_tree(
     path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str] = None,
-    graph: bool = False,
+    graph: bool = False, transformers_version: Optional[str] = None, roots: bool = False,
 ) -> Tuple[FileResult, Optional[ModuleGraph]]:
     """Findings of the `enabled` rules in one parsed file, and its call graph when a graph rule (DFD201,
-    DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into)."""
-    graph = graph or bool(enabled & _GRAPH_RULES)
-    compile_lines, compile_names = candidate_lines(text, ("compile",)) if graph else ([], frozenset())
-    lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS[code]})
-    if "DFD202" in enabled:  # flex coverage needs this file's compile sites
+    DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into). `roots` collects the
+    file's compile sites without judging anything (another file's flex_attention may be compiled here)."""
+    graph = graph or roots or bool(enabled & _GRAPH_RULES)
+    compile_lines, compile_names = candidate_lines(text, COMPILE_WORDS) if graph else ([], frozenset())
+    lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS.get(code, ())})
+    roots = roots or "DFD202" in enabled
+    if roots:  # flex coverage needs this file's compile sites
         lines = sorted(set(lines) | set(compile_lines))
-    ctx = FileContext(path, text, tree, enabled, package, lines, compile_names)
+    ctx = FileContext(path, text, tree, enabled, package, lines, compile_names, transformers_version)
     module_graph = ModuleGraph(ctx) if graph else None
     spawns = SpawnCollector(ctx, module_graph) if "DFD201" in enabled else None
+    fixes = FixCollector(ctx) if "DFD201" in enabled else None
     flex = FlexAttentionRule(ctx) if "DFD202" in enabled else None
     checkpoints = CheckpointRule(ctx)
     config = DynamoConfigRule(ctx)
-    for node, scope in _walk(ctx, lines):
+    for node, scope in walk(ctx.table, lines):
         if isinstance(node, ast.Call):
             checkpoints.visit_call(node, scope)
             config.visit_call(node, scope)
             if spawns is not None:
                 spawns.visit_call(node, scope)
+                fixes.visit_call(node, scope)
             if flex is not None:
                 flex.visit_call(node, scope)
+            if roots:
                 module_graph.visit_call(node, scope)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             config.visit_assign(node, scope)
-        elif flex is not None and isinstance(node, SCOPE_NODES):
-            module_graph.visit_scope(node, scope)
+            checkpoints.visit_assign(node, scope)
+            if fixes is not None:
+                fixes.visit_assign(node, scope)
+        elif isinstance(node, ast.Dict):
+            checkpoints.visit_dict(node, scope)
+        elif isinstance(node, SCOPE_NODES):
+            if fixes is not None:
+                fixes.visit_scope(node, scope)
+            if roots:
+                module_graph.visit_scope(node, scope)
     checkpoints.finish()
     if spawns is not None:
         spawns.finish()
@@ -160,4 +212,6 @@ def analyse_tree(
         flex.finish(module_graph)
     if module_graph is None:
         ctx.table.release()
-    return FileResult(path, ctx.findings, [], parsed=True), module_graph
+    result = FileResult(path, ctx.findings, [], parsed=True, fixes=fixes.found if fixes else [],
+                        noqa=noqa_directives(text), noqa_used=ctx.used_noqa)
+    return result, module_graph

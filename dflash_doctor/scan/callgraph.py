@@ -9,11 +9,17 @@ import ast
 from typing import Dict, List, Optional, Tuple
 
 from dflash_doctor.scan.context import FileContext
-from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, Ref
-from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, Scope
+from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, ParamRef, Ref
+from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, Scope, walk
 from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn
 
 THREAD_CLASS = "threading.Thread"
+# Ahead-of-time entry points that compile their first argument as torch.compile does (DFD202 coverage).
+AOT_COMPILE_FUNCTIONS = frozenset({
+    "torch._dynamo.aot_compile.aot_compile_fullgraph", "torch._dynamo.aot_compile.aot_compile_module",
+    "torch._export.aot_compile", "torch._inductor.aot_compile",
+})
+COMPILE_WORDS = ("compile", "aot_compile", "aot_compile_fullgraph", "aot_compile_module")
 _LOCALS = "<locals>"
 
 
@@ -36,7 +42,7 @@ class ModuleGraph:
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver
         line = node.lineno
-        if node.args and resolver.is_compile_call(node, scope, line):
+        if node.args and (resolver.is_compile_call(node, scope, line) or self._aot_compile(node, scope, line)):
             root = resolver.callee(node.args[0], scope, line)
             if root is not None:
                 self.compile_roots.append(root)
@@ -44,6 +50,21 @@ class ModuleGraph:
             cls = resolver.instance_class(node.func.value, scope, line)
             if cls is not None:
                 self.compile_roots.append(InstanceRef(cls))
+
+    def _aot_compile(self, node: ast.Call, scope: Scope, line: int) -> bool:
+        final = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        return final.startswith("aot_compile") and self.ctx.resolver.dotted(node.func, scope, line) in \
+            AOT_COMPILE_FUNCTIONS
+
+    def _imported_decorators(self, node: ast.AST, outer: Scope) -> Tuple[Ref, ...]:
+        """`@jit_fuser` imported from another module, which may rebind it to torch.compile (Megatron-style)."""
+        found = []
+        for decorator in getattr(node, "decorator_list", ()):
+            ref = self.ctx.resolver.callee(decorator, outer, node.lineno) if isinstance(
+                decorator, (ast.Name, ast.Attribute)) else None
+            if isinstance(ref, ExtRef):
+                found.append(ref)
+        return tuple(found)
 
     def _decorated_compiled(self, node: ast.AST, outer: Scope) -> bool:
         resolver = self.ctx.resolver
@@ -57,9 +78,8 @@ class ModuleGraph:
     def _scope_named(self, qualname: str) -> Optional[Scope]:
         """The scope of `Class.method` / `f.<locals>.g` / a lambda, created on the way if need be."""
         table = self.ctx.table
-        for scope in table.scope_of.values():
-            if scope.qualname == qualname:
-                return scope
+        if qualname in table.by_qualname:
+            return table.by_qualname[qualname]
         scope = table.module
         for part in qualname.split("."):
             if part == _LOCALS:
@@ -101,9 +121,11 @@ class ModuleGraph:
 
     def _function_info(self, scope: Scope) -> FuncInfo:
         node = scope.node
-        info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.parent))
+        info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.parent),
+                        decorators=self._imported_decorators(node, scope.parent))
         body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
+        seen: set = set()
         while stack:
             current = stack.pop()
             if isinstance(current, SCOPE_NODES):
@@ -112,15 +134,16 @@ class ModuleGraph:
                     stack.extend(reversed(current.decorator_list))
                 continue
             if isinstance(current, ast.Call):
-                self._add_refs(info.refs, current, scope)
+                self._add_refs(info.refs, seen, current, scope)
             stack.extend(reversed(list(ast.iter_child_nodes(current))))
         return info
 
-    def _add_refs(self, refs: List[Ref], node: ast.Call, scope: Scope) -> None:
+    def _add_refs(self, refs: List[Ref], seen: set, node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver
         line = node.lineno
         callee = resolver.callee(node.func, scope, line)
-        if callee is not None and callee not in refs:
+        if callee is not None and callee not in seen:
+            seen.add(callee)
             refs.append(callee)
         # Functions handed to another call (callbacks, checkpoint(fn, ...), executor.submit(fn)) are run by it.
         for argument in list(node.args) + [k.value for k in node.keywords]:
@@ -128,7 +151,8 @@ class ModuleGraph:
                 argument = argument.value
             if isinstance(argument, (ast.Name, ast.Attribute, ast.Lambda, ast.Call)):
                 ref = resolver.callee(argument, scope, line)
-                if ref is not None and not isinstance(ref, ExtRef) and ref not in refs:
+                if ref is not None and not isinstance(ref, ExtRef) and ref not in seen:
+                    seen.add(ref)
                     refs.append(ref)
 
     def _class_info(self, scope: Scope) -> ClassInfo:
@@ -162,5 +186,37 @@ class ModuleGraph:
         if binding.kind == "compiled":
             return CompiledRef(name, self.path, binding.line)
         if binding.kind == "assign":
+            param = self._param_ref(binding)
+            if param is not None:
+                return param
             return self.ctx.resolver.value_callee(binding.node, binding.scope, binding.line, name)
         return None
+
+    def _param_ref(self, binding: Binding) -> Optional[ParamRef]:
+        """`self.step = step` where `step` is a parameter of the method: the value comes from the callers."""
+        value, method = binding.node, binding.scope
+        if not isinstance(value, ast.Name) or method.kind != "function" or method.owner is None:
+            return None
+        found = self.ctx.table.lookup(value.id, method, binding.line)
+        if found is None or found.kind != "param" or found.scope is not method:
+            return None
+        args = method.node.args
+        positional = [a.arg for a in args.posonlyargs + args.args][1:]  # without self
+        index = positional.index(value.id) if value.id in positional else -1
+        return ParamRef(LocalClass(self.path, method.owner.qualname), method.node.name, value.id, index)
+
+    def calls_named(self, name: str) -> List[Tuple[ast.Call, Scope]]:
+        """Calls whose callee's last name is `name` (a class's construction sites), with their scopes; only the
+        subtrees around lines that mention the name are walked."""
+        text = self.ctx.text
+        if name not in text:
+            return []
+        lines = [number for number, line in enumerate(text.splitlines(), start=1) if name in line]
+        found = []
+        for node, scope in walk(self.ctx.table, lines):
+            if isinstance(node, ast.Call):
+                func = node.func
+                final = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                if final == name:
+                    found.append((node, scope))
+        return found

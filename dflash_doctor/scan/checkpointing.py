@@ -7,7 +7,7 @@ checkpointing (`save_checkpoint`, `self.checkpoint(...)`, a local `def checkpoin
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor.rules.scan import (
     CHECKPOINT_USE_REENTRANT_IMPLICIT,
@@ -15,6 +15,8 @@ from dflash_doctor.rules.scan import (
     CHECKPOINT_USE_REENTRANT_UNKNOWN,
     HF_GRADIENT_CHECKPOINTING_IMPLICIT,
 )
+from dflash_doctor.findings import Severity
+from dflash_doctor.scan import hf_releases
 from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.resolve import describe
 from dflash_doctor.scan.scopes import Scope
@@ -23,22 +25,60 @@ CHECKPOINT_FUNCTIONS = frozenset({
     "torch.utils.checkpoint.checkpoint",
     "torch.utils.checkpoint.checkpoint_sequential",
 })
+# torch's reentrant implementation itself, called directly (nanotron-style `CheckpointFunction.apply(fn, ...)`).
+REENTRANT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction.apply"
 # checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs) also takes it positionally.
 _POSITIONAL_INDEX = {"torch.utils.checkpoint.checkpoint_sequential": 3}
 HF_ENABLE = "gradient_checkpointing_enable"
+# transformers >= 5 (late): the same switch under its new name, non-reentrant by default (scan/hf_releases.py)
+HF_ENABLE_NON_REENTRANT = "activation_checkpointing_enable"
 HF_KWARGS = "gradient_checkpointing_kwargs"
+HF_KWARGS_KEYS = frozenset({HF_KWARGS, "activation_checkpointing_kwargs"})
+# TrainingArguments(gradient_checkpointing=True) makes Trainer call gradient_checkpointing_enable with
+# args.gradient_checkpointing_kwargs (None unless given); TRL's *Config classes inherit that field.
+TRAINING_ARGUMENTS = frozenset({
+    "transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments",
+    "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
+})
 
+_MAX_EXPANSION = 6  # names bound to names bound to names...
 # A use_reentrant value, judged: "true" | "false" | "missing" (absent or None: torch's default) | "unknown"
 Verdict = Tuple[str, str]
+# What an expression may evaluate to: literal nodes, one per path (a name's bindings, an if-expression's
+# branches); None stands for a path that is not a literal (a parameter, a call).
+Expand = Callable[[ast.AST], List[Optional[ast.AST]]]
+_SAME = frozenset({"missing", "false"})
 
 
-def _literal(node: ast.AST) -> Verdict:
-    if isinstance(node, ast.Constant):
-        if node.value is None:
-            return "missing", "None"
-        if isinstance(node.value, bool):
-            return ("true" if node.value else "false"), repr(node.value)
+def combine(verdicts: List[Verdict], node: ast.AST) -> Verdict:
+    """One verdict for a value with several paths: a path that runs reentrant (True, or torch's default) is
+    reported, a value False on every path is fine, anything else is decided at run time."""
+    if len(verdicts) == 1:
+        return verdicts[0]
+    states = {state for state, _ in verdicts}
+    if "true" in states:
+        return "true", f"True on one of its paths ({describe(node)})"
+    if "missing" in states:
+        return "missing", next(text for state, text in verdicts if state == "missing")
+    if states == {"false"}:
+        return "false", "False"
     return "unknown", describe(node)
+
+
+def _paths(node: ast.AST, expand: Optional[Expand]) -> List[Optional[ast.AST]]:
+    return expand(node) if expand is not None else [node]
+
+
+def _literal(node: ast.AST, expand: Optional[Expand] = None) -> Verdict:
+    verdicts = []
+    for path in _paths(node, expand):
+        if isinstance(path, ast.Constant) and path.value is None:
+            verdicts.append(("missing", "None"))
+        elif isinstance(path, ast.Constant) and isinstance(path.value, bool):
+            verdicts.append(("true" if path.value else "false", repr(path.value)))
+        else:
+            verdicts.append(("unknown", describe(node)))
+    return combine(verdicts, node)
 
 
 def _dict_items(node: ast.AST) -> Optional[List[Tuple[Optional[str], ast.AST]]]:
@@ -58,40 +98,41 @@ def _dict_items(node: ast.AST) -> Optional[List[Tuple[Optional[str], ast.AST]]]:
     return None
 
 
-def judge_mapping(node: ast.AST, key: str = "use_reentrant", literal=None) -> Verdict:
-    """Look `key` up in an expression used as keyword arguments (a dict literal, or anything else: unknown).
-
-    `literal` maps a name to the dict literal it is bound to, when the caller can tell."""
-    if literal is not None:
-        node = literal(node)
-    items = _dict_items(node)
-    if items is None:
-        return "unknown", describe(node)
-    verdict: Verdict = ("missing", "")
-    for item_key, value in items:
-        if item_key == key:
-            verdict = _literal(value)
-        elif item_key is None:
-            nested = judge_mapping(value, key, literal)
-            if nested[0] != "missing":
-                verdict = nested
-    return verdict
+def judge_mapping(node: ast.AST, key: str = "use_reentrant", expand: Optional[Expand] = None) -> Verdict:
+    """Look `key` up in an expression used as keyword arguments, on each of its paths (a dict literal; anything
+    else is unknown). `expand` follows names to what they are bound to, when the caller can tell."""
+    verdicts = []
+    for path in _paths(node, expand):
+        items = _dict_items(path) if path is not None else None
+        if items is None:
+            verdicts.append(("unknown", describe(node)))
+            continue
+        verdict: Verdict = ("missing", "")
+        for item_key, value in items:
+            if item_key == key:
+                verdict = _literal(value, expand)
+            elif item_key is None:
+                nested = judge_mapping(value, key, expand)
+                if nested[0] != "missing":
+                    verdict = nested
+        verdicts.append(verdict)
+    return combine(verdicts, node)
 
 
 def judge_keywords(keywords: Sequence[ast.keyword], positional: Sequence[ast.AST] = (),
-                   index: Optional[int] = None, literal=None) -> Verdict:
+                   index: Optional[int] = None, literal: Optional[Expand] = None) -> Verdict:
     """The effective use_reentrant of a call: the last explicit keyword or **mapping that sets it wins."""
     verdict: Verdict = ("missing", "")
     if index is not None:
         if len(positional) > index and not any(isinstance(a, ast.Starred) for a in positional[: index + 1]):
-            verdict = _literal(positional[index])
+            verdict = _literal(positional[index], literal)
         elif any(isinstance(a, ast.Starred) for a in positional):
             verdict = ("unknown", "*" + describe(next(a for a in positional if isinstance(a, ast.Starred)).value))
     for keyword in keywords:
         if keyword.arg == "use_reentrant":
-            verdict = _literal(keyword.value)
+            verdict = _literal(keyword.value, literal)
         elif keyword.arg is None:
-            nested = judge_mapping(keyword.value, literal=literal)
+            nested = judge_mapping(keyword.value, expand=literal)
             if nested[0] == "unknown":
                 verdict = ("unknown", "**" + nested[1])
             elif nested[0] != "missing":
@@ -112,15 +153,89 @@ class CheckpointRule:
         # name bound to it are seen (those calls are judged instead).
         self._bare_partials: Dict[ast.Call, str] = {}
         self._called_partials: set = set()
+        # `kwargs["use_reentrant"] = value`, `gc_kwargs["gradient_checkpointing_kwargs"] = ...` on a name, seen so
+        # far: (scope, name) -> [(key, value)], key None when it is not a constant
+        self._subscript_sets: Dict[Tuple[int, str], List[Tuple[Optional[str], ast.AST]]] = {}
+        # TrainingArguments(gradient_checkpointing=True) without kwargs: judged at the end, because the file may
+        # set `args.gradient_checkpointing_kwargs = ...` after building them.
+        self._training_arguments: List[Tuple[ast.Call, str]] = []
+        self._assigns_hf_kwargs = False
 
-    def _literal_in(self, scope: Scope, line: int):
-        """Follow a name to the dict literal it is bound to (`KW = {"use_reentrant": False}`)."""
-        def literal(node: ast.AST) -> ast.AST:
-            binding = self.ctx.resolver.value_binding(node, scope, line)
-            if binding is not None and binding.kind == "assign" and _dict_items(binding.node) is not None:
-                return binding.node
-            return node
-        return literal
+    def _literal_in(self, scope: Scope, line: int) -> Expand:
+        """Follow a name (or `self.attr`) to every value it is bound to in its scope (flow-insensitive, so one
+        name is judged alike at every line), an if-expression to both branches, and a dict bound to a name to
+        its later `name["use_reentrant"] = ...` in the same scope."""
+        resolver = self.ctx.resolver
+
+        def expand(node: ast.AST, depth: int = 0) -> List[Optional[ast.AST]]:
+            if depth > _MAX_EXPANSION:
+                return [None]
+            if isinstance(node, ast.IfExp):
+                return expand(node.body, depth + 1) + expand(node.orelse, depth + 1)
+            if not isinstance(node, (ast.Name, ast.Attribute)):
+                return [node]
+            binding = resolver.value_binding(node, scope, line)
+            if binding is None:
+                return [node] if isinstance(node, ast.Attribute) else [None]
+            paths: List[Optional[ast.AST]] = []
+            for sibling in self._bindings_like(node, binding):
+                if sibling.kind != "assign":
+                    paths.append(None)
+                    continue
+                for value in expand(sibling.node, depth + 1):
+                    later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
+                    if later and value is not None and _dict_items(value) is not None:
+                        if any(key is None for key, _ in later):
+                            value = None  # a key computed at run time: the dict is unknown
+                        else:
+                            value = ast.Dict(keys=[None] + [ast.Constant(key) for key, _ in later],
+                                             values=[value] + [v for _, v in later])
+                    paths.append(value)
+            return paths or [None]
+        return expand
+
+    def visit_dict(self, node: ast.Dict, scope: Scope) -> None:
+        """`{"gradient_checkpointing_kwargs": {"use_reentrant": True}, ...}`: a config written as a dict."""
+        if not self.ctx.on_candidate_line(node):
+            return
+        for key, value in zip(node.keys, node.values):
+            if _constant_key(key) in HF_KWARGS_KEYS and not (isinstance(value, ast.Constant) and value.value is None):
+                verdict = judge_mapping(value, expand=self._literal_in(scope, node.lineno))
+                self._report_hf(value, verdict, enable=False, spelled=f"{{{_constant_key(key)!r}: ...}}")
+
+    def _bindings_like(self, node: ast.AST, binding) -> list:
+        """Every binding of the name (in its scope) or `self.attr` (in its class) that `binding` is one of."""
+        table = self.ctx.table
+        if isinstance(node, ast.Name):
+            return table.bindings(binding.scope).get(node.id, [binding])
+        owner = table.method_of(binding.scope)
+        return table.attributes(owner.owner).get(node.attr, [binding]) if owner is not None else [binding]
+
+    def visit_assign(self, node: ast.AST, scope: Scope) -> None:
+        """`args.gradient_checkpointing_kwargs = {...}` and `...["use_reentrant"] = value`, as real trainers
+        write them (PEFT + ZeRO-3 + checkpointing force it this way)."""
+        if not self.ctx.on_candidate_line(node) or getattr(node, "value", None) is None:
+            return
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        literal = self._literal_in(scope, node.lineno)
+        for target in targets:
+            if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                self._record_subscript(target.value, _constant_key(target.slice), node.value, scope, node.lineno)
+            if _hf_kwargs_target(target):
+                self._assigns_hf_kwargs = True
+                if not (isinstance(node.value, ast.Constant) and node.value.value is None):
+                    self._report_hf(node, judge_mapping(node.value, expand=literal), enable=False,
+                                    spelled=describe(target))
+            elif isinstance(target, ast.Subscript):
+                owner, key = target.value, _constant_key(target.slice)
+                if key == "use_reentrant" and _hf_kwargs_target(owner):
+                    self._assigns_hf_kwargs = True
+                    self._report_hf(node, _literal(node.value, literal), enable=False, spelled=describe(target))
+
+    def _record_subscript(self, owner: ast.Name, key: Optional[str], value: ast.AST, scope: Scope, line: int) -> None:
+        binding = self.ctx.resolver.value_binding(owner, scope, line)
+        if binding is not None:
+            self._subscript_sets.setdefault((id(binding.scope), owner.id), []).append((key, value))
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
@@ -128,13 +243,20 @@ class CheckpointRule:
         resolver = self.ctx.resolver
         line = node.lineno
         literal = self._literal_in(scope, line)
-        if isinstance(node.func, ast.Attribute) and node.func.attr == HF_ENABLE:
-            self._hf_enable(node, literal)
+        if isinstance(node.func, ast.Attribute) and node.func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT):
+            self._hf_enable(node, literal, implicit_reentrant=node.func.attr == HF_ENABLE)
             return
         for keyword in node.keywords:
-            if keyword.arg == HF_KWARGS:
+            if keyword.arg in HF_KWARGS_KEYS:
                 self._hf_kwargs(node, keyword.value, literal)
         target = resolver.dotted(node.func, scope, line)
+        if target == REENTRANT_FUNCTION:
+            self._report(node, node.func, target, ("true", "True (CheckpointFunction is the reentrant variant)"),
+                         None)
+            return
+        if target in TRAINING_ARGUMENTS or (target or "").startswith("trl.") and target.endswith("Config"):
+            self._training_arguments_call(node, target, literal)
+            return
         if target in CHECKPOINT_FUNCTIONS:
             verdict = judge_keywords(node.keywords, node.args, _POSITIONAL_INDEX.get(target), literal)
             self._report(node, node.func, target, verdict, None)
@@ -170,6 +292,19 @@ class CheckpointRule:
         for partial, inner in self._bare_partials.items():
             if partial not in self._called_partials:
                 self._report(partial, partial.args[0], inner, ("missing", ""), None)
+        if not self._assigns_hf_kwargs:
+            for node, target in self._training_arguments:
+                self._report_hf(node, ("missing", ""), enable=True, spelled=target.rsplit(".", 1)[-1],
+                                via_trainer=True)
+
+    def _training_arguments_call(self, node: ast.Call, target: str, literal) -> None:
+        """gradient_checkpointing=True with no kwargs reaches gradient_checkpointing_enable(None) in Trainer."""
+        switch = next((k.value for k in node.keywords if k.arg == "gradient_checkpointing"), None)
+        if switch is None or _literal(switch, literal)[0] != "true":
+            return
+        if any(k.arg in HF_KWARGS_KEYS or k.arg is None for k in node.keywords):
+            return  # judged as keywords above, or decided by **mapping
+        self._training_arguments.append((node, target))
 
     def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict, partial_line) -> None:
         state, value = verdict
@@ -182,7 +317,7 @@ class CheckpointRule:
         named = f"{spelled}(...)" if spelled == target else f"{spelled}(...) ({target})"
         if state == "true":
             rule = CHECKPOINT_USE_REENTRANT_TRUE
-            message = f"{named} with use_reentrant=True runs the reentrant checkpoint; pass use_reentrant=False"
+            message = f"{named} with use_reentrant={value} runs the reentrant checkpoint; pass use_reentrant=False"
         elif state == "missing":
             rule = CHECKPOINT_USE_REENTRANT_IMPLICIT
             message = (
@@ -194,40 +329,92 @@ class CheckpointRule:
             message = f"{named} with use_reentrant={value}: which variant runs is decided at run time"
         self.ctx.report(rule, node, message, evidence)
 
-    def _hf_enable(self, node: ast.Call, literal) -> None:
-        value = next((k.value for k in node.keywords if k.arg == HF_KWARGS), None)
+    def _hf_enable(self, node: ast.Call, literal, implicit_reentrant: bool) -> None:
+        value = next((k.value for k in node.keywords if k.arg in HF_KWARGS_KEYS), None)
         if value is None and node.args:
             value = node.args[0]
         if value is None and any(k.arg is None for k in node.keywords):
-            verdict: Verdict = ("unknown", "**" + describe(next(k for k in node.keywords if k.arg is None).value))
+            mapping = next(k for k in node.keywords if k.arg is None).value
+            verdict: Verdict = self._enable_mapping(mapping, literal, implicit_reentrant)
+            if verdict[0] == "false" or verdict == ("missing", "") and not implicit_reentrant:
+                return
         elif value is None or isinstance(value, ast.Constant) and value.value is None:
+            if not implicit_reentrant:
+                return  # activation_checkpointing_enable() defaults to use_reentrant=False
             verdict = ("missing", "")
         else:
-            verdict = judge_mapping(value, literal=literal)
+            verdict = judge_mapping(value, expand=literal)
+            if verdict[0] == "missing":
+                verdict = ("missing", "given")
         self._report_hf(node, verdict, enable=True)
+
+    @staticmethod
+    def _enable_mapping(mapping: ast.AST, expand: Expand, implicit_reentrant: bool) -> Verdict:
+        """`enable(**mapping)`: on each path, the mapping either leaves the kwargs out (the release's default) or
+        passes kwargs, judged for use_reentrant."""
+        verdicts: List[Verdict] = []
+        for path in expand(mapping):
+            items = _dict_items(path) if path is not None else None
+            if items is None:
+                verdicts.append(("unknown", "**" + describe(mapping)))
+                continue
+            given = [value for key, value in items if key in HF_KWARGS_KEYS]
+            if not given or isinstance(given[-1], ast.Constant) and given[-1].value is None:
+                verdicts.append(("missing", "") if implicit_reentrant else ("false", "False"))
+                continue
+            verdict = judge_mapping(given[-1], expand=expand)
+            verdicts.append(("missing", "given") if verdict[0] == "missing" else verdict)
+        return combine(verdicts, mapping)
 
     def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal) -> None:
         if isinstance(value, ast.Constant) and value.value is None:
             return
-        self._report_hf(node, judge_mapping(value, literal=literal), enable=False)
+        self._report_hf(node, judge_mapping(value, expand=literal), enable=False)
 
-    def _report_hf(self, node: ast.Call, verdict: Verdict, enable: bool) -> None:
+    def _report_hf(self, node: ast.AST, verdict: Verdict, enable: bool, spelled: Optional[str] = None,
+                   via_trainer: bool = False) -> None:
         state, value = verdict
-        call = describe(node.func)
-        evidence = {"call": call, "use_reentrant": value or None}
+        if spelled is None:
+            spelled = describe(node.func) + "(...)"
+        elif via_trainer:
+            spelled = f"{spelled}(gradient_checkpointing=True)"
+        evidence = {"call": spelled, "use_reentrant": value if value not in ("", "given") else None}
         if state == "true":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node,
-                            f"{call}(...) passes gradient_checkpointing_kwargs with use_reentrant=True; "
-                            "use False", evidence)
+                            f"{spelled} sets use_reentrant={value} for Hugging Face gradient checkpointing; "
+                            "use False",
+                            evidence)
         elif state == "unknown":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_UNKNOWN, node,
-                            f"{call}(...): use_reentrant in gradient_checkpointing_kwargs is {value}, decided at "
-                            "run time", evidence)
+                            f"{spelled}: use_reentrant for Hugging Face gradient checkpointing is {value}, decided "
+                            "at run time", evidence)
         elif state == "missing" and enable:
-            self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node,
-                            f"{call}() without use_reentrant in gradient_checkpointing_kwargs checkpoints with the "
-                            'reentrant variant; pass gradient_checkpointing_kwargs={"use_reentrant": False}',
-                            evidence)
+            fix = 'pass gradient_checkpointing_kwargs={"use_reentrant": False}'
+            if value == "given":
+                message = (f"{spelled} passes gradient_checkpointing_kwargs without use_reentrant: every "
+                           "transformers release hands them to torch.utils.checkpoint as they are, and torch's "
+                           f"default is the reentrant variant; add \"use_reentrant\": False")
+                self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence)
+                return
+            version = self.ctx.transformers_version
+            reentrant = hf_releases.default_is_reentrant(version)
+            evidence["transformers_installed"] = version
+            what = "with no gradient_checkpointing_kwargs (Trainer enables it with None)" if via_trainer else \
+                "without use_reentrant in gradient_checkpointing_kwargs"
+            message = f"{spelled} {what} {hf_releases.implicit_default(version)}; {fix}"
+            self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence,
+                            severity=Severity.INFO if reentrant is False else None)
+
+
+def _hf_kwargs_target(node: ast.AST) -> bool:
+    """`args.gradient_checkpointing_kwargs` or `cfg["gradient_checkpointing_kwargs"]` (an assignment target)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in HF_KWARGS_KEYS
+    return isinstance(node, ast.Subscript) and _constant_key(node.slice) in HF_KWARGS_KEYS
+
+
+def _constant_key(node: Optional[ast.AST]) -> Optional[str]:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def _offset(target: str, consumed: int) -> Optional[int]:

@@ -4,24 +4,33 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import time
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from dflash_doctor.errors import UsageError
-from dflash_doctor.findings import Finding, Problem, Report
+from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
-from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD
+from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, UNUSED_NOQA
+from dflash_doctor.scan import baseline as baseline_file
+from dflash_doctor.scan import config as config_file
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
-from dflash_doctor.scan.context import suppressed
+from dflash_doctor.scan.config import ScanConfig
+from dflash_doctor.scan.context import noqa_directives, suppressed
 from dflash_doctor.scan.discovery import discover
+from dflash_doctor.scan.fixes import AppliedFix, collect, judge
 from dflash_doctor.scan.graph import Linker, ModuleIndex
+from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan.resolve import FuncRef
-from dflash_doctor.scan.source import MAX_SOURCE_BYTES, parse_bytes, parse_text, read_bytes, triggered
+from dflash_doctor.scan.source import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
 
 # Below this many files a process pool costs more than it saves, and a one-file scan must start instantly.
 PARALLEL_MIN_FILES = 96
-_CHUNKS_PER_JOB = 4
+_CHUNKS_PER_JOB = 1  # one chunk per worker: each chunk links its own spawns, and more chunks re-parse the same
+# modules for call chains (torch: 112 parses of 78 modules at 4 chunks per worker, 86 at 1)
+_DFD_NOQA = re.compile(rb"(?i)noqa[^\n]*dfd")  # a noqa comment naming one of ours (no copy of the file made)
+MAX_LISTED_SKIPS = 200  # facts list at most this many skipped folders (the total is always given)
 
 
 def scan_rules() -> List[Rule]:
@@ -55,26 +64,36 @@ def select_codes(select: Union[str, Sequence[str], None] = None,
             chosen |= matched
         return chosen
 
-    enabled = expand(select) if select else set(codes)
-    if ignore:
+    # Given but naming nothing (`--select ",,,"`, `select = []`) is a mistake, never "run zero rules".
+    for option, spec in (("--select", select), ("--ignore", ignore)):
+        if spec is not None and not expand(spec):
+            shown = spec if isinstance(spec, str) else ",".join(spec)
+            raise UsageError(f"{option} {shown!r} names no rule; scan rules are {', '.join(codes)}")
+    enabled = expand(select) if select is not None else set(codes)
+    if ignore is not None:
         enabled -= expand(ignore)
     return frozenset(enabled)
 
 
 def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
-                 max_bytes: int = MAX_SOURCE_BYTES) -> Tuple[FileResult, Optional[ModuleGraph]]:
+                 max_bytes: int = MAX_SOURCE_BYTES, transformers_version: Optional[str] = None
+                 ) -> Tuple[FileResult, Optional[ModuleGraph]]:
     """Read one file and, when its bytes can trigger an enabled rule, parse and analyse it. Never raises."""
     data = read_bytes(path)
     if isinstance(data, Problem):
         return FileResult(path, problems=[data]), None
     active = triggered(data, enabled)
     if not active:
-        return FileResult(path), None
+        # No rule can fire here, so every `# noqa: DFDxxx` in it suppresses nothing.
+        noqa = b"noqa" in data or b"NOQA" in data or b"NoQA" in data or b"Noqa" in data  # C-speed; rarely true
+        text = decode(data) if noqa and _DFD_NOQA.search(data) else None
+        return FileResult(path, noqa=noqa_directives(text) if text else []), None
     parsed = parse_bytes(data, path, max_bytes)
     if isinstance(parsed, Problem):
         return FileResult(path, problems=[parsed]), None
     try:
-        return analyse_tree(path, parsed.text, parsed.tree, active, package)
+        return analyse_tree(path, parsed.text, parsed.tree, active, package,
+                            transformers_version=transformers_version)
     except (RecursionError, MemoryError):
         return FileResult(path, problems=[
             Problem(path, "too deeply nested to analyse", "simplify the nesting or exclude the file"),
@@ -82,7 +101,8 @@ def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
 
 
 def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str], max_bytes: int,
-                   index: ModuleIndex) -> Tuple[List[FileResult], List[str]]:
+                   index: ModuleIndex, transformers_version: Optional[str] = None
+                   ) -> Tuple[List[FileResult], List[str]]:
     """Analyse some files and follow their threads' call chains (loading other files on demand, here, so the
     ASTs need not cross processes). Returns the results and the files loaded only for call chains."""
     # ASTs are large and acyclic: with the cyclic collector on, it re-scans the live trees every few thousand
@@ -94,7 +114,7 @@ def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[st
         results: Dict[str, FileResult] = {}
         graphs: Dict[str, ModuleGraph] = {}
         for path, package in items:
-            results[path], graph = analyse_file(path, package, enabled, max_bytes)
+            results[path], graph = analyse_file(path, package, enabled, max_bytes, transformers_version)
             if graph is not None:
                 graphs[path] = graph
         spawning = [g for g in graphs.values() if g.spawns]
@@ -106,7 +126,7 @@ def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[st
                 load=lambda path: _load_graph(path, index.packages.get(path), problems, max_bytes),
             )
             for graph in spawning:
-                results[graph.path].findings.extend(link_spawns(graph, linker))
+                results[graph.path].findings.extend(link_spawns(graph, linker, results[graph.path].noqa_used))
             loaded = list(linker.loaded)
             if problems:
                 results[spawning[0].path].problems.extend(problems)
@@ -140,15 +160,16 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex
-                 ) -> Tuple[List[FileResult], List[str]]:
+def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex,
+                 transformers_version: Optional[str] = None) -> Tuple[List[FileResult], List[str]]:
     if workers <= 1:
-        return _analyse_chunk(items, enabled, max_bytes, index)
+        return _analyse_chunk(items, enabled, max_bytes, index, transformers_version)
     from concurrent.futures import ProcessPoolExecutor  # only large scans pay for importing multiprocessing
 
     chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        parts = list(pool.map(_analyse_chunk, chunks, *zip(*[(enabled, max_bytes, index)] * len(chunks))))
+        parts = list(pool.map(_analyse_chunk, chunks,
+                              *zip(*[(enabled, max_bytes, index, transformers_version)] * len(chunks))))
     return [r for results, _ in parts for r in results], [path for _, loaded in parts for path in loaded]
 
 
@@ -156,16 +177,19 @@ def _describe(ref: FuncRef, linker: Linker) -> str:
     return f"{ref.qualname} ({ref.path}:{linker.function_line(ref)})"
 
 
-def link_spawns(graph: ModuleGraph, linker: Linker) -> List[Finding]:
-    """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain."""
+def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None) -> List[Finding]:
+    """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain.
+    Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`."""
     findings = []
     for spawn in graph.spawns:
-        if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
-            continue
         if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
             continue
         hit = linker.find_compiled(spawn.refs)
         if hit is None:
+            continue
+        if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
+            if used_noqa is not None:
+                used_noqa.add((spawn.line, COMPILED_CALL_IN_THREAD.code))
             continue
         chain, compiled = hit
         where = f"{compiled.path}:{compiled.line}"
@@ -183,15 +207,77 @@ def link_spawns(graph: ModuleGraph, linker: Linker) -> List[Finding]:
     return findings
 
 
-def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_bytes: int
+def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix]) -> List[Finding]:
+    """DFD201 under the mitigations the scanned program applies: info with "mitigated by ..." when they cover
+    every hazard, otherwise the same error saying what the applied fixes leave open."""
+    verdict = judge(fixes)
+    if not verdict.note:
+        return findings
+    changed = []
+    for finding in findings:
+        if finding.code == COMPILED_CALL_IN_THREAD.code:
+            finding = COMPILED_CALL_IN_THREAD.finding(
+                f"{finding.message}; {verdict.note}", path=finding.path, line=finding.line, column=finding.column,
+                evidence={**finding.evidence, "mitigations": {
+                    "applied": [f.to_dict() for f in fixes], "mitigated": verdict.mitigated}},
+                severity=Severity.INFO if verdict.mitigated else None,
+            )
+        changed.append(finding)
+    return changed
+
+
+def unused_noqa(result: FileResult, enabled: FrozenSet[str]) -> List[Finding]:
+    """DFD302: codes named in `# noqa:` comments that suppressed no finding of a rule that ran."""
+    if UNUSED_NOQA.code not in enabled:
+        return []
+    findings = []
+    for line, column, codes in result.noqa:
+        for code in sorted(codes & enabled - {UNUSED_NOQA.code}):
+            if (line, code) not in result.noqa_used:
+                findings.append(UNUSED_NOQA.finding(
+                    f"`# noqa: {code}` suppresses nothing: no {code} finding on this line",
+                    path=result.path, line=line, column=column, evidence={"code": code}))
+    return findings
+
+
+def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_bytes: int, roots: bool = False,
                 ) -> Optional[ModuleGraph]:
-    """Parse a file the prefilter skipped because a thread's call chain leads into it."""
+    """Parse a file the prefilter skipped because a thread's call chain leads into it (or, with `roots`, because
+    it may compile another file's flex_attention)."""
     data = read_bytes(path)
     parsed = data if isinstance(data, Problem) else parse_bytes(data, path, max_bytes)
     if isinstance(parsed, Problem):
         problems.append(Problem(parsed.subject, parsed.reason, "calls from threads into this file were not followed"))
         return None
-    return analyse_tree(path, parsed.text, parsed.tree, frozenset(), package, graph=True)[1]
+    return analyse_tree(path, parsed.text, parsed.tree, frozenset(), package, graph=True, roots=roots)[1]
+
+
+def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: ModuleIndex, max_bytes: int
+                       ) -> Tuple[List[Finding], List[str]]:
+    """DFD202 decided project-wide: drop the findings whose function another scanned module compiles (a layer
+    that a benchmark script wraps in torch.compile(Layer(...)), a model compiled by the trainer). Only files that
+    mention `compile` and a pending function's name are parsed for their compile sites, and only when some
+    DFD202 is pending. Returns the findings kept and the files parsed for this."""
+    pending = [f for f in findings if f.code == FLEX_ATTENTION_UNCOMPILED.code and f.evidence.get("enclosing")]
+    if not pending:
+        return findings, []
+    anchors = {f.evidence["enclosing"].split(".")[0].encode() for f in pending}
+    anchors |= {os.fsencode(os.path.splitext(os.path.basename(f.path))[0]) for f in pending}
+    problems: List[Problem] = []
+    linker = Linker({}, index, load=lambda p: _load_graph(p, index.packages.get(p), problems, max_bytes, roots=True))
+    roots = []
+    for path in files:
+        data = read_bytes(path)
+        if isinstance(data, Problem) or b"compile" not in data or not any(a in data for a in anchors):
+            continue
+        graph = linker.summary(path)
+        if graph is not None:
+            roots.extend(graph.compile_roots)
+    covered = linker.reachable(roots) if roots else set()
+    kept = [f for f in findings if f not in pending or FuncRef(f.path, f.evidence["enclosing"]) not in covered]
+    for graph in linker.summaries.values():
+        graph.ctx.table.release()
+    return kept, list(linker.loaded)
 
 
 def scan_paths(
@@ -201,33 +287,52 @@ def scan_paths(
     select: Union[str, Sequence[str], None] = None,
     ignore: Union[str, Sequence[str], None] = None,
     *,
+    config: ScanConfig = ScanConfig(),
+    baseline: Optional[str] = None,
     max_bytes: int = MAX_SOURCE_BYTES,
     parallel_min_files: int = PARALLEL_MIN_FILES,
     clock: Callable[[], float] = time.perf_counter,
+    transformers: VersionSource = installed_transformers,
 ) -> Report:
-    """Scan files and folders for the DFD1xx-3xx hazards. Never imports or runs the scanned code."""
+    """Scan files and folders for the DFD1xx-3xx hazards. Never imports or runs the scanned code.
+
+    `select`/`ignore` replace the configuration's lists when given; `exclude` adds to its excludes. `baseline`
+    is an earlier JSON report: findings whose fingerprint it holds are left out (facts["baseline"] counts them).
+    """
     started = clock()
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise UsageError("scan needs at least one PATH")
     if jobs is not None and jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {jobs}")
-    enabled = select_codes(select, ignore)
-    files = discover(paths, exclude)
+    enabled = select_codes(select if select is not None else config.select,
+                           ignore if ignore is not None else config.ignore)
+    known = baseline_file.load(baseline) if baseline is not None else None
+    found = discover(paths, exclude, anchored=(config.root, config.exclude))
+    files = found.files
     index = ModuleIndex(files)
     jobs = jobs or default_jobs()
     workers = jobs if len(files) >= parallel_min_files else 1
     items = [(p, index.packages[p]) for p in files]
-    results, loaded = _analyse_all(items, enabled, workers, max_bytes, index)
+    transformers_version = transformers() if "DFD104" in enabled else None
+    results, loaded = _analyse_all(items, enabled, workers, max_bytes, index, transformers_version)
 
-    report = Report("scan")
-    seen_problems = set()
+    report = Report("scan", problems=list(found.problems))
+    seen_problems = {(p.subject, p.reason) for p in found.problems}
+    findings: List[Finding] = []
     for result in results:
-        report.findings.extend(result.findings)
+        findings.extend(result.findings)
+        findings.extend(unused_noqa(result, enabled))
         for problem in result.problems:
             if (problem.subject, problem.reason) not in seen_problems:  # two workers may load one file
                 seen_problems.add((problem.subject, problem.reason))
                 report.problems.append(problem)
+    fixes = collect(r.fixes for r in results)
+    findings = apply_fixes(findings, fixes)
+    findings, loaded_for_flex = compiled_elsewhere(findings, files, index, max_bytes)
+    per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
+    stamped = baseline_file.add_fingerprints(per_file)
+    report.findings, matched = baseline_file.apply(stamped, known)
     parsed = sum(1 for r in results if r.parsed)
     report.facts = {
         "paths": paths,
@@ -235,12 +340,28 @@ def scan_paths(
         "parsed": parsed,
         "skipped_by_prefilter": sum(1 for r in results if not r.parsed and not r.problems),
         "loaded_for_call_chains": len(set(loaded)),
+        "loaded_for_flex_coverage": len(loaded_for_flex),
         "jobs": workers,
+        "skipped_folders": [s.to_dict() for s in found.skipped[:MAX_LISTED_SKIPS]],
+        "skipped_folders_total": len(found.skipped),
+        "config": config.path,
         "rules": sorted(enabled),
+        "ignored_by_per_file_ignores": len(findings) - len(per_file),
+        "baseline": None if known is None else {
+            "file": baseline, "matched": matched, "new": len(report.findings),
+            "fixed": sum(known.values()) - matched},
+        "mitigations_applied": [f.to_dict() for f in fixes],
+        "transformers": transformers_version,
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),
     }
     return report
+
+
+def _per_file_ignored(config: ScanConfig, path: str) -> FrozenSet[str]:
+    if not config.per_file_ignores:
+        return frozenset()
+    return frozenset(config_file.ignored_codes(config, path, lambda spec: select_codes(spec)))
 
 
 def scan_source(source: str, path: str = "<string>") -> List[Finding]:
@@ -251,6 +372,8 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     parsed = parse_text(source, path)
     if isinstance(parsed, Problem):
         raise ValueError(f"{path}: {parsed.reason}")
-    result, graph = analyse_tree(path, parsed.text, parsed.tree, frozenset(scan_codes()))
-    findings = list(result.findings) + link_spawns(graph, Linker({path: graph}))
+    enabled = frozenset(scan_codes())
+    result, graph = analyse_tree(path, parsed.text, parsed.tree, enabled)
+    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used)
+    findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes)
     return sorted(findings, key=Finding.sort_key)

@@ -23,9 +23,28 @@ class FlexAttentionRule:
         self._calls: List[Tuple[ast.Call, Optional[str]]] = []
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
-        if self.ctx.on_candidate_line(node) and self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION:
+        if not self.ctx.on_candidate_line(node):
+            return
+        if self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION:
+            if self._compiled_on_another_path(node.func, scope, node.lineno):
+                return
             enclosing = scope.qualname if scope.kind in ("function", "lambda") else None
             self._calls.append((node, enclosing))
+
+    def _compiled_on_another_path(self, func: ast.AST, scope: Scope, line: int) -> bool:
+        """`flex = torch.compile(flex_attention) if compile else flex_attention`-style names: the caller chose."""
+        if not isinstance(func, ast.Name):
+            return False
+        resolver = self.ctx.resolver
+        binding = resolver.table.lookup(func.id, scope, line)
+        if binding is None:
+            return False
+        for sibling in resolver.table.bindings(binding.scope).get(func.id, ()):
+            value = sibling.node if sibling.kind == "assign" else None
+            branches = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+            if any(resolver.is_compile_call(b, sibling.scope, sibling.line) for b in branches if b is not None):
+                return True
+        return False
 
     def finish(self, graph: ModuleGraph) -> None:
         if not self._calls:

@@ -3,12 +3,24 @@ entry point to a torch.compile'd callable (DFD201) or from compiled roots to wha
 """
 from __future__ import annotations
 
+import ast
 import os
+import re
 from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, MethodRef
+from dflash_doctor.scan.resolve import (
+    COMPILE_FUNCTIONS,
+    CompiledRef,
+    ExtRef,
+    FuncRef,
+    InstanceRef,
+    LocalClass,
+    MethodRef,
+    ParamRef,
+)
 from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.scopes import STAR_EXPORTS
 from dflash_doctor.scan.summary import ClassInfo
 
 MAX_CHAIN_DEPTH = 8  # calls between a thread's target and the compiled callable
@@ -38,6 +50,7 @@ class ModuleIndex:
     def __init__(self, paths: Iterable[str]):
         self.by_name: Dict[str, str] = {}
         self.by_abspath: Dict[str, str] = {}
+        self.by_folder: Dict[str, List[str]] = {}  # absolute folder -> the scanned files in it
         package_dirs: Dict[str, bool] = {}
 
         def is_package_dir(folder: str) -> bool:
@@ -50,13 +63,25 @@ class ModuleIndex:
             package, module = package_of(path, is_package_dir)
             self.packages[path] = package
             self.by_name.setdefault(module, path)
-            self.by_abspath[os.path.abspath(path)] = path
+            absolute = os.path.abspath(path)
+            self.by_abspath[absolute] = path
+            self.by_folder.setdefault(os.path.dirname(absolute), []).append(path)
 
     def find(self, dotted: str, importer: str) -> Optional[str]:
         if dotted in self.by_name:
             return self.by_name[dotted]
         base = os.path.join(os.path.dirname(os.path.abspath(importer)), *dotted.split("."))
         return self.by_abspath.get(base + ".py") or self.by_abspath.get(os.path.join(base, "__init__.py"))
+
+
+_STAR_NAMES = frozenset(name for names in STAR_EXPORTS.values() for name in names)
+
+
+def _mentions(path: str, name: str) -> bool:
+    from dflash_doctor.scan.source import read_bytes
+
+    data = read_bytes(path)
+    return isinstance(data, bytes) and name.encode() in data
 
 
 Step = Tuple[str, object]  # ("node", FuncRef) or ("compiled", CompiledRef)
@@ -74,6 +99,8 @@ class Linker:
         self.load = load
         self.loaded: List[str] = []
         self._missing: Set[str] = set()
+        self._constructions: Dict[LocalClass, list] = {}
+        self._compiles: Dict[str, bool] = {}  # path -> whether its bytes mention "compile"
 
     # -- files and names ------------------------------------------------------------------------------------
 
@@ -99,13 +126,17 @@ class Linker:
             path = self.index.find(".".join(parts[:cut]), ref.path)
             if path is None:
                 continue
+            rest = parts[cut:]
+            if path not in self.summaries and not self._may_bind(path, rest):
+                return []  # its bytes cannot bind what is asked: not worth parsing (exact, see _may_bind)
             summary = self.summary(path)
             if summary is None:
                 return []
-            rest = parts[cut:]
             found: List[object] = []
             for item in summary.name(rest[0]):
-                if isinstance(item, ExtRef):
+                if isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS:
+                    found.append(item)  # a name bound to torch.compile itself (`jit_fuser = torch.compile`)
+                elif isinstance(item, ExtRef):
                     found.extend(self.resolve_ext(item, hops + 1))
                 else:
                     found.append(item)
@@ -153,7 +184,7 @@ class Linker:
             info = summary.function(ref.qualname) if summary else None
             if info is None:
                 return []
-            if info.compiled and not through_compiled:
+            if (info.compiled or self._compiled_by_import(info)) and not through_compiled:
                 return [("compiled", CompiledRef(ref.qualname, ref.path, info.line))]
             return [("node", ref)]
         if isinstance(ref, ExtRef):
@@ -169,6 +200,17 @@ class Linker:
                 return []
             attr = "__call__" if self._has_method(found[0], "__call__") else "forward"
             return self.expand(MethodRef(found[0], attr), through_compiled, hops + 1)
+        if isinstance(ref, ParamRef):
+            steps = []
+            for graph, call, scope in self.constructions(ref.cls):
+                argument = next((k.value for k in call.keywords if k.arg == ref.name), None)
+                if argument is None and 0 <= ref.index < len(call.args) and not any(
+                        isinstance(a, ast.Starred) for a in call.args[: ref.index + 1]):
+                    argument = call.args[ref.index]
+                passed = graph.ctx.resolver.callee(argument, scope, call.lineno) if argument is not None else None
+                if passed is not None:
+                    steps.extend(self.expand(passed, through_compiled, hops + 1))
+            return steps
         if isinstance(ref, MethodRef):
             found = self.class_info(ref.cls)
             if found is None:
@@ -186,6 +228,73 @@ class Linker:
                 steps.extend(self.expand(MethodRef(base, ref.attr), through_compiled, hops + 1))
             return steps
         return []
+
+    def _may_bind(self, path: str, rest: List[str]) -> bool:
+        """Whether a module not parsed yet can resolve `rest` (the names after the module's own) for the linker:
+        one name must be bound there by a def, class, assignment or import (a star import binds names for the
+        linker only from the modules scopes.STAR_EXPORTS knows); `Name.attr` needs Name to be a class there or
+        imported there (only classes' attributes are followed); longer tails resolve to nothing. Exact for what
+        the linker can resolve, and it kept torch/__init__.py from being parsed for every `torch.zeros(...)`."""
+        if len(rest) > 2:
+            return False
+        from dflash_doctor.scan.source import read_bytes
+
+        data = read_bytes(path)
+        if not isinstance(data, bytes):
+            return True  # let the load report the problem
+        name = re.escape(rest[0].encode())
+        if len(rest) == 2:
+            pattern = rb"class\s+" + name + rb"\b|import[^\n]*\b" + name + rb"\b|import\s*\([^)]*\b" + name + rb"\b"
+        else:
+            pattern = (rb"(?:def|class)\s+" + name + rb"\b|\b" + name + rb"\s*(?::[^=\n]*)?=(?!=)|import[^\n]*\b" + name
+                       + rb"\b|import\s*\([^)]*\b" + name + rb"\b|\b" + name + rb"\s*,[^\n=]*=(?!=)|,\s*" + name
+                       + rb"\b[^\n=]*=(?!=)")
+        if re.search(pattern, data):
+            return True
+        return rest[0] in _STAR_NAMES and b"import *" in data
+
+    def _compiled_by_import(self, info) -> bool:
+        """An imported decorator bound to torch.compile in its module (only modules whose bytes mention
+        `compile` are parsed for this: `@torch.no_grad()` must not load torch's own __init__)."""
+        return any(isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS
+                   for decorator in info.decorators if self._may_compile(decorator)
+                   for item in self.resolve_ext(decorator))
+
+    def _may_compile(self, ref: ExtRef) -> bool:
+        if self.index is None:
+            return False
+        parts = ref.dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            path = self.index.find(".".join(parts[:cut]), ref.path)
+            if path is not None:
+                if path not in self._compiles:
+                    self._compiles[path] = path in self.summaries and "compile" in self.summaries[path].ctx.text \
+                        or _mentions(path, "compile")
+                return self._compiles[path]
+        return False
+
+    def constructions(self, cls: LocalClass) -> List[Tuple[ModuleGraph, ast.Call, object]]:
+        """Where the project builds `cls`: its own file, the files beside it that name it, and files already
+        parsed. (A search of every file for every class made one scan of torch's sources 3 s slower.)"""
+        if cls in self._constructions:
+            return self._constructions[cls]
+        name = cls.qualname.rsplit(".", 1)[-1]
+        folder = os.path.dirname(os.path.abspath(cls.path))
+        neighbours = self.index.by_folder.get(folder, []) if self.index else []
+        paths = [cls.path] + [p for p in self.summaries if p != cls.path] + [
+            path for path in neighbours if path not in self.summaries and _mentions(path, name)]
+        found = []
+        for path in dict.fromkeys(paths):
+            graph = self.summary(path)
+            if graph is None:
+                continue
+            for call, scope in graph.calls_named(name):
+                ref = graph.ctx.resolver.class_ref(call.func, scope, call.lineno)
+                resolved = self.class_info(ref) if ref is not None else None
+                if resolved is not None and resolved[0] == cls:
+                    found.append((graph, call, scope))
+        self._constructions[cls] = found
+        return found
 
     def _has_method(self, cls: LocalClass, name: str, hops: int = 0) -> bool:
         found = self.class_info(cls)

@@ -11,6 +11,7 @@ from dflash_doctor.scan.scopes import Binding, Scope, ScopeTable
 COMPILE_FUNCTIONS = frozenset({"torch.compile"})
 PARTIAL_FUNCTIONS = frozenset({"functools.partial"})
 _MAX_ALIAS_DEPTH = 8
+_MAX_ELEMENTS = 16  # elements of a container tried before giving up
 
 
 class FuncRef(NamedTuple):
@@ -50,7 +51,16 @@ class InstanceRef(NamedTuple):
     cls: ClassRef
 
 
-Ref = Union[FuncRef, CompiledRef, MethodRef, InstanceRef, ExtRef]
+class ParamRef(NamedTuple):
+    """A method's parameter (`self.fn = fn` in `__init__`): what the class's construction sites pass for it."""
+
+    cls: LocalClass
+    method: str  # the method's name ("__init__")
+    name: str
+    index: int  # position among the explicit arguments (self excluded); -1 keyword-only
+
+
+Ref = Union[FuncRef, CompiledRef, MethodRef, InstanceRef, ExtRef, ParamRef]
 
 
 class Resolver:
@@ -129,6 +139,8 @@ class Resolver:
             return MethodRef(receiver, expr.attr) if receiver is not None else None
         if isinstance(expr, ast.Lambda):
             return FuncRef(self.path, self.table.scope_for(expr, scope).qualname)
+        if isinstance(expr, ast.Subscript):  # fns["step"], self.layers[i]
+            return self.element_callee(expr.value, scope, line, depth + 1, key=expr.slice)
         if isinstance(expr, ast.Call):
             if self.is_compile_call(expr, scope, line):
                 return CompiledRef(describe(expr), self.path, expr.lineno)
@@ -152,6 +164,45 @@ class Resolver:
             return CompiledRef(name, self.path, binding.line)
         if binding.kind == "assign":
             return self.value_callee(binding.node, binding.scope, binding.line, name, depth + 1)
+        if binding.kind == "iter":
+            return self.element_callee(binding.node, binding.scope, binding.line, depth + 1)
+        return None
+
+    def element_callee(self, container: ast.AST, scope: Scope, line: int, depth: int = 0,
+                       key: Optional[ast.AST] = None) -> Optional[Ref]:
+        """What calling an element of `container` runs: a list/tuple/set/dict display, a comprehension, or a
+        constructor given one (nn.ModuleList([...]), nn.Sequential(*[...])), directly or through a name or
+        `self.attr`. A constant key picks its element; otherwise the first element that resolves stands in."""
+        if depth > _MAX_ALIAS_DEPTH:
+            return None
+        if isinstance(container, (ast.Name, ast.Attribute)):
+            binding = self.value_binding(container, scope, line)
+            if binding is None or binding.kind != "assign":
+                return None
+            return self.element_callee(binding.node, binding.scope, binding.line, depth + 1, key)
+        if isinstance(container, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            inner = self.table.scope_for(container, scope) if container in self.table.scope_of else scope
+            return self.callee(container.elt, inner, line, depth + 1)
+        if isinstance(container, ast.Dict):
+            pairs = list(zip(container.keys, container.values))
+            if isinstance(key, ast.Constant):
+                pairs = [p for p in pairs if isinstance(p[0], ast.Constant) and p[0].value == key.value] or pairs
+            elements = [value for _, value in pairs]
+        elif isinstance(container, (ast.List, ast.Tuple, ast.Set)):
+            elements = [e.value if isinstance(e, ast.Starred) else e for e in container.elts]
+            if isinstance(key, ast.Constant) and isinstance(key.value, int) and -len(elements) <= key.value < len(
+                    elements):
+                elements = [elements[key.value]]
+        elif isinstance(container, ast.Call) and container.args:
+            first = container.args[0]
+            return self.element_callee(first.value if isinstance(first, ast.Starred) else first, scope, line,
+                                       depth + 1, key)
+        else:
+            return None
+        for element in elements[:_MAX_ELEMENTS]:
+            ref = self.callee(element, scope, line, depth + 1)
+            if ref is not None:
+                return ref
         return None
 
     def value_callee(self, value: ast.AST, scope: Scope, line: int, name: str, depth: int = 0) -> Optional[Ref]:

@@ -7,8 +7,9 @@ enough to tell `torch.utils.checkpoint.checkpoint` imported under any alias from
 from __future__ import annotations
 
 import ast
+import bisect
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -26,7 +27,7 @@ STAR_EXPORTS = {
 
 @dataclass(eq=False)
 class Binding:
-    kind: str  # import | assign | with | def | class | param | compiled | local
+    kind: str  # import | assign | with | def | class | param | compiled | local | iter
     line: int
     scope: "Scope"
     target: str = ""  # the dotted name an import binds
@@ -40,6 +41,8 @@ class Scope:
     parent: Optional["Scope"]
     qualname: str  # "" for the module; Python-style otherwise (Outer.method, f.<locals>.g)
     bindings: Dict[str, List[Binding]] = field(default_factory=dict)
+    # per name, the lines of its bindings (sorted, like the lists above once collected): lookups bisect them
+    binding_lines: Dict[str, List[int]] = field(default_factory=dict)
     global_names: set = field(default_factory=set)
     self_name: Optional[str] = None  # a method's first parameter
     owner: Optional["Scope"] = None  # a method's class scope
@@ -64,6 +67,36 @@ class Scope:
         return f"{self.qualname}.<locals>.{name}"
 
 
+def _spans(node: ast.AST, lines: List[int]) -> bool:
+    start = getattr(node, "lineno", None)
+    if start is None:
+        return True
+    index = bisect.bisect_left(lines, start)
+    return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
+
+
+def _stored(statement: ast.AST) -> list:
+    """The assignment targets of one statement (what it stores, whatever the value)."""
+    if isinstance(statement, ast.Assign):
+        return list(statement.targets)
+    if isinstance(statement, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+        return [statement.target]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [item.optional_vars for item in statement.items if item.optional_vars is not None]
+    return []
+
+
+def _names(target: ast.AST) -> list:
+    """The plain names a target stores into (`a, (b, *c) = ...`); attributes and subscripts bind no name."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, ast.Starred):
+        return _names(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [name for element in target.elts for name in _names(element)]
+    return []
+
+
 def lambda_name(node: ast.Lambda) -> str:
     return f"<lambda:{node.lineno}:{node.col_offset + 1}>"
 
@@ -85,10 +118,17 @@ class ScopeTable:
     time something is looked up in it, so a file where only a few calls matter costs only a few scopes. Nothing
     here recurses over the AST (deep files must not overflow the stack)."""
 
-    def __init__(self, tree: ast.Module, package: Optional[str] = None):
+    def __init__(self, tree: ast.Module, package: Optional[str] = None, global_lines: Sequence[int] = (),
+                 walrus_lines: Optional[Sequence[int]] = None):
         self.package = package
+        # Lines that may hold `:=` (None: any line): only statements spanning one are searched for walrus targets.
+        self.walrus_lines = None if walrus_lines is None else sorted(walrus_lines)
+        # Lines holding a `global` statement: the functions around them rebind module names (collected before the
+        # module's names are first looked up).
+        self._global_lines = sorted(global_lines)
         self.module = Scope("module", tree, None, "")
         self.scope_of: Dict[ast.AST, Scope] = {tree: self.module}
+        self.by_qualname: Dict[str, Scope] = {}
         self._collected: set = set()
         self._attributes_collected: set = set()
 
@@ -98,6 +138,7 @@ class ScopeTable:
             scope.bindings.clear()
             scope.attributes.clear()
         self.scope_of.clear()
+        self.by_qualname.clear()
 
     # -- building -------------------------------------------------------------------------------------------
 
@@ -123,12 +164,15 @@ class ScopeTable:
                 if arg is not None:
                     scope.bind(arg.arg, Binding("param", node.lineno, scope))
         self.scope_of[node] = scope
+        self.by_qualname.setdefault(scope.qualname, scope)
         return scope
 
     def bindings(self, scope: Scope) -> Dict[str, List[Binding]]:
         if scope not in self._collected:
             self._collected.add(scope)
             self._collect(scope)
+            for bindings in scope.bindings.values():
+                bindings.sort(key=lambda b: b.line)  # stable: same-line bindings keep their order
         return scope.bindings
 
     def attributes(self, cls: Scope) -> Dict[str, List[Binding]]:
@@ -140,30 +184,59 @@ class ScopeTable:
         return cls.attributes
 
     def _collect(self, scope: Scope) -> None:
+        """Bind what one scope's statements bind. Only statements are visited (bodies of if/for/while/try/with,
+        never expressions): expressions bind nothing but walrus targets, looked for only in files that contain
+        `:=`. Walking every expression node made binding collection the largest cost of a scan."""
         node = scope.node
-        body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
-        handled = set()
-        stack = list(reversed(body))
+        if isinstance(node, ast.Lambda):
+            self._collect_walrus(scope, [node.body])
+            return
+        handled: set = set()
+        statements = list(node.body)
+        stack = list(reversed(statements))
+        while stack:
+            statement = stack.pop()
+            if isinstance(statement, SCOPE_NODES):
+                self.scope_for(statement, scope)
+                kind = "class" if isinstance(statement, ast.ClassDef) else "def"
+                scope.bind(statement.name, Binding(kind, statement.lineno, scope, node=statement))
+                continue
+            self._bind_statement(scope, statement, handled)
+            for target in _stored(statement):
+                for name in _names(target):
+                    if name not in handled:
+                        scope.bind(name.id, Binding("local", name.lineno, scope))
+            children: list = []
+            for field_name in ("body", "orelse", "finalbody"):
+                value = getattr(statement, field_name, None)
+                if isinstance(value, list):
+                    children.extend(value)
+            for handler in getattr(statement, "handlers", ()) or ():
+                if handler.name:
+                    scope.bind(handler.name, Binding("local", handler.lineno, scope))
+                children.extend(handler.body)
+            for case in getattr(statement, "cases", ()) or ():
+                children.extend(case.body)
+            statements.extend(children)
+            stack.extend(reversed(children))
+        self._collect_walrus(scope, statements)
+
+    def _collect_walrus(self, scope: Scope, roots: list) -> None:
+        """`(name := value)` inside expressions of this scope (not of nested functions or lambdas), searched only
+        in the statements that span a line holding `:=`."""
+        lines = self.walrus_lines
+        if lines is not None:
+            if not lines:
+                return
+            roots = [r for r in roots if _spans(r, lines)]
+        stack = list(roots)
         while stack:
             node = stack.pop()
-            if isinstance(node, SCOPE_NODES):
-                self.scope_for(node, scope)
-                if isinstance(node, ast.Lambda):
-                    stack.extend(d for d in node.args.defaults + node.args.kw_defaults if d is not None)
-                    continue
-                kind = "class" if isinstance(node, ast.ClassDef) else "def"
-                scope.bind(node.name, Binding(kind, node.lineno, scope, node=node))
-                stack.extend(node.decorator_list)
-                if isinstance(node, ast.ClassDef):
-                    stack.extend(node.bases)
-                    stack.extend(k.value for k in node.keywords)
-                else:
-                    stack.extend(d for d in node.args.defaults + node.args.kw_defaults if d is not None)
-                continue
-            self._bind_statement(scope, node, handled)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node not in handled:
-                scope.bind(node.id, Binding("local", node.lineno, scope))
-            stack.extend(ast.iter_child_nodes(node))
+            if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+                scope.bind(node.target.id, Binding("assign", node.lineno, scope, node=node.value))
+            for child in ast.iter_child_nodes(node):
+                if not isinstance(child, (ast.stmt, ast.Lambda, ast.excepthandler)):
+                    stack.append(child)
 
     def _bind_statement(self, scope: Scope, node: ast.AST, handled: set) -> None:
         if isinstance(node, ast.Import):
@@ -188,7 +261,7 @@ class ScopeTable:
         elif isinstance(node, ast.Assign):
             for target in node.targets:
                 self._bind_target(scope, target, node.value, node.lineno, handled)
-        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self._bind_target(scope, node.target, node.value, node.lineno, handled)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
@@ -197,6 +270,10 @@ class ScopeTable:
                     scope.bind(item.optional_vars.id, Binding("with", node.lineno, scope, node=item.context_expr))
                 elif self._self_attribute(scope, item.optional_vars):
                     self._bind_attribute(scope, item.optional_vars, item.context_expr, node.lineno, "with")
+        elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
+            # `for layer in self.layers:` binds an element of the container (resolve.element_callee follows it)
+            handled.add(node.target)
+            scope.bind(node.target.id, Binding("iter", node.lineno, scope, node=node.iter))
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             if isinstance(node, ast.Global):
                 scope.global_names.update(node.names)
@@ -214,6 +291,9 @@ class ScopeTable:
         if isinstance(target, ast.Name):
             handled.add(target)
             scope.bind(target.id, Binding("assign", line, scope, node=value))
+            if target.id in scope.global_names and scope.parent is not None:
+                # `global jit_fuser; jit_fuser = torch.compile`: the module's name now has this value too
+                scope.module.bind(target.id, Binding("assign", line, scope, node=value))
         elif isinstance(target, (ast.Tuple, ast.List)):
             if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
                 for sub_target, sub_value in zip(target.elts, value.elts):
@@ -244,7 +324,28 @@ class ScopeTable:
             scope = scope.parent
         return None
 
+    def _collect_global_rebindings(self) -> None:
+        """Collect every function that holds a `global` statement, visiting only the subtrees around those lines."""
+        lines, self._global_lines = self._global_lines, []
+        stack = [(child, self.module) for child in self.module.node.body]
+        while stack:
+            node, parent = stack.pop()
+            start, end = getattr(node, "lineno", 0), getattr(node, "end_lineno", 0) or 0
+            index = bisect.bisect_left(lines, start)
+            if index >= len(lines) or lines[index] > end:
+                continue
+            if isinstance(node, SCOPE_NODES):
+                inner = self.scope_for(node, parent)
+                if not isinstance(node, ast.ClassDef):
+                    self.bindings(inner)
+                body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
+                stack.extend((child, inner) for child in body)
+            else:
+                stack.extend((child, parent) for child in ast.iter_child_nodes(node))
+
     def lookup(self, name: str, scope: Scope, line: int) -> Optional[Binding]:
+        if self._global_lines:
+            self._collect_global_rebindings()
         current: Optional[Scope] = scope
         nested = False
         while current is not None:
@@ -258,9 +359,13 @@ class ScopeTable:
             if bindings:
                 if current.kind == "module" and nested:
                     return bindings[-1]
-                for binding in reversed(bindings):
-                    if binding.line <= line:
-                        return binding
+                lines = current.binding_lines.get(name)
+                if lines is None or len(lines) != len(bindings):
+                    bindings.sort(key=lambda b: b.line)  # a `global` rebinding may have been added out of order
+                    lines = current.binding_lines[name] = [b.line for b in bindings]
+                above = bisect.bisect_right(lines, line)
+                if above:
+                    return bindings[above - 1]
                 return bindings[-1] if current.kind in ("function", "lambda") else None
             if current.kind != "class":
                 nested = True
@@ -281,3 +386,38 @@ class ScopeTable:
         if owner_scope.owner is not None and owner_scope.self_name == node.id:
             return owner_scope.owner
         return None
+
+
+def walk(table: ScopeTable, lines: Optional[List[int]] = None):
+    """(node, scope) pairs in source order; decorators, defaults and bases belong to the enclosing scope.
+
+    With `lines`, only subtrees whose line span holds one of those lines are entered."""
+    def wanted(node: ast.AST) -> bool:
+        start = getattr(node, "lineno", None)
+        if lines is None or start is None:
+            return True
+        decorators = getattr(node, "decorator_list", None)
+        if decorators:  # a def's lineno is its `def` line; decorators sit above it
+            start = min(start, decorators[0].lineno)
+        index = bisect.bisect_left(lines, start)
+        return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
+
+    stack = [(child, table.module) for child in reversed(table.module.node.body) if wanted(child)]
+    while stack:
+        node, scope = stack.pop()
+        yield node, scope
+        if not isinstance(node, SCOPE_NODES):
+            stack.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))) if wanted(child))
+            continue
+        inner = table.scope_for(node, scope)
+        if isinstance(node, ast.Lambda):
+            outer = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+            body = [node.body]
+        elif isinstance(node, ast.ClassDef):
+            outer = node.decorator_list + node.bases + [k.value for k in node.keywords]
+            body = node.body
+        else:
+            outer = node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+            body = node.body
+        stack.extend((child, inner) for child in reversed(body) if wanted(child))
+        stack.extend((child, scope) for child in reversed(outer) if wanted(child))

@@ -13,6 +13,7 @@ class FuncInfo:
     line: int
     refs: List[Ref] = field(default_factory=list)  # callees and callbacks, in source order
     compiled: bool = False  # decorated with @torch.compile / @torch.compile(...)
+    decorators: Tuple[Ref, ...] = ()  # imported decorators: the linker checks whether one is torch.compile
 
 
 @dataclass

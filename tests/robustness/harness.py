@@ -18,15 +18,6 @@ import pytest
 
 from tests.conftest import REPO
 
-# Branches whose fixes some of these tests wait for (issue 16 was split by domain): a test marked with one of
-# these fails today and passes once that branch is merged; strict, so the lead sees it flip.
-SCAN_BRANCH = "wt-scan"
-
-
-def fixed_on(branch: str, what: str):
-    return pytest.mark.xfail(strict=True, reason=f"fixed on branch {branch}: {what}")
-
-
 # Enough address space for any command that does not import torch; a read of /dev/zero hits it in seconds
 # instead of taking the machine's memory.
 MEMORY_LIMIT = 2 * 2**30

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.robustness.harness import SCAN_BRANCH, assert_no_crash, fixed_on, run
+from tests.robustness.harness import assert_no_crash, run
 
 BOUND_S = 5  # every case below answers in well under a second once fixed; a hang is killed here
 
@@ -32,7 +32,6 @@ def _refused(result, name: str) -> None:
     assert name in result.stderr, result
 
 
-@fixed_on(SCAN_BRANCH, "FIFOs and devices in a scanned folder are read (hang / MemoryError)")
 @pytest.mark.parametrize("command", ["scan", "check"])
 def test_scan_of_a_folder_with_a_fifo_and_dev_zero_reports_both_and_scans_the_rest(hostile, command):
     extra = ["--no-probes"] if command == "check" else []
@@ -44,12 +43,10 @@ def test_scan_of_a_folder_with_a_fifo_and_dev_zero_reports_both_and_scans_the_re
     assert [f["code"] for f in document["findings"] if f["path"] and f["path"].endswith("good.py")] == ["DFD101"]
 
 
-@fixed_on(SCAN_BRANCH, "a FIFO named on the command line is read")
 def test_scan_of_a_fifo_named_directly(hostile):
     _refused(run("scan", hostile / "src" / "fifo.py", timeout=BOUND_S), "fifo.py")
 
 
-@fixed_on(SCAN_BRANCH, "the report's scan section reads FIFOs")
 def test_report_of_a_folder_with_a_fifo_is_written(hostile):
     result = run("report", hostile / "src", "--no-probes", timeout=BOUND_S)
     assert_no_crash(result)

@@ -125,16 +125,26 @@ def test_unreadable_file_is_a_problem(tmp_path):
     assert [p.reason.split(":")[0] for p in report.problems] == ["cannot read"]
 
 
-def test_discovery_skips_environments_and_honours_excludes(tmp_path):
+def test_discovery_skips_real_environments_only_and_lists_every_skip(tmp_path):
     bad = "from torch.utils.checkpoint import checkpoint\ncheckpoint(f, x)\n"
-    for folder in (".git", "__pycache__", "node_modules", ".tox", "venv", ".venv", "env", "myenv",
+    for folder in (".git", "__pycache__", "node_modules", ".tox", "venv", ".venv", "env", "myenv", "condaenv",
                    "lib/site-packages/pkg", "src", "tests", "build"):
         (tmp_path / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / folder / "mod.py").write_text(bad)
     (tmp_path / "myenv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (tmp_path / "condaenv" / "conda-meta").mkdir()
     (tmp_path / "src" / "notes.txt").write_text(bad)
     report = scan_paths([str(tmp_path)], exclude=["tests/*", "build"], jobs=1)
-    assert sorted(os.path.relpath(f.path, tmp_path) for f in report.findings) == [os.path.join("src", "mod.py")]
+    # A folder named env/venv is somebody's source unless it is a real environment (pyvenv.cfg, conda-meta).
+    assert sorted(os.path.relpath(f.path, tmp_path) for f in report.findings) == [
+        os.path.join(name, "mod.py") for name in (".venv", "env", "src", "venv")]
+    skipped = {os.path.relpath(s["path"], tmp_path): s["reason"] for s in report.facts["skipped_folders"]}
+    assert skipped == {
+        ".git": "version control", "__pycache__": "bytecode cache", "node_modules": "JavaScript packages",
+        ".tox": "tox environments", "myenv": "virtual environment (pyvenv.cfg)", "condaenv": "conda environment",
+        os.path.join("lib", "site-packages"): "installed packages", "build": "excluded",
+    }
+    assert report.facts["skipped_folders_total"] == len(skipped)
     # Pointing at installed packages scans them.
     inside = scan_paths([str(tmp_path / "lib" / "site-packages")], jobs=1)
     assert len(inside.findings) == 1

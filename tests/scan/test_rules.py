@@ -99,8 +99,17 @@ def test_noqa_suppresses_only_the_named_codes():
         checkpoint(f, x)  # noqa: DFD102
         checkpoint(f, x)  # noqa: DFD101
         checkpoint(f, x)  # NOQA:DFD101,DFD102
+        checkpoint(f, x, use_reentrant=False)  # noqa: DFD102, E501
     """
-    assert codes_at(source) == [(4, "DFD102")]
+    # DFD101 is named where no DFD101 fires, and DFD102 where the call is fine: unused (DFD302), like RUF100;
+    # the bare noqa and E501 are other tools' business.
+    assert codes_at(source) == [(4, "DFD102"), (4, "DFD302"), (5, "DFD302"), (6, "DFD302")]
+    unused = [(f.line, f.column, f.message) for f in scan_source(textwrap.dedent(source)) if f.code == "DFD302"]
+    assert unused == [
+        (4, 19, "`# noqa: DFD101` suppresses nothing: no DFD101 finding on this line"),
+        (5, 19, "`# noqa: DFD101` suppresses nothing: no DFD101 finding on this line"),
+        (6, 40, "`# noqa: DFD102` suppresses nothing: no DFD102 finding on this line"),
+    ]
 
 
 THREADS = """\
@@ -227,3 +236,114 @@ def test_dynamo_config_look_alikes_are_clean():
 def test_unparsable_source_raises_value_error():
     with pytest.raises(ValueError, match="syntax error at line 1"):
         scan_source("def (:\n")
+
+
+@pytest.mark.parametrize("installed,severity,phrase", [
+    (None, "warning", "on transformers < 5.0 (every 4.x release)"),
+    ("4.46.0", "warning", "checkpoints with the reentrant variant on transformers 4.46.0, installed here"),
+    ("4.36.2", "warning", "checkpoints with the reentrant variant on transformers 4.36.2, installed here"),
+    ("5.1.0", "info", "is non-reentrant on transformers 5.1.0, installed here, but reentrant wherever"),
+])
+def test_dfd104_names_the_transformers_releases_and_the_installed_one(tmp_path, installed, severity, phrase):
+    from dflash_doctor.scan import scan_paths
+
+    (tmp_path / "train.py").write_text("def prep(model):\n    model.gradient_checkpointing_enable()\n")
+    report = scan_paths([str(tmp_path)], jobs=1, transformers=lambda: installed)
+    [finding] = report.findings
+    assert (finding.code, finding.severity.value) == ("DFD104", severity)
+    assert phrase in finding.message
+    assert "5.0 and later default to use_reentrant=False" in finding.message
+    assert finding.evidence["transformers_installed"] == installed
+    assert report.facts["transformers"] == installed
+
+
+def test_installed_transformers_is_read_from_metadata_without_importing_it():
+    import sys
+    from importlib import metadata
+
+    from dflash_doctor.scan.hf_releases import installed_transformers
+
+    try:
+        expected = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        expected = None
+    assert installed_transformers() == expected
+    assert "transformers" not in sys.modules
+
+
+def test_global_rebinding_to_torch_compile_makes_the_decorator_compile():
+    source = """\
+        import threading
+        import torch
+
+        fuser = torch.jit.script
+
+        def enable_fuser():
+            global fuser
+            fuser = torch.compile
+
+        enable_fuser()
+
+        @fuser
+        def gelu(x):
+            return x
+
+        def worker():
+            return gelu(1)
+
+        threading.Thread(target=worker).start()  # DFD201
+    """
+    source = textwrap.dedent(source)
+    assert codes_at(source) == marked_lines(source, "DFD201")
+
+
+def test_elements_of_containers_and_loops_over_them():
+    source = """\
+        import threading
+        import torch
+
+        steps = {"train": torch.compile(lambda x: x), "eval": print}
+        workers = [torch.compile(lambda: 0)]
+
+        threading.Thread(target=steps["train"]).start()  # DFD201
+        threading.Thread(target=steps["eval"]).start()
+        for step in workers:
+            threading.Thread(target=step).start()  # DFD201
+    """
+    source = textwrap.dedent(source)
+    assert codes_at(source) == marked_lines(source, "DFD201")
+
+
+def test_constructor_argument_from_a_module_beside_the_class(tmp_path):
+    from dflash_doctor.scan import scan_paths
+
+    (tmp_path / "workers.py").write_text(textwrap.dedent("""\
+        import threading
+
+        class Worker(threading.Thread):
+            def __init__(self, name, step_fn):
+                super().__init__(name=name)
+                self.step_fn = step_fn
+
+            def run(self):
+                self.step_fn(1)
+    """))
+    (tmp_path / "main.py").write_text(textwrap.dedent("""\
+        import torch
+        from workers import Worker
+
+        Worker("drafter-0", step_fn=torch.compile(lambda x: x)).start()
+        Worker("logger", print).start()
+    """))
+    report = scan_paths([str(tmp_path)], jobs=1)
+    [finding] = report.findings
+    assert (finding.code, finding.line, finding.column) == ("DFD201", 8, 5)
+    assert finding.evidence["compiled"]["path"].endswith("main.py")
+
+
+def test_a_thread_file_without_a_thread_import_is_not_parsed(tmp_path):
+    from dflash_doctor.scan import scan_paths
+
+    (tmp_path / "notes.py").write_text("# Thread(target=x) in a comment, nothing imported\nx = 1\n")
+    report = scan_paths([str(tmp_path)], jobs=1)
+    assert report.facts["parsed"] == 0 and report.findings == []

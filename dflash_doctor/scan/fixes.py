@@ -1,0 +1,144 @@
+"""Which of the registry's mitigations the scanned program applies (for DFD201), found by resolved names.
+
+The markers are the registry's `source_markers` (dflash_doctor/mitigations.py): calls and decorators that resolve
+to `dflash_doctor.runtime.<marker>` (under any alias), plus torch's own switch for non-lazy backward
+(`torch._functorch.config.force_non_lazy_backward_lowering = True`, setattr or config.patch). A project-local
+function that merely shares a marker's name (an LR `warmup()`) resolves elsewhere and does not count.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+from dflash_doctor.hazards import Hazard
+from dflash_doctor.mitigations import REGISTRY, Mitigation
+from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.scopes import Scope
+
+RUNTIME_PACKAGE = "dflash_doctor"
+FUNCTORCH_CONFIG = "torch._functorch.config"
+# marker -> mitigation name, from the registry
+MARKERS: Dict[str, str] = {marker: m.name for m in REGISTRY for marker in m.source_markers}
+# A marker that is a torch config key rather than a runtime function: applied by setting it to True.
+CONFIG_MARKERS = frozenset(marker for marker in MARKERS if marker.startswith("force_"))
+MARKER_WORDS: Tuple[str, ...] = tuple(sorted(MARKERS))
+# What DFD201 needs stopped before a compiled call in a thread is safe.
+DFD201_HAZARDS: FrozenSet[Hazard] = frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK})
+
+
+@dataclass(frozen=True)
+class AppliedFix:
+    mitigation: str  # the registry name
+    path: str
+    line: int
+    spelled: str  # the marker as found
+
+    def to_dict(self) -> dict:
+        return {"mitigation": self.mitigation, "path": self.path, "line": self.line, "marker": self.spelled}
+
+
+class FixCollector:
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+        self.found: List[AppliedFix] = []
+
+    def _runtime_marker(self, expr: ast.AST, scope: Scope, line: int) -> Optional[str]:
+        final = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
+        if final is None:
+            return None
+        dotted = self.ctx.resolver.dotted(expr, scope, line) or ""
+        name = dotted.rsplit(".", 1)[-1]
+        if name in MARKERS and name not in CONFIG_MARKERS and dotted.startswith(RUNTIME_PACKAGE + "."):
+            return name
+        return None
+
+    def _add(self, marker: str, node: ast.AST) -> None:
+        self.found.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker))
+
+    def visit_call(self, node: ast.Call, scope: Scope) -> None:
+        if not self.ctx.on_candidate_line(node):
+            return
+        marker = self._runtime_marker(node.func, scope, node.lineno)
+        if marker is not None:
+            self._add(marker, node)
+            return
+        resolver = self.ctx.resolver
+        func = node.func
+        if isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) == 3:
+            key = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+            if key in CONFIG_MARKERS and _true(node.args[2]) \
+                    and resolver.dotted(node.args[0], scope, node.lineno) == FUNCTORCH_CONFIG:
+                self._add(key, node)
+        elif isinstance(func, ast.Attribute) and func.attr == "patch" \
+                and resolver.dotted(func.value, scope, node.lineno) == FUNCTORCH_CONFIG:
+            for keyword in node.keywords:
+                if keyword.arg in CONFIG_MARKERS and _true(keyword.value):
+                    self._add(keyword.arg, node)
+
+    def visit_assign(self, node: ast.AST, scope: Scope) -> None:
+        if not self.ctx.on_candidate_line(node) or getattr(node, "value", None) is None:
+            return
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in CONFIG_MARKERS and _true(node.value) \
+                    and self.ctx.resolver.dotted(target.value, scope, node.lineno) == FUNCTORCH_CONFIG:
+                self._add(target.attr, node)
+
+    def visit_scope(self, node: ast.AST, outer: Scope) -> None:
+        """`@runtime.global_lock` on a step function applies the lock as surely as calling it."""
+        for decorator in getattr(node, "decorator_list", ()):
+            target = decorator.func if isinstance(decorator, ast.Call) else decorator
+            marker = self._runtime_marker(target, outer, decorator.lineno)
+            if marker is not None:
+                self._add(marker, decorator)
+
+
+def _true(value: ast.AST) -> bool:
+    return isinstance(value, ast.Constant) and value.value is True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the applied fixes mean for DFD201."""
+
+    applied: Tuple[str, ...]  # registry names, registry order
+    mitigated: bool
+    note: str  # appended to each DFD201 message ("" when nothing is applied)
+
+
+def judge(fixes: Sequence[AppliedFix]) -> Verdict:
+    """Mitigated when the applied fixes cover every DFD201 hazard and none is one the registry calls no fix."""
+    first: Dict[str, AppliedFix] = {}
+    for fix in sorted(fixes, key=lambda f: (f.path, f.line)):
+        first.setdefault(fix.mitigation, fix)
+    entries: List[Mitigation] = [m for m in REGISTRY if m.name in first]
+    if not entries:
+        return Verdict((), False, "")
+    names = tuple(m.name for m in entries)
+    where = ", ".join(f"{m.name} ({first[m.name].path}:{first[m.name].line})" for m in entries)
+    covered = frozenset(h for m in entries for h in m.covers)
+    gaps = [h for h in Hazard if h in DFD201_HAZARDS - covered]
+    not_fixes = [m for m in entries if not m.recommended]
+    if not gaps and not not_fixes:
+        return Verdict(names, True, f"mitigated by {where}")
+    left: List[str] = []
+    if gaps:
+        left.append("leaves open: " + ", ".join(h.label for h in gaps))
+    for m in not_fixes:
+        left.append(f"{m.name} is not a fix ({m.summary})")
+    caveats = [_caveat(m, names) for m in entries]
+    said = "; ".join(c for c in caveats if c)
+    return Verdict(names, False, f"applies {where}, not enough: " + "; ".join(left) + (f" ({said})" if said else ""))
+
+
+def _caveat(entry: Mitigation, applied: Tuple[str, ...]) -> str:
+    """What the registry says an applied fix leaves open: its pairing when the partner is missing, else its
+    first caveat."""
+    if entry.pair_with and entry.pair_with not in applied:
+        return entry.pairing_caveat()
+    return entry.caveats[0] if entry.caveats else ""
+
+
+def collect(results: Iterable[Iterable[AppliedFix]]) -> List[AppliedFix]:
+    return sorted({fix for fixes in results for fix in fixes}, key=lambda f: (f.path, f.line, f.mitigation))

@@ -1,0 +1,72 @@
+"""Which transformers releases checkpoint with the reentrant variant when the caller does not say (DFD104).
+
+Read in the released wheels (`pip download --no-deps transformers==X`, `transformers/modeling_utils.py`,
+`PreTrainedModel.gradient_checkpointing_enable`, and `Trainer`, which passes
+`args.gradient_checkpointing_kwargs`, default None, straight to it):
+
+| transformers | `gradient_checkpointing_kwargs=None` becomes | so the checkpoint runs |
+|---|---|---|
+| < 4.35.0 | (no such parameter: models call torch's checkpoint without use_reentrant) | reentrant (torch's default) |
+| 4.35.0 - 4.37.x | `{}` | reentrant (torch's default) |
+| 4.38.0 - 4.57.x | `{"use_reentrant": True}` | reentrant |
+| >= 5.0.0 | `{"use_reentrant": False}` | non-reentrant |
+
+Kwargs given without `use_reentrant` (`{"preserve_rng_state": True}`) are passed as they are on every release, so
+torch's own default runs: reentrant (torch 2.13 warns and still runs the reentrant variant). Late 5.x releases add
+`activation_checkpointing_enable(activation_checkpointing_kwargs=...)` with the same non-reentrant default.
+
+The installed release is read from package metadata (importlib.metadata), never by importing transformers.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional, Tuple
+
+KWARGS_PARAMETER_FROM = (4, 35, 0)
+EXPLICIT_TRUE_FROM = (4, 38, 0)
+NON_REENTRANT_FROM = (5, 0, 0)
+REENTRANT_RANGE = "transformers < 5.0 (every 4.x release)"
+_VERSION = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?")
+
+
+def installed_transformers() -> Optional[str]:
+    """The installed transformers release, from its metadata, or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return None
+    except Exception:  # noqa: BLE001 - broken metadata means "not known", never a failed scan
+        return None
+
+
+def parse(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
+    match = _VERSION.match(version or "")
+    if not match:
+        return None
+    return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
+
+
+def default_is_reentrant(version: Optional[str]) -> Optional[bool]:
+    """Whether `gradient_checkpointing_enable()` without kwargs checkpoints reentrant on `version` (None: unknown)."""
+    parsed = parse(version)
+    if parsed is None:
+        return None
+    return parsed < NON_REENTRANT_FROM
+
+
+def implicit_default(version: Optional[str]) -> str:
+    """The sentence DFD104 uses for "no use_reentrant reaches gradient_checkpointing_enable"."""
+    reentrant = default_is_reentrant(version)
+    ranges = ("transformers 4.38-4.57 pass use_reentrant=True, 4.35-4.37 and older leave torch's reentrant "
+              "default, 5.0 and later default to use_reentrant=False")
+    if reentrant is None:
+        return f"checkpoints with the reentrant variant on {REENTRANT_RANGE} ({ranges}; no transformers installed here)"
+    if reentrant:
+        return f"checkpoints with the reentrant variant on transformers {version}, installed here ({ranges})"
+    return (f"is non-reentrant on transformers {version}, installed here, but reentrant wherever the code runs "
+            f"with {REENTRANT_RANGE} ({ranges})")
+
+
+VersionSource = Callable[[], Optional[str]]
