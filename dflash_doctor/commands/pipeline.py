@@ -13,6 +13,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
+from dflash_doctor.reference.config import Checkpoint
 from dflash_doctor.reference.results import FailHow, Transport
 from dflash_doctor.render import OutputFormat
 
@@ -75,9 +76,8 @@ def register(app: typer.Typer) -> None:
         steps: Optional[int] = typer.Option(None, "--steps", help="Drafter steps to run (default: the preset's)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size",
                                                  help="Sequences per drafter step (default: the preset's)."),
-        checkpoint: str = typer.Option("none", "--checkpoint",
-                                       help="Loss chunks under torch.utils.checkpoint: reentrant | non-reentrant | "
-                                       "none."),
+        checkpoint: Checkpoint = typer.Option(Checkpoint.NONE, "--checkpoint",
+                                              help="Loss chunks under torch.utils.checkpoint."),
         target_devices: Optional[str] = typer.Option(None, "--target-devices",
                                                      help="Comma list, one target worker each (e.g. 0,1,2)."),
         drafter_devices: Optional[str] = typer.Option(None, "--drafter-devices",
@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.runtime import MitigationUnavailable
 
         options = PipelineOptions(
-            preset=preset, device=device, workers=workers, steps=steps, checkpoint=checkpoint,
+            preset=preset, device=device, workers=workers, steps=steps, checkpoint=Checkpoint(checkpoint).value,
             target_devices=target_devices, drafter_devices=drafter_devices,
             save_dir=str(save) if save else None, resume=resume, seed=seed, fail_worker=fail_worker,
             fail_at_step=fail_at_step, fail_how=FailHow(fail_how).value,

@@ -12,7 +12,8 @@ from dflash_doctor.commands.common import (
     FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact,
 )
 from dflash_doctor.render import OutputFormat
-from dflash_doctor.repro.spec import DEFAULT_PRESET, Cache, Checkpoint, Expect, Mode, Shapes
+from dflash_doctor.reference.config import Checkpoint
+from dflash_doctor.repro.spec import DEFAULT_PRESET, Cache, Expect, Mode, Shapes
 
 EPILOG = (
     "Examples:  dflash-doctor repro --threads 3  ·  "

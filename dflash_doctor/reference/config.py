@@ -4,10 +4,21 @@ Plain data: importing this module never imports torch.
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
 from typing import Tuple
 
-CHECKPOINT_MODES = ("reentrant", "non-reentrant", "none")
+
+class Checkpoint(str, enum.Enum):
+    """How the loss chunks are checkpointed: the variants the incident toggled (`repro` and `pipeline` both take
+    it as --checkpoint)."""
+
+    NONE = "none"
+    REENTRANT = "reentrant"  # torch.utils.checkpoint(..., use_reentrant=True)
+    NON_REENTRANT = "non-reentrant"  # use_reentrant=False
+
+
+CHECKPOINT_MODES = tuple(mode.value for mode in Checkpoint)
 
 
 @dataclass(frozen=True)

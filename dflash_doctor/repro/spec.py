@@ -12,6 +12,7 @@ from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.hazards import Stress
+from dflash_doctor.reference.config import Checkpoint
 
 
 class Mode(str, enum.Enum):
@@ -24,12 +25,6 @@ class Mode(str, enum.Enum):
     @property
     def stress(self) -> Optional[Stress]:
         return None if self is Mode.AUTO else Stress(self.value)
-
-
-class Checkpoint(str, enum.Enum):
-    NONE = "none"
-    REENTRANT = "reentrant"
-    NON_REENTRANT = "non-reentrant"
 
 
 class Shapes(str, enum.Enum):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-
 from tests.conftest import REPO
 
 # Enough address space for any command that does not import torch; a read of /dev/zero hits it in seconds
