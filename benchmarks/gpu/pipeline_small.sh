@@ -6,8 +6,8 @@
 #   small-threads     --preset small --workers threads     1 target + 1 drafter thread, compiled flex fwd+bwd
 #   small-processes   --preset small --workers processes   the same roles as 2 ranks (gloo, host-staged: NCCL
 #                                                          refuses two ranks on one GPU)
-#   seeds-threads     --preset seeds --workers threads     5 target + 3 drafter threads on the one GPU; FACTS
-#                                                          section 3 predicts a deadlock (3 drafter threads
+#   seeds-threads     --preset seeds --workers threads     5 target + 3 drafter threads on the one GPU;
+#                                                          docs/races.md predicts a deadlock (3 drafter threads
 #                                                          compiling flex fwd+bwd), reported as "hung" by the
 #                                                          stall watchdog, exit 1
 # Each run's JSON report lands in "$OUT/<run>.json", its stderr (step lines) in "$OUT/<run>.log"; a table is

@@ -18,7 +18,7 @@ from dflash_doctor.render.printable import printable
 from dflash_doctor.report.bundle import Bundle
 from dflash_doctor.report.redact import redact_data, redact_text
 
-MAX_FACTS_CHARS = 6000  # per section; a bug report nobody can scroll through is not read
+MAX_SECTION_CHARS = 6000  # per section; a bug report nobody can scroll through is not read
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,8 @@ class Block:
 def _json_text(data: object) -> str:
     # Structured first (a key that says secret hides its value), then as text with every block.
     text = json.dumps(redact_data(json.loads(json.dumps(data, default=str))), indent=2, sort_keys=True)
-    if len(text) > MAX_FACTS_CHARS:
-        text = text[:MAX_FACTS_CHARS] + f"\n... ({len(text) - MAX_FACTS_CHARS} more characters cut)"
+    if len(text) > MAX_SECTION_CHARS:
+        text = text[:MAX_SECTION_CHARS] + f"\n... ({len(text) - MAX_SECTION_CHARS} more characters cut)"
     return text
 
 

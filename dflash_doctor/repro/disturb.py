@@ -1,7 +1,7 @@
 """The disturbances each mode adds inside a phase child (torch is imported here, inside the child only).
 
 - amplified: `TracerBase.create_proxy` sleeps while the FX flag is set; time.sleep releases the GIL, so other
-  threads run exactly while the flag is up (FACTS section 2: turned a rare race into a reliable one).
+  threads run exactly while the flag is up (docs/races.md: it turned a rare race into a reliable one).
 - forced: a holder thread sits inside a real `torch.fx` trace (`Tracer.trace` of a module whose forward blocks on
   an Event) while the workers call their compiled step.
 - stuck: two traces exit out of order (A enters, B enters, A leaves, B leaves restoring the True it saw), so

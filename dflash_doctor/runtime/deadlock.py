@@ -1,6 +1,6 @@
 """Name the cycle behind a hang from all-thread stacks (function and file names only, so synthetic stacks test it).
 
-The known torch.compile cycle (FACTS section 3): thread B holds Dynamo's compile_lock (inside `_compile`) while
+The known torch.compile cycle (docs/races.md, "The hazards"): thread B holds Dynamo's compile_lock (inside `_compile`) while
 AOTAutograd's joint trace calls `torch.autograd.grad`, which waits for the autograd device thread; that thread
 runs thread A's backward and waits for compile_lock in the lazy backward compile (`compile_fx_backward`).
 Anything else where threads wait on locks is reported as a generic lock cycle, with the locks named when the

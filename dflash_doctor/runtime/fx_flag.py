@@ -20,7 +20,7 @@ from typing import Optional
 
 from dflash_doctor.errors import require_torch
 
-# Where compile wrappers look the predicates up, per release (FACTS section 1).
+# Where compile wrappers look the predicates up, per release (docs/races.md, "The guard").
 _PREDICATE_NAMES = ("is_fx_tracing", "is_fx_symbolic_tracing")
 _PREDICATE_MODULES = ("torch.fx._symbolic_trace", "torch._dynamo.eval_frame")
 

@@ -1,5 +1,6 @@
-"""Mitigations for torch.compile thread races, each a function a trainer can call (FACTS section 3 says what each
-did on an H200 with torch 2.11; `dflash-doctor repro --matrix` measures them on your install).
+"""Mitigations for torch.compile thread races, each a function a trainer can call. What each did on an H200 with
+torch 2.11: docs/races.md, "The plain loop"; `dflash-doctor repro --matrix` measures them on your install; what
+each stops and leaves open is declared in dflash_doctor/mitigations.py.
 
 - `first_call_lock(step)`: serialise each thread's first call only (the seeds' `_exec_lock`). Not enough: a
   thread already past its first call still runs while another compiles.

@@ -10,7 +10,7 @@ from dflash_doctor.scan.resolve import describe
 from dflash_doctor.scan.scopes import Scope
 
 DYNAMO_CONFIG = "torch._dynamo.config"
-# key -> the value that silences the guard (FACTS section 1: both must stay at their defaults for it to raise)
+# key -> the value that silences the guard (docs/races.md, "The guard": both must stay at their defaults for it to raise)
 SILENCING = {"error_on_nested_fx_trace": False, "force_compile_during_fx_trace": True}
 
 
