@@ -9,7 +9,7 @@ _GLYPHS = (("step", "="), ("compile", "C"), ("fx-trace", "T"), ("stuck-flag", "!
            ("exception", "X"))
 _PRIORITY = {kind: rank for rank, (kind, _) in enumerate(_GLYPHS)}
 _GLYPH = dict(_GLYPHS)
-_OUTCOME_STYLE = {"ok": "green", "error": "bold red", "hung": "bold magenta"}
+_OUTCOME_STYLE: Dict[Optional[str], str] = {"ok": "green", "error": "bold red", "hung": "bold magenta"}
 
 
 def _spans(events: Sequence[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
@@ -42,14 +42,15 @@ def timeline_rows(events: Sequence[dict], width: int = TIMELINE_WIDTH) -> List[T
     scale = (last - first) or 1.0
     rows = []
     for thread, spans in _spans(events).items():
-        cells = [None] * width
+        cells: List[Optional[str]] = [None] * width
         for kind, start, end in spans:
             if kind not in _PRIORITY:
                 continue
             lo = min(width - 1, int((start - first) / scale * width))
             hi = min(width - 1, int((end - first) / scale * width))
             for column in range(lo, hi + 1):
-                if cells[column] is None or _PRIORITY[kind] > _PRIORITY[cells[column]]:
+                shown = cells[column]
+                if shown is None or _PRIORITY[kind] > _PRIORITY[shown]:
                     cells[column] = kind
         if any(cells):
             rows.append((thread, "".join(_GLYPH[c] if c else "·" for c in cells)))
@@ -68,8 +69,8 @@ def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
             f"{rate:.2f}" if rate else "-", summary]
 
 
-_WORD_STYLE = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow", "reproduced": "bold red",
-               "not-reproduced": "green"}
+_WORD_STYLE: Dict[Optional[str], str] = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow",
+                                          "reproduced": "bold red", "not-reproduced": "green"}
 def verdict_line(facts: dict) -> str:
     """The headline in words: which race, under which stress, how often; or where nothing showed."""
     verdict = facts.get("verdict")
@@ -105,9 +106,9 @@ def render_repro_facts(console, facts: dict) -> None:
     for column in ("phase", "outcome", "seconds", "steps/s", "threads"):
         table.add_column(column)
     for label, key in (("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread")):
-        row = _phase_row(label, facts.get(key))
-        if row:
-            table.add_row(*row)
+        phase_row = _phase_row(label, facts.get(key))
+        if phase_row:
+            table.add_row(*phase_row)
     console.print(table)
     if facts.get("levels"):
         console.print(f"stresses: {escape(stress_cells(facts['levels']))}")
