@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from dflash_doctor.outcomes import FailureKind, ThreadOutcome
+
 TIMELINE_WIDTH = 60
 # Later entries win when several things fall into one column.
 _GLYPHS = (("step", "="), ("compile", "C"), ("fx-trace", "T"), ("stuck-flag", "!"), ("hang", "H"),
            ("exception", "X"))
 _PRIORITY = {kind: rank for rank, (kind, _) in enumerate(_GLYPHS)}
 _GLYPH = dict(_GLYPHS)
-_OUTCOME_STYLE: Dict[Optional[str], str] = {"ok": "green", "error": "bold red", "hung": "bold magenta"}
+_OUTCOME_STYLE: Dict[Optional[str], str] = {ThreadOutcome.OK: "green", ThreadOutcome.ERROR: "bold red",
+                                             ThreadOutcome.HUNG: "bold magenta"}
 
 
 def _spans(events: Sequence[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
@@ -61,7 +64,7 @@ def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
     if not phase:
         return None
     threads = phase.get("threads", [])
-    counts = {o: sum(1 for t in threads if t.get("outcome") == o) for o in ("ok", "error", "hung")}
+    counts = {o: sum(1 for t in threads if t.get("outcome") == o) for o in (ThreadOutcome.OK, ThreadOutcome.ERROR, ThreadOutcome.HUNG)}
     summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
     rate = phase.get("steps_per_s")
     style = _OUTCOME_STYLE.get(phase.get("outcome"), "")
@@ -143,7 +146,8 @@ def render_repro_facts(console, facts: dict) -> None:
         console.print(f"[dim]next:[/] {escape(line)}")
 
 
-_KIND_SHORT = {"fx-flag-leak": "leak", "stuck-flag": "stuck", "deadlock": "deadlock", "other-error": "other"}
+_KIND_SHORT = {FailureKind.FX_FLAG_LEAK: "leak", FailureKind.STUCK_FLAG: "stuck", FailureKind.DEADLOCK: "deadlock",
+               FailureKind.OTHER_ERROR: "other"}
 
 
 def stress_cells(tally: dict) -> str:
