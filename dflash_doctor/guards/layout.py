@@ -59,8 +59,6 @@ class FlagSite:
     line: int
     attribute: Optional[str]  # for thread-local objects: the attribute holding the flag
     reader: str  # the function that reads it (the predicate, or is_compiling)
-    reader_file: str
-    reader_line: int
     source: SourceLines  # the flag's definition, then the reader's `def` and its lines that use the flag
     writer: Optional[str] = None  # Tracer.trace
     writer_line: Optional[int] = None
@@ -278,7 +276,7 @@ class _Analysis:
         display = self.tree.display_path(module.relpath)
         site = FlagSite(
             name=name, storage=storage, file=display, line=stmt.lineno, attribute=attribute,
-            reader=f"{module.name}.{reader.name}", reader_file=display, reader_line=reader.lineno,
+            reader=f"{module.name}.{reader.name}",
             source=_flag_source(module, stmt, reader, reading_func, name),
             writer=writers[0][0] if writers else None, writer_line=writers[0][1] if writers else None,
             restores_saved_value=bool(writers and writers[0][2]),
