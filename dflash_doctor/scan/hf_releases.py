@@ -43,7 +43,8 @@ def parse(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
     match = _VERSION.match(version or "")
     if not match:
         return None
-    return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
+    major, minor, patch = (int(part or 0) for part in match.groups())
+    return major, minor, patch
 
 
 def default_is_reentrant(version: Optional[str]) -> Optional[bool]:
