@@ -119,7 +119,8 @@ def main() -> None:
             common.error_line(f"internal error: {exc.__class__.__name__}: {exc} (rerun with --debug for the "
                               "traceback)")
             sys.exit(common.EXIT_INTERNAL)
-        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare `dflash-doctor` or group: the help, as click does
+        # a bare `dflash-doctor` or group: the help, as click does
+        if type(exc).__name__ == "NoArgsIsHelpError" and hasattr(exc, "show"):
             exc.show()
         else:
             context = getattr(exc, "ctx", None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 
 class Severity(str, enum.Enum):
@@ -51,10 +51,10 @@ class Finding:
     column: Optional[int] = None  # 1-based, like the editors and SARIF
     evidence: Mapping[str, Any] = field(default_factory=dict)
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> Tuple[str, int, int, str]:
         return (self.path or "", self.line or 0, self.column or 0, self.code)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, Any]:
         return {
             "code": self.code,
             "name": self.name,
@@ -75,16 +75,16 @@ class Problem:
     reason: str
     hint: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> Dict[str, str]:
         return {"subject": self.subject, "reason": self.reason, "hint": self.hint}
 
 
 @dataclass
 class Report:
     command: str
-    findings: list = field(default_factory=list)
-    problems: list = field(default_factory=list)
-    facts: dict = field(default_factory=dict)
+    findings: List[Finding] = field(default_factory=list)
+    problems: List[Problem] = field(default_factory=list)
+    facts: Dict[str, Any] = field(default_factory=dict)  # the command's own data: `facts` in the JSON envelope
     # Commands with their own exit-code contract (repro) set this; others derive it from findings/problems.
     exit_code_override: Optional[int] = None
 
@@ -92,7 +92,7 @@ class Report:
         self.findings.extend(other.findings)
         self.problems.extend(other.problems)
 
-    def sorted_findings(self) -> list:
+    def sorted_findings(self) -> List[Finding]:
         return sorted(self.findings, key=Finding.sort_key)
 
     def exit_code(self, fail_on: FailOn = FailOn.WARNING) -> int:

@@ -157,7 +157,7 @@ def atomic_file(path: PathLike, mode: str = "w", *, encoding: str = "utf-8", err
         if written_in_place(found.st_mode):
             fd = (_open_fifo(path, fifo_wait_s) if stat.S_ISFIFO(found.st_mode)
                   else os.open(path, os.O_WRONLY | os.O_NOCTTY))
-            with os.fdopen(fd, mode, **({"encoding": encoding, "errors": errors} if text else {})) as stream:
+            with _stream(fd, text, encoding, errors) as stream:
                 yield stream
             return
     target = Path(os.path.realpath(path))
@@ -166,7 +166,7 @@ def atomic_file(path: PathLike, mode: str = "w", *, encoding: str = "utf-8", err
     try:
         if found is not None:
             os.fchmod(fd, stat.S_IMODE(found.st_mode))
-        with os.fdopen(fd, mode, **({"encoding": encoding, "errors": errors} if text else {})) as stream:
+        with _stream(fd, text, encoding, errors) as stream:
             yield stream
             stream.flush()
             if fsync:
@@ -176,6 +176,11 @@ def atomic_file(path: PathLike, mode: str = "w", *, encoding: str = "utf-8", err
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _stream(fd: int, text: bool, encoding: str, errors: str) -> IO:
+    """A file object over `fd`: text with that encoding and error handler, or binary."""
+    return os.fdopen(fd, "w", encoding=encoding, errors=errors) if text else os.fdopen(fd, "wb")
 
 
 def _create_temporary(target: Path) -> Tuple[int, str]:

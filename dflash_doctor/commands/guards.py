@@ -48,6 +48,6 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.guards import run_guards
         from dflash_doctor.render.guards_view import guards_view
 
-        timeout = finite(timeout, "--timeout", minimum=1.0)
+        finite(timeout, "--timeout", minimum=1.0)
         report = run_guards(probes=probes, timeout=timeout, torch_root=torch_root)
         return finish(report, fmt, fail_on, output, facts_view=guards_view)

@@ -15,7 +15,6 @@ from dflash_doctor.gpus.readings import GpuReading, ReadingAccumulator
 
 # The seeds' query: nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
 SEED_COLUMNS = ("index", "memory.used", "utilization.gpu")
-KNOWN_COLUMNS = ("index", "name", "memory.used", "memory.total", "utilization.gpu")
 REQUIRED_COLUMNS = ("index", "memory.used", "utilization.gpu")
 
 _MISSING = {"", "n/a", "[n/a]", "[not supported]", "[unknown error]", "[insufficient permissions]", "[gpu is lost]"}

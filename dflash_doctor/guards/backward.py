@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
-from dflash_doctor.guards.pyindex import Index, Module, dotted, own_nodes
+from dflash_doctor.guards.pyindex import FUNCTION_DEFS, FunctionNode, Index, Module, dotted, own_nodes
 
 COMPILE_FX = "_inductor/compile_fx.py"
 RUNTIME_WRAPPERS = "_functorch/_aot_autograd/runtime_wrappers.py"
@@ -32,8 +32,6 @@ COMPILE_LOCK = "torch._dynamo.convert_frame.compile_lock"
 NON_LAZY_OPTION = "force_non_lazy_backward_lowering"
 _MAX_DEPTH = 4
 
-_Function = (ast.FunctionDef, ast.AsyncFunctionDef)
-FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ class _Reader:
                                non_lazy_available=available, notes=tuple(self.notes))
 
     # -- 2. the backward compiler and the lock it takes ------------------------------------------------------
-    def _backward_compiler(self):
+    def _backward_compiler(self) -> Tuple[Optional[Site], Optional[Site], Tuple[str, ...], Optional[bool]]:
         module = self.index.module(COMPILE_FX)
         if module is None:
             self.notes.append(f"no readable {self._display(COMPILE_FX)}: the backward compiler was not read")
@@ -115,11 +113,12 @@ class _Reader:
                           f"compile_lock (calls followed inside {self._display(COMPILE_FX)} only)")
         return compiler, None, (compiler.function,), False
 
-    def _lock_within(self, module: Module, start: ast.AST):
+    def _lock_within(self, module: Module, start: FunctionNode
+                     ) -> Optional[Tuple[FunctionNode, ast.expr, Tuple[str, ...]]]:
         """(function, the lock expression in its `with`, path of function names) for the first compile_lock reached
         from `start`."""
-        queue: List[Tuple[ast.AST, Tuple[str, ...]]] = [(start, (module.qualified_def_name(start),))]
-        seen = set()
+        queue: List[Tuple[FunctionNode, Tuple[str, ...]]] = [(start, (module.qualified_def_name(start),))]
+        seen: Set[int] = set()
         while queue:
             func, path = queue.pop(0)
             if id(func) in seen:
@@ -137,7 +136,7 @@ class _Reader:
                         queue.append((callee, path + (module.qualified_def_name(callee),)))
         return None
 
-    def _resolve(self, expr: ast.AST, module: Module, scopes: Sequence[ast.AST]) -> Optional[str]:
+    def _resolve(self, expr: ast.AST, module: Module, scopes: Sequence[FunctionNode]) -> Optional[str]:
         """The qualified name `expr` refers to, imports inside the enclosing functions included."""
         chain = dotted(expr)
         if chain is None:
@@ -222,14 +221,13 @@ def _handed_backward_compilers(module: Module) -> List[FunctionNode]:
     return found
 
 
-def _local_def(module: Module, scopes: Sequence[ast.AST], name: str) -> Optional[FunctionNode]:
+def _local_def(module: Module, scopes: Sequence[FunctionNode], name: str) -> Optional[FunctionNode]:
     """The function `name` refers to from inside `scopes` (innermost first): a nested def, else a module one."""
     for scope in scopes:
         for node in _defined_in(scope):
             if node.name == name:
                 return node
-    found = module.functions.get(name)
-    return found if isinstance(found, _Function) else None
+    return module.functions.get(name)
 
 
 def _defined_in(func: ast.AST) -> Iterator[FunctionNode]:
@@ -237,14 +235,14 @@ def _defined_in(func: ast.AST) -> Iterator[FunctionNode]:
     stack: List[ast.AST] = list(getattr(func, "body", []))
     while stack:
         node = stack.pop()
-        if isinstance(node, _Function):
+        if isinstance(node, FUNCTION_DEFS):
             yield node
         elif not isinstance(node, (ast.Lambda, ast.ClassDef)):
             stack.extend(child for child in ast.iter_child_nodes(node)
                          if isinstance(child, (ast.stmt, ast.excepthandler)))
 
 
-def _function_imports(func: ast.AST) -> Dict[str, str]:
+def _function_imports(func: FunctionNode) -> Dict[str, str]:
     """Names bound by `import`/`from ... import` statements inside a function (absolute imports only)."""
     names: Dict[str, str] = {}
     for node in own_nodes(func):

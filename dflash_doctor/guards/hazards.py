@@ -9,7 +9,8 @@ from typing import List, Mapping
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding
 from dflash_doctor.guards.layout import Layout, read_layout_text
-from dflash_doctor.guards.probes import PROBES, REPRODUCED
+from dflash_doctor.guards.probes import PROBES
+from dflash_doctor.outcomes import ProbeOutcome
 from dflash_doctor.guards.state import CONFIG_DEFAULTS
 from dflash_doctor.guards.verdict import PRESENT, evidence_of, source_states
 from dflash_doctor.hazards import Hazard
@@ -94,7 +95,7 @@ def state_findings(facts: Mapping) -> List[Finding]:
     details = facts.get("probe_details") or {}
     for probe in PROBES:
         name = probe.name
-        if (facts.get("probes") or {}).get(name) == REPRODUCED:
+        if (facts.get("probes") or {}).get(name) == ProbeOutcome.REPRODUCED:
             detail = (details.get(name) or {}).get("detail")
             findings.append(_PROBE_RULES[probe.hazard].finding(
                 evidence={"probe": name, "detail": detail} if detail else {"probe": name}))

@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Callable, Dict, Mapping
 
-ERROR = "error"
+from dflash_doctor.outcomes import ProbeOutcome
 
 
 def can_fork() -> bool:
@@ -74,7 +74,7 @@ def _child(task: Callable[[], dict], write_fd: int) -> None:
         try:
             result = dict(task())
         except BaseException as exc:  # noqa: BLE001 - a failing probe is a result, not a crash of the host
-            result = {"outcome": ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
+            result = {"outcome": ProbeOutcome.ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
         result["seconds"] = round(time.monotonic() - began, 3)
         payload = json.dumps(result, default=str).encode()
         while payload:
@@ -94,7 +94,7 @@ def _kill(pid: int) -> None:
 
 def _result(timed_out: bool, payload: bytes, status: int, timeout: float) -> dict:
     if timed_out:
-        return {"outcome": ERROR, "error": f"timed out after {timeout:.1f} s; the probe process was killed",
+        return {"outcome": ProbeOutcome.ERROR, "error": f"timed out after {timeout:.1f} s; the probe process was killed",
                 "seconds": round(timeout, 3)}
     try:
         return json.loads(payload.decode())
@@ -103,4 +103,4 @@ def _result(timed_out: bool, payload: bytes, status: int, timeout: float) -> dic
             why = f"killed by signal {os.WTERMSIG(status)}"
         else:
             why = f"exited with status {os.WEXITSTATUS(status)}"
-        return {"outcome": ERROR, "error": f"the probe process {why} without a result", "seconds": None}
+        return {"outcome": ProbeOutcome.ERROR, "error": f"the probe process {why} without a result", "seconds": None}

@@ -18,10 +18,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.guards.backward import BackwardCompile, read_backward
-from dflash_doctor.guards.pyindex import Index, Module, dotted, own_nodes
+from dflash_doctor.guards.pyindex import FUNCTION_DEFS, FunctionNode, Index, Module, Variable, dotted, own_nodes
 from dflash_doctor.guards.sources import DirectoryTree, MappingTree, SourceTree, parse_bundle
 
 GUARD_MESSAGE = "Detected that you are using FX to symbolically trace"
@@ -35,6 +35,8 @@ FX_ROLE = "FX-tracing flag"
 _BUILTINS = {"isinstance", "getattr", "hasattr", "callable", "len", "bool", "type"}
 
 SourceLines = Tuple[Tuple[int, str], ...]
+# A module variable a function reads: (variable, attribute read from it or None, the function reading it)
+Read = Tuple[str, Optional[str], FunctionNode]
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,6 @@ class FlagSite:
     line: int
     attribute: Optional[str]  # for thread-local objects: the attribute holding the flag
     reader: str  # the function that reads it (the predicate, or is_compiling)
-    reader_file: str
-    reader_line: int
     source: SourceLines  # the flag's definition, then the reader's `def` and its lines that use the flag
     writer: Optional[str] = None  # Tracer.trace
     writer_line: Optional[int] = None
@@ -133,41 +133,39 @@ class _Analysis:
 
     def run(self) -> Layout:
         version, cuda, hip = self._version()
-        layout = dict(root=self.tree.label, torch_version=version, cuda=cuda, hip=hip)
         compiling_reader = IS_COMPILING
         guard, predicate_def = self._guard()
-        if guard is not None:
-            layout["guard"] = guard
+        fx_flag: Optional[FlagSite] = None
+        consults_is_compiling = False
         if predicate_def is not None:
             module, func = predicate_def
             reads, calls = self._reads(module, func)
-            layout["fx_flag"] = self._flag(module, func, reads, role=FX_ROLE)
+            fx_flag = self._flag(module, func, reads, role=FX_ROLE)
             compiling_calls = [name for name in calls if name.rsplit(".", 1)[-1] == "is_compiling"]
             if compiling_calls:
-                layout["consults_is_compiling"] = True
+                consults_is_compiling = True
                 self.notes.append(f"{func.name} also requires `not {compiling_calls[0]}()`")
                 compiling_reader = compiling_calls[0]
         # Read whether or not the guard consults it: other threads' code branches on is_compiling() too.
         flag = self._compiling_flag(compiling_reader)
-        layout["compiling_flag"] = flag
-        if flag is not None:
-            layout["masking"], layout["compile_sets_compiling_flag"] = self._masking(flag)
-        layout["backward"] = read_backward(self.index)
-        return self._done(layout)
-
-    def _done(self, fields: dict) -> Layout:
+        masking, compile_sets_flag = self._masking(flag) if flag is not None else (None, None)
+        backward = read_backward(self.index)
         for relpath in self.index.unreadable:
             if relpath != EVAL_FRAME:  # _guard already said so
                 self.notes.append(f"{self.tree.display_path(relpath)} does not parse")
-        reason = None if fields.get("fx_flag") else (self.unknown_reason or "the FX-tracing flag was not found")
-        return Layout(notes=tuple(self.notes), unknown_reason=reason, **fields)
+        return Layout(
+            root=self.tree.label, torch_version=version, cuda=cuda, hip=hip, guard=guard, fx_flag=fx_flag,
+            consults_is_compiling=consults_is_compiling, compiling_flag=flag, masking=masking,
+            compile_sets_compiling_flag=compile_sets_flag, backward=backward, notes=tuple(self.notes),
+            unknown_reason=None if fx_flag else (self.unknown_reason or "the FX-tracing flag was not found"),
+        )
 
     # -- 0. version.py -------------------------------------------------------------------------------------
     def _version(self) -> Tuple[Optional[str], Optional[str], Optional[str]]:
         module = self.index.module(VERSION_FILE)
         if module is None:
             return None, None, None
-        values = {}
+        values: Dict[str, str] = {}
         for name in ("__version__", "cuda", "hip"):
             stmt = module.variables.get(name)
             if stmt is not None and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
@@ -175,7 +173,7 @@ class _Analysis:
         return values.get("__version__"), values.get("cuda"), values.get("hip")
 
     # -- 1. the raise and its predicate --------------------------------------------------------------------
-    def _guard(self):
+    def _guard(self) -> Tuple[Optional[GuardSite], Optional[Tuple[Module, FunctionNode]]]:
         module = self.index.module(EVAL_FRAME)
         if module is None:
             unreadable = EVAL_FRAME in self.index.unreadable
@@ -214,16 +212,17 @@ class _Analysis:
         if qualname is None:
             self._unknown(f"could not resolve what `{guard.predicate}` refers to")
             return guard, None
-        definition = self.index.definition(qualname)
-        if definition is None or not isinstance(definition[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        definition = self.index.function_definition(qualname)
+        if definition is None:
             self._unknown(f"no readable definition of {qualname}")
             return guard, None
         return guard, definition
 
-    def _predicate_call(self, module: Module, raise_node: ast.Raise):
+    def _predicate_call(self, module: Module, raise_node: ast.Raise) -> Optional[Tuple[ast.If, ast.Call]]:
         """The innermost enclosing `if` whose test calls something (config flags are attributes, not calls)."""
-        child, node = raise_node, module.parents.get(raise_node)
-        while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        child: ast.AST = raise_node
+        node = module.parents.get(raise_node)
+        while node is not None and not isinstance(node, FUNCTION_DEFS):
             if isinstance(node, ast.If) and child in node.body:
                 calls = [c for c in ast.walk(node.test) if isinstance(c, ast.Call) and dotted(c.func)
                          and dotted(c.func) not in _BUILTINS]
@@ -233,11 +232,12 @@ class _Analysis:
         return None
 
     # -- 2. the state a predicate reads --------------------------------------------------------------------
-    def _reads(self, module: Module, func: ast.AST, depth: int = 0):
+    def _reads(self, module: Module, func: FunctionNode, depth: int = 0) -> Tuple[List[Read], List[str]]:
         """(variable, attribute read, reading function) for each module variable a function reads, following
         calls to same-module helpers, and the qualified names of everything else it calls."""
         local_names = _locals(func)
-        reads, calls = [], []
+        reads: List[Read] = []
+        calls: List[str] = []
         for node in own_nodes(func):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in module.variables \
                     and node.id not in local_names:
@@ -255,8 +255,8 @@ class _Analysis:
                     calls.append(qualname)
         return reads, calls
 
-    def _flag(self, module: Module, reader: ast.AST, reads, role: str) -> Optional[FlagSite]:
-        missing = self._unknown if role == FX_ROLE else self.notes.append
+    def _flag(self, module: Module, reader: FunctionNode, reads: List[Read], role: str) -> Optional[FlagSite]:
+        missing: Callable[[str], None] = self._unknown if role == FX_ROLE else self.notes.append
         if not reads:
             missing(f"{module.name}.{reader.name} reads no module state this tool recognises")
             return None
@@ -276,7 +276,7 @@ class _Analysis:
         display = self.tree.display_path(module.relpath)
         site = FlagSite(
             name=name, storage=storage, file=display, line=stmt.lineno, attribute=attribute,
-            reader=f"{module.name}.{reader.name}", reader_file=display, reader_line=reader.lineno,
+            reader=f"{module.name}.{reader.name}",
             source=_flag_source(module, stmt, reader, reading_func, name),
             writer=writers[0][0] if writers else None, writer_line=writers[0][1] if writers else None,
             restores_saved_value=bool(writers and writers[0][2]),
@@ -291,8 +291,8 @@ class _Analysis:
 
     # -- 3. the compiling flag and the compile that holds it -----------------------------------------------
     def _compiling_flag(self, qualname: str) -> Optional[FlagSite]:
-        definition = self.index.definition(qualname)
-        if definition is None or not isinstance(definition[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        definition = self.index.function_definition(qualname)
+        if definition is None:
             self.notes.append(f"no readable definition of {qualname}")
             return None
         module, func = definition
@@ -308,8 +308,8 @@ class _Analysis:
         for call in _context_manager_calls(convert):
             scopes = convert.enclosing_functions(call)
             qualname, _ = self.index.qualname(call.func, convert, scopes)
-            definition = self.index.definition(qualname, mentions=flag.name) if qualname else None
-            if definition is None or not isinstance(definition[1], (ast.FunctionDef, ast.AsyncFunctionDef)):
+            definition = self.index.function_definition(qualname, mentions=flag.name) if qualname else None
+            if qualname is None or definition is None:
                 continue
             if _writes_true(self.index, definition[0], definition[1], flag, flag_qualname):
                 site = MaskingSite(
@@ -325,7 +325,7 @@ class _Analysis:
         return None, False
 
 
-def _flag_source(module: Module, definition: ast.stmt, reader: ast.AST, reading_func: ast.AST,
+def _flag_source(module: Module, definition: Variable, reader: FunctionNode, reading_func: FunctionNode,
                  name: str) -> SourceLines:
     """The flag's definition, then the `def` of the function that reads it (a helper of the predicate when the
     predicate delegates) and its lines using the flag."""
@@ -359,7 +359,7 @@ def _function_name(module: Module, node: ast.AST) -> Optional[str]:
     return chain[0].name if chain else None
 
 
-def _locals(func: ast.AST) -> set:
+def _locals(func: FunctionNode) -> Set[str]:
     declared_global = {name for node in own_nodes(func) if isinstance(node, ast.Global) for name in node.names}
     args = func.args
     names = {a.arg for a in args.args + args.kwonlyargs + getattr(args, "posonlyargs", [])}
@@ -383,11 +383,12 @@ def _writers(module: Module, name: str, attribute: Optional[str]) -> List[Tuple[
     """(qualified function, line, restores a saved value) for every function assigning the flag."""
     found = []
     for func in ast.walk(module.tree):
-        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(func, FUNCTION_DEFS):
             continue
         nodes = list(own_nodes(func))
         declared = any(isinstance(n, ast.Global) and name in n.names for n in nodes)
-        sets, restores = [], False
+        sets: List[Union[ast.Assign, ast.Call]] = []
+        restores = False
         for node in nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -399,7 +400,8 @@ def _writers(module: Module, name: str, attribute: Optional[str]) -> List[Tuple[
                     and _string(node.args[1]) == attribute:
                 sets.append(node)
                 restores = restores or isinstance(node.args[2], ast.Name)
-        true_sets = [n for n in sets if isinstance(getattr(n, "value", None), ast.Constant) and n.value.value is True]
+        true_sets = [n for n in sets if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                     and n.value.value is True]
         if sets:
             found.append((module.qualified_def_name(func), (true_sets or sets)[0].lineno, restores))
     return found
@@ -411,7 +413,7 @@ def _is_flag_target(target: ast.AST, name: str, attribute: Optional[str], declar
     return isinstance(target, ast.Attribute) and target.attr == attribute and dotted(target.value) == name
 
 
-def _context_manager_calls(module: Module):
+def _context_manager_calls(module: Module) -> Iterator[ast.Call]:
     for node in ast.walk(module.tree):
         if isinstance(node, (ast.With, ast.AsyncWith)):
             for item in node.items:
@@ -422,7 +424,7 @@ def _context_manager_calls(module: Module):
             yield node.args[0]
 
 
-def _writes_true(index: Index, module: Module, func: ast.AST, flag: FlagSite, flag_qualname: str) -> bool:
+def _writes_true(index: Index, module: Module, func: FunctionNode, flag: FlagSite, flag_qualname: str) -> bool:
     """Does `func` assign True to the flag (by `global`, through `torch.compiler.<flag>`, or on its TLS object)?"""
     nodes = list(own_nodes(func))
     declared = any(isinstance(n, ast.Global) and flag.name in n.names for n in nodes)

@@ -17,7 +17,8 @@ import warnings
 from functools import partial
 
 from dflash_doctor.guards.isolation import run_forked
-from dflash_doctor.guards.probes import BY_NAME, ERROR, PROBE_NAMES
+from dflash_doctor.guards.probes import BY_NAME, PROBE_NAMES
+from dflash_doctor.outcomes import ProbeOutcome
 from dflash_doctor.guards.state import gpu_count, live_flags
 
 # Time kept back from the deadline for reporting, so the caller gets results rather than having to kill us.
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
         compiled(torch.ones(2))
         remaining = args.timeout - (time.monotonic() - began) - _REPORT_MARGIN_S
         if remaining <= 0:
-            results = {name: {"outcome": ERROR, "seconds": None, "error": (
+            results = {name: {"outcome": ProbeOutcome.ERROR, "seconds": None, "error": (
                 f"no time left for the probe after importing torch and compiling ({args.timeout:.1f} s)")}
                 for name in args.probes}
         else:
@@ -76,7 +77,7 @@ def _in_process(tasks) -> dict:
         try:
             result = dict(task())
         except Exception as exc:  # noqa: BLE001 - a failing probe is a result
-            result = {"outcome": ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
+            result = {"outcome": ProbeOutcome.ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
         result["seconds"] = round(time.monotonic() - began, 3)
         results[name] = result
     return results

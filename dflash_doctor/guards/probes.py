@@ -13,12 +13,11 @@ from typing import Callable, Dict, Optional, Tuple
 
 from dflash_doctor.guards.layout import GUARD_MESSAGE
 from dflash_doctor.hazards import Hazard
-
-REPRODUCED, NOT_REPRODUCED, SKIPPED, ERROR = "reproduced", "not-reproduced", "skipped", "error"
-OUTCOMES = (REPRODUCED, NOT_REPRODUCED, SKIPPED, ERROR)
+from dflash_doctor.outcomes import ProbeOutcome
 
 
-def _outcome(outcome: str, detail: str) -> dict:
+
+def _outcome(outcome: ProbeOutcome, detail: str) -> dict:
     return {"outcome": outcome, "detail": detail}
 
 
@@ -60,14 +59,14 @@ def cross_thread_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Op
     tracer = _start_trace(torch, entered, release, wait_s, "thread A")
     try:
         if not entered.wait(wait_s):
-            return _outcome(ERROR, "the tracing thread never reached its forward")
+            return _outcome(ProbeOutcome.ERROR, "the tracing thread never reached its forward")
         try:
             compiled(torch.ones(2))
         except RuntimeError as exc:
             if _is_guard_error(exc):
-                return _outcome(REPRODUCED, f"thread B raised while thread A traced: {exc}")
+                return _outcome(ProbeOutcome.REPRODUCED, f"thread B raised while thread A traced: {exc}")
             raise
-        return _outcome(NOT_REPRODUCED, "thread B's compiled call ran while thread A was inside symbolic_trace")
+        return _outcome(ProbeOutcome.NOT_REPRODUCED, "thread B's compiled call ran while thread A was inside symbolic_trace")
     finally:
         release.set()
         tracer.join(wait_s)
@@ -80,18 +79,18 @@ def stuck_flag(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[
     first = _start_trace(torch, a_in, a_go, wait_s, "trace A", failures)
     if not a_in.wait(wait_s):
         a_go.set()
-        return _outcome(ERROR, "trace A never reached its forward")
+        return _outcome(ProbeOutcome.ERROR, "trace A never reached its forward")
     second = _start_trace(torch, b_in, b_go, wait_s, "trace B", failures)
     if not b_in.wait(wait_s):
         a_go.set()
         b_go.set()
-        return _outcome(ERROR, "trace B never reached its forward")
+        return _outcome(ProbeOutcome.ERROR, "trace B never reached its forward")
     a_go.set()
     first.join(wait_s)
     b_go.set()
     second.join(wait_s)
     if first.is_alive() or second.is_alive():
-        return _outcome(ERROR, "a trace did not finish")
+        return _outcome(ProbeOutcome.ERROR, "a trace did not finish")
     at_rest = read_flag()
     # On exit out of order the tracer's own (also global) patcher state can fail too: worth showing.
     also = f" (the traces themselves raised: {'; '.join(failures)})" if failures else ""
@@ -99,10 +98,10 @@ def stuck_flag(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[
         compiled(torch.ones(2))
     except RuntimeError as exc:
         if _is_guard_error(exc):
-            return _outcome(REPRODUCED, f"after both traces ended (FX flag at rest: {at_rest}), a compiled "
+            return _outcome(ProbeOutcome.REPRODUCED, f"after both traces ended (FX flag at rest: {at_rest}), a compiled "
                                         f"call raised: {exc}{also}")
         raise
-    return _outcome(NOT_REPRODUCED, f"after both traces ended the FX flag is {at_rest} and compiled calls "
+    return _outcome(ProbeOutcome.NOT_REPRODUCED, f"after both traces ended the FX flag is {at_rest} and compiled calls "
                                     f"run{also}")
 
 
@@ -128,16 +127,16 @@ def is_compiling_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Op
     compiler.start()
     try:
         if not started.wait(wait_s):
-            return _outcome(ERROR, f"the compile never reached its backend{_failure_text(failure)}")
+            return _outcome(ProbeOutcome.ERROR, f"the compile never reached its backend{_failure_text(failure)}")
         seen = torch.compiler.is_compiling()
     finally:
         release.set()
         compiler.join(wait_s)
     if failure:
-        return _outcome(ERROR, f"the compile in thread A failed{_failure_text(failure)}")
+        return _outcome(ProbeOutcome.ERROR, f"the compile in thread A failed{_failure_text(failure)}")
     if seen:
-        return _outcome(REPRODUCED, "thread B saw torch.compiler.is_compiling() == True during thread A's compile")
-    return _outcome(NOT_REPRODUCED, "thread B saw torch.compiler.is_compiling() == False during thread A's compile")
+        return _outcome(ProbeOutcome.REPRODUCED, "thread B saw torch.compiler.is_compiling() == True during thread A's compile")
+    return _outcome(ProbeOutcome.NOT_REPRODUCED, "thread B saw torch.compiler.is_compiling() == False during thread A's compile")
 
 
 def _failure_text(failure: list) -> str:

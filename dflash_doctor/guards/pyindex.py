@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from dflash_doctor.guards.sources import SourceTree
 
@@ -18,6 +18,10 @@ from dflash_doctor.guards.sources import SourceTree
 THREAD_LOCAL_FACTORIES = {"threading.local": "threading.local", "_thread._local": "threading.local",
                           "contextvars.ContextVar": "contextvars.ContextVar"}
 _MAX_HOPS = 5
+FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+Variable = Union[ast.Assign, ast.AnnAssign]  # a module variable's (first) assignment
+Definition = Union[FunctionNode, ast.ClassDef, Variable]
 
 
 @dataclass
@@ -28,25 +32,25 @@ class Module:
     lines: List[str]
     parents: Dict[ast.AST, ast.AST]
     imports: Dict[str, str] = field(default_factory=dict)
-    variables: Dict[str, ast.stmt] = field(default_factory=dict)
-    functions: Dict[str, ast.AST] = field(default_factory=dict)
+    variables: Dict[str, Variable] = field(default_factory=dict)
+    functions: Dict[str, FunctionNode] = field(default_factory=dict)
     classes: Dict[str, ast.ClassDef] = field(default_factory=dict)
 
     @property
     def package(self) -> str:
         return self.name if self.relpath.endswith("__init__.py") else self.name.rpartition(".")[0]
 
-    def enclosing_functions(self, node: ast.AST) -> List[ast.AST]:
+    def enclosing_functions(self, node: ast.AST) -> List[FunctionNode]:
         """Function definitions around `node`, innermost first."""
-        chain = []
+        chain: List[FunctionNode] = []
         current = self.parents.get(node)
         while current is not None:
-            if isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(current, FUNCTION_DEFS):
                 chain.append(current)
             current = self.parents.get(current)
         return chain
 
-    def qualified_def_name(self, func: ast.AST) -> str:
+    def qualified_def_name(self, func: Union[FunctionNode, ast.ClassDef]) -> str:
         """`Tracer.trace`, `_compile.compile_inner`: the chain of classes and functions around a definition."""
         names = [func.name]
         current = self.parents.get(func)
@@ -61,9 +65,9 @@ class Module:
         return [(number, self.lines[number - 1]) for number in range(max(1, first), last + 1)]
 
 
-def own_nodes(func: ast.AST) -> Iterator[ast.AST]:
+def own_nodes(func: FunctionNode) -> Iterator[ast.AST]:
     """Every node of a function's body, without descending into nested functions, lambdas or classes."""
-    stack = list(reversed(func.body))
+    stack: List[ast.AST] = list(reversed(func.body))
     while stack:
         node = stack.pop()
         yield node
@@ -74,7 +78,7 @@ def own_nodes(func: ast.AST) -> Iterator[ast.AST]:
 
 def dotted(expr: ast.AST) -> Optional[str]:
     """`a.b.c` for a Name/Attribute chain, else None."""
-    parts = []
+    parts: List[str] = []
     while isinstance(expr, ast.Attribute):
         parts.append(expr.attr)
         expr = expr.value
@@ -133,7 +137,7 @@ class Index:
         for stmt in _module_level_statements(tree.body):
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 self._record_import(module, stmt)
-            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            elif isinstance(stmt, FUNCTION_DEFS):
                 module.functions[stmt.name] = stmt
             elif isinstance(stmt, ast.ClassDef):
                 module.classes[stmt.name] = stmt
@@ -146,7 +150,7 @@ class Index:
         return module
 
     @staticmethod
-    def _record_import(module: Module, stmt: ast.stmt) -> None:
+    def _record_import(module: Module, stmt: Union[ast.Import, ast.ImportFrom]) -> None:
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 if alias.asname:
@@ -191,7 +195,7 @@ class Index:
         return self._texts[relpath]
 
     # -- names ---------------------------------------------------------------------------------------------
-    def local_binding(self, name: str, func: ast.AST) -> Optional[ast.AST]:
+    def local_binding(self, name: str, func: FunctionNode) -> Optional[ast.AST]:
         """The expression a function body assigns to `name` (`is_fx = torch.fx._symbolic_trace.is_fx...`)."""
         for node in own_nodes(func):
             if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -201,7 +205,7 @@ class Index:
         return None
 
     def qualname(self, expr: ast.AST, module: Module,
-                 scopes: List[ast.AST] = ()) -> Tuple[Optional[str], Optional[ast.AST]]:
+                 scopes: Sequence[FunctionNode] = ()) -> Tuple[Optional[str], Optional[FunctionNode]]:
         """The qualified name `expr` refers to, and the function among `scopes` (innermost first) whose local
         binding it came through, if any."""
         chain = dotted(expr)
@@ -223,7 +227,17 @@ class Index:
             return None, None
         return (f"{base}.{rest}" if rest else base), None
 
-    def definition(self, qualname: str, hops: int = 0, mentions: Optional[str] = None):
+    def function_definition(self, qualname: str, mentions: Optional[str] = None
+                            ) -> Optional[Tuple[Module, FunctionNode]]:
+        """(module, def node) when `qualname` names a function or method."""
+        found = self.definition(qualname, mentions=mentions)
+        if found is None:
+            return None
+        module, node = found
+        return (module, node) if isinstance(node, FUNCTION_DEFS) else None
+
+    def definition(self, qualname: str, hops: int = 0, mentions: Optional[str] = None
+                   ) -> Optional[Tuple[Module, Definition]]:
         """(module, def node) for a function, method or module variable's qualified name, following re-exports."""
         if hops > _MAX_HOPS:
             return None
@@ -237,7 +251,7 @@ class Index:
             if head in module.variables:
                 # `_is_fx_tracing = torch.fx._symbolic_trace.is_fx_tracing` at module level: an alias, follow it.
                 value = module.variables[head].value
-                alias, _ = self.qualname(value, module) if dotted(value) else (None, False)
+                alias = self.qualname(value, module)[0] if value is not None and dotted(value) else None
                 if alias is not None and alias != qualname:
                     return self.definition(alias, hops + 1, mentions)
                 return module, module.variables[head]
@@ -245,7 +259,7 @@ class Index:
                 return module, module.classes[head]
         elif len(rest) == 2 and head in module.classes:
             for stmt in module.classes[head].body:
-                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == rest[1]:
+                if isinstance(stmt, FUNCTION_DEFS) and stmt.name == rest[1]:
                     return module, stmt
             return None
         if head in module.imports:

@@ -12,7 +12,8 @@ from dflash_doctor.findings import Problem, Report
 from dflash_doctor.guards.advice import hazard_fixes, rank_fixes, upgrade
 from dflash_doctor.guards.hazards import layout_findings, state_findings
 from dflash_doctor.guards.layout import Layout, read_layout
-from dflash_doctor.guards.probes import ERROR, PROBE_NAMES, SKIPPED
+from dflash_doctor.guards.probes import PROBE_NAMES
+from dflash_doctor.outcomes import ProbeOutcome
 from dflash_doctor.guards.releases import corroborate, later_rows
 from dflash_doctor.guards.runner import Runner, run_child, run_probes
 from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
@@ -61,7 +62,7 @@ def run_guards(
     live, state_source = None, TREE_ONLY if tree_only else "not read"
     if not tree_only and "torch._dynamo" in modules:
         live, state_source = live_state(modules["torch"], fx_flag_spec(layout)), "this process"
-    probe_details = {name: {"outcome": SKIPPED, "seconds": None, "detail": _skip_reason(probes, torch_root)}
+    probe_details = {name: {"outcome": ProbeOutcome.SKIPPED, "seconds": None, "detail": _skip_reason(probes, torch_root)}
                      for name in PROBE_NAMES}
     probe_seconds: Dict[str, float] = {}
     if not tree_only and probes:
@@ -79,7 +80,7 @@ def run_guards(
         state_source = "not read: --no-probes starts no interpreter to read it from"
     live = live or {"config": {name: None for name in CONFIG_FLAGS}, "fx_flag_now": None, "gpu_count": None}
 
-    outcomes = {name: detail.get("outcome", ERROR) for name, detail in probe_details.items()}
+    outcomes = {name: detail.get("outcome", ProbeOutcome.ERROR) for name, detail in probe_details.items()}
     verdicts = decide_hazards(layout, outcomes, live["fx_flag_now"])
     verdict, worst = headline(verdicts)
     release = release_of(layout)
@@ -199,7 +200,7 @@ def _problems(verdicts: Sequence[HazardVerdict], probe_details: Mapping[str, dic
                 "run, test the FX-flag hazards live",
             ))
     for name, detail in probe_details.items():
-        if detail.get("outcome") == ERROR:
+        if detail.get("outcome") == ProbeOutcome.ERROR:
             problems.append(Problem(
                 f"probe {name}", detail.get("error") or detail.get("detail") or "failed",
                 f"run it alone for details: python -m dflash_doctor.guards.probe_host --timeout 60 {name}",

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from dflash_doctor.children import child_env, python_argv
 from dflash_doctor.guards.isolation import can_fork
-from dflash_doctor.guards.probes import ERROR
+from dflash_doctor.outcomes import ProbeOutcome
 
 HOST_MODULE = "dflash_doctor.guards.probe_host"
 # The host reports on its own shortly before `timeout`; this is how much longer we wait before killing it.
@@ -93,12 +93,12 @@ def run_probes(names: Sequence[str], timeout: float, fx_flag: Optional[str] = No
     for group, child in zip(groups, children):
         document = _host_document(child)
         if document is None:
-            failure = {"outcome": ERROR, "seconds": round(child.seconds, 3), "error": _why_no_result(child)}
+            failure = {"outcome": ProbeOutcome.ERROR, "seconds": round(child.seconds, 3), "error": _why_no_result(child)}
             run.results.update({name: dict(failure) for name in group})
             continue
         for name in group:
             run.results[name] = document.get("probes", {}).get(name) or {
-                "outcome": ERROR, "seconds": None, "error": "the probe host reported nothing for this probe"}
+                "outcome": ProbeOutcome.ERROR, "seconds": None, "error": "the probe host reported nothing for this probe"}
         run.state = run.state or document.get("state")
         run.seconds = run.seconds or document.get("seconds", {})
     return run

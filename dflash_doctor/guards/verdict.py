@@ -12,7 +12,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dflash_doctor.guards.backward import BackwardCompile
 from dflash_doctor.guards.layout import MODULE_GLOBAL, THREAD_LOCAL, Layout
-from dflash_doctor.guards.probes import NOT_REPRODUCED, PROBES, REPRODUCED
+from dflash_doctor.guards.probes import PROBES
+from dflash_doctor.outcomes import ProbeOutcome
 from dflash_doctor.guards.releases import ReleaseRow
 from dflash_doctor.hazards import Hazard, Release
 
@@ -131,13 +132,13 @@ def decide_hazards(layout: Layout, probes: Mapping[str, Optional[str]],
         state, reason, cited = states[hazard], *_source_reason(hazard, states[hazard], layout)
         probe_name = probe_of.get(hazard)
         outcome = probes.get(probe_name) if probe_name else None
-        if outcome == REPRODUCED:
+        if outcome == ProbeOutcome.REPRODUCED:
             if state != PRESENT:
                 reason = f"the source says {state} ({reason}), but the live probe reproduced it: a patched build?"
             else:
                 reason += f"; the probe {probe_name} reproduced it"
             state = PRESENT
-        elif outcome == NOT_REPRODUCED:
+        elif outcome == ProbeOutcome.NOT_REPRODUCED:
             if state == UNKNOWN:
                 state, reason = ABSENT, f"the probe {probe_name} did not reproduce it ({reason})"
             elif state == PRESENT:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
 from dflash_doctor.findings import Finding, Report, Severity
+from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.logs import patterns
 from dflash_doctor.logs.advice import next_steps
 from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock
@@ -689,7 +690,7 @@ class LogScanner:
             return []
         diagnosis = dump.diagnosis()
         threads = dump.summary()
-        deadlock = diagnosis.kind == "deadlock"
+        deadlock = diagnosis.kind == FailureKind.DEADLOCK
         if deadlock:
             message = f"{self._dump_worker}: stack dump shows a deadlock: {diagnosis.summary()}"
         else:

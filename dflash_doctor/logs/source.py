@@ -8,7 +8,7 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report
 from dflash_doctor.logs.options import LogOptions
 from dflash_doctor.logs.printable import printable
-from dflash_doctor.logs.reader import CHUNK, REOPENED, TRUNCATED, follow_blocks, iter_buffers, open_log
+from dflash_doctor.logs.reader import CHUNK, follow_blocks, iter_buffers, open_log
 from dflash_doctor.logs.scan import LogScanner
 
 OnFindings = Callable[[List[Finding]], None]
@@ -95,12 +95,12 @@ def follow_file(path: str, options: LogOptions, should_stop: Callable[[], bool],
     try:
         for block in follow_blocks(path, should_stop, on_idle=lambda: deliver(scanner.idle()), sleep=sleep,
                                    poll=poll):
-            if block in (REOPENED, TRUNCATED):
+            if isinstance(block, str):  # REOPENED or TRUNCATED: the content starts over
                 deliver(scanner.restart())
                 restarts += 1
                 lineno = 1
                 continue
-            deliver(scanner.feed_block(block, lineno))  # type: ignore[arg-type]
+            deliver(scanner.feed_block(block, lineno))
             lineno = scanner.lines + 1
     except KeyboardInterrupt:
         pass  # Ctrl-C ends following; the report of what was read still comes out

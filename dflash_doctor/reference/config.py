@@ -67,10 +67,6 @@ class PipelineConfig:
     log_every: int = 1
 
     @property
-    def queries_per_seq(self) -> int:
-        return self.blocks_per_seq * self.block_size
-
-    @property
     def mask_token_id(self) -> int:
         return self.target.vocab_size - 1
 

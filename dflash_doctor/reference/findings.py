@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from dflash_doctor.findings import Finding
+from dflash_doctor.outcomes import BlameKind
+from dflash_doctor.reference.results import Outcome
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 from dflash_doctor.rules import pipeline as rules
@@ -28,13 +30,13 @@ def _worker_evidence(worker: dict) -> dict:
 
 
 def _stopped(facts: dict, except_name: str) -> List[str]:
-    return [w["name"] for w in facts.get("workers", []) if w.get("outcome") == "stopped" and w["name"] != except_name]
+    return [w["name"] for w in facts.get("workers", []) if w.get("outcome") == Outcome.STOPPED and w["name"] != except_name]
 
 
 def _fx_finding(facts: dict, worker: dict) -> Finding:
     blame = [b for b in facts.get("blame") or [] if b.get("victim") == worker["name"]] or list(facts.get("blame") or [])
     holders = sorted({b["holder"] for b in blame if b.get("holder")})
-    stuck = any(b.get("kind") == "stuck-flag" for b in blame)
+    stuck = any(b.get("kind") == BlameKind.STUCK_FLAG for b in blame)
     held = (f"; the FX flag was {'left stuck' if stuck else 'held'} by {', '.join(holders)}" if holders
             else "; no other thread was inside an FX trace at that moment (the flag was already stuck?)")
     message = (f"{worker['name']} raised the FX-tracing RuntimeError in its step {worker.get('steps', 0) + 1} "
@@ -70,7 +72,7 @@ def _hang_finding(facts: dict, hung: List[dict]) -> Finding:
 
 def _death_finding(facts: dict, worker: dict) -> Finding:
     evidence = {**_where(facts), "worker": _worker_evidence(worker), "stopped": _stopped(facts, worker["name"])}
-    if worker.get("outcome") == "killed":
+    if worker.get("outcome") == Outcome.KILLED:
         message = f"{worker['name']} ({worker.get('role')} on {worker.get('device')}) was killed: {worker.get('error')}"
         return rules.WORKER_KILLED.finding(message, evidence=evidence)
     error = worker.get("error") or "no error message"
@@ -88,16 +90,16 @@ def findings_from_facts(facts: dict) -> List[Finding]:
     """The findings of one pipeline run (empty for a healthy or interrupted-but-healthy run)."""
     workers = facts.get("workers") or []
     findings: List[Finding] = []
-    hung = [w for w in workers if w.get("outcome") == "hung"]
+    hung = [w for w in workers if w.get("outcome") == Outcome.HUNG]
     for worker in workers:
-        if worker.get("outcome") == "error" and is_fx_error(worker.get("error")):
+        if worker.get("outcome") == Outcome.ERROR and is_fx_error(worker.get("error")):
             findings.append(_fx_finding(facts, worker))
-        elif worker.get("outcome") in ("error", "killed"):
+        elif worker.get("outcome") in (Outcome.ERROR, Outcome.KILLED):
             findings.append(_death_finding(facts, worker))
     if hung or facts.get("hang"):
         findings.append(_hang_finding(facts, hung))
     failed = facts.get("failed_worker")
     if failed and not findings:  # never "no findings" for a run that lost a worker
-        worker = next((w for w in workers if w["name"] == failed), {"name": failed, "outcome": "error"})
+        worker = next((w for w in workers if w["name"] == failed), {"name": failed, "outcome": Outcome.ERROR})
         findings.append(_death_finding(facts, worker))
     return findings

@@ -7,8 +7,6 @@ are accepted.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -67,8 +65,3 @@ def chunked_loss(hidden: torch.Tensor, norm, lm_head_weight: torch.Tensor, label
         else:
             total = total + torch_checkpoint(_chunk_loss, *part, use_reentrant=checkpoint == "reentrant")
     return total / weights.sum().clamp_min(1e-6)
-
-
-def uniform_loss(vocab_size: int) -> float:
-    """The loss of a drafter that knows nothing: ln(vocab)."""
-    return math.log(vocab_size)

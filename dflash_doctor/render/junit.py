@@ -110,9 +110,9 @@ def render_junit(report: Report, exit_code: int, fail_on: Optional[FailOn] = Non
     root = ET.Element(
         "testsuites",
         name=f"{TOOL_NAME} {report.command}",
-        tests=str(sum(int(s.get("tests")) for s in suites)),
-        failures=str(sum(int(s.get("failures")) for s in suites)),
-        errors=str(sum(int(s.get("errors")) for s in suites)),
+        tests=str(sum(int(s.attrib["tests"]) for s in suites)),
+        failures=str(sum(int(s.attrib["failures"]) for s in suites)),
+        errors=str(sum(int(s.attrib["errors"]) for s in suites)),
         skipped="0",
         time="0",
     )

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from dflash_doctor.outcomes import FailureKind, ThreadOutcome
+
 TIMELINE_WIDTH = 60
 # Later entries win when several things fall into one column.
 _GLYPHS = (("step", "="), ("compile", "C"), ("fx-trace", "T"), ("stuck-flag", "!"), ("hang", "H"),
            ("exception", "X"))
 _PRIORITY = {kind: rank for rank, (kind, _) in enumerate(_GLYPHS)}
 _GLYPH = dict(_GLYPHS)
-_OUTCOME_STYLE = {"ok": "green", "error": "bold red", "hung": "bold magenta"}
+_OUTCOME_STYLE: Dict[Optional[str], str] = {ThreadOutcome.OK: "green", ThreadOutcome.ERROR: "bold red",
+                                             ThreadOutcome.HUNG: "bold magenta"}
 
 
 def _spans(events: Sequence[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
@@ -42,14 +45,15 @@ def timeline_rows(events: Sequence[dict], width: int = TIMELINE_WIDTH) -> List[T
     scale = (last - first) or 1.0
     rows = []
     for thread, spans in _spans(events).items():
-        cells = [None] * width
+        cells: List[Optional[str]] = [None] * width
         for kind, start, end in spans:
             if kind not in _PRIORITY:
                 continue
             lo = min(width - 1, int((start - first) / scale * width))
             hi = min(width - 1, int((end - first) / scale * width))
             for column in range(lo, hi + 1):
-                if cells[column] is None or _PRIORITY[kind] > _PRIORITY[cells[column]]:
+                shown = cells[column]
+                if shown is None or _PRIORITY[kind] > _PRIORITY[shown]:
                     cells[column] = kind
         if any(cells):
             rows.append((thread, "".join(_GLYPH[c] if c else "·" for c in cells)))
@@ -60,7 +64,7 @@ def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
     if not phase:
         return None
     threads = phase.get("threads", [])
-    counts = {o: sum(1 for t in threads if t.get("outcome") == o) for o in ("ok", "error", "hung")}
+    counts = {o: sum(1 for t in threads if t.get("outcome") == o) for o in (ThreadOutcome.OK, ThreadOutcome.ERROR, ThreadOutcome.HUNG)}
     summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
     rate = phase.get("steps_per_s")
     style = _OUTCOME_STYLE.get(phase.get("outcome"), "")
@@ -68,8 +72,8 @@ def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
             f"{rate:.2f}" if rate else "-", summary]
 
 
-_WORD_STYLE = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow", "reproduced": "bold red",
-               "not-reproduced": "green"}
+_WORD_STYLE: Dict[Optional[str], str] = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow",
+                                          "reproduced": "bold red", "not-reproduced": "green"}
 def verdict_line(facts: dict) -> str:
     """The headline in words: which race, under which stress, how often; or where nothing showed."""
     verdict = facts.get("verdict")
@@ -105,9 +109,9 @@ def render_repro_facts(console, facts: dict) -> None:
     for column in ("phase", "outcome", "seconds", "steps/s", "threads"):
         table.add_column(column)
     for label, key in (("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread")):
-        row = _phase_row(label, facts.get(key))
-        if row:
-            table.add_row(*row)
+        phase_row = _phase_row(label, facts.get(key))
+        if phase_row:
+            table.add_row(*phase_row)
     console.print(table)
     if facts.get("levels"):
         console.print(f"stresses: {escape(stress_cells(facts['levels']))}")
@@ -142,7 +146,8 @@ def render_repro_facts(console, facts: dict) -> None:
         console.print(f"[dim]next:[/] {escape(line)}")
 
 
-_KIND_SHORT = {"fx-flag-leak": "leak", "stuck-flag": "stuck", "deadlock": "deadlock", "other-error": "other"}
+_KIND_SHORT = {FailureKind.FX_FLAG_LEAK: "leak", FailureKind.STUCK_FLAG: "stuck", FailureKind.DEADLOCK: "deadlock",
+               FailureKind.OTHER_ERROR: "other"}
 
 
 def stress_cells(tally: dict) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Dict, Optional
 
 from dflash_doctor import TOOL_NAME, __version__
 from dflash_doctor.findings import Finding, Report, Severity
@@ -85,7 +85,7 @@ def _location(uri: str, line: int, column: Optional[int]) -> dict:
 
 
 def _result(finding: Finding, index: dict, root: Path, fallback_uri: str) -> dict:
-    properties = {"name": finding.name, "evidence": dict(finding.evidence)}
+    properties: Dict[str, object] = {"name": finding.name, "evidence": dict(finding.evidence)}
     uri = relative_uri(finding.path, root) if finding.path else ""
     if uri and not uri.startswith("file:"):
         location = _location(uri, finding.line or 1, finding.column)

@@ -30,7 +30,7 @@ def package_versions(version_of: Optional[Callable[[str], str]] = None) -> Dict[
         from importlib import metadata
 
         version_of = metadata.version
-    versions = {}
+    versions: Dict[str, Optional[str]] = {}
     for name in PACKAGES_OF_INTEREST:
         try:
             versions[name] = version_of(name)

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from dflash_doctor.gpus.nvml import NvmlDevices
 
 
 def _row(gpu: dict) -> dict:
@@ -18,15 +21,16 @@ def _row(gpu: dict) -> dict:
     }
 
 
-def gpu_snapshot(open_devices: Optional[Callable] = None, sleep: Callable[[float], None] = time.sleep) -> dict:
+def gpu_snapshot(open_devices: Optional[Callable[[], NvmlDevices]] = None,
+                 sleep: Callable[[float], None] = time.sleep) -> dict:
     """{"gpus": [one row per GPU], "reason": why the list is empty, "findings": the gpus rules that fired}.
 
     `open_devices` is the gpus package's NVML opener (a fake in tests); no NVML or no GPU is not an error here.
     """
+    from dflash_doctor.gpus.nvml import PynvmlDevices
     from dflash_doctor.gpus.sources import report_from_nvml
 
-    options = {} if open_devices is None else {"open_devices": open_devices}
-    report = report_from_nvml(samples=1, interval=0.0, sleep=sleep, **options)
+    report = report_from_nvml(samples=1, interval=0.0, sleep=sleep, open_devices=open_devices or PynvmlDevices.open)
     gpus = [_row(gpu) for gpu in report.facts.get("gpus", [])]
     reason = "; ".join(p.reason for p in report.problems) if not gpus else ""
     return {

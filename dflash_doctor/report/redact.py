@@ -172,7 +172,7 @@ def redact_data(value: object) -> object:
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
-        result = {}
+        result: Dict[object, object] = {}
         for key, item in value.items():
             if isinstance(key, str) and isinstance(item, str) and item and is_secret_name(key):
                 result[redact_text(key)] = REDACTED

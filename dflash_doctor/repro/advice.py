@@ -9,9 +9,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from dflash_doctor import mitigations as registry
-from dflash_doctor.hazards import Hazard, Release
-
-KIND_HAZARD = {"fx-flag-leak": Hazard.FX_FLAG_LEAK, "stuck-flag": Hazard.STUCK_FLAG, "deadlock": Hazard.DEADLOCK}
+from dflash_doctor.hazards import Release
 
 
 def release_from_facts(facts: dict) -> Release:

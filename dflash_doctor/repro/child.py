@@ -17,6 +17,7 @@ import traceback
 from pathlib import Path
 from typing import IO, List, Optional
 
+from dflash_doctor.outcomes import ThreadOutcome
 from dflash_doctor.repro.spec import PhaseSpec
 from dflash_doctor.runtime.recorder import FlightRecorder
 
@@ -91,7 +92,7 @@ class PhaseChild:
         try:
             barrier.wait(60.0)
         except threading.BrokenBarrierError:
-            record.update(outcome="error", error="start barrier broken")
+            record.update(outcome=ThreadOutcome.ERROR, error="start barrier broken")
             self._first_step_over()
             return
         started = self.clock()
@@ -107,9 +108,9 @@ class PhaseChild:
                     own_steps_done_at = self.clock()
                 if own_steps_done_at is not None:
                     time.sleep(OVERLAP_PAUSE_S)  # lets a thread waiting on a lock the step takes get it
-            record["outcome"] = "ok"
+            record["outcome"] = ThreadOutcome.OK
         except Exception as exc:  # noqa: BLE001 - every failure is the data this harness collects
-            record.update(outcome="error", error=f"{type(exc).__name__}: {exc}",
+            record.update(outcome=ThreadOutcome.ERROR, error=f"{type(exc).__name__}: {exc}",
                           traceback=traceback.format_exc(limit=12))
             if record["steps"] == 0:
                 self._first_step_over()  # a dead thread holds nobody back
@@ -120,12 +121,12 @@ class PhaseChild:
         self.result["stacks"] = [stack.to_dict() for stack in report.stacks]
         self.recorder.record("hang", "I", cycle=report.diagnosis.cycle)
         for record in self.thread_results:
-            if record["outcome"] == "running":
-                record["outcome"] = "hung"
-        self.finish("hung")
+            if record["outcome"] == ThreadOutcome.RUNNING:
+                record["outcome"] = ThreadOutcome.HUNG
+        self.finish(ThreadOutcome.HUNG)
         os._exit(0)
 
-    def finish(self, outcome: str) -> None:
+    def finish(self, outcome: ThreadOutcome) -> None:
         if not self._written.acquire(blocking=False):
             return
         self.result.update(outcome=outcome, threads=self.thread_results,
@@ -158,7 +159,7 @@ class PhaseChild:
         if spec.phase == "disturb":
             self.run_disturbance_only()
             return
-        self.thread_results = [{"name": name, "outcome": "running", "error": None, "steps": 0, "seconds": 0.0}
+        self.thread_results = [{"name": name, "outcome": ThreadOutcome.RUNNING, "error": None, "steps": 0, "seconds": 0.0}
                                for name in spec.thread_names]
         steps = self.wrap_steps(build_thread_steps(spec))
         if self.warm_up_wanted():
@@ -188,7 +189,8 @@ class PhaseChild:
         watchdog.stop()
         if disturbance is not None:
             disturbance.stop()
-        outcome = "error" if any(r["outcome"] != "ok" for r in self.thread_results) else "ok"
+        ok = all(r["outcome"] == ThreadOutcome.OK for r in self.thread_results)
+        outcome = ThreadOutcome.OK if ok else ThreadOutcome.ERROR
         self.finish(outcome)
 
     def make_disturbance(self, hold_s: float):
@@ -212,7 +214,7 @@ class PhaseChild:
         """The `processes` mitigation: the mode's disturbance in a process of its own, beside the workers."""
         disturbance = self.make_disturbance(self.spec.disturb_hold_s + 5.0)
         self.result["disturbance"] = disturbance.description if disturbance else None
-        self.finish("ok")
+        self.finish(ThreadOutcome.OK)
         time.sleep(self.spec.disturb_hold_s)
         if disturbance is not None:
             disturbance.stop()
@@ -229,12 +231,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         child.run()
     except UsageError as exc:  # a --model that cannot be imported or built: one line for the user, no traceback
         child.result["usage_error"] = str(exc)
-        child.finish("error")
+        child.finish(ThreadOutcome.ERROR)
         return 2
     except BaseException as exc:  # noqa: BLE001 - the parent must get a result, whatever broke here
         child.result["problems"].append({"subject": f"{spec.phase}-thread phase", "reason":
                                          f"{type(exc).__name__}: {exc}", "hint": traceback.format_exc(limit=8)})
-        child.finish("error")
+        child.finish(ThreadOutcome.ERROR)
         return 1
     return 0
 

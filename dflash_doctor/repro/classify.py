@@ -3,38 +3,36 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
+from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
-
-KINDS = ("fx-flag-leak", "stuck-flag", "deadlock", "other-error")
-PHASE_KEYS = ("outcome", "seconds", "threads")
 
 
 def is_fx_error_text(error: Optional[str]) -> bool:
     return error is not None and FX_ERROR_PREFIX in error
 
 
-def classify_phase(result: dict) -> Tuple[Optional[str], List[dict]]:
+def classify_phase(result: dict) -> Tuple[Optional[FailureKind], List[dict]]:
     """(kind, blame) for a multi-thread phase result; kind None when every thread finished its steps."""
     outcome = result.get("outcome")
     blame = [b for b in result.get("blame") or [] if b.get("holder")] or list(result.get("blame") or [])
-    if outcome == "ok":
+    if outcome == ThreadOutcome.OK:
         return None, []
-    if outcome == "hung":
+    if outcome == ThreadOutcome.HUNG:
         hang = result.get("hang") or {}
-        return ("deadlock" if hang.get("kind") == "deadlock" else "other-error"), []
-    errors = [t.get("error") for t in result.get("threads", []) if t.get("outcome") == "error"]
+        return (FailureKind.DEADLOCK if hang.get("kind") == FailureKind.DEADLOCK else FailureKind.OTHER_ERROR), []
+    errors = [t.get("error") for t in result.get("threads", []) if t.get("outcome") == ThreadOutcome.ERROR]
     if any(is_fx_error_text(e) for e in errors):
-        if any(b.get("kind") == "stuck-flag" for b in blame):
-            return "stuck-flag", blame
-        return "fx-flag-leak", blame
-    return "other-error", blame
+        if any(b.get("kind") == BlameKind.STUCK_FLAG for b in blame):
+            return FailureKind.STUCK_FLAG, blame
+        return FailureKind.FX_FLAG_LEAK, blame
+    return FailureKind.OTHER_ERROR, blame
 
 
 def phase_facts(result: dict) -> dict:
     """The contract's phase object ({outcome, seconds, threads}) plus what the views and the trace need."""
     threads = [{"name": t["name"], "outcome": t["outcome"], "error": t.get("error"), "steps": t.get("steps", 0)}
                for t in result.get("threads", [])]
-    facts = {"outcome": result.get("outcome", "error"), "seconds": result.get("seconds", 0.0), "threads": threads}
+    facts = {"outcome": result.get("outcome", ThreadOutcome.ERROR), "seconds": result.get("seconds", 0.0), "threads": threads}
     # stacks: every thread's frames at the hang, so a cycle the classifier did not name can still be read.
     for key in ("run_s", "setup_s", "warmup_s", "hang", "stacks", "disturbance", "crash", "log_tail", "shim",
                 "shim_check"):
@@ -55,8 +53,9 @@ def steps_per_second(result: dict) -> Optional[float]:
 
 def merge_process_results(results: Sequence[dict]) -> dict:
     """The `processes` mitigation runs one child per worker; combine them into one multi-thread phase."""
-    order = {"hung": 2, "error": 1, "ok": 0}
-    outcome = max((r.get("outcome", "error") for r in results), key=lambda o: order.get(o, 1), default="error")
+    order = {ThreadOutcome.HUNG: 2, ThreadOutcome.ERROR: 1, ThreadOutcome.OK: 0}
+    outcome = max((r.get("outcome", ThreadOutcome.ERROR) for r in results), key=lambda o: order.get(o, 1),
+                  default=ThreadOutcome.ERROR)
     merged = {"phase": "multi", "outcome": outcome, "threads": [t for r in results for t in r.get("threads", [])],
               "blame": [b for r in results for b in r.get("blame") or []],
               "seconds": max((r.get("seconds", 0.0) for r in results), default=0.0),

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import List
 
 from dflash_doctor.findings import Finding
+from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 from dflash_doctor.rules import repro as rules
 
 DYNAMO_CYCLE = "compile-lock-autograd"
@@ -11,7 +12,7 @@ DYNAMO_CYCLE = "compile-lock-autograd"
 
 def _failed_threads(facts: dict) -> List[dict]:
     multi = facts.get("multi_thread") or {}
-    return [t for t in multi.get("threads", []) if t.get("outcome") in ("error", "hung")]
+    return [t for t in multi.get("threads", []) if t.get("outcome") in (ThreadOutcome.ERROR, ThreadOutcome.HUNG)]
 
 
 def _where(facts: dict) -> dict:
@@ -30,13 +31,13 @@ def findings_from_facts(facts: dict) -> List[Finding]:
     blame = facts.get("blame") or []
     holders = sorted({b["holder"] for b in blame if b.get("holder")})
     evidence = {**_where(facts), "victims": victims, "error": error, "blame": blame}
-    if kind in ("fx-flag-leak", "stuck-flag"):
-        rule = rules.FX_FLAG_LEAK if kind == "fx-flag-leak" else rules.FX_FLAG_STUCK
-        verb = "held" if kind == "fx-flag-leak" else "left stuck"
+    if kind in (FailureKind.FX_FLAG_LEAK, FailureKind.STUCK_FLAG):
+        rule = rules.FX_FLAG_LEAK if kind == FailureKind.FX_FLAG_LEAK else rules.FX_FLAG_STUCK
+        verb = "held" if kind == FailureKind.FX_FLAG_LEAK else "left stuck"
         held = f"; the FX flag was {verb} by {', '.join(holders)}" if holders else ""
         message = f"{', '.join(victims) or 'a worker'} raised the FX-tracing RuntimeError{held}"
         return [rule.finding(message, evidence=evidence)]
-    if kind == "deadlock":
+    if kind == FailureKind.DEADLOCK:
         hang = (facts.get("multi_thread") or {}).get("hang") or facts.get("hang") or {}
         chain = list(hang.get("chain") or [])
         rule = rules.COMPILE_LOCK_DEADLOCK if hang.get("cycle") == DYNAMO_CYCLE else rules.THREAD_DEADLOCK

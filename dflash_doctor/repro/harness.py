@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from dflash_doctor import mitigations as registry
 from dflash_doctor.findings import Problem, Report
 from dflash_doctor.hazards import STRESS_ORDER, Stress
+from dflash_doctor.outcomes import ThreadOutcome
 from dflash_doctor.repro import ladder
 from dflash_doctor.repro.capabilities import Capabilities, assess
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
@@ -197,7 +198,7 @@ class Harness:
         if control is not None:
             facts["single_thread"] = phase_facts(control)
             report.problems.extend(_problems(control))
-            if control.get("outcome") != "ok":
+            if control.get("outcome") != ThreadOutcome.OK:
                 return self._control_failed(report, control)
         else:
             facts["single_thread"] = None
@@ -237,7 +238,7 @@ class Harness:
                 if self.spec.effective_jobs == 1:  # nothing fits beside it: wait; a broken step stops the run
                     control = self._wait(running[0])
                     running.clear()
-                    if control.get("outcome") != "ok":
+                    if control.get("outcome") != ThreadOutcome.OK:
                         return control, results
             return self._drive(root, rows, running, results, control)
         finally:
@@ -273,7 +274,7 @@ class Harness:
                 if trial.task is None:
                     control = result
                     self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
-                    if result.get("outcome") != "ok":
+                    if result.get("outcome") != ThreadOutcome.OK:
                         return control, results
                     continue
                 outcome = self._trial_result(trial, result)
@@ -317,7 +318,8 @@ class Harness:
         said = kind or ("no verdict" if no_verdict else f"not reproduced ({result.get('outcome')})")
         self.say(f"{task.stress.value} trial {task.index + 1} (mitigation {registry.label(task.row)}): {said} "
                  f"in {seconds:.1f} s")
-        return ladder.TrialResult(task, kind, str(result.get("outcome")), seconds, self.elapsed(), phase,
+        outcome = ThreadOutcome(result.get("outcome", ThreadOutcome.ERROR))
+        return ladder.TrialResult(task, kind, outcome, seconds, self.elapsed(), phase,
                                   tuple(blame), tuple(problems), no_verdict)
 
     # -- facts -------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.hazards import STRESS_ORDER, Stress
+from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 
 # Trials a clean natural level needs before it may count towards "holds": one clean run of a race is luck.
 MIN_NATURAL_TRIALS = 2
@@ -50,8 +51,8 @@ class Task:
 @dataclass(frozen=True)
 class TrialResult:
     task: Task
-    kind: Optional[str]  # the race it reproduced; None when every thread finished
-    outcome: str  # the phase outcome: ok | error | hung
+    kind: Optional[FailureKind]  # the race it reproduced; None when every thread finished
+    outcome: ThreadOutcome  # the phase's
     seconds: float
     finished_at_s: float  # since the run started
     phase: dict = field(default_factory=dict)  # the multi-thread phase facts
@@ -142,7 +143,7 @@ class Row:
                 out[stress.value] = {"ran": 0, "reproduced": 0, "kinds": {}, "skipped": self.skipped[stress]}
                 continue
             results = [r for r in self.done_at(stress) if not r.no_verdict]
-            kinds: Dict[str, int] = {}
+            kinds: Dict[FailureKind, int] = {}
             for r in results:
                 if r.kind:
                     kinds[r.kind] = kinds.get(r.kind, 0) + 1

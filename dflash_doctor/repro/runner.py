@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Protocol
 
+from dflash_doctor.outcomes import ThreadOutcome
 from dflash_doctor.repro.spec import PhaseSpec
 
 LOG_TAIL_CHARS = 4000
@@ -146,18 +147,19 @@ def read_phase_result(phase_dir: Path, exit: ChildExit, spec: PhaseSpec) -> dict
         if exit.timed_out and result.get("phase") == "disturb":
             result["killed_after_s"] = round(exit.seconds, 3)
         return result
-    threads = [{"name": name, "outcome": "hung" if exit.timed_out else "error", "error": None, "steps": 0}
+    threads = [{"name": name, "outcome": ThreadOutcome.HUNG if exit.timed_out else ThreadOutcome.ERROR,
+                "error": None, "steps": 0}
                for name in spec.thread_names]
     result = {"phase": spec.phase, "threads": threads, "events": [], "blame": [], "problems": [],
               "seconds": round(exit.seconds, 6), "hang": None, "stacks": [],
               "log_tail": log_tail(phase_dir / "log.txt")}
     if exit.timed_out:
-        result["outcome"] = "hung"
+        result["outcome"] = ThreadOutcome.HUNG
         result["hang"], result["stacks"] = _faulthandler_diagnosis(phase_dir, exit.seconds)
         # No dump: the child kept showing progress (its dump is re-armed while it does) until the timeout.
         result["timed_out_busy"] = not result["stacks"]
     else:
-        result["outcome"] = "error"
+        result["outcome"] = ThreadOutcome.ERROR
         reason = (f"killed by signal {signal.Signals(-exit.returncode).name}" if exit.returncode and exit.returncode < 0
                   else f"exited with status {exit.returncode} without a result")
         for thread in threads:

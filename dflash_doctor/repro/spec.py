@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
@@ -138,9 +138,6 @@ class ReproSpec:
     @property
     def pinned_stress(self) -> Optional[Stress]:
         return Mode(self.mode).stress
-
-    def with_mitigation(self, mitigation: Tuple[str, ...]) -> "ReproSpec":
-        return replace(self, mitigation=mitigation)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
 
 DYNAMO_CYCLE = "compile-lock-autograd"
@@ -26,7 +27,7 @@ _WITH_HEADER = re.compile(r"^\s*(?:async\s+)?with\b")
 
 @dataclass(frozen=True)
 class HangDiagnosis:
-    kind: str  # deadlock | other-error (no lock cycle in the stacks)
+    kind: FailureKind  # DEADLOCK, or OTHER_ERROR (no lock cycle in the stacks)
     cycle: str  # compile-lock-autograd | lock-cycle | lock-wait | no-cycle
     chain: Tuple[str, ...]  # the cycle in plain words, one step per entry
     threads: Tuple[str, ...] = ()  # the threads taking part
@@ -93,7 +94,7 @@ def _dynamo_cycle(stacks: Sequence[ThreadStack], stalled_s: float) -> Optional[H
         "cycle: compile_lock -> autograd device thread -> compile_lock",
     )
     return HangDiagnosis(
-        "deadlock", DYNAMO_CYCLE, chain, (holder.name, waiter.name), stalled_s,
+        FailureKind.DEADLOCK, DYNAMO_CYCLE, chain, (holder.name, waiter.name), stalled_s,
         hint="compile the backward with the forward (enable_non_lazy_backward(), with the thread-local FX shim), "
              "warm up every shape in one thread first, or hold one global lock around each step",
     )
@@ -164,13 +165,14 @@ def classify_hang(stacks: Sequence[ThreadStack], stalled_s: float = 0.0) -> Hang
             f"{name} holds {', '.join(waiting[name][2])} and waits for {waiting[name][0]} at "
             f"{waiting[name][1].where()}" for name in cycle
         ) + (f"lock-order cycle: no progress for {stalled_s:.1f} s",)
-        return HangDiagnosis("deadlock", LOCK_CYCLE, chain, tuple(cycle), stalled_s,
+        return HangDiagnosis(FailureKind.DEADLOCK, LOCK_CYCLE, chain, tuple(cycle), stalled_s,
                              hint="take the locks in one global order")
     if len(waiting) >= 2:
         chain = tuple(f"{name} waits for {wanted} at {frame.where()}" for name, (wanted, frame, _) in
                       sorted(waiting.items())) + (f"no progress for {stalled_s:.1f} s",)
-        return HangDiagnosis("deadlock", LOCK_WAIT, chain, tuple(sorted(waiting)), stalled_s,
+        return HangDiagnosis(FailureKind.DEADLOCK, LOCK_WAIT, chain, tuple(sorted(waiting)), stalled_s,
                              hint="threads wait on each other's locks; the holders are not visible in the stacks")
     busy = tuple(f"{s.name} at {s.innermost.where()}" for s in stacks if s.innermost is not None)
-    return HangDiagnosis("other-error", NO_CYCLE, (f"no progress for {stalled_s:.1f} s and no lock cycle in the "
-                                                   f"stacks",) + busy, tuple(s.name for s in stacks), stalled_s)
+    return HangDiagnosis(FailureKind.OTHER_ERROR, NO_CYCLE, (f"no progress for {stalled_s:.1f} s and no lock cycle "
+                                                             f"in the stacks",) + busy, tuple(s.name for s in stacks),
+                         stalled_s)

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
+from dflash_doctor.outcomes import BlameKind
+
 FX_ERROR_PREFIX = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
 
 
@@ -53,7 +55,7 @@ class Blame:
     victim: str
     holder: Optional[str]
     at_s: float
-    kind: str  # fx-flag-leak | stuck-flag | unknown
+    kind: BlameKind
     error: str
 
     def to_dict(self) -> dict:
@@ -122,12 +124,12 @@ class FlightRecorder:
             stuck_by = self.stuck_by
         victim = threading.current_thread().name
         if holders:
-            return Blame(victim, ", ".join(sorted(holders)), self.now(), "fx-flag-leak", str(exc))
+            return Blame(victim, ", ".join(sorted(holders)), self.now(), BlameKind.FX_FLAG_LEAK, str(exc))
         if stuck_by is not None:
-            return Blame(victim, stuck_by, self.now(), "stuck-flag", str(exc))
+            return Blame(victim, stuck_by, self.now(), BlameKind.STUCK_FLAG, str(exc))
         if self_inside:
-            return Blame(victim, victim, self.now(), "nested-trace", str(exc))
-        return Blame(victim, None, self.now(), "unknown", str(exc))
+            return Blame(victim, victim, self.now(), BlameKind.NESTED_TRACE, str(exc))
+        return Blame(victim, None, self.now(), BlameKind.UNKNOWN, str(exc))
 
     def fx_holders(self) -> List[str]:
         with self._lock:

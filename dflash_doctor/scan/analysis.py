@@ -177,9 +177,11 @@ def analyse_tree(
         lines = sorted(set(lines) | set(compile_lines))
     ctx = FileContext(path, text, tree, enabled, package, lines, compile_names, transformers_version)
     module_graph = ModuleGraph(ctx) if graph else None
-    spawns = SpawnCollector(ctx, module_graph) if "DFD201" in enabled else None
+    # DFD201 and DFD202 always have the graph (see `graph` above), and so has `roots`.
+    spawns = SpawnCollector(ctx, module_graph) if module_graph is not None and "DFD201" in enabled else None
     fixes = FixCollector(ctx) if "DFD201" in enabled else None
     flex = FlexAttentionRule(ctx) if "DFD202" in enabled else None
+    compile_sites = module_graph if roots else None
     checkpoints = CheckpointRule(ctx)
     config = DynamoConfigRule(ctx)
     for node, scope in walk(ctx.table, lines):
@@ -188,11 +190,12 @@ def analyse_tree(
             config.visit_call(node, scope)
             if spawns is not None:
                 spawns.visit_call(node, scope)
+            if fixes is not None:
                 fixes.visit_call(node, scope)
             if flex is not None:
                 flex.visit_call(node, scope)
-            if roots:
-                module_graph.visit_call(node, scope)
+            if compile_sites is not None:
+                compile_sites.visit_call(node, scope)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             config.visit_assign(node, scope)
             checkpoints.visit_assign(node, scope)
@@ -203,12 +206,12 @@ def analyse_tree(
         elif isinstance(node, SCOPE_NODES):
             if fixes is not None:
                 fixes.visit_scope(node, scope)
-            if roots:
-                module_graph.visit_scope(node, scope)
+            if compile_sites is not None:
+                compile_sites.visit_scope(node, scope)
     checkpoints.finish()
     if spawns is not None:
         spawns.finish()
-    if flex is not None:
+    if flex is not None and module_graph is not None:
         flex.finish(module_graph)
     if module_graph is None:
         ctx.table.release()

@@ -6,11 +6,21 @@ The whole-file walk only visits candidate lines (spawn sites, compile sites, rul
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from dflash_doctor.scan.context import FileContext
-from dflash_doctor.scan.resolve import CompiledRef, ExtRef, FuncRef, InstanceRef, LocalClass, ParamRef, Ref
-from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, Scope, walk
+from dflash_doctor.scan.resolve import (
+    ClassRef,
+    CompiledRef,
+    ExtRef,
+    FuncRef,
+    InstanceRef,
+    LocalClass,
+    ParamRef,
+    Ref,
+    Target,
+)
+from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, FunctionNode, Scope, walk
 from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn
 
 THREAD_CLASS = "threading.Thread"
@@ -31,7 +41,7 @@ class ModuleGraph:
         self.compile_roots: List[Ref] = []  # what torch.compile(...) / @torch.compile / .compile() covers
         self._functions: Dict[str, Optional[FuncInfo]] = {}
         self._classes: Dict[str, Optional[ClassInfo]] = {}
-        self._names: Dict[str, Tuple[object, ...]] = {}
+        self._names: Dict[str, Tuple[Target, ...]] = {}
 
     # -- compile sites, seen by the candidate-line walk ---------------------------------------------------
 
@@ -56,9 +66,9 @@ class ModuleGraph:
         return final.startswith("aot_compile") and self.ctx.resolver.dotted(node.func, scope, line) in \
             AOT_COMPILE_FUNCTIONS
 
-    def _imported_decorators(self, node: ast.AST, outer: Scope) -> Tuple[Ref, ...]:
+    def _imported_decorators(self, node: FunctionNode, outer: Scope) -> Tuple[ExtRef, ...]:
         """`@jit_fuser` imported from another module, which may rebind it to torch.compile (Megatron-style)."""
-        found = []
+        found: List[ExtRef] = []
         for decorator in getattr(node, "decorator_list", ()):
             ref = self.ctx.resolver.callee(decorator, outer, node.lineno) if isinstance(
                 decorator, (ast.Name, ast.Attribute)) else None
@@ -66,7 +76,7 @@ class ModuleGraph:
                 found.append(ref)
         return tuple(found)
 
-    def _decorated_compiled(self, node: ast.AST, outer: Scope) -> bool:
+    def _decorated_compiled(self, node: FunctionNode, outer: Scope) -> bool:
         resolver = self.ctx.resolver
         return any(
             resolver.is_compile(d, outer, node.lineno) or resolver.is_compile_call(d, outer, node.lineno)
@@ -87,29 +97,36 @@ class ModuleGraph:
             bindings = [b for b in table.bindings(scope).get(part, ()) if b.kind in ("def", "class")]
             if not bindings:
                 return None
-            scope = table.scope_for(bindings[-1].node, scope)
+            scope = table.opened_by(bindings[-1])
         return scope if scope.qualname == qualname else None
 
     def function(self, qualname: str) -> Optional[FuncInfo]:
         if qualname not in self._functions:
             scope = self._scope_named(qualname)
-            self._functions[qualname] = self._function_info(scope) if scope and scope.kind != "class" else None
+            self._functions[qualname] = (
+                self._function_info(scope, scope.node)
+                if scope is not None and isinstance(scope.node, FUNCTION_NODES) else None
+            )
         return self._functions[qualname]
 
     def class_info(self, qualname: str) -> Optional[ClassInfo]:
         if qualname not in self._classes:
             scope = self._scope_named(qualname)
-            self._classes[qualname] = self._class_info(scope) if scope and scope.kind == "class" else None
+            self._classes[qualname] = (
+                self._class_info(scope, scope.node) if scope is not None and isinstance(scope.node, ast.ClassDef)
+                else None
+            )
         return self._classes[qualname]
 
-    def name(self, name: str) -> Tuple[object, ...]:
+    def name(self, name: str) -> Tuple[Target, ...]:
         """What a module-level name refers to (every binding: a conditional `step = torch.compile(step)` counts)."""
         if name not in self._names:
             table = self.ctx.table
-            refs: List[object] = []
+            refs: List[Target] = []
             for binding in table.bindings(table.module).get(name, ()):
+                ref: Optional[Target]
                 if binding.kind == "class":
-                    ref = LocalClass(self.path, table.scope_for(binding.node, table.module).qualname)
+                    ref = LocalClass(self.path, table.opened_by(binding).qualname)
                 else:
                     ref = self.ctx.resolver.binding_callee(binding, name)
                 if ref is not None and ref not in refs:
@@ -119,13 +136,12 @@ class ModuleGraph:
 
     # -- building -------------------------------------------------------------------------------------------
 
-    def _function_info(self, scope: Scope) -> FuncInfo:
-        node = scope.node
-        info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.parent),
-                        decorators=self._imported_decorators(node, scope.parent))
-        body = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
+    def _function_info(self, scope: Scope, node: FunctionNode) -> FuncInfo:
+        info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.enclosing),
+                        decorators=self._imported_decorators(node, scope.enclosing))
+        body: List[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
-        seen: set = set()
+        seen: Set[Ref] = set()
         while stack:
             current = stack.pop()
             if isinstance(current, SCOPE_NODES):
@@ -138,7 +154,7 @@ class ModuleGraph:
             stack.extend(reversed(list(ast.iter_child_nodes(current))))
         return info
 
-    def _add_refs(self, refs: List[Ref], seen: set, node: ast.Call, scope: Scope) -> None:
+    def _add_refs(self, refs: List[Ref], seen: Set[Ref], node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver
         line = node.lineno
         callee = resolver.callee(node.func, scope, line)
@@ -155,25 +171,24 @@ class ModuleGraph:
                     seen.add(ref)
                     refs.append(ref)
 
-    def _class_info(self, scope: Scope) -> ClassInfo:
+    def _class_info(self, scope: Scope, node: ast.ClassDef) -> ClassInfo:
         table = self.ctx.table
         resolver = self.ctx.resolver
-        node = scope.node
-        bases = []
+        bases: List[ClassRef] = []
         thread_base = False
         for base in node.bases:
-            if resolver.dotted(base, scope.parent, node.lineno) == THREAD_CLASS:
+            if resolver.dotted(base, scope.enclosing, node.lineno) == THREAD_CLASS:
                 thread_base = True
                 continue
-            ref = resolver.class_ref(base, scope.parent, node.lineno)
-            if ref is not None:
-                bases.append(ref)
+            cls = resolver.class_ref(base, scope.enclosing, node.lineno)
+            if cls is not None:
+                bases.append(cls)
         info = ClassInfo(scope.qualname, node.lineno, tuple(bases), thread_base)
         for name, bindings in table.bindings(scope).items():
             if bindings[-1].kind == "def":
-                info.methods[name] = table.scope_for(bindings[-1].node, scope).qualname
+                info.methods[name] = table.opened_by(bindings[-1]).qualname
         for attr, bindings in table.attributes(scope).items():
-            refs = []
+            refs: List[Ref] = []
             for binding in bindings:
                 ref = self._attribute_ref(binding, f"{scope.qualname}.{attr}")
                 if ref is not None and ref not in refs:
@@ -182,7 +197,7 @@ class ModuleGraph:
                 info.attributes[attr] = tuple(refs)
         return info
 
-    def _attribute_ref(self, binding: Binding, name: str) -> Optional[object]:
+    def _attribute_ref(self, binding: Binding, name: str) -> Optional[Ref]:
         if binding.kind == "compiled":
             return CompiledRef(name, self.path, binding.line)
         if binding.kind == "assign":
@@ -195,7 +210,8 @@ class ModuleGraph:
     def _param_ref(self, binding: Binding) -> Optional[ParamRef]:
         """`self.step = step` where `step` is a parameter of the method: the value comes from the callers."""
         value, method = binding.node, binding.scope
-        if not isinstance(value, ast.Name) or method.kind != "function" or method.owner is None:
+        if (not isinstance(value, ast.Name) or not isinstance(method.node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                or method.owner is None):
             return None
         found = self.ctx.table.lookup(value.id, method, binding.line)
         if found is None or found.kind != "param" or found.scope is not method:
@@ -212,7 +228,7 @@ class ModuleGraph:
         if name not in text:
             return []
         lines = [number for number, line in enumerate(text.splitlines(), start=1) if name in line]
-        found = []
+        found: List[Tuple[ast.Call, Scope]] = []
         for node, scope in walk(self.ctx.table, lines):
             if isinstance(node, ast.Call):
                 func = node.func

@@ -7,7 +7,7 @@ checkpointing (`save_checkpoint`, `self.checkpoint(...)`, a local `def checkpoin
 from __future__ import annotations
 
 import ast
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from dflash_doctor.rules.scan import (
     CHECKPOINT_USE_REENTRANT_IMPLICIT,
@@ -17,9 +17,9 @@ from dflash_doctor.rules.scan import (
 )
 from dflash_doctor.findings import Severity
 from dflash_doctor.scan import hf_releases
-from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.context import FileContext, Located
 from dflash_doctor.scan.resolve import describe
-from dflash_doctor.scan.scopes import Scope
+from dflash_doctor.scan.scopes import Binding, Scope
 
 CHECKPOINT_FUNCTIONS = frozenset({
     "torch.utils.checkpoint.checkpoint",
@@ -81,10 +81,10 @@ def _literal(node: ast.AST, expand: Optional[Expand] = None) -> Verdict:
     return combine(verdicts, node)
 
 
-def _dict_items(node: ast.AST) -> Optional[List[Tuple[Optional[str], ast.AST]]]:
+def _dict_items(node: ast.AST) -> Optional[List[Tuple[Optional[str], ast.expr]]]:
     """(key, value) pairs of a dict literal or `dict(k=v)`; key None for `**x`; None if not a literal."""
     if isinstance(node, ast.Dict):
-        items = []
+        items: List[Tuple[Optional[str], ast.expr]] = []
         for key, value in zip(node.keys, node.values):
             if key is None:
                 items.append((None, value))
@@ -152,10 +152,10 @@ class CheckpointRule:
         # partial(checkpoint, ...) without use_reentrant: reported where it is made unless calls through a
         # name bound to it are seen (those calls are judged instead).
         self._bare_partials: Dict[ast.Call, str] = {}
-        self._called_partials: set = set()
+        self._called_partials: Set[ast.Call] = set()
         # `kwargs["use_reentrant"] = value`, `gc_kwargs["gradient_checkpointing_kwargs"] = ...` on a name, seen so
         # far: (scope, name) -> [(key, value)], key None when it is not a constant
-        self._subscript_sets: Dict[Tuple[int, str], List[Tuple[Optional[str], ast.AST]]] = {}
+        self._subscript_sets: Dict[Tuple[int, str], List[Tuple[Optional[str], ast.expr]]] = {}
         # TrainingArguments(gradient_checkpointing=True) without kwargs: judged at the end, because the file may
         # set `args.gradient_checkpointing_kwargs = ...` after building them.
         self._training_arguments: List[Tuple[ast.Call, str]] = []
@@ -167,7 +167,7 @@ class CheckpointRule:
         its later `name["use_reentrant"] = ...` in the same scope."""
         resolver = self.ctx.resolver
 
-        def expand(node: ast.AST, depth: int = 0) -> List[Optional[ast.AST]]:
+        def expand(node: Optional[ast.AST], depth: int = 0) -> List[Optional[ast.AST]]:
             if depth > _MAX_EXPANSION:
                 return [None]
             if isinstance(node, ast.IfExp):
@@ -184,7 +184,7 @@ class CheckpointRule:
                     continue
                 for value in expand(sibling.node, depth + 1):
                     later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
-                    if later and value is not None and _dict_items(value) is not None:
+                    if later and isinstance(value, ast.expr) and _dict_items(value) is not None:
                         if any(key is None for key, _ in later):
                             value = None  # a key computed at run time: the dict is unknown
                         else:
@@ -203,36 +203,39 @@ class CheckpointRule:
                 verdict = judge_mapping(value, expand=self._literal_in(scope, node.lineno))
                 self._report_hf(value, verdict, enable=False, spelled=f"{{{_constant_key(key)!r}: ...}}")
 
-    def _bindings_like(self, node: ast.AST, binding) -> list:
+    def _bindings_like(self, node: Union[ast.Name, ast.Attribute], binding: Binding) -> List[Binding]:
         """Every binding of the name (in its scope) or `self.attr` (in its class) that `binding` is one of."""
         table = self.ctx.table
         if isinstance(node, ast.Name):
             return table.bindings(binding.scope).get(node.id, [binding])
-        owner = table.method_of(binding.scope)
-        return table.attributes(owner.owner).get(node.attr, [binding]) if owner is not None else [binding]
+        method = table.method_of(binding.scope)
+        if method is None or method.owner is None:
+            return [binding]
+        return table.attributes(method.owner).get(node.attr, [binding])
 
-    def visit_assign(self, node: ast.AST, scope: Scope) -> None:
+    def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
         """`args.gradient_checkpointing_kwargs = {...}` and `...["use_reentrant"] = value`, as real trainers
         write them (PEFT + ZeRO-3 + checkpointing force it this way)."""
-        if not self.ctx.on_candidate_line(node) or getattr(node, "value", None) is None:
+        value = node.value
+        if not self.ctx.on_candidate_line(node) or value is None:
             return
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         literal = self._literal_in(scope, node.lineno)
         for target in targets:
             if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
-                self._record_subscript(target.value, _constant_key(target.slice), node.value, scope, node.lineno)
+                self._record_subscript(target.value, _constant_key(target.slice), value, scope, node.lineno)
             if _hf_kwargs_target(target):
                 self._assigns_hf_kwargs = True
-                if not (isinstance(node.value, ast.Constant) and node.value.value is None):
-                    self._report_hf(node, judge_mapping(node.value, expand=literal), enable=False,
+                if not (isinstance(value, ast.Constant) and value.value is None):
+                    self._report_hf(node, judge_mapping(value, expand=literal), enable=False,
                                     spelled=describe(target))
             elif isinstance(target, ast.Subscript):
                 owner, key = target.value, _constant_key(target.slice)
                 if key == "use_reentrant" and _hf_kwargs_target(owner):
                     self._assigns_hf_kwargs = True
-                    self._report_hf(node, _literal(node.value, literal), enable=False, spelled=describe(target))
+                    self._report_hf(node, _literal(value, literal), enable=False, spelled=describe(target))
 
-    def _record_subscript(self, owner: ast.Name, key: Optional[str], value: ast.AST, scope: Scope, line: int) -> None:
+    def _record_subscript(self, owner: ast.Name, key: Optional[str], value: ast.expr, scope: Scope, line: int) -> None:
         binding = self.ctx.resolver.value_binding(owner, scope, line)
         if binding is not None:
             self._subscript_sets.setdefault((id(binding.scope), owner.id), []).append((key, value))
@@ -254,7 +257,8 @@ class CheckpointRule:
             self._report(node, node.func, target, ("true", "True (CheckpointFunction is the reentrant variant)"),
                          None)
             return
-        if target in TRAINING_ARGUMENTS or (target or "").startswith("trl.") and target.endswith("Config"):
+        if target is not None and (
+                target in TRAINING_ARGUMENTS or target.startswith("trl.") and target.endswith("Config")):
             self._training_arguments_call(node, target, literal)
             return
         if target in CHECKPOINT_FUNCTIONS:
@@ -274,7 +278,7 @@ class CheckpointRule:
         if binding is None or binding.kind != "assign":
             return
         partial = binding.node
-        if not resolver.is_partial_call(partial, binding.scope, binding.line):
+        if not isinstance(partial, ast.Call) or not resolver.is_partial_call(partial, binding.scope, binding.line):
             return
         inner = resolver.dotted(partial.args[0], binding.scope, binding.line)
         if inner not in CHECKPOINT_FUNCTIONS:
@@ -297,7 +301,7 @@ class CheckpointRule:
                 self._report_hf(node, ("missing", ""), enable=True, spelled=target.rsplit(".", 1)[-1],
                                 via_trainer=True)
 
-    def _training_arguments_call(self, node: ast.Call, target: str, literal) -> None:
+    def _training_arguments_call(self, node: ast.Call, target: str, literal: Expand) -> None:
         """gradient_checkpointing=True with no kwargs reaches gradient_checkpointing_enable(None) in Trainer."""
         switch = next((k.value for k in node.keywords if k.arg == "gradient_checkpointing"), None)
         if switch is None or _literal(switch, literal)[0] != "true":
@@ -306,12 +310,13 @@ class CheckpointRule:
             return  # judged as keywords above, or decided by **mapping
         self._training_arguments.append((node, target))
 
-    def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict, partial_line) -> None:
+    def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict,
+                partial_line: Optional[int]) -> None:
         state, value = verdict
         if state == "false":
             return
         spelled = describe(func)
-        evidence = {"call": spelled, "resolves_to": target, "use_reentrant": value or None}
+        evidence: Dict[str, object] = {"call": spelled, "resolves_to": target, "use_reentrant": value or None}
         if partial_line is not None:
             evidence["partial_line"] = partial_line
         named = f"{spelled}(...)" if spelled == target else f"{spelled}(...) ({target})"
@@ -329,7 +334,7 @@ class CheckpointRule:
             message = f"{named} with use_reentrant={value}: which variant runs is decided at run time"
         self.ctx.report(rule, node, message, evidence)
 
-    def _hf_enable(self, node: ast.Call, literal, implicit_reentrant: bool) -> None:
+    def _hf_enable(self, node: ast.Call, literal: Expand, implicit_reentrant: bool) -> None:
         value = next((k.value for k in node.keywords if k.arg in HF_KWARGS_KEYS), None)
         if value is None and node.args:
             value = node.args[0]
@@ -346,7 +351,7 @@ class CheckpointRule:
             verdict = judge_mapping(value, expand=literal)
             if verdict[0] == "missing":
                 verdict = ("missing", "given")
-        self._report_hf(node, verdict, enable=True)
+        self._report_hf(node, verdict, enable=True, spelled=describe(node.func) + "(...)")
 
     @staticmethod
     def _enable_mapping(mapping: ast.AST, expand: Expand, implicit_reentrant: bool) -> Verdict:
@@ -366,19 +371,19 @@ class CheckpointRule:
             verdicts.append(("missing", "given") if verdict[0] == "missing" else verdict)
         return combine(verdicts, mapping)
 
-    def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal) -> None:
+    def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal: Expand) -> None:
         if isinstance(value, ast.Constant) and value.value is None:
             return
-        self._report_hf(node, judge_mapping(value, expand=literal), enable=False)
+        self._report_hf(node, judge_mapping(value, expand=literal), enable=False,
+                        spelled=describe(node.func) + "(...)")
 
-    def _report_hf(self, node: ast.AST, verdict: Verdict, enable: bool, spelled: Optional[str] = None,
+    def _report_hf(self, node: Located, verdict: Verdict, enable: bool, spelled: str,
                    via_trainer: bool = False) -> None:
+        """`spelled`: the call or assignment as the message names it (a TrainingArguments class via_trainer)."""
         state, value = verdict
-        if spelled is None:
-            spelled = describe(node.func) + "(...)"
-        elif via_trainer:
+        if via_trainer:
             spelled = f"{spelled}(gradient_checkpointing=True)"
-        evidence = {"call": spelled, "use_reentrant": value if value not in ("", "given") else None}
+        evidence: Dict[str, object] = {"call": spelled, "use_reentrant": value if value not in ("", "given") else None}
         if state == "true":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node,
                             f"{spelled} sets use_reentrant={value} for Hugging Face gradient checkpointing; "

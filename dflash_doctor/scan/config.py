@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -56,11 +57,11 @@ class ScanConfig:
 
 
 def _load_toml(path: str) -> dict:
-    try:
-        import tomllib  # Python >= 3.11
-    except ImportError:  # pragma: no cover - Python 3.9 and 3.10
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.9 and 3.10
         try:
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib
         except ImportError as exc:
             raise UsageError(f"{path}: reading it needs tomli on Python < 3.11 (pip install tomli)") from exc
     try:

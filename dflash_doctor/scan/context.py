@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from typing import FrozenSet, List, Mapping, Optional, Set, Tuple
+from typing import FrozenSet, List, Mapping, Optional, Set, Tuple, Union
 
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.rules.registry import Rule
@@ -39,6 +39,7 @@ def suppressed(code: str, codes: Optional[FrozenSet[str]]) -> bool:
 
 
 NoqaDirective = Tuple[int, int, FrozenSet[str]]  # line, 1-based column of its "#", the DFD codes it names
+Located = Union[ast.expr, ast.stmt]  # a node with a line and column a finding can point at
 
 
 def noqa_directives(text: str) -> List[NoqaDirective]:
@@ -106,7 +107,7 @@ class FileContext:
         self._has_noqa = has_noqa(text)  # once: asking per finding made big files quadratic
         self.used_noqa: Set[Tuple[int, str]] = set()  # (line, code) a noqa comment suppressed
 
-    def on_candidate_line(self, node: ast.AST) -> bool:
+    def on_candidate_line(self, node: Located) -> bool:
         """Whether `node` spans a candidate line: rules skip every other call without resolving names."""
         lines = self.candidate_lines
         if lines is None:
@@ -122,7 +123,7 @@ class FileContext:
             self._lines = self.text.splitlines()
         return noqa_codes(self._lines[line - 1]) if 0 < line <= len(self._lines) else None
 
-    def report(self, rule: Rule, node: ast.AST, message: str, evidence: Mapping,
+    def report(self, rule: Rule, node: Located, message: str, evidence: Mapping[str, object],
                severity: Optional[Severity] = None) -> None:
         if rule.code not in self.enabled:
             return

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import ast
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, Optional, Tuple, Union
 
 from dflash_doctor.rules.scan import NESTED_FX_TRACE_SILENCED
-from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.context import FileContext, Located
 from dflash_doctor.scan.resolve import describe
 from dflash_doctor.scan.scopes import Scope
 
@@ -14,8 +14,8 @@ DYNAMO_CONFIG = "torch._dynamo.config"
 SILENCING = {"error_on_nested_fx_trace": False, "force_compile_during_fx_trace": True}
 
 
-def _silences(key: Optional[str], value: ast.AST) -> bool:
-    if key not in SILENCING or not isinstance(value, ast.Constant):
+def _silences(key: Optional[str], value: ast.Constant) -> bool:
+    if key not in SILENCING:
         return False
     if not isinstance(value.value, (bool, int)) and value.value is not None:
         return False
@@ -26,17 +26,18 @@ class DynamoConfigRule:
     def __init__(self, ctx: FileContext):
         self.ctx = ctx
 
-    def visit_assign(self, node: ast.AST, scope: Scope) -> None:
+    def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
             return
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if getattr(node, "value", None) is None:
+        value = node.value
+        if value is None:
             return
         for target in targets:
             if not isinstance(target, ast.Attribute) or target.attr not in SILENCING:
                 continue
             if self.ctx.resolver.dotted(target.value, scope, node.lineno) == DYNAMO_CONFIG:
-                self._check(node, target.attr, node.value, describe(target))
+                self._check(node, target.attr, value, describe(target))
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
@@ -46,7 +47,8 @@ class DynamoConfigRule:
         if isinstance(func, ast.Name) and func.id == "setattr" and len(node.args) == 3:
             if resolver.table.lookup("setattr", scope, node.lineno) is None \
                     and resolver.dotted(node.args[0], scope, node.lineno) == DYNAMO_CONFIG:
-                key = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+                name = node.args[1]
+                key = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else None
                 self._check(node, key, node.args[2], "setattr(...)")
             return
         if not (isinstance(func, ast.Attribute) and func.attr == "patch"):
@@ -69,8 +71,8 @@ class DynamoConfigRule:
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     yield key.value, value
 
-    def _check(self, node: ast.AST, key: Optional[str], value: ast.AST, spelled: str) -> None:
-        if not _silences(key, value):
+    def _check(self, node: Located, key: Optional[str], value: ast.AST, spelled: str) -> None:
+        if not isinstance(value, ast.Constant) or not _silences(key, value):
             return
         setting = f"{DYNAMO_CONFIG}.{key} = {value.value!r}"
         via = "" if spelled == f"{DYNAMO_CONFIG}.{key}" else f" (via {spelled})"

@@ -252,17 +252,25 @@ def _load_graph(path: str, package: Optional[str], problems: List[Problem], max_
     return analyse_tree(path, parsed.text, parsed.tree, frozenset(), package, graph=True, roots=roots)[1]
 
 
+def _flex_enclosing(finding: Finding) -> Optional[FuncRef]:
+    """The function a DFD202 finding is in, as the linker names it (None at module level)."""
+    enclosing = finding.evidence.get("enclosing")
+    if finding.code != FLEX_ATTENTION_UNCOMPILED.code or not enclosing or finding.path is None:
+        return None
+    return FuncRef(finding.path, enclosing)
+
+
 def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: ModuleIndex, max_bytes: int
                        ) -> Tuple[List[Finding], List[str]]:
     """DFD202 decided project-wide: drop the findings whose function another scanned module compiles (a layer
     that a benchmark script wraps in torch.compile(Layer(...)), a model compiled by the trainer). Only files that
     mention `compile` and a pending function's name are parsed for their compile sites, and only when some
     DFD202 is pending. Returns the findings kept and the files parsed for this."""
-    pending = [f for f in findings if f.code == FLEX_ATTENTION_UNCOMPILED.code and f.evidence.get("enclosing")]
+    pending = [(finding, ref) for finding in findings if (ref := _flex_enclosing(finding)) is not None]
     if not pending:
         return findings, []
-    anchors = {f.evidence["enclosing"].split(".")[0].encode() for f in pending}
-    anchors |= {os.fsencode(os.path.splitext(os.path.basename(f.path))[0]) for f in pending}
+    anchors = {ref.qualname.split(".")[0].encode() for _, ref in pending}
+    anchors |= {os.fsencode(os.path.splitext(os.path.basename(ref.path))[0]) for _, ref in pending}
     problems: List[Problem] = []
     linker = Linker({}, index, load=lambda p: _load_graph(p, index.packages.get(p), problems, max_bytes, roots=True))
     roots = []
@@ -274,7 +282,8 @@ def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: Mod
         if graph is not None:
             roots.extend(graph.compile_roots)
     covered = linker.reachable(roots) if roots else set()
-    kept = [f for f in findings if f not in pending or FuncRef(f.path, f.evidence["enclosing"]) not in covered]
+    dropped = [finding for finding, ref in pending if ref in covered]
+    kept = [f for f in findings if f not in dropped]
     for graph in linker.summaries.values():
         graph.ctx.table.release()
     return kept, list(linker.loaded)
@@ -374,6 +383,7 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
         raise ValueError(f"{path}: {parsed.reason}")
     enabled = frozenset(scan_codes())
     result, graph = analyse_tree(path, parsed.text, parsed.tree, enabled)
-    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used)
+    # every rule is enabled, so the graph is always built
+    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used) if graph is not None else []
     findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes)
     return sorted(findings, key=Finding.sort_key)

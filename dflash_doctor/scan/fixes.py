@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY, Mitigation
-from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.context import FileContext, Located
 from dflash_doctor.scan.scopes import Scope
 
 RUNTIME_PACKAGE = "dflash_doctor"
@@ -53,7 +53,7 @@ class FixCollector:
             return name
         return None
 
-    def _add(self, marker: str, node: ast.AST) -> None:
+    def _add(self, marker: str, node: Located) -> None:
         self.found.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker))
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
@@ -76,12 +76,13 @@ class FixCollector:
                 if keyword.arg in CONFIG_MARKERS and _true(keyword.value):
                     self._add(keyword.arg, node)
 
-    def visit_assign(self, node: ast.AST, scope: Scope) -> None:
-        if not self.ctx.on_candidate_line(node) or getattr(node, "value", None) is None:
+    def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
+        value = node.value
+        if not self.ctx.on_candidate_line(node) or value is None:
             return
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
-            if isinstance(target, ast.Attribute) and target.attr in CONFIG_MARKERS and _true(node.value) \
+            if isinstance(target, ast.Attribute) and target.attr in CONFIG_MARKERS and _true(value) \
                     and self.ctx.resolver.dotted(target.value, scope, node.lineno) == FUNCTORCH_CONFIG:
                 self._add(target.attr, node)
 

@@ -7,7 +7,7 @@ import ast
 import os
 import re
 from collections import deque
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.scan.resolve import (
     COMPILE_FUNCTIONS,
@@ -17,22 +17,24 @@ from dflash_doctor.scan.resolve import (
     InstanceRef,
     LocalClass,
     MethodRef,
+    ClassRef,
     ParamRef,
+    Target,
 )
 from dflash_doctor.scan.callgraph import ModuleGraph
-from dflash_doctor.scan.scopes import STAR_EXPORTS
-from dflash_doctor.scan.summary import ClassInfo
+from dflash_doctor.scan.scopes import STAR_EXPORTS, Scope
+from dflash_doctor.scan.summary import ClassInfo, FuncInfo
 
 MAX_CHAIN_DEPTH = 8  # calls between a thread's target and the compiled callable
 _MAX_HOPS = 6  # re-exports, base classes, attribute aliases followed while resolving one reference
 
 
-def package_of(path: str, is_package_dir: Callable[[str], bool] = None) -> Tuple[Optional[str], str]:
+def package_of(path: str, is_package_dir: Optional[Callable[[str], bool]] = None) -> Tuple[Optional[str], str]:
     """(package, module) dotted names of a file from the `__init__.py` files above it; (None, stem) for scripts."""
     is_package_dir = is_package_dir or (lambda d: os.path.isfile(os.path.join(d, "__init__.py")))
     folder, filename = os.path.split(os.path.abspath(path))
     stem = os.path.splitext(filename)[0]
-    parts = []
+    parts: List[str] = []
     while folder and is_package_dir(folder):
         folder, name = os.path.split(folder)
         parts.insert(0, name)
@@ -84,7 +86,8 @@ def _mentions(path: str, name: str) -> bool:
     return isinstance(data, bytes) and name.encode() in data
 
 
-Step = Tuple[str, object]  # ("node", FuncRef) or ("compiled", CompiledRef)
+Step = Union[FuncRef, CompiledRef]  # a function the search goes on from, or the compiled callable it reached
+Construction = Tuple[ModuleGraph, ast.Call, Scope]  # a `Class(...)` call, with its file and scope
 
 
 class Linker:
@@ -99,7 +102,7 @@ class Linker:
         self.load = load
         self.loaded: List[str] = []
         self._missing: Set[str] = set()
-        self._constructions: Dict[LocalClass, list] = {}
+        self._constructions: Dict[LocalClass, List[Construction]] = {}
         self._compiles: Dict[str, bool] = {}  # path -> whether its bytes mention "compile"
 
     # -- files and names ------------------------------------------------------------------------------------
@@ -117,7 +120,7 @@ class Linker:
         self.loaded.append(path)
         return loaded
 
-    def resolve_ext(self, ref: ExtRef, hops: int = 0) -> List[object]:
+    def resolve_ext(self, ref: ExtRef, hops: int = 0) -> List[Target]:
         """What a dotted name imported from project code refers to, following re-exports."""
         if self.index is None or hops > _MAX_HOPS:
             return []
@@ -132,7 +135,7 @@ class Linker:
             summary = self.summary(path)
             if summary is None:
                 return []
-            found: List[object] = []
+            found: List[Target] = []
             for item in summary.name(rest[0]):
                 if isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS:
                     found.append(item)  # a name bound to torch.compile itself (`jit_fuser = torch.compile`)
@@ -147,7 +150,7 @@ class Linker:
             return []
         return []
 
-    def class_info(self, ref: object, hops: int = 0) -> Optional[Tuple[LocalClass, ClassInfo]]:
+    def class_info(self, ref: Target, hops: int = 0) -> Optional[Tuple[LocalClass, ClassInfo]]:
         if isinstance(ref, ExtRef):
             for item in self.resolve_ext(ref, hops + 1):
                 if isinstance(item, LocalClass):
@@ -159,34 +162,36 @@ class Linker:
             return (ref, info) if info else None
         return None
 
-    def is_thread_class(self, ref: object, hops: int = 0) -> bool:
+    def is_thread_class(self, ref: ClassRef, hops: int = 0) -> bool:
         found = self.class_info(ref)
         if found is None or hops > _MAX_HOPS:
             return False
         info = found[1]
         return info.thread_base or any(self.is_thread_class(base, hops + 1) for base in info.bases)
 
-    def function_line(self, ref: FuncRef) -> int:
+    def function_info(self, ref: FuncRef) -> Optional[FuncInfo]:
         summary = self.summary(ref.path)
-        info = summary.function(ref.qualname) if summary else None
+        return summary.function(ref.qualname) if summary else None
+
+    def function_line(self, ref: FuncRef) -> int:
+        info = self.function_info(ref)
         return info.line if info else 0
 
     # -- references -----------------------------------------------------------------------------------------
 
-    def expand(self, ref: object, through_compiled: bool = False, hops: int = 0) -> List[Step]:
+    def expand(self, ref: Target, through_compiled: bool = False, hops: int = 0) -> List[Step]:
         """The functions (and compiled callables) that calling `ref` runs."""
         if hops > _MAX_HOPS:
             return []
         if isinstance(ref, CompiledRef):
-            return [("compiled", ref)]
+            return [ref]
         if isinstance(ref, FuncRef):
-            summary = self.summary(ref.path)
-            info = summary.function(ref.qualname) if summary else None
-            if info is None:
+            function = self.function_info(ref)
+            if function is None:
                 return []
-            if (info.compiled or self._compiled_by_import(info)) and not through_compiled:
-                return [("compiled", CompiledRef(ref.qualname, ref.path, info.line))]
-            return [("node", ref)]
+            if (function.compiled or self._compiled_by_import(function)) and not through_compiled:
+                return [CompiledRef(ref.qualname, ref.path, function.line)]
+            return [ref]
         if isinstance(ref, ExtRef):
             steps: List[Step] = []
             for item in self.resolve_ext(ref):
@@ -204,9 +209,9 @@ class Linker:
             steps = []
             for graph, call, scope in self.constructions(ref.cls):
                 argument = next((k.value for k in call.keywords if k.arg == ref.name), None)
-                if argument is None and 0 <= ref.index < len(call.args) and not any(
-                        isinstance(a, ast.Starred) for a in call.args[: ref.index + 1]):
-                    argument = call.args[ref.index]
+                if argument is None and 0 <= ref.position < len(call.args) and not any(
+                        isinstance(a, ast.Starred) for a in call.args[: ref.position + 1]):
+                    argument = call.args[ref.position]
                 passed = graph.ctx.resolver.callee(argument, scope, call.lineno) if argument is not None else None
                 if passed is not None:
                     steps.extend(self.expand(passed, through_compiled, hops + 1))
@@ -253,7 +258,7 @@ class Linker:
             return True
         return rest[0] in _STAR_NAMES and b"import *" in data
 
-    def _compiled_by_import(self, info) -> bool:
+    def _compiled_by_import(self, info: FuncInfo) -> bool:
         """An imported decorator bound to torch.compile in its module (only modules whose bytes mention
         `compile` are parsed for this: `@torch.no_grad()` must not load torch's own __init__)."""
         return any(isinstance(item, ExtRef) and item.dotted in COMPILE_FUNCTIONS
@@ -273,7 +278,7 @@ class Linker:
                 return self._compiles[path]
         return False
 
-    def constructions(self, cls: LocalClass) -> List[Tuple[ModuleGraph, ast.Call, object]]:
+    def constructions(self, cls: LocalClass) -> List[Construction]:
         """Where the project builds `cls`: its own file, the files beside it that name it, and files already
         parsed. (A search of every file for every class made one scan of torch's sources 3 s slower.)"""
         if cls in self._constructions:
@@ -283,7 +288,7 @@ class Linker:
         neighbours = self.index.by_folder.get(folder, []) if self.index else []
         paths = [cls.path] + [p for p in self.summaries if p != cls.path] + [
             path for path in neighbours if path not in self.summaries and _mentions(path, name)]
-        found = []
+        found: List[Construction] = []
         for path in dict.fromkeys(paths):
             graph = self.summary(path)
             if graph is None:
@@ -296,7 +301,7 @@ class Linker:
         self._constructions[cls] = found
         return found
 
-    def _has_method(self, cls: LocalClass, name: str, hops: int = 0) -> bool:
+    def _has_method(self, cls: ClassRef, name: str, hops: int = 0) -> bool:
         found = self.class_info(cls)
         if found is None or hops > _MAX_HOPS:
             return False
@@ -305,49 +310,55 @@ class Linker:
 
     # -- searches -------------------------------------------------------------------------------------------
 
-    def find_compiled(self, starts: Iterable[object], max_depth: int = MAX_CHAIN_DEPTH
+    def find_compiled(self, starts: Iterable[Target], max_depth: int = MAX_CHAIN_DEPTH
                       ) -> Optional[Tuple[List[FuncRef], CompiledRef]]:
         """The shortest call chain from `starts` to a compiled callable (breadth first, bounded), or None."""
         parent: Dict[FuncRef, Optional[FuncRef]] = {}
-        queue: deque = deque()
+        queue: Deque[Tuple[FuncRef, int]] = deque()
         for start in starts:
-            for kind, item in self.expand(start):
-                if kind == "compiled":
+            for item in self.expand(start):
+                if isinstance(item, CompiledRef):
                     return [], item
                 if item not in parent:
                     parent[item] = None
                     queue.append((item, 0))
         while queue:
             node, depth = queue.popleft()
-            info = self.summary(node.path).function(node.qualname)
+            info = self.function_info(node)
+            if info is None:  # expand() yields only functions it found
+                continue
             for ref in info.refs:
-                for kind, item in self.expand(ref):
-                    if kind == "compiled":
+                for item in self.expand(ref):
+                    if isinstance(item, CompiledRef):
                         return self._chain(parent, node), item
                     if item not in parent and depth + 1 < max_depth:
                         parent[item] = node
                         queue.append((item, depth + 1))
         return None
 
-    def reachable(self, starts: Iterable[object], max_depth: int = MAX_CHAIN_DEPTH) -> Set[FuncRef]:
+    def reachable(self, starts: Iterable[Target], max_depth: int = MAX_CHAIN_DEPTH) -> Set[FuncRef]:
         """Every function run by `starts`, compiled ones included (for "is this call inside compiled code")."""
         seen: Set[FuncRef] = set()
-        frontier = []
+        frontier: List[FuncRef] = []
         for start in starts:
-            frontier.extend(item for kind, item in self.expand(start, through_compiled=True) if kind == "node")
+            frontier.extend(self._functions_run(start))
         for _ in range(max_depth + 1):
-            next_frontier = []
+            next_frontier: List[FuncRef] = []
             for node in frontier:
                 if node in seen:
                     continue
                 seen.add(node)
-                info = self.summary(node.path).function(node.qualname)
+                info = self.function_info(node)
+                if info is None:  # expand() yields only functions it found
+                    continue
                 for ref in info.refs:
-                    next_frontier.extend(
-                        item for kind, item in self.expand(ref, through_compiled=True) if kind == "node"
-                    )
+                    next_frontier.extend(self._functions_run(ref))
             frontier = next_frontier
         return seen
+
+    def _functions_run(self, ref: Target) -> List[FuncRef]:
+        """The functions calling `ref` runs, through torch.compile'd wrappers too."""
+        return [item for item in self.expand(ref, through_compiled=True) if isinstance(item, FuncRef)]
 
     @staticmethod
     def _chain(parent: Dict[FuncRef, Optional[FuncRef]], node: FuncRef) -> List[FuncRef]:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import re
 from typing import Callable, Optional, Tuple
 
-KWARGS_PARAMETER_FROM = (4, 35, 0)
-EXPLICIT_TRUE_FROM = (4, 38, 0)
 NON_REENTRANT_FROM = (5, 0, 0)
 REENTRANT_RANGE = "transformers < 5.0 (every 4.x release)"
 _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?")
@@ -45,7 +43,8 @@ def parse(version: Optional[str]) -> Optional[Tuple[int, int, int]]:
     match = _VERSION.match(version or "")
     if not match:
         return None
-    return tuple(int(part or 0) for part in match.groups())  # type: ignore[return-value]
+    major, minor, patch = (int(part or 0) for part in match.groups())
+    return major, minor, patch
 
 
 def default_is_reentrant(version: Optional[str]) -> Optional[bool]:

@@ -57,10 +57,11 @@ class ParamRef(NamedTuple):
     cls: LocalClass
     method: str  # the method's name ("__init__")
     name: str
-    index: int  # position among the explicit arguments (self excluded); -1 keyword-only
+    position: int  # among the explicit arguments (self excluded); -1 keyword-only
 
 
 Ref = Union[FuncRef, CompiledRef, MethodRef, InstanceRef, ExtRef, ParamRef]
+Target = Union[Ref, LocalClass]  # what a module-level name can stand for: something callable, or a class
 
 
 class Resolver:
@@ -154,10 +155,9 @@ class Resolver:
         if binding is None:
             return None
         if binding.kind == "def":
-            return FuncRef(self.path, self.table.scope_for(binding.node, binding.scope).qualname)
+            return FuncRef(self.path, self.table.opened_by(binding).qualname)
         if binding.kind == "class":
-            return MethodRef(LocalClass(self.path, self.table.scope_for(binding.node, binding.scope).qualname),
-                             "__init__")
+            return MethodRef(LocalClass(self.path, self.table.opened_by(binding).qualname), "__init__")
         if binding.kind == "import":
             return ExtRef(binding.target, self.path)
         if binding.kind == "compiled":
@@ -168,7 +168,7 @@ class Resolver:
             return self.element_callee(binding.node, binding.scope, binding.line, depth + 1)
         return None
 
-    def element_callee(self, container: ast.AST, scope: Scope, line: int, depth: int = 0,
+    def element_callee(self, container: Optional[ast.AST], scope: Scope, line: int, depth: int = 0,
                        key: Optional[ast.AST] = None) -> Optional[Ref]:
         """What calling an element of `container` runs: a list/tuple/set/dict display, a comprehension, or a
         constructor given one (nn.ModuleList([...]), nn.Sequential(*[...])), directly or through a name or
@@ -181,8 +181,8 @@ class Resolver:
                 return None
             return self.element_callee(binding.node, binding.scope, binding.line, depth + 1, key)
         if isinstance(container, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
-            inner = self.table.scope_for(container, scope) if container in self.table.scope_of else scope
-            return self.callee(container.elt, inner, line, depth + 1)
+            # the table has no scopes for comprehensions: their element is resolved in the enclosing scope
+            return self.callee(container.elt, scope, line, depth + 1)
         if isinstance(container, ast.Dict):
             pairs = list(zip(container.keys, container.values))
             if isinstance(key, ast.Constant):
@@ -205,7 +205,8 @@ class Resolver:
                 return ref
         return None
 
-    def value_callee(self, value: ast.AST, scope: Scope, line: int, name: str, depth: int = 0) -> Optional[Ref]:
+    def value_callee(self, value: Optional[ast.AST], scope: Scope, line: int, name: str,
+                     depth: int = 0) -> Optional[Ref]:
         """What calling a name bound to `value` runs."""
         if isinstance(value, ast.Call):
             if self.is_compile_call(value, scope, line):
@@ -227,7 +228,7 @@ class Resolver:
             if binding is None:
                 return None
             if binding.kind == "class":
-                return LocalClass(self.path, self.table.scope_for(binding.node, binding.scope).qualname)
+                return LocalClass(self.path, self.table.opened_by(binding).qualname)
             if binding.kind == "import":
                 return ExtRef(binding.target, self.path)
             if binding.kind == "assign" and isinstance(binding.node, (ast.Name, ast.Attribute)):

@@ -9,10 +9,13 @@ from __future__ import annotations
 import ast
 import bisect
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+DEFINITION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)  # the statements among SCOPE_NODES
+FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
+ScopeNode = Union[FunctionNode, ast.ClassDef]
 
 # What `from M import *` binds, for the few modules the rules care about.
 STAR_EXPORTS = {
@@ -37,17 +40,24 @@ class Binding:
 @dataclass(eq=False)
 class Scope:
     kind: str  # module | function | lambda | class
-    node: ast.AST
+    node: Union[ast.Module, ScopeNode]
     parent: Optional["Scope"]
     qualname: str  # "" for the module; Python-style otherwise (Outer.method, f.<locals>.g)
     bindings: Dict[str, List[Binding]] = field(default_factory=dict)
     # per name, the lines of its bindings (sorted, like the lists above once collected): lookups bisect them
     binding_lines: Dict[str, List[int]] = field(default_factory=dict)
-    global_names: set = field(default_factory=set)
+    global_names: Set[str] = field(default_factory=set)
     self_name: Optional[str] = None  # a method's first parameter
     owner: Optional["Scope"] = None  # a method's class scope
     # class scopes only: `self.<attr> = value` anywhere in the class's methods
     attributes: Dict[str, List[Binding]] = field(default_factory=dict)
+
+    @property
+    def enclosing(self) -> "Scope":
+        """The scope a def, class or lambda is defined in."""
+        if self.parent is None:
+            raise ValueError("the module scope has no enclosing scope")
+        return self.parent
 
     @property
     def module(self) -> "Scope":
@@ -75,7 +85,7 @@ def _spans(node: ast.AST, lines: List[int]) -> bool:
     return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
 
 
-def _stored(statement: ast.AST) -> list:
+def _stored(statement: ast.AST) -> List[ast.expr]:
     """The assignment targets of one statement (what it stores, whatever the value)."""
     if isinstance(statement, ast.Assign):
         return list(statement.targets)
@@ -86,7 +96,7 @@ def _stored(statement: ast.AST) -> list:
     return []
 
 
-def _names(target: ast.AST) -> list:
+def _names(target: ast.AST) -> List[ast.Name]:
     """The plain names a target stores into (`a, (b, *c) = ...`); attributes and subscripts bind no name."""
     if isinstance(target, ast.Name):
         return [target]
@@ -121,6 +131,7 @@ class ScopeTable:
     def __init__(self, tree: ast.Module, package: Optional[str] = None, global_lines: Sequence[int] = (),
                  walrus_lines: Optional[Sequence[int]] = None):
         self.package = package
+        self.tree = tree
         # Lines that may hold `:=` (None: any line): only statements spanning one are searched for walrus targets.
         self.walrus_lines = None if walrus_lines is None else sorted(walrus_lines)
         # Lines holding a `global` statement: the functions around them rebind module names (collected before the
@@ -129,8 +140,8 @@ class ScopeTable:
         self.module = Scope("module", tree, None, "")
         self.scope_of: Dict[ast.AST, Scope] = {tree: self.module}
         self.by_qualname: Dict[str, Scope] = {}
-        self._collected: set = set()
-        self._attributes_collected: set = set()
+        self._collected: Set[Scope] = set()
+        self._attributes_collected: Set[Scope] = set()
 
     def release(self) -> None:
         """Break the scope <-> binding cycles so the AST is freed at once, without the cyclic collector."""
@@ -142,7 +153,7 @@ class ScopeTable:
 
     # -- building -------------------------------------------------------------------------------------------
 
-    def scope_for(self, node: ast.AST, parent: Scope) -> Scope:
+    def scope_for(self, node: ScopeNode, parent: Scope) -> Scope:
         """The scope a def, class or lambda opens (created on first use; `parent` is where it is defined)."""
         scope = self.scope_of.get(node)
         if scope is not None:
@@ -167,6 +178,13 @@ class ScopeTable:
         self.by_qualname.setdefault(scope.qualname, scope)
         return scope
 
+    def opened_by(self, binding: Binding) -> Scope:
+        """The scope a "def" or "class" binding's statement opens."""
+        node = binding.node
+        if not isinstance(node, SCOPE_NODES):
+            raise TypeError(f"a {binding.kind!r} binding opens no scope")
+        return self.scope_for(node, binding.scope)
+
     def bindings(self, scope: Scope) -> Dict[str, List[Binding]]:
         if scope not in self._collected:
             self._collected.add(scope)
@@ -180,7 +198,7 @@ class ScopeTable:
         if cls not in self._attributes_collected:
             self._attributes_collected.add(cls)
             for binding in [b for bs in self.bindings(cls).values() for b in bs if b.kind == "def"]:
-                self.bindings(self.scope_of[binding.node])
+                self.bindings(self.opened_by(binding))
         return cls.attributes
 
     def _collect(self, scope: Scope) -> None:
@@ -191,12 +209,12 @@ class ScopeTable:
         if isinstance(node, ast.Lambda):
             self._collect_walrus(scope, [node.body])
             return
-        handled: set = set()
-        statements = list(node.body)
+        handled: Set[ast.Name] = set()
+        statements: List[ast.stmt] = list(node.body)
         stack = list(reversed(statements))
         while stack:
             statement = stack.pop()
-            if isinstance(statement, SCOPE_NODES):
+            if isinstance(statement, DEFINITION_NODES):
                 self.scope_for(statement, scope)
                 kind = "class" if isinstance(statement, ast.ClassDef) else "def"
                 scope.bind(statement.name, Binding(kind, statement.lineno, scope, node=statement))
@@ -206,7 +224,7 @@ class ScopeTable:
                 for name in _names(target):
                     if name not in handled:
                         scope.bind(name.id, Binding("local", name.lineno, scope))
-            children: list = []
+            children: List[ast.stmt] = []
             for field_name in ("body", "orelse", "finalbody"):
                 value = getattr(statement, field_name, None)
                 if isinstance(value, list):
@@ -221,7 +239,7 @@ class ScopeTable:
             stack.extend(reversed(children))
         self._collect_walrus(scope, statements)
 
-    def _collect_walrus(self, scope: Scope, roots: list) -> None:
+    def _collect_walrus(self, scope: Scope, roots: Sequence[ast.AST]) -> None:
         """`(name := value)` inside expressions of this scope (not of nested functions or lambdas), searched only
         in the statements that span a line holding `:=`."""
         lines = self.walrus_lines
@@ -238,7 +256,7 @@ class ScopeTable:
                 if not isinstance(child, (ast.stmt, ast.Lambda, ast.excepthandler)):
                     stack.append(child)
 
-    def _bind_statement(self, scope: Scope, node: ast.AST, handled: set) -> None:
+    def _bind_statement(self, scope: Scope, node: ast.AST, handled: Set[ast.Name]) -> None:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -268,8 +286,8 @@ class ScopeTable:
                 if isinstance(item.optional_vars, ast.Name):
                     handled.add(item.optional_vars)
                     scope.bind(item.optional_vars.id, Binding("with", node.lineno, scope, node=item.context_expr))
-                elif self._self_attribute(scope, item.optional_vars):
-                    self._bind_attribute(scope, item.optional_vars, item.context_expr, node.lineno, "with")
+                else:
+                    self._bind_self_attribute(scope, item.optional_vars, item.context_expr, node.lineno, "with")
         elif isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
             # `for layer in self.layers:` binds an element of the container (resolve.element_callee follows it)
             handled.add(node.target)
@@ -284,10 +302,10 @@ class ScopeTable:
                 receiver = call.func.value
                 if isinstance(receiver, ast.Name):
                     scope.bind(receiver.id, Binding("compiled", node.lineno, scope, node=receiver))
-                elif self._self_attribute(scope, receiver):
-                    self._bind_attribute(scope, receiver, receiver, node.lineno, "compiled")
+                else:
+                    self._bind_self_attribute(scope, receiver, receiver, node.lineno, "compiled")
 
-    def _bind_target(self, scope: Scope, target: ast.AST, value: ast.AST, line: int, handled: set) -> None:
+    def _bind_target(self, scope: Scope, target: ast.AST, value: ast.AST, line: int, handled: Set[ast.Name]) -> None:
         if isinstance(target, ast.Name):
             handled.add(target)
             scope.bind(target.id, Binding("assign", line, scope, node=value))
@@ -298,25 +316,24 @@ class ScopeTable:
             if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
                 for sub_target, sub_value in zip(target.elts, value.elts):
                     self._bind_target(scope, sub_target, sub_value, line, handled)
-        elif self._self_attribute(scope, target):
-            self._bind_attribute(scope, target, value, line, "assign")
+        else:
+            self._bind_self_attribute(scope, target, value, line, "assign")
 
-    def _self_attribute(self, scope: Scope, node: Optional[ast.AST]) -> bool:
+    def _bind_self_attribute(self, scope: Scope, target: Optional[ast.AST], value: ast.AST, line: int,
+                             kind: str) -> None:
+        """`self.<attr> = value` in a method (or a closure inside one) binds an attribute of the method's class;
+        any other target binds nothing here."""
         method = self.method_of(scope)
-        return (
-            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-            and method is not None and node.value.id == method.self_name
-        )
-
-    @staticmethod
-    def _bind_attribute(scope: Scope, target: ast.Attribute, value: ast.AST, line: int, kind: str) -> None:
-        method = ScopeTable.method_of(scope)
-        method.owner.attributes.setdefault(target.attr, []).append(Binding(kind, line, scope, node=value))
+        if (
+            isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            and method is not None and method.owner is not None and target.value.id == method.self_name
+        ):
+            method.owner.attributes.setdefault(target.attr, []).append(Binding(kind, line, scope, node=value))
 
     # -- lookups --------------------------------------------------------------------------------------------
 
     @staticmethod
-    def method_of(scope: Scope) -> Optional[Scope]:
+    def method_of(scope: Optional[Scope]) -> Optional[Scope]:
         """The method whose `self` is visible from `scope` (a method, or a closure inside one)."""
         while scope is not None and scope.kind in ("function", "lambda"):
             if scope.owner is not None:
@@ -327,7 +344,7 @@ class ScopeTable:
     def _collect_global_rebindings(self) -> None:
         """Collect every function that holds a `global` statement, visiting only the subtrees around those lines."""
         lines, self._global_lines = self._global_lines, []
-        stack = [(child, self.module) for child in self.module.node.body]
+        stack: List[Tuple[ast.AST, Scope]] = [(child, self.module) for child in self.tree.body]
         while stack:
             node, parent = stack.pop()
             start, end = getattr(node, "lineno", 0), getattr(node, "end_lineno", 0) or 0
@@ -388,7 +405,7 @@ class ScopeTable:
         return None
 
 
-def walk(table: ScopeTable, lines: Optional[List[int]] = None):
+def walk(table: ScopeTable, lines: Optional[List[int]] = None) -> Iterator[Tuple[ast.AST, Scope]]:
     """(node, scope) pairs in source order; decorators, defaults and bases belong to the enclosing scope.
 
     With `lines`, only subtrees whose line span holds one of those lines are entered."""
@@ -402,7 +419,7 @@ def walk(table: ScopeTable, lines: Optional[List[int]] = None):
         index = bisect.bisect_left(lines, start)
         return index < len(lines) and lines[index] <= (getattr(node, "end_lineno", None) or start)
 
-    stack = [(child, table.module) for child in reversed(table.module.node.body) if wanted(child)]
+    stack: List[Tuple[ast.AST, Scope]] = [(child, table.module) for child in reversed(table.tree.body) if wanted(child)]
     while stack:
         node, scope = stack.pop()
         yield node, scope
@@ -410,6 +427,8 @@ def walk(table: ScopeTable, lines: Optional[List[int]] = None):
             stack.extend((child, scope) for child in reversed(list(ast.iter_child_nodes(node))) if wanted(child))
             continue
         inner = table.scope_for(node, scope)
+        outer: List[ast.expr]
+        body: Sequence[ast.AST]
         if isinstance(node, ast.Lambda):
             outer = node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
             body = [node.body]

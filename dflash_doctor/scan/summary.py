@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
-from dflash_doctor.scan.resolve import ClassRef, LocalClass, Ref
+from dflash_doctor.scan.resolve import ClassRef, ExtRef, LocalClass, Ref
 
 
 @dataclass
@@ -13,7 +13,7 @@ class FuncInfo:
     line: int
     refs: List[Ref] = field(default_factory=list)  # callees and callbacks, in source order
     compiled: bool = False  # decorated with @torch.compile / @torch.compile(...)
-    decorators: Tuple[Ref, ...] = ()  # imported decorators: the linker checks whether one is torch.compile
+    decorators: Tuple[ExtRef, ...] = ()  # imported decorators: the linker checks whether one is torch.compile
 
 
 @dataclass

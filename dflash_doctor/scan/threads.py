@@ -75,11 +75,11 @@ class SpawnCollector:
 
         Only classes the candidate walk entered exist here; a Thread subclass's `class` line names Thread."""
         table = self.ctx.table
-        for scope in [s for s in table.scope_of.values() if s.kind == "class"]:
-            run = [b for b in table.bindings(scope).get("run", ()) if b.kind == "def"]
-            if not run or not scope.node.bases:
+        for scope, class_node in [(s, s.node) for s in table.scope_of.values() if isinstance(s.node, ast.ClassDef)]:
+            run = [b.node for b in table.bindings(scope).get("run", ()) if b.kind == "def"]
+            node = run[-1] if run else None
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not class_node.bases:
                 continue
-            node = run[-1].node
             cls = LocalClass(self.ctx.path, scope.qualname)
             self.graph.spawns.append(Spawn(
                 "Thread subclass", node.lineno, node.col_offset + 1, f"{scope.qualname}.run",
