@@ -49,11 +49,6 @@ class Stress(str, enum.Enum):
     FORCED = "forced"  # a thread holds the FX flag inside a real trace while the workers call compiled code
     STUCK = "stuck"  # two traces exit out of order before the workers start
 
-    @property
-    def deterministic(self) -> bool:
-        """Forced and stuck either reproduce on the first trial or never: one trial settles them."""
-        return self in (Stress.FORCED, Stress.STUCK)
-
 
 STRESS_ORDER = (Stress.NATURAL, Stress.AMPLIFIED, Stress.FORCED, Stress.STUCK)
 
