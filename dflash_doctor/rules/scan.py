@@ -1,8 +1,104 @@
-"""Static-scan rules (DFD1xx checkpointing, DFD2xx threads and compile, DFD3xx configuration)."""
+"""Static-scan rules (DFD1xx checkpointing, DFD2xx threads and compile, DFD3xx configuration).
+
+Each rule is declared once, here, as a `ScanRule`: its registry metadata (code, name, rationale, fix, bad/good
+examples), the byte triggers that decide whether a file is parsed for it at all, the words whose lines hold every
+node it judges, and the checks (classes in dflash_doctor/scan/) that report it. The scanner derives its byte
+prefilter (scan/source.py), its candidate lines and its dispatch (scan/analysis.py) from `SCAN_RULES`, so a new
+rule is a change in this module plus the check that reports it; its examples are its tests (tests/scan/).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
 from dflash_doctor.findings import Severity
+from dflash_doctor.mitigations import REGISTRY
 from dflash_doctor.rules.registry import Rule, register
 
-CHECKPOINT_USE_REENTRANT_TRUE = register(Rule(
+
+@dataclass(frozen=True, eq=False)  # compared by identity: rules sharing a trigger test a file's bytes once
+class ByteTrigger:
+    """What a file's bytes must hold for a rule to possibly fire: one of `words`, with `near` matching within a few
+    hundred bytes of it (patterns are line-local), and `anywhere` matching the whole file when it is given."""
+
+    words: Tuple[bytes, ...]
+    near: "re.Pattern[bytes]"
+    anywhere: Optional["re.Pattern[bytes]"] = None
+
+
+@dataclass(frozen=True)
+class ScanRule:
+    """How the scanner finds one DFD1xx-3xx rule.
+
+    `checks`: the classes that report it, named under dflash_doctor.scan ("module.Class", each a
+    `scan.context.FileCheck`); analysis.py imports them, this table never does (they import it). `words`: names
+    whose lines hold every call, assignment or dict the checks judge (names bound to them on such lines are
+    followed too); no other line is looked at. `triggers`: the file is parsed for the rule when its bytes match
+    any. `graph`: the checks need the file's call graph. `compile_sites`: they need this file's torch.compile
+    sites. `after_files`: judged by the engine once every file is read, from what the other rules left (no
+    checks, words or triggers of its own)."""
+
+    rule: Rule
+    checks: Tuple[str, ...] = ()
+    words: Tuple[str, ...] = ()
+    triggers: Tuple[ByteTrigger, ...] = ()
+    graph: bool = False
+    compile_sites: bool = False
+    after_files: bool = False
+
+
+SCAN_RULES: Dict[str, ScanRule] = {}  # by code
+
+
+def declare(rule: Rule, **finder) -> Rule:
+    """Register `rule` and how the scanner finds it."""
+    if rule.example_format != "python":
+        raise ValueError(f"{rule.code}: scan rules are written as Python sources")
+    SCAN_RULES[rule.code] = ScanRule(register(rule), **finder)
+    return rule
+
+
+# -- byte triggers -------------------------------------------------------------------------------------------
+# Every spelling the rules resolve still names its trigger in the file: torch.utils.checkpoint is reached through
+# "utils.checkpoint", "checkpoint.checkpoint", "utils import ... checkpoint" or a relative import of it; a spawn
+# site names Thread/Timer/ThreadPool; the other rules name their function or key.
+
+CHECKPOINT_IMPORT = ByteTrigger((b"checkpoint",), re.compile(
+    rb"utils\.checkpoint|checkpoint\.checkpoint|utils\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
+    rb"|from\s+\.+\s*checkpoint\s+import|from\s+\.+\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
+))
+# `supports_gradient_checkpointing = True` (every transformers model class) is not the switch.
+HF_SWITCH = ByteTrigger((b"gradient_checkpointing", b"activation_checkpointing"), re.compile(
+    rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|(?<!\w)gradient_checkpointing\s*=\s*True"))
+# Thread, Timer and the pools resolve only through an import of their module (or a base class that the linker
+# follows to one): a file that names none of these cannot start a thread the rules recognise.
+THREAD_SPAWN = ByteTrigger(
+    (b"Thread", b"Timer", b"multiprocessing.dummy"),
+    re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy"),
+    re.compile(rb"threading|concurrent|multiprocessing|class\s+\w+\s*\([^)]*Thread\b"),
+)
+# A file that applies a mitigation (scan/fixes.py) is read for DFD201 too, though it may start no thread.
+APPLIED_MITIGATION = ByteTrigger((b"dflash_doctor", b"force_non_lazy_backward_lowering"),
+                                 re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering"))
+# The function itself: not the module (`flex_attention.noop_mask`, `flex_attention import X`), not a longer name;
+# torch's flex_attention resolves only through an import that names its module (absolute or relative).
+FLEX_CALL = ByteTrigger(
+    (b"flex_attention",), re.compile(rb"\bflex_attention\b(?!\s*import\b)(?!\.)"),
+    re.compile(rb"nn\.attention\.flex_attention|attention\s+import\s+(?:[^\n;]*|\([^)]*)\bflex_attention\b"
+               rb"|from\s+\.+\s*flex_attention\s+import"),
+)
+DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",),
+                                re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace"))
+
+# -- candidate-line words (aliases bound on their lines are added by analysis.candidate_lines) ---------------
+
+CHECKPOINT_CALLS = ("checkpoint", "checkpoint_sequential")
+HF_KWARGS = ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")
+# Every marker of the mitigation registry: scan/fixes.py looks for their calls on these lines.
+MITIGATION_MARKERS = tuple(sorted({marker for entry in REGISTRY for marker in entry.source_markers}))
+
+CHECKPOINT_USE_REENTRANT_TRUE = declare(Rule(
     code="DFD101",
     name="checkpoint-use-reentrant-true",
     severity=Severity.WARNING,
@@ -29,9 +125,11 @@ CHECKPOINT_USE_REENTRANT_TRUE = register(Rule(
         "def chunk_loss(fn, x):\n"
         "    return tuc.checkpoint(fn, x, use_reentrant=False)\n"
     ),
-))
+), checks=("checkpointing.CheckpointRule",),
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction"),
+    triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
 
-CHECKPOINT_USE_REENTRANT_IMPLICIT = register(Rule(
+CHECKPOINT_USE_REENTRANT_IMPLICIT = declare(Rule(
     code="DFD102",
     name="checkpoint-use-reentrant-implicit",
     severity=Severity.WARNING,
@@ -54,9 +152,10 @@ CHECKPOINT_USE_REENTRANT_IMPLICIT = register(Rule(
         "def block(layer, h):\n"
         "    return ckpt(layer, h, use_reentrant=False)\n"
     ),
-))
+), checks=("checkpointing.CheckpointRule",),
+    words=CHECKPOINT_CALLS, triggers=(CHECKPOINT_IMPORT,))
 
-CHECKPOINT_USE_REENTRANT_UNKNOWN = register(Rule(
+CHECKPOINT_USE_REENTRANT_UNKNOWN = declare(Rule(
     code="DFD103",
     name="checkpoint-use-reentrant-unknown",
     severity=Severity.INFO,
@@ -78,9 +177,10 @@ CHECKPOINT_USE_REENTRANT_UNKNOWN = register(Rule(
         "def block(layer, h):\n"
         "    return cp.checkpoint(layer, h, use_reentrant=False)\n"
     ),
-))
+), checks=("checkpointing.CheckpointRule",),
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",), triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
 
-HF_GRADIENT_CHECKPOINTING_IMPLICIT = register(Rule(
+HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
     code="DFD104",
     name="hf-gradient-checkpointing-implicit",
     severity=Severity.WARNING,
@@ -103,9 +203,11 @@ HF_GRADIENT_CHECKPOINTING_IMPLICIT = register(Rule(
         "def prepare(model):\n"
         '    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})\n'
     ),
-))
+), checks=("checkpointing.CheckpointRule",),
+    words=("gradient_checkpointing_enable", "activation_checkpointing_enable", "gradient_checkpointing"),
+    triggers=(HF_SWITCH,))
 
-COMPILED_CALL_IN_THREAD = register(Rule(
+COMPILED_CALL_IN_THREAD = declare(Rule(
     code="DFD201",
     name="compiled-call-in-thread",
     severity=Severity.ERROR,
@@ -146,9 +248,11 @@ COMPILED_CALL_IN_THREAD = register(Rule(
         "\n"
         "worker(1, 2)\n"
     ),
-))
+), checks=("threads.SpawnCollector", "fixes.FixCollector"),
+    words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MITIGATION_MARKERS,
+    triggers=(THREAD_SPAWN, APPLIED_MITIGATION), graph=True)
 
-FLEX_ATTENTION_UNCOMPILED = register(Rule(
+FLEX_ATTENTION_UNCOMPILED = declare(Rule(
     code="DFD202",
     name="flex-attention-uncompiled",
     severity=Severity.WARNING,
@@ -175,9 +279,10 @@ FLEX_ATTENTION_UNCOMPILED = register(Rule(
         "def attend(q, k, v, block_mask):\n"
         "    return compiled_flex(q, k, v, block_mask=block_mask)\n"
     ),
-))
+), checks=("flex.FlexAttentionRule",),
+    words=("flex_attention",), triggers=(FLEX_CALL,), graph=True, compile_sites=True)
 
-NESTED_FX_TRACE_SILENCED = register(Rule(
+NESTED_FX_TRACE_SILENCED = declare(Rule(
     code="DFD301",
     name="nested-fx-trace-silenced",
     severity=Severity.WARNING,
@@ -198,9 +303,10 @@ NESTED_FX_TRACE_SILENCED = register(Rule(
         "\n"
         "torch._dynamo.config.cache_size_limit = 64\n"
     ),
-))
+), checks=("dynamo_config.DynamoConfigRule",),
+    words=("error_on_nested_fx_trace", "force_compile_during_fx_trace"), triggers=(DYNAMO_CONFIG_KEY,))
 
-UNUSED_NOQA = register(Rule(
+UNUSED_NOQA = declare(Rule(
     code="DFD302",
     name="unused-noqa",
     severity=Severity.INFO,
@@ -224,4 +330,4 @@ UNUSED_NOQA = register(Rule(
         "def block(layer, h):\n"
         "    return checkpoint(layer, h)  # noqa: DFD102\n"
     ),
-))
+), after_files=True)

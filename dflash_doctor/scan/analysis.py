@@ -1,21 +1,23 @@
 """Analyse one parsed file: walk its AST once (iteratively: deep files must not overflow the stack) and let
-each rule look at the calls and assignments it cares about."""
+each enabled rule's checks look at the calls, assignments, dicts and scopes they care about.
+
+Which checks run, on which lines, and whether the file's call graph is built all come from the rules' declarations
+(rules/scan.py, `SCAN_RULES`); nothing here names a rule."""
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import re
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Type
 
 from dflash_doctor.findings import Finding, Problem
+from dflash_doctor.rules.scan import SCAN_RULES
 from dflash_doctor.scan.callgraph import COMPILE_WORDS, ModuleGraph
-from dflash_doctor.scan.checkpointing import CheckpointRule
-from dflash_doctor.scan.context import FileContext, NoqaDirective, noqa_directives
-from dflash_doctor.scan.dynamo_config import DynamoConfigRule
-from dflash_doctor.scan.fixes import MARKER_WORDS, AppliedFix, FixCollector
-from dflash_doctor.scan.flex import FlexAttentionRule
-from dflash_doctor.scan.scopes import SCOPE_NODES, walk
-from dflash_doctor.scan.threads import SpawnCollector
+from dflash_doctor.scan.context import FileCheck, FileContext, NoqaDirective, noqa_directives
+from dflash_doctor.scan.fixes import AppliedFix
+from dflash_doctor.scan.scopes import SCOPE_NODES, Scope, walk
 
 
 @dataclass
@@ -29,19 +31,46 @@ class FileResult:
     noqa_used: Set[Tuple[int, str]] = field(default_factory=set)  # (line, code) they suppressed
 
 
-# Words whose lines hold every call the non-graph rules judge; aliases are added by `candidate_lines`.
-_RULE_WORDS = {
-    "DFD101": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
-               "activation_checkpointing_kwargs", "use_reentrant", "CheckpointFunction"),
-    "DFD102": ("checkpoint", "checkpoint_sequential"),
-    "DFD103": ("checkpoint", "checkpoint_sequential", "gradient_checkpointing_kwargs",
-               "activation_checkpointing_kwargs", "use_reentrant"),
-    "DFD104": ("gradient_checkpointing_enable", "activation_checkpointing_enable", "gradient_checkpointing"),
-    "DFD301": ("error_on_nested_fx_trace", "force_compile_during_fx_trace"),
-    "DFD201": ("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MARKER_WORDS,
-    "DFD202": ("flex_attention",),
-}
-_GRAPH_RULES = frozenset({"DFD201", "DFD202"})
+def _check_class(name: str) -> Type[FileCheck]:
+    """A check named in a rule's declaration ("module.Class" under dflash_doctor.scan)."""
+    module, _, attribute = name.rpartition(".")
+    found = getattr(importlib.import_module(f"dflash_doctor.scan.{module}"), attribute)
+    if not (isinstance(found, type) and issubclass(found, FileCheck)):
+        raise TypeError(f"{name} is not a FileCheck")
+    return found
+
+
+# code -> the classes of the checks that report it, imported once (they import the rule table, so it cannot)
+CHECKS: Dict[str, Tuple[Type[FileCheck], ...]] = {
+    code: tuple(_check_class(name) for name in entry.checks) for code, entry in SCAN_RULES.items()}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What analysing a file for a set of enabled rules takes, derived once per set."""
+    checks: Tuple[Type[FileCheck], ...]  # each once, in code order
+    words: FrozenSet[str]  # whose lines are candidates
+    graph: bool  # some check needs the call graph
+    compile_sites: bool  # some check needs the file's compile sites
+
+
+@functools.lru_cache(maxsize=None)
+def _plan(enabled: FrozenSet[str]) -> _Plan:
+    codes = sorted(enabled)
+    checks = tuple(dict.fromkeys(check for code in codes for check in CHECKS[code]))
+    return _Plan(checks, frozenset(word for code in codes for word in SCAN_RULES[code].words),
+                 any(check.needs_graph for check in checks), any(check.needs_compile_sites for check in checks))
+
+
+Visit = Callable[[Any, Scope], None]  # each check takes its own kind of node
+
+
+def _hooks(checks: Sequence[FileCheck], method: str) -> List[Visit]:
+    """The checks' `method`s, leaving out those that kept FileCheck's (empty) one."""
+    base = getattr(FileCheck, method)
+    return [getattr(check, method) for check in checks if getattr(type(check), method) is not base]
+
+
 _ALIAS = re.compile(r"\bas\s+(\w+)")
 _LEFT = re.compile(r"^[\w\s,.\[\]*]+$")  # assignment targets; no "(" so `f(x=1)` keywords are not taken
 _NOT_ALIASES = frozenset({"self", "cls"})
@@ -166,55 +195,41 @@ def analyse_tree(
     path: str, text: str, tree: ast.Module, enabled: FrozenSet[str], package: Optional[str] = None,
     graph: bool = False, transformers_version: Optional[str] = None, roots: bool = False,
 ) -> Tuple[FileResult, Optional[ModuleGraph]]:
-    """Findings of the `enabled` rules in one parsed file, and its call graph when a graph rule (DFD201,
-    DFD202) is enabled or `graph` asks for it (a file a thread's call chain leads into). `roots` collects the
-    file's compile sites without judging anything (another file's flex_attention may be compiled here)."""
-    graph = graph or roots or bool(enabled & _GRAPH_RULES)
+    """Findings of the `enabled` rules in one parsed file, and its call graph when an enabled rule's check needs
+    it or `graph` asks for it (a file a thread's call chain leads into). `roots` collects the file's compile sites
+    without judging anything (another file's flex_attention may be compiled here)."""
+    plan = _plan(enabled)
+    roots = roots or plan.compile_sites
+    graph = graph or roots or plan.graph
     compile_lines, compile_names = candidate_lines(text, COMPILE_WORDS) if graph else ([], frozenset())
-    lines, _ = candidate_lines(text, {w for code in enabled for w in _RULE_WORDS.get(code, ())})
-    roots = roots or "DFD202" in enabled
-    if roots:  # flex coverage needs this file's compile sites
+    lines, _ = candidate_lines(text, plan.words)
+    if roots:
         lines = sorted(set(lines) | set(compile_lines))
     ctx = FileContext(path, text, tree, enabled, package, lines, compile_names, transformers_version)
     module_graph = ModuleGraph(ctx) if graph else None
-    # DFD201 and DFD202 always have the graph (see `graph` above), and so has `roots`.
-    spawns = SpawnCollector(ctx, module_graph) if module_graph is not None and "DFD201" in enabled else None
-    fixes = FixCollector(ctx) if "DFD201" in enabled else None
-    flex = FlexAttentionRule(ctx) if "DFD202" in enabled else None
-    compile_sites = module_graph if roots else None
-    checkpoints = CheckpointRule(ctx)
-    config = DynamoConfigRule(ctx)
+    checks = [check(ctx, module_graph) for check in plan.checks]
+    on_call, on_assign, on_dict, on_scope = (_hooks(checks, method) for method in (
+        "visit_call", "visit_assign", "visit_dict", "visit_scope"))
+    if module_graph is not None and roots:
+        on_call.append(module_graph.visit_call)
+        on_scope.append(module_graph.visit_scope)
     for node, scope in walk(ctx.table, lines):
         if isinstance(node, ast.Call):
-            checkpoints.visit_call(node, scope)
-            config.visit_call(node, scope)
-            if spawns is not None:
-                spawns.visit_call(node, scope)
-            if fixes is not None:
-                fixes.visit_call(node, scope)
-            if flex is not None:
-                flex.visit_call(node, scope)
-            if compile_sites is not None:
-                compile_sites.visit_call(node, scope)
+            for visit in on_call:
+                visit(node, scope)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            config.visit_assign(node, scope)
-            checkpoints.visit_assign(node, scope)
-            if fixes is not None:
-                fixes.visit_assign(node, scope)
+            for visit in on_assign:
+                visit(node, scope)
         elif isinstance(node, ast.Dict):
-            checkpoints.visit_dict(node, scope)
+            for visit in on_dict:
+                visit(node, scope)
         elif isinstance(node, SCOPE_NODES):
-            if fixes is not None:
-                fixes.visit_scope(node, scope)
-            if compile_sites is not None:
-                compile_sites.visit_scope(node, scope)
-    checkpoints.finish()
-    if spawns is not None:
-        spawns.finish()
-    if flex is not None and module_graph is not None:
-        flex.finish(module_graph)
+            for visit in on_scope:
+                visit(node, scope)
+    for check in checks:
+        check.finish()
     if module_graph is None:
         ctx.table.release()
-    result = FileResult(path, ctx.findings, [], parsed=True, fixes=fixes.found if fixes else [],
-                        noqa=noqa_directives(text), noqa_used=ctx.used_noqa)
+    result = FileResult(path, ctx.findings, [], parsed=True, fixes=ctx.fixes, noqa=noqa_directives(text),
+                        noqa_used=ctx.used_noqa)
     return result, module_graph

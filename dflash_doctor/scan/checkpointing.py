@@ -17,7 +17,8 @@ from dflash_doctor.rules.scan import (
 )
 from dflash_doctor.findings import Severity
 from dflash_doctor.scan import hf_releases
-from dflash_doctor.scan.context import FileContext, Located
+from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.context import FileCheck, FileContext, Located
 from dflash_doctor.scan.resolve import describe
 from dflash_doctor.scan.scopes import Binding, Scope
 
@@ -144,11 +145,11 @@ def sets_reentrant(keywords: Sequence[ast.keyword]) -> bool:
     return judge_keywords(keywords)[0] != "missing"
 
 
-class CheckpointRule:
+class CheckpointRule(FileCheck):
     """DFD101-103 on calls of torch.utils.checkpoint's functions, and DFD101/103/104 on Hugging Face's switch."""
 
-    def __init__(self, ctx: FileContext):
-        self.ctx = ctx
+    def __init__(self, ctx: FileContext, graph: Optional[ModuleGraph]) -> None:
+        super().__init__(ctx, graph)
         # partial(checkpoint, ...) without use_reentrant: reported where it is made unless calls through a
         # name bound to it are seen (those calls are judged instead).
         self._bare_partials: Dict[ast.Call, str] = {}

@@ -5,7 +5,7 @@ import ast
 from typing import Iterable, Optional, Tuple, Union
 
 from dflash_doctor.rules.scan import NESTED_FX_TRACE_SILENCED
-from dflash_doctor.scan.context import FileContext, Located
+from dflash_doctor.scan.context import FileCheck, Located
 from dflash_doctor.scan.resolve import describe
 from dflash_doctor.scan.scopes import Scope
 
@@ -22,10 +22,7 @@ def _silences(key: Optional[str], value: ast.Constant) -> bool:
     return bool(value.value) == SILENCING[key]
 
 
-class DynamoConfigRule:
-    def __init__(self, ctx: FileContext):
-        self.ctx = ctx
-
+class DynamoConfigRule(FileCheck):
     def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
             return

@@ -11,7 +11,9 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
-from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, UNUSED_NOQA
+from dflash_doctor.rules.scan import (
+    COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, HF_GRADIENT_CHECKPOINTING_IMPLICIT, SCAN_RULES, UNUSED_NOQA,
+)
 from dflash_doctor.scan import baseline as baseline_file
 from dflash_doctor.scan import config as config_file
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
@@ -34,10 +36,8 @@ MAX_LISTED_SKIPS = 200  # facts list at most this many skipped folders (the tota
 
 
 def scan_rules() -> List[Rule]:
-    """The scan rule table (rules/scan.py) alone: other domains' tables are not needed to scan."""
-    from dflash_doctor.rules import scan as table
-
-    return sorted((r for r in vars(table).values() if isinstance(r, Rule)), key=lambda r: r.code)
+    """The scan rules as declared (rules/scan.py) alone: other domains' tables are not needed to scan."""
+    return [SCAN_RULES[code].rule for code in sorted(SCAN_RULES)]
 
 
 def scan_codes() -> List[str]:
@@ -323,7 +323,7 @@ def scan_paths(
     jobs = jobs or default_jobs()
     workers = jobs if len(files) >= parallel_min_files else 1
     items = [(p, index.packages[p]) for p in files]
-    transformers_version = transformers() if "DFD104" in enabled else None
+    transformers_version = transformers() if HF_GRADIENT_CHECKPOINTING_IMPLICIT.code in enabled else None
     results, loaded = _analyse_all(items, enabled, workers, max_bytes, index, transformers_version)
 
     report = Report("scan", problems=list(found.problems))

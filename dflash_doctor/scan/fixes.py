@@ -13,7 +13,7 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, U
 
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY, Mitigation
-from dflash_doctor.scan.context import FileContext, Located
+from dflash_doctor.scan.context import FileCheck, Located
 from dflash_doctor.scan.scopes import Scope
 
 RUNTIME_PACKAGE = "dflash_doctor"
@@ -22,7 +22,6 @@ FUNCTORCH_CONFIG = "torch._functorch.config"
 MARKERS: Dict[str, str] = {marker: m.name for m in REGISTRY for marker in m.source_markers}
 # A marker that is a torch config key rather than a runtime function: applied by setting it to True.
 CONFIG_MARKERS = frozenset(marker for marker in MARKERS if marker.startswith("force_"))
-MARKER_WORDS: Tuple[str, ...] = tuple(sorted(MARKERS))
 # What DFD201 needs stopped before a compiled call in a thread is safe.
 DFD201_HAZARDS: FrozenSet[Hazard] = frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK})
 
@@ -38,10 +37,8 @@ class AppliedFix:
         return {"mitigation": self.mitigation, "path": self.path, "line": self.line, "marker": self.spelled}
 
 
-class FixCollector:
-    def __init__(self, ctx: FileContext):
-        self.ctx = ctx
-        self.found: List[AppliedFix] = []
+class FixCollector(FileCheck):
+    """The mitigations a file applies, into `ctx.fixes` (the engine judges DFD201 under all of them)."""
 
     def _runtime_marker(self, expr: ast.AST, scope: Scope, line: int) -> Optional[str]:
         final = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
@@ -54,7 +51,7 @@ class FixCollector:
         return None
 
     def _add(self, marker: str, node: Located) -> None:
-        self.found.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker))
+        self.ctx.fixes.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker))
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):

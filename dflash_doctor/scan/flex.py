@@ -5,7 +5,7 @@ import ast
 from typing import List, Optional, Tuple
 
 from dflash_doctor.rules.scan import FLEX_ATTENTION_UNCOMPILED
-from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.context import FileCheck, FileContext
 from dflash_doctor.scan.graph import Linker
 from dflash_doctor.scan.resolve import FuncRef, describe
 from dflash_doctor.scan.scopes import Scope
@@ -14,12 +14,16 @@ from dflash_doctor.scan.callgraph import ModuleGraph
 FLEX_ATTENTION = "torch.nn.attention.flex_attention.flex_attention"
 
 
-class FlexAttentionRule:
+class FlexAttentionRule(FileCheck):
     """Compiled coverage is decided per file: functions decorated with or passed to torch.compile (and modules
     compiled with torch.compile(Module(...)) / model.compile()), plus everything they call in this file."""
 
-    def __init__(self, ctx: FileContext):
-        self.ctx = ctx
+    needs_graph = needs_compile_sites = True  # coverage is followed from the file's compile sites
+
+    def __init__(self, ctx: FileContext, graph: Optional[ModuleGraph]) -> None:
+        super().__init__(ctx, graph)
+        assert graph is not None, "needs_graph: analysis.py builds it"
+        self.graph = graph
         self._calls: List[Tuple[ast.Call, Optional[str]]] = []
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
@@ -46,9 +50,10 @@ class FlexAttentionRule:
                 return True
         return False
 
-    def finish(self, graph: ModuleGraph) -> None:
+    def finish(self) -> None:
         if not self._calls:
             return
+        graph = self.graph
         covered = Linker({graph.path: graph}).reachable(graph.compile_roots)
         for node, enclosing in self._calls:
             if enclosing is not None and FuncRef(self.ctx.path, enclosing) in covered:

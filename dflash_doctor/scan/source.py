@@ -7,13 +7,13 @@ from __future__ import annotations
 import ast
 import io
 import os
-import re
 import stat
 import tokenize
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, Optional, Tuple, Union
+from typing import Dict, FrozenSet, Iterable, Optional, Union
 
 from dflash_doctor.findings import Problem
+from dflash_doctor.rules.scan import SCAN_RULES, ByteTrigger
 
 # Bigger than any hand-written module (torch's largest source, a generated test table, is 1.4 MB); parsing
 # something larger costs memory for nothing a human will fix.
@@ -21,73 +21,31 @@ MAX_SOURCE_BYTES = 4 * 1024 * 1024
 # Larger files are not even read for the byte prefilter: whatever they are, nobody wrote them by hand.
 MAX_READ_BYTES = 64 * 1024 * 1024
 
-# What a file's bytes must contain for each rule to possibly fire: a cheap substring test first, then a
-# pattern. Every spelling the rules resolve still names its trigger in the file: torch.utils.checkpoint is
-# reached through "utils.checkpoint", "checkpoint.checkpoint", "utils import ... checkpoint" or a relative
-# import of it; a spawn site names Thread/Timer/ThreadPool; the other rules name their function or key.
-_CHECKPOINT_IMPORT = re.compile(
-    rb"utils\.checkpoint|checkpoint\.checkpoint|utils\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
-    rb"|from\s+\.+\s*checkpoint\s+import|from\s+\.+\s+import\s+(?:[^\n;]*|\([^)]*)\bcheckpoint\b"
-)
-_SPAWN = re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy")
-# Thread, Timer and the pools resolve only through an import of their module (or a base class that the linker
-# follows to one): a file that names none of these cannot start a thread the rules recognise.
-_SPAWN_IMPORT = re.compile(rb"threading|concurrent|multiprocessing|class\s+\w+\s*\([^)]*Thread\b")
-# A file that applies a mitigation (scan/fixes.py) is read for DFD201 too, though it may start no thread.
-_MITIGATION = re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering")
-# The function itself: not the module (`flex_attention.noop_mask`, `flex_attention import X`), not a longer name.
-_FLEX = re.compile(rb"\bflex_attention\b(?!\s*import\b)(?!\.)")
-# torch's flex_attention resolves only through an import that names its module (absolute or relative).
-_FLEX_IMPORT = re.compile(rb"nn\.attention\.flex_attention|attention\s+import\s+(?:[^\n;]*|\([^)]*)\bflex_attention\b"
-                          rb"|from\s+\.+\s*flex_attention\s+import")
-_CONFIG = re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace")
-# `supports_gradient_checkpointing = True` (every transformers model class) is not the switch.
-_HF = re.compile(rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|(?<!\w)gradient_checkpointing\s*=\s*True")
-# code -> (words, a pattern that must match near one of them, a pattern the whole file must match or None)
-Trigger = Tuple[Tuple[bytes, ...], "re.Pattern[bytes]", Optional["re.Pattern[bytes]"]]
-RULE_TRIGGERS: Dict[str, Trigger] = {
-    "DFD101": ((b"checkpoint",), _CHECKPOINT_IMPORT, None),
-    "DFD102": ((b"checkpoint",), _CHECKPOINT_IMPORT, None),
-    "DFD103": ((b"checkpoint",), _CHECKPOINT_IMPORT, None),
-    "DFD104": ((b"gradient_checkpointing", b"activation_checkpointing"), _HF, None),
-    "DFD201": ((b"Thread", b"Timer", b"multiprocessing.dummy"), _SPAWN, _SPAWN_IMPORT),
-    "DFD202": ((b"flex_attention",), _FLEX, _FLEX_IMPORT),
-    "DFD301": ((b"_fx_trace",), _CONFIG, None),
-}
-# DFD101 and DFD103 also fire on gradient_checkpointing_kwargs={"use_reentrant": ...}; DFD201's pass also needs
-# the files that apply a mitigation.
-_ALSO: Dict[str, Trigger] = {
-    "DFD101": RULE_TRIGGERS["DFD104"], "DFD103": RULE_TRIGGERS["DFD104"],
-    "DFD201": ((b"dflash_doctor", b"force_non_lazy_backward_lowering"), _MITIGATION, None),
-}
-
-
 _WINDOW = 400  # bytes around each trigger word that a pattern must match in (patterns are line-local)
 
 
-def _mentions(data: bytes, words, pattern: "re.Pattern[bytes]", requires: Optional["re.Pattern[bytes]"] = None
-              ) -> bool:
-    """Whether a pattern matches near an occurrence of one of `words` (and `requires` anywhere): the windowed
-    regex only ever sees small windows, so a 400 kB file costs a few substring searches, not a regex pass."""
-    for word in words:
+def _mentions(data: bytes, trigger: ByteTrigger) -> bool:
+    """Whether the trigger's pattern matches near an occurrence of one of its words (and its whole-file pattern
+    anywhere): the windowed regex only ever sees small windows, so a 400 kB file costs a few substring searches,
+    not a regex pass."""
+    for word in trigger.words:
         start = data.find(word)
         while start != -1:
-            if pattern.search(data, max(0, start - _WINDOW), start + _WINDOW):
-                return requires is None or requires.search(data) is not None
+            if trigger.near.search(data, max(0, start - _WINDOW), start + _WINDOW):
+                return trigger.anywhere is None or trigger.anywhere.search(data) is not None
             start = data.find(word, start + _WINDOW)
     return False
 
 
 def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
-    """The enabled rules that could fire on a file with these bytes (empty: the file need not be parsed)."""
+    """The enabled rules that could fire on a file with these bytes (empty: the file need not be parsed). Each
+    rule's byte triggers are declared with it (rules/scan.py); rules judged after the files are read have none."""
     hits = set()
-    seen = {}
+    seen: Dict[ByteTrigger, bool] = {}
     for code in enabled:
-        if code not in RULE_TRIGGERS:
-            continue  # judged after the files are read (DFD302, unused noqa)
-        for trigger in (RULE_TRIGGERS[code],) + ((_ALSO[code],) if code in _ALSO else ()):
+        for trigger in SCAN_RULES[code].triggers:
             if trigger not in seen:
-                seen[trigger] = _mentions(data, *trigger)
+                seen[trigger] = _mentions(data, trigger)
             if seen[trigger]:
                 hits.add(code)
                 break

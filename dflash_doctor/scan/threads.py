@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.context import FileCheck, FileContext
 from dflash_doctor.scan.resolve import LocalClass, MethodRef, describe
 from dflash_doctor.scan.scopes import Scope
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -27,9 +27,12 @@ THREAD_POOLS = {
 }
 
 
-class SpawnCollector:
-    def __init__(self, ctx: FileContext, graph: ModuleGraph):
-        self.ctx = ctx
+class SpawnCollector(FileCheck):
+    needs_graph = True  # the spawn sites go to it, for the cross-file linker
+
+    def __init__(self, ctx: FileContext, graph: Optional[ModuleGraph]) -> None:
+        super().__init__(ctx, graph)
+        assert graph is not None, "needs_graph: analysis.py builds it"
         self.graph = graph
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
