@@ -16,13 +16,6 @@ from dflash_doctor.guards.verdict import PRESENT, evidence_of, source_states
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.rules import guards as rules
 
-# The finding a reproduction makes, by the hazard its probe tests.
-_PROBE_RULES = {
-    Hazard.FX_FLAG_LEAK: rules.PROBE_CROSS_THREAD_LEAK,
-    Hazard.STUCK_FLAG: rules.PROBE_STUCK_FLAG,
-    Hazard.IS_COMPILING_LEAK: rules.PROBE_IS_COMPILING_LEAK,
-}
-
 
 def layout_findings(layout: Layout) -> List[Finding]:
     """A finding for each hazard the source shows present (verdict.source_states decides)."""
@@ -97,7 +90,7 @@ def state_findings(facts: Mapping) -> List[Finding]:
         name = probe.name
         if (facts.get("probes") or {}).get(name) == ProbeOutcome.REPRODUCED:
             detail = (details.get(name) or {}).get("detail")
-            findings.append(_PROBE_RULES[probe.hazard].finding(
+            findings.append(probe.rule.finding(
                 evidence={"probe": name, "detail": detail} if detail else {"probe": name}))
     return findings
 

@@ -1,5 +1,8 @@
-"""The three live probes. They run only inside a probe child process (see probe_host.py), never in the caller:
-a probe that reproduces the stuck flag leaves its interpreter corrupted for good.
+"""The live probes. They run only inside a probe child process (see probe_host.py), never in the caller: a probe
+that reproduces the stuck flag leaves its interpreter corrupted for good.
+
+`PROBES` is the one place a probe is declared (name, hazard, the rule its reproduction reports, function): the
+probe host's choices, `guards`' run, the verdict and the findings all read it.
 
 Each takes the imported torch, an already compiled function (`backend="eager"`), a wait bound for its Events
 and a reader for the FX flag, and returns {"outcome": ..., "detail": ...}. Every step is ordered by Events, so a
@@ -14,6 +17,8 @@ from typing import Callable, Dict, Optional, Tuple
 from dflash_doctor.guards.layout import GUARD_MESSAGE
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.outcomes import ProbeOutcome
+from dflash_doctor.rules import guards as rules
+from dflash_doctor.rules.registry import Rule
 
 
 
@@ -147,14 +152,15 @@ def _failure_text(failure: list) -> str:
 class Probe:
     name: str
     hazard: Hazard  # what a reproduction proves present on this install
+    rule: Rule  # the finding a reproduction makes (a guards-state rule whose example reproduces this probe)
     run: Callable[..., dict]
 
 
 # The compile-lock deadlock has no probe: it needs the autograd engine's device thread, i.e. a GPU.
 PROBES: Tuple[Probe, ...] = (
-    Probe("cross_thread_leak", Hazard.FX_FLAG_LEAK, cross_thread_leak),
-    Probe("stuck_flag", Hazard.STUCK_FLAG, stuck_flag),
-    Probe("is_compiling_leak", Hazard.IS_COMPILING_LEAK, is_compiling_leak),
+    Probe("cross_thread_leak", Hazard.FX_FLAG_LEAK, rules.PROBE_CROSS_THREAD_LEAK, cross_thread_leak),
+    Probe("stuck_flag", Hazard.STUCK_FLAG, rules.PROBE_STUCK_FLAG, stuck_flag),
+    Probe("is_compiling_leak", Hazard.IS_COMPILING_LEAK, rules.PROBE_IS_COMPILING_LEAK, is_compiling_leak),
 )
 PROBE_NAMES: Tuple[str, ...] = tuple(probe.name for probe in PROBES)
 BY_NAME: Dict[str, Probe] = {probe.name: probe for probe in PROBES}

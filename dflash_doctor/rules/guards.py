@@ -223,6 +223,7 @@ COMPILING_FLAG_PROCESS_GLOBAL = register(Rule(
     ),
 ))
 
+# A live probe's finding: its Probe (guards/probes.py) carries the rule, and the example is that probe's outcome.
 PROBE_CROSS_THREAD_LEAK = register(Rule(
     code="DFD606",
     name="probe-cross-thread-leak",

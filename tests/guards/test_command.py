@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from dflash_doctor.guards.probes import PROBE_NAMES as PROBES
 from dflash_doctor.guards.sources import installed_torch_root
 from tests.conftest import REPO, run_cli, run_cli_json
 
 FIXTURES = REPO / "fixtures" / "guards"
-PROBES = ("cross_thread_leak", "stuck_flag", "is_compiling_leak")
 HAZARDS = ("fx-flag-leak", "stuck-flag", "is-compiling-leak", "deadlock")
 
 

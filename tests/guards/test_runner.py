@@ -1,6 +1,7 @@
 """Probe children: real processes that hang are killed at their timeout; crashes and garbage become errors."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -10,9 +11,8 @@ import pytest
 
 from dflash_doctor.children import python_argv
 from dflash_doctor.guards.isolation import run_forked
+from dflash_doctor.guards.probes import PROBE_NAMES as NAMES
 from dflash_doctor.guards.runner import ChildResult, host_argv, run_child, run_probes
-
-NAMES = ("cross_thread_leak", "stuck_flag", "is_compiling_leak")
 
 
 def _alive(pid: int) -> bool:
@@ -93,11 +93,13 @@ def test_a_host_without_a_result_makes_every_probe_an_error(child, error):
 
 
 def test_a_probe_missing_from_the_host_document_is_an_error():
-    document = ('{"state": {"config": {}, "fx_flag_now": false, "gpu_count": 0}, '
-                '"probes": {"stuck_flag": {"outcome": "reproduced", "seconds": 0.1}}, "seconds": {"import": 2.0}}')
+    reported, *missing = NAMES
+    document = json.dumps({"state": {"config": {}, "fx_flag_now": False, "gpu_count": 0},
+                           "probes": {reported: {"outcome": "reproduced", "seconds": 0.1}}, "seconds": {"import": 2.0}})
     run = run_probes(NAMES, timeout=5, runner=lambda argv, timeout: _host_result("noise\n" + document), fork=True)
-    assert run.results["stuck_flag"] == {"outcome": "reproduced", "seconds": 0.1}
-    assert run.results["cross_thread_leak"]["error"] == "the probe host reported nothing for this probe"
+    assert run.results[reported] == {"outcome": "reproduced", "seconds": 0.1}
+    assert missing and {name: run.results[name]["error"] for name in missing} == dict.fromkeys(
+        missing, "the probe host reported nothing for this probe")
     assert run.state == {"config": {}, "fx_flag_now": False, "gpu_count": 0}
     assert run.seconds == {"import": 2.0}
 
@@ -130,5 +132,4 @@ def test_the_probe_host_refuses_an_unknown_probe_before_importing_torch():
     result = run_child(host_argv(["stuck_flag", "bogus"], 5, None, "fork"), timeout=30)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
-        "python -m dflash_doctor.guards.probe_host: error: unknown probe(s) bogus; choose from cross_thread_leak, "
-        "stuck_flag, is_compiling_leak")
+        f"python -m dflash_doctor.guards.probe_host: error: unknown probe(s) bogus; choose from {', '.join(NAMES)}")

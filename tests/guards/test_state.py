@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.guards import run_guards
+from dflash_doctor.guards.probes import PROBE_NAMES
 from dflash_doctor.guards.state import (
     cache_facts, inductor_cache_dir, read_env, read_versions, triton_cache_dir,
 )
@@ -57,7 +58,7 @@ def test_static_report_for_a_stand_in_layout(tmp_path):
     facts = report.facts
     assert [f.code for f in report.sorted_findings()] == ["DFD609", "DFD605", "DFD601"]
     assert facts["verdict"] == "vulnerable" and report.problems == []
-    assert facts["probes"] == dict.fromkeys(("cross_thread_leak", "stuck_flag", "is_compiling_leak"), "skipped")
+    assert facts["probes"] == dict.fromkeys(PROBE_NAMES, "skipped")
     assert facts["config"] == {"error_on_nested_fx_trace": None, "force_compile_during_fx_trace": None}
     assert facts["fx_flag_now"] is None and facts["state_source"].startswith("not read")
     # a source tree says nothing about this host's caches, however cold they are
@@ -124,9 +125,9 @@ def test_a_crashed_probe_host_leaves_the_static_verdict_and_one_problem_per_prob
     report = run_guards(probes=True, timeout=5, runner=crashed, fork=True, modules={},
                         environ={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
     assert report.facts["verdict"] == "vulnerable"  # the installed 2.13's module-global flag, read statically
-    assert report.facts["probes"] == dict.fromkeys(("cross_thread_leak", "stuck_flag", "is_compiling_leak"), "error")
+    assert report.facts["probes"] == dict.fromkeys(PROBE_NAMES, "error")
     assert report.facts["state_source"] == "not read: the probe host reported nothing (see problems)"
     assert [(p.subject, p.reason) for p in report.problems] == [
         (f"probe {name}", "the probe process was killed by signal 9: Killed")
-        for name in ("cross_thread_leak", "stuck_flag", "is_compiling_leak")]
+        for name in PROBE_NAMES]
     assert report.exit_code() == 5

@@ -7,6 +7,7 @@ import pytest
 
 from dflash_doctor.guards import read_layout
 from dflash_doctor.guards.advice import RESTART, RESTORE_CONFIG, rank_fixes, upgrade
+from dflash_doctor.guards.probes import PROBES
 from dflash_doctor.mitigations import fix_text
 from dflash_doctor.guards.releases import TABLE, corroborate, later_rows, row_for
 from dflash_doctor.guards.state import CONFIG_DEFAULTS
@@ -18,6 +19,7 @@ from dflash_doctor.mitigations import BY_NAME
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
 F, S, I, D = Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.IS_COMPILING_LEAK, Hazard.DEADLOCK
+PROBE_OF = {probe.hazard: probe.name for probe in PROBES}  # the probe that tests each hazard
 
 
 def _states(folder, probes=None, flag_now=None):
@@ -38,11 +40,11 @@ def test_hazards_from_the_source(folder, states, verdict, worst):
 
 
 def test_probes_settle_what_the_source_leaves_unknown_and_add_to_what_it_says():
-    probes = {"cross_thread_leak": "not-reproduced", "stuck_flag": "reproduced", "is_compiling_leak": "error"}
+    probes = {PROBE_OF[F]: "not-reproduced", PROBE_OF[S]: "reproduced", PROBE_OF[I]: "error"}
     states, (verdict, worst) = _states("torch-unknown", probes)
     assert states == {F: ABSENT, S: PRESENT, I: UNKNOWN, D: UNKNOWN} and (verdict, worst) == ("vulnerable", S)
     # a reproduction overrides a thread-local reading (a patched build, a backport)
-    states, _ = _states("torch-2.14", {"cross_thread_leak": "reproduced"})
+    states, _ = _states("torch-2.14", {PROBE_OF[F]: "reproduced"})
     assert states[F] == PRESENT
 
 
@@ -53,7 +55,7 @@ def test_a_flag_stuck_now_makes_the_stuck_flag_present_whatever_the_source_says(
 
 def test_safe_only_when_every_hazard_is_absent():
     verdicts = decide_hazards(read_layout(FIXTURES / "torch-2.14"),
-                              {"cross_thread_leak": "not-reproduced", "is_compiling_leak": "not-reproduced"}, False)
+                              {PROBE_OF[F]: "not-reproduced", PROBE_OF[I]: "not-reproduced"}, False)
     assert {v.hazard: v.state for v in verdicts}[I] == PRESENT  # the source says a compile sets it for all
     assert headline(verdicts)[0] == "vulnerable"
     assert headline([v for v in verdicts if v.state == ABSENT]) == ("safe", None)
