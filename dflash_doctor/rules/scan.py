@@ -32,30 +32,28 @@ class ScanRule:
     """How the scanner finds one DFD1xx-3xx rule.
 
     `checks`: the classes that report it, named under dflash_doctor.scan ("module.Class", each a
-    `scan.context.FileCheck`); analysis.py imports them, this table never does (they import it). `words`: names
-    whose lines hold every call, assignment or dict the checks judge (names bound to them on such lines are
-    followed too); no other line is looked at. `triggers`: the file is parsed for the rule when its bytes match
-    any. `graph`: the checks need the file's call graph. `compile_sites`: they need this file's torch.compile
-    sites. `after_files`: judged by the engine once every file is read, from what the other rules left (no
-    checks, words or triggers of its own)."""
+    `scan.context.FileCheck`, which says whether it needs the file's call graph); analysis.py imports them, this
+    table never does (they import it). `words`: names whose lines hold every call, assignment or dict the checks
+    judge (names bound to them on such lines are followed too); no other line is looked at. `triggers`: the file
+    is parsed for the rule when its bytes match any. `after_files`: judged by the engine once every file is read,
+    from what the other rules left (no checks, words or triggers of its own)."""
 
     rule: Rule
     checks: Tuple[str, ...] = ()
     words: Tuple[str, ...] = ()
     triggers: Tuple[ByteTrigger, ...] = ()
-    graph: bool = False
-    compile_sites: bool = False
     after_files: bool = False
 
 
 SCAN_RULES: Dict[str, ScanRule] = {}  # by code
 
 
-def declare(rule: Rule, **finder) -> Rule:
+def declare(rule: Rule, *, checks: Tuple[str, ...] = (), words: Tuple[str, ...] = (),
+            triggers: Tuple[ByteTrigger, ...] = (), after_files: bool = False) -> Rule:
     """Register `rule` and how the scanner finds it."""
     if rule.example_format != "python":
         raise ValueError(f"{rule.code}: scan rules are written as Python sources")
-    SCAN_RULES[rule.code] = ScanRule(register(rule), **finder)
+    SCAN_RULES[rule.code] = ScanRule(register(rule), checks, words, triggers, after_files)
     return rule
 
 
@@ -250,7 +248,7 @@ COMPILED_CALL_IN_THREAD = declare(Rule(
     ),
 ), checks=("threads.SpawnCollector", "fixes.FixCollector"),
     words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MITIGATION_MARKERS,
-    triggers=(THREAD_SPAWN, APPLIED_MITIGATION), graph=True)
+    triggers=(THREAD_SPAWN, APPLIED_MITIGATION))
 
 FLEX_ATTENTION_UNCOMPILED = declare(Rule(
     code="DFD202",
@@ -280,7 +278,7 @@ FLEX_ATTENTION_UNCOMPILED = declare(Rule(
         "    return compiled_flex(q, k, v, block_mask=block_mask)\n"
     ),
 ), checks=("flex.FlexAttentionRule",),
-    words=("flex_attention",), triggers=(FLEX_CALL,), graph=True, compile_sites=True)
+    words=("flex_attention",), triggers=(FLEX_CALL,))
 
 NESTED_FX_TRACE_SILENCED = declare(Rule(
     code="DFD301",
