@@ -13,8 +13,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
-from dflash_doctor.reference.config import Checkpoint
-from dflash_doctor.reference.results import FailHow, Transport
+from dflash_doctor.vocabularies import Checkpoint, FailHow, Transport
 from dflash_doctor.render import OutputFormat
 
 EPILOG = (

@@ -12,8 +12,7 @@ from dflash_doctor.commands.common import (
     FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact,
 )
 from dflash_doctor.render import OutputFormat
-from dflash_doctor.reference.config import Checkpoint
-from dflash_doctor.repro.spec import DEFAULT_PRESET, Cache, Expect, Mode, Shapes
+from dflash_doctor.vocabularies import Cache, Checkpoint, Expect, Mode, Shapes
 
 EPILOG = (
     "Examples:  dflash-doctor repro --threads 3  ·  "
@@ -98,7 +97,9 @@ def register(app: typer.Typer) -> None:
             "reads fails / holds / inconclusive with per-stress counts. Verdict and exit code stay those of "
             "--mitigation."),
         amplify_ms: float = typer.Option(2.0, "--amplify-ms", help="Sleep per FX proxy in amplified trials."),
-        preset: str = typer.Option(DEFAULT_PRESET, "--preset", help="Reference drafter size."),
+        preset: Optional[str] = typer.Option(
+            None, "--preset", help="Reference drafter size. Default: replay (128 query rows, the flex_attention kernel "
+            "training takes); tiny, small, seeds."),
         model: Optional[str] = typer.Option(None, "--model",
                                             help="pkg.module:factory replaying your own model (runs your code)."),
         trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
@@ -117,13 +118,13 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.render.repro_view import render_repro_facts
         from dflash_doctor.render.text import console_for
         from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
-        from dflash_doctor.repro.spec import ReproSpec, parse_devices
+        from dflash_doctor.repro.spec import DEFAULT_PRESET, ReproSpec, parse_devices
 
         devices = parse_devices(detect_device() if device is None else device)
         spec = ReproSpec(
             threads=threads, devices=devices, backward=backward, checkpoint=checkpoint.value, shapes=shapes.value,
             cache=cache.value, steps=steps, trials=trials, timeout_s=timeout, hang_after_s=hang_after,
-            mode=mode.value, mitigation=registry.parse(mitigation), amplify_ms=amplify_ms, preset=preset,
+            mode=mode.value, mitigation=registry.parse(mitigation), amplify_ms=amplify_ms, preset=preset or DEFAULT_PRESET,
             model=model, jobs=jobs,
         ).validate()
         check_torch(devices)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dflash_doctor.errors import UsageError
-from dflash_doctor.logs import patterns
 
 THREAD_PATTERN_HELP = ("Regex whose group 'thread' (or group 1) names a line's thread; default: thread=NAME, "
                        "[rankN], or a NAME-N token like drafter-0.")
@@ -31,7 +30,9 @@ def compile_thread_pattern(pattern: Optional[str]) -> "re.Pattern[str]":
         raise UsageError("--thread-pattern is empty: give a regex with a group naming the thread, or leave the "
                          "option out for the default")
     try:
-        compiled = re.compile(pattern or patterns.DEFAULT_THREAD_PATTERN)
+        from dflash_doctor.logs.patterns import DEFAULT_THREAD_PATTERN
+
+        compiled = re.compile(pattern or DEFAULT_THREAD_PATTERN)
     except re.error as exc:
         raise UsageError(f"--thread-pattern {pattern!r}: {exc}") from exc
     if compiled.groups < 1:

@@ -4,18 +4,10 @@ Plain data: importing this module never imports torch.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, replace
 from typing import Tuple
 
-
-class Checkpoint(str, enum.Enum):
-    """How the loss chunks are checkpointed: the variants the incident toggled (`repro` and `pipeline` both take
-    it as --checkpoint)."""
-
-    NONE = "none"
-    REENTRANT = "reentrant"  # torch.utils.checkpoint(..., use_reentrant=True)
-    NON_REENTRANT = "non-reentrant"  # use_reentrant=False
+from dflash_doctor.vocabularies import Checkpoint
 
 
 CHECKPOINT_MODES = tuple(mode.value for mode in Checkpoint)

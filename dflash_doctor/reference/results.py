@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from dflash_doctor.reference.config import PipelineConfig
+from dflash_doctor.vocabularies import FailHow, Transport
 
 
 class Outcome(str, enum.Enum):
@@ -19,22 +20,6 @@ class Outcome(str, enum.Enum):
 
 
 FAILED = (Outcome.ERROR, Outcome.KILLED, Outcome.HUNG)
-
-
-class FailHow(str, enum.Enum):
-    """What `--fail-worker` does to the worker it names (test hooks for the shutdown and the findings)."""
-
-    KILL = "kill"  # a thread raises InjectedFailure; a process kills itself with SIGKILL
-    RAISE = "raise"  # a RuntimeError, like any bug in a step
-    HANG = "hang"  # blocks in a two-lock cycle with a helper thread it starts: a real deadlock, for the watchdog
-
-
-class Transport(str, enum.Enum):
-    """How a target process hands batches to a drafter process (`--workers processes`)."""
-
-    AUTO = "auto"  # IPC between workers that share a device, torch.distributed between devices
-    IPC = "ipc"  # a torch.multiprocessing queue: CUDA IPC on one GPU, shared memory on a CPU
-    P2P = "p2p"  # torch.distributed send/recv: NCCL between GPUs, gloo on a CPU (and host-staged on one GPU)
 
 
 @dataclass(frozen=True)

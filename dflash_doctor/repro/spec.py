@@ -4,7 +4,6 @@ The option vocabularies are declared here once, as enums; the CLI's choices and 
 """
 from __future__ import annotations
 
-import enum
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -12,34 +11,7 @@ from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.hazards import Stress
-from dflash_doctor.reference.config import Checkpoint
-
-
-class Mode(str, enum.Enum):
-    AUTO = "auto"  # climb the ladder: natural, then amplified, then forced, until one reproduces
-    NATURAL = Stress.NATURAL.value
-    AMPLIFIED = Stress.AMPLIFIED.value
-    FORCED = Stress.FORCED.value
-    STUCK = Stress.STUCK.value
-
-    @property
-    def stress(self) -> Optional[Stress]:
-        return None if self is Mode.AUTO else Stress(self.value)
-
-
-class Shapes(str, enum.Enum):
-    SAME = "same"  # every thread one shape (the seeds' three drafters)
-    PER_THREAD = "per-thread"  # each thread its own shape: more compiles, each a new race window
-
-
-class Cache(str, enum.Enum):
-    COLD = "cold"  # a fresh TORCHINDUCTOR_CACHE_DIR per phase: the seeds' state after the cache was deleted
-    WARM = "warm"
-
-
-class Expect(str, enum.Enum):
-    REPRODUCED = "reproduced"
-    NOT_REPRODUCED = "not-reproduced"
+from dflash_doctor.vocabularies import Cache, Checkpoint, Mode, Shapes
 
 
 # The reference drafter the replay builds by default: big enough that compiled flex_attention takes the kernel
@@ -137,7 +109,8 @@ class ReproSpec:
 
     @property
     def pinned_stress(self) -> Optional[Stress]:
-        return Mode(self.mode).stress
+        mode = Mode(self.mode)
+        return None if mode is Mode.AUTO else Stress(mode.value)
 
 
 @dataclass

@@ -8,8 +8,6 @@ output is a baseline: its findings carry `evidence.fingerprint`.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
@@ -33,6 +31,8 @@ def fingerprint(code: str, path: str, line_text: str, rank: int) -> str:
     normalised = " ".join(line_text.split())
     # surrogateescape: a file name that is not UTF-8 (bytes from the file system) still hashes
     key = f"{code}|{relative}|{normalised}|{rank}".encode("utf-8", "surrogateescape")
+    import hashlib  # here: only a scan with findings needs it, and a one-file scan's start-up is a target
+
     return hashlib.sha256(key).hexdigest()[:24]
 
 
@@ -58,6 +58,8 @@ def add_fingerprints(findings: List[Finding]) -> List[Finding]:
 
 def load(path: str) -> Counter:
     """Fingerprints (with multiplicity) from a baseline file: a `scan --format json` (or `check`) document."""
+    import json  # here: only --baseline reads JSON, and a one-file scan's start-up is a target
+
     try:
         with open(path, encoding="utf-8") as handle:
             document = json.load(handle)

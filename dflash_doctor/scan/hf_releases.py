@@ -28,13 +28,33 @@ _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 
 
 def installed_transformers() -> Optional[str]:
-    """The installed transformers release, from its metadata, or None."""
+    """The installed transformers release, from its metadata, or None.
+
+    The version is read from the `transformers-X.Y.Z.dist-info` folder name on sys.path; importlib.metadata
+    (which imports the email package, a tenth of a one-file scan's start-up) is asked only when a folder says
+    nothing, as an egg or an editable install may."""
+    import os
+    import sys
+
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry) if entry else []
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("transformers-") and name.endswith((".dist-info", ".egg-info")):
+                version = name[len("transformers-"):].rsplit(".", 1)[0]
+                if parse(version) is not None:
+                    return version
+                return _from_metadata()
+    return None
+
+
+def _from_metadata() -> Optional[str]:
     from importlib import metadata
 
     try:
         return metadata.version("transformers")
-    except metadata.PackageNotFoundError:
-        return None
     except Exception:  # noqa: BLE001 - broken metadata means "not known", never a failed scan
         return None
 

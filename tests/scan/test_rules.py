@@ -347,3 +347,15 @@ def test_a_thread_file_without_a_thread_import_is_not_parsed(tmp_path):
     (tmp_path / "notes.py").write_text("# Thread(target=x) in a comment, nothing imported\nx = 1\n")
     report = scan_paths([str(tmp_path)], jobs=1)
     assert report.facts["parsed"] == 0 and report.findings == []
+
+
+def test_installed_transformers_is_the_dist_info_folder_on_the_path(tmp_path, monkeypatch):
+    import sys
+
+    from dflash_doctor.scan.hf_releases import installed_transformers
+
+    (tmp_path / "transformers-4.57.1.dist-info").mkdir()
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path)])
+    assert installed_transformers() == "4.57.1"
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing")])
+    assert installed_transformers() is None

@@ -1,0 +1,59 @@
+"""The option vocabularies the CLI offers, one enum each, declared once.
+
+Plain enums and nothing else, because every command module imports its choices when the CLI starts (typer needs
+the types to build the options), and start-up time is a target (benchmarks/results/run.md). The domain modules
+re-export the ones they own: repro/spec.py (Mode, Shapes, Cache, Expect), reference/config.py (Checkpoint),
+reference/results.py (Transport, FailHow).
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Mode(str, enum.Enum):
+    """repro --mode: climb the ladder, or one stress (the names of dflash_doctor.hazards.Stress)."""
+
+    AUTO = "auto"  # climb the ladder: natural, then amplified, then forced, until one reproduces
+    NATURAL = "natural"
+    AMPLIFIED = "amplified"
+    FORCED = "forced"
+    STUCK = "stuck"
+
+
+class Shapes(str, enum.Enum):
+    SAME = "same"  # every thread one shape (the incident's three drafters)
+    PER_THREAD = "per-thread"  # each thread its own shape: more compiles, each a new race window
+
+
+class Cache(str, enum.Enum):
+    COLD = "cold"  # a fresh TORCHINDUCTOR_CACHE_DIR per trial: the incident's state after the cache was deleted
+    WARM = "warm"
+
+
+class Expect(str, enum.Enum):
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not-reproduced"
+
+
+class Checkpoint(str, enum.Enum):
+    """How the loss chunks are checkpointed: the variants the incident toggled (repro and pipeline --checkpoint)."""
+
+    NONE = "none"
+    REENTRANT = "reentrant"  # torch.utils.checkpoint(..., use_reentrant=True)
+    NON_REENTRANT = "non-reentrant"  # use_reentrant=False
+
+
+class FailHow(str, enum.Enum):
+    """What `pipeline --fail-worker` does to the worker it names (test hooks for the shutdown and the findings)."""
+
+    KILL = "kill"  # a thread raises InjectedFailure; a process kills itself with SIGKILL
+    RAISE = "raise"  # a RuntimeError, like any bug in a step
+    HANG = "hang"  # blocks in a two-lock cycle with a helper thread it starts: a real deadlock, for the watchdog
+
+
+class Transport(str, enum.Enum):
+    """How a target process hands batches to a drafter process (`pipeline --workers processes`)."""
+
+    AUTO = "auto"  # IPC between workers that share a device, torch.distributed between devices
+    IPC = "ipc"  # a torch.multiprocessing queue: CUDA IPC on one GPU, shared memory on a CPU
+    P2P = "p2p"  # torch.distributed send/recv: NCCL between GPUs, gloo on a CPU (and host-staged on one GPU)
