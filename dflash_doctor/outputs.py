@@ -39,6 +39,15 @@ def _stat(path: PathLike) -> Optional[os.stat_result]:
         return None
 
 
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words a user recognises."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def written_in_place(mode: int) -> bool:
     """Streams the data flows through rather than files that hold it: never replaced, never renamed over."""
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)

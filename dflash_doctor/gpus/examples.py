@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Optional, Tuple
 
-from dflash_doctor.findings import Report
+from dflash_doctor.findings import Finding, Report
 from dflash_doctor.gpus.csv_snapshot import parse_memory_total, read_csv_snapshot
 from dflash_doctor.gpus.nvml import RawSample
 from dflash_doctor.gpus.processes import ProcessInfo
@@ -72,3 +72,8 @@ def run_example(text: str) -> Report:
         probe=lambda pid: ProcessInfo(states.get(pid, "gone"), name="python", threads=1),
         roles=roles, memory_total_mib=memory_total,
     )
+
+
+def example_findings(text: str) -> List[Finding]:
+    """An nvidia-smi rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    return run_example(text).findings

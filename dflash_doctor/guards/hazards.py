@@ -119,3 +119,13 @@ def findings_for_example(example_format: str, text: str) -> List[Finding]:
     if example_format == "guards-state":
         return state_findings(json.loads(text))
     raise UsageError(f"not a guards example format: {example_format!r}")
+
+
+def layout_example_findings(text: str) -> List[Finding]:
+    """A torch-layout rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    return findings_for_example("torch-layout", text)
+
+
+def state_example_findings(text: str) -> List[Finding]:
+    """A guards-state rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    return findings_for_example("guards-state", text)

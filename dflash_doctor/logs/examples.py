@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import io
+from typing import List
 
-from dflash_doctor.findings import Report
+from dflash_doctor.findings import Finding, Report
 from dflash_doctor.logs.options import LogOptions
 from dflash_doctor.logs.source import scan_stream
 
 
 def run_example(text: str) -> Report:
     return scan_stream(io.BytesIO(text.encode()), "<example>", LogOptions())
+
+
+def example_findings(text: str) -> List[Finding]:
+    """A log rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    return run_example(text).findings

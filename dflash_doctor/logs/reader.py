@@ -15,6 +15,7 @@ import stat
 from typing import Any, BinaryIO, Callable, Iterator, List, Optional, Tuple, Union
 
 from dflash_doctor.findings import Problem
+from dflash_doctor.outputs import file_kind
 
 MAX_LINE = 64 * 1024
 CHUNK = 1 << 20
@@ -71,15 +72,6 @@ def _cut_long_lines(block: bytes, max_line: int) -> bytes:
     if not _has_long_line(block, len(block), max_line):
         return block
     return b"\n".join(line[:max_line] for line in block.split(b"\n"))
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words a user recognises."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 class _Peeked:

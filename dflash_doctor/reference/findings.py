@@ -103,3 +103,10 @@ def findings_from_facts(facts: dict) -> List[Finding]:
         worker = next((w for w in workers if w["name"] == failed), {"name": failed, "outcome": Outcome.ERROR})
         findings.append(_death_finding(facts, worker))
     return findings
+
+
+def example_findings(text: str) -> List[Finding]:
+    """A pipeline facts rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    import json
+
+    return findings_from_facts(json.loads(text))

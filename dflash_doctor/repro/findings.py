@@ -45,3 +45,10 @@ def findings_from_facts(facts: dict) -> List[Finding]:
         return [rule.finding(message, evidence={**evidence, "chain": chain, "cycle": hang.get("cycle")})]
     message = f"{', '.join(victims) or 'a worker'} failed only when threaded: {error or 'hung without a lock cycle'}"
     return [rules.THREADED_STEP_FAILED.finding(message, evidence=evidence)]
+
+
+def example_findings(text: str) -> List[Finding]:
+    """A repro facts rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    import json
+
+    return findings_from_facts(json.loads(text))

@@ -7,18 +7,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from dflash_doctor.findings import Finding, Severity
 
 _CODE = re.compile(r"^DFD[1-9]\d\d$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
-# How a rule's bad/good examples are written, and so which domain runs them as tests (tests/<domain>/):
-# python source (scan), an nvidia-smi CSV (gpus), a log excerpt (logs), a torch source layout or a guards state
-# (guards), a repro facts document (repro), a pipeline facts document (pipeline).
-EXAMPLE_FORMATS = ("python", "nvidia-smi-csv", "log", "torch-layout", "guards-state", "repro-facts",
-                   "pipeline-facts")
+# How a rule's bad/good examples are written, and the function (module:name, imported on use) that turns one into
+# findings through exactly the code the command runs: tests/test_rule_examples.py runs every rule's examples with
+# it, so a rule is tested the moment it is registered, and a format without a runner cannot be registered.
+EXAMPLE_RUNNERS: Dict[str, str] = {
+    "python": "dflash_doctor.scan.engine:example_findings",  # a source file with `# DFDxxx` on offending lines
+    "nvidia-smi-csv": "dflash_doctor.gpus.examples:example_findings",  # a snapshot, options as comments
+    "log": "dflash_doctor.logs.examples:example_findings",  # a log excerpt
+    "torch-layout": "dflash_doctor.guards.hazards:layout_example_findings",  # stand-in torch sources
+    "guards-state": "dflash_doctor.guards.hazards:state_example_findings",  # guards facts (JSON)
+    "repro-facts": "dflash_doctor.repro.findings:example_findings",  # a repro facts document (JSON)
+    "pipeline-facts": "dflash_doctor.reference.findings:example_findings",  # a pipeline facts document (JSON)
+}
+EXAMPLE_FORMATS = tuple(EXAMPLE_RUNNERS)
 
 RULES: Dict[str, "Rule"] = {}
 _BY_NAME: Dict[str, "Rule"] = {}
@@ -70,6 +78,14 @@ def register(rule: Rule) -> Rule:
     RULES[rule.code] = rule
     _BY_NAME[rule.name] = rule
     return rule
+
+
+def example_findings(rule: Rule, text: str) -> List[Finding]:
+    """The findings `text`, written in `rule`'s example format, yields (its bad or good example)."""
+    import importlib
+
+    module, _, name = EXAMPLE_RUNNERS[rule.example_format].partition(":")
+    return getattr(importlib.import_module(module), name)(text)
 
 
 def lookup(code_or_name: str) -> Optional[Rule]:

@@ -387,3 +387,8 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used) if graph is not None else []
     findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes)
     return sorted(findings, key=Finding.sort_key)
+
+
+def example_findings(text: str) -> List[Finding]:
+    """A python rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    return scan_source(text, "<example>")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, Optional, Union
 
 from dflash_doctor.findings import Problem
+from dflash_doctor.outputs import file_kind
 from dflash_doctor.rules.scan import SCAN_RULES, ByteTrigger
 
 # Bigger than any hand-written module (torch's largest source, a generated test table, is 1.4 MB); parsing
@@ -56,15 +57,6 @@ def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
 class ParsedSource:
     text: str
     tree: ast.Module
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words a user recognises."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def read_bytes(path: str, max_read: int = MAX_READ_BYTES) -> Union[bytes, Problem]:

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_doctor.logs.examples import run_example
 from dflash_doctor.logs.prefilter import HIT_LIMIT, Prefilter, choose_anchors
 from dflash_doctor.rules import all_rules
 from dflash_doctor.rules.logs import LOG_RULES, trigger_words
@@ -17,13 +16,6 @@ LOG_RULE_LIST = [r for r in all_rules() if r.example_format == "log"]
 def test_every_log_rule_is_declared_with_its_matcher():
     # A DFD5xx rule registered without a LogRule would never be matched by the scanner.
     assert {r.code for r in LOG_RULE_LIST} == set(LOG_RULES)
-
-
-@pytest.mark.parametrize("rule", LOG_RULE_LIST, ids=lambda r: r.code)
-def test_examples_fire_and_stay_clean(rule):
-    bad, good = run_example(rule.bad), run_example(rule.good)
-    assert rule.code in {f.code for f in bad.findings} and not bad.problems
-    assert good.findings == [] and good.problems == []
 
 
 @pytest.mark.parametrize("entry", [e for e in LOG_RULES.values() if e.pattern is not None],
