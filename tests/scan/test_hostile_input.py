@@ -91,7 +91,9 @@ def _scan_as_nobody(top: Path) -> None:
     script = textwrap.dedent(f"""\
         import json, os, sys
         from dflash_doctor.scan import scan_paths
-        import importlib.metadata, dflash_doctor.scan.analysis, dflash_doctor.rules.scan
+        # What the scan imports on first use (the fingerprints' hashlib among them), imported while still root:
+        # this machine's Python lives in root's home, which `nobody` cannot read.
+        import hashlib, importlib.metadata, dflash_doctor.scan.analysis, dflash_doctor.rules.scan
         os.setgid(65534)
         os.setuid(65534)
         report = scan_paths([{str(tree)!r}], jobs=1)
