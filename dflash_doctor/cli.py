@@ -6,7 +6,9 @@ Heavy modules (torch, pynvml) are never imported here: each command imports its 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from typing import List, Sequence
 
 import typer
 
@@ -51,12 +53,27 @@ def _root(
     common.DEBUG = debug
 
 
-def _register_commands() -> None:
+_registered: List[str] = []
+
+
+def register_commands(names: Sequence[str] = COMMANDS) -> typer.Typer:
+    """Register `names` (each once, in COMMANDS order) on the app and return it; the default is every command."""
     for name in COMMANDS:
-        importlib.import_module(f"dflash_doctor.commands.{name}").register(app)
+        if name in names and name not in _registered:
+            importlib.import_module(f"dflash_doctor.commands.{name}").register(app)
+            _registered.append(name)
+    return app
 
 
-_register_commands()
+def commands_for(argv: Sequence[str]) -> Sequence[str]:
+    """The commands a command line needs: the one it names, or all of them for the root's help, completion and
+    anything click will answer with a usage error. The root's options take no values, so the first word that is
+    not an option is the command. Importing only that command's module keeps its start-up short (a one-file scan
+    is a target, benchmarks/results/run.md)."""
+    if os.environ.get(f"_{TOOL_NAME.upper().replace('-', '_')}_COMPLETE"):
+        return COMMANDS
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return (first,) if first in COMMANDS else COMMANDS
 
 
 MIN_COLUMNS = 20  # below this (COLUMNS=0, a typo) rich would draw nothing at all: use the real terminal size
@@ -94,6 +111,7 @@ def main() -> None:
     _terminate_on_sigterm()
     # Not standalone: click's own usage errors come back here as exceptions, to be shown as one line like every
     # other error instead of click's usage block. Typer vendors click in some releases, so match by attributes.
+    register_commands(commands_for(sys.argv[1:]))
     try:
         code = app(prog_name=TOOL_NAME, standalone_mode=False)
         sys.stdout.flush()

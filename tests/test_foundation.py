@@ -148,7 +148,9 @@ def test_enum_options_are_annotated_in_every_command():
     # on Python 3.12 (the H200 image), which crashed `pipeline` after 30 steps of training.
     import typing
 
-    from dflash_doctor.cli import app
+    from dflash_doctor.cli import register_commands
+
+    app = register_commands()
     from dflash_doctor.commands.common import FAIL_ON_OPTION, FORMAT_OPTION
     from dflash_doctor.findings import FailOn
     from dflash_doctor.render import OutputFormat
@@ -162,3 +164,15 @@ def test_enum_options_are_annotated_in_every_command():
                 assert hints.get(name) is expected, f"{command.callback.__name__}: {name}"
                 checked += 1
     assert checked >= 10
+
+
+def test_a_command_line_loads_only_the_command_it_names():
+    from dflash_doctor.cli import COMMANDS, commands_for
+
+    assert commands_for(["scan", "train.py"]) == ("scan",)
+    assert commands_for(["--debug", "repro", "--threads", "3"]) == ("repro",)
+    assert commands_for(["--help"]) == commands_for([]) == commands_for(["scna"]) == COMMANDS
+    proc = run_cli("--debug", "explain", "DFD201", timeout=60)  # the root's own option before the command
+    assert proc.returncode == 0 and "DFD201" in proc.stdout
+    proc = run_cli("scna", timeout=60)  # a typo still gets click's suggestion, from the full command list
+    assert proc.returncode == 2 and "Did you mean 'scan'?" in proc.stderr

@@ -105,7 +105,9 @@ def assert_no_crash(result: Run) -> None:
 # --- what the app declares -------------------------------------------------------------------------------------
 def commands() -> Dict[str, object]:
     """{command name: its callback} for every registered command."""
-    from dflash_doctor.cli import app
+    from dflash_doctor.cli import register_commands
+
+    app = register_commands()
 
     return {(info.name or info.callback.__name__).replace("_", "-"): info.callback for info in app.registered_commands}
 
