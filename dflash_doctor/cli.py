@@ -22,7 +22,8 @@ EPILOG = (
 
 app = typer.Typer(
     name=TOOL_NAME,
-    help="Diagnose torch.compile thread races in multi-threaded, multi-GPU PyTorch training.",
+    help="Diagnose PyTorch compile thread races (the FX-tracing error, the stuck flag, the compile-lock deadlock) "
+         "in multi-threaded, multi-GPU training.",
     epilog=EPILOG,
     no_args_is_help=True,
     add_completion=True,
@@ -49,7 +50,7 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one-line errors."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    """Diagnose torch.compile thread races in multi-threaded, multi-GPU PyTorch training."""
+    """Diagnose PyTorch compile thread races in multi-threaded, multi-GPU training."""
     common.DEBUG = debug
 
 

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
-        """CI pre-flight: scan the code and check the installed torch's guards in one report (SARIF, JUnit...)."""
+        """CI pre-flight: scan the code and check the installed PyTorch's guards in one report (SARIF, JUnit...)."""
         check_output(output, paths or [Path(".")], read_suffixes=(".py",))
         from dflash_doctor.check import CheckPlan, run_check
 

@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
     ) -> int:
-        """Read the installed torch's compile guard, FX-tracing flag and backward compile, probe them live, and give
+        """Read the installed PyTorch's compile guard, FX-tracing flag and backward compile, probe them live, and give
         a verdict per hazard (FX-flag leak, stuck flag, is-compiling leak, compile-lock deadlock) with fixes
         ranked for that release."""
         check_output(output)
