@@ -1,6 +1,8 @@
 """Domain errors. Only cli.py catches them, turning each into one line on stderr and an exit code."""
 from __future__ import annotations
 
+from typing import Optional
+
 from dflash_doctor.findings import EXIT_PROBLEMS, EXIT_USAGE
 
 
@@ -12,6 +14,27 @@ class UsageError(DoctorError):
     """The user asked for something malformed or impossible (bad path, bad range, unknown code)."""
 
     exit_code = EXIT_USAGE
+
+
+def finite(value: Optional[float], option: str, *, minimum: Optional[float] = None,
+           maximum: Optional[float] = None, inclusive_minimum: bool = True) -> Optional[float]:
+    """`value` if it is a finite number in range (None passes through), else a UsageError naming `option`.
+
+    click's FloatRange lets NaN through (every comparison with NaN is false), and a NaN timeout disables the
+    very watchdog it configures, so every float option goes through here (`guarded` checks finiteness for all
+    of them; commands call it again with their ranges)."""
+    import math
+
+    if value is None:
+        return None
+    if not math.isfinite(value):
+        raise UsageError(f"{option} must be a finite number, got {value}")
+    low_ok = minimum is None or (value >= minimum if inclusive_minimum else value > minimum)
+    if not low_ok or (maximum is not None and value > maximum):
+        bound = (f" {'>=' if inclusive_minimum else '>'} {minimum:g}" if minimum is not None else "") + (
+            f"{' and' if minimum is not None else ''} <= {maximum:g}" if maximum is not None else "")
+        raise UsageError(f"{option} must be{bound}, got {value:g}")
+    return value
 
 
 class MissingDependency(DoctorError):

@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 
+from dflash_doctor.errors import finite  # the check lives with the errors it raises; commands import it from here
 from dflash_doctor.findings import EXIT_PROBLEMS, FailOn, Problem, Report
 from dflash_doctor.outputs import check_output, write_atomically
 from dflash_doctor.render import FactsView, OutputFormat, emit, formatter_for
@@ -36,29 +37,6 @@ EXIT_INTERNAL = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
-
-
-def finite(value: Optional[float], option: str, *, minimum: Optional[float] = None,
-           maximum: Optional[float] = None, inclusive_minimum: bool = True) -> Optional[float]:
-    """`value` if it is a finite number in range (None passes through), else a UsageError naming `option`.
-
-    click's FloatRange lets NaN through (every comparison with NaN is false), and a NaN timeout disables the
-    very watchdog it configures, so every float option goes through here (`guarded` checks finiteness for all
-    of them; commands call it again with their ranges)."""
-    import math
-
-    from dflash_doctor.errors import UsageError
-
-    if value is None:
-        return None
-    if not math.isfinite(value):
-        raise UsageError(f"{option} must be a finite number, got {value}")
-    low_ok = minimum is None or (value >= minimum if inclusive_minimum else value > minimum)
-    if not low_ok or (maximum is not None and value > maximum):
-        bound = (f" {'>=' if inclusive_minimum else '>'} {minimum:g}" if minimum is not None else "") + (
-            f"{' and' if minimum is not None else ''} <= {maximum:g}" if maximum is not None else "")
-        raise UsageError(f"{option} must be{bound}, got {value:g}")
-    return value
 
 
 class _StderrBuffer(io.StringIO):

@@ -273,7 +273,7 @@ class Harness:
                 running.remove(trial)
                 if trial.task is None:
                     control = result
-                    self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
+                    self._control_ended(result)
                     if result.get("outcome") != ThreadOutcome.OK:
                         return control, results
                     continue
@@ -285,9 +285,12 @@ class Harness:
         while True:
             result = trial.poll()
             if result is not None:
-                self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
+                self._control_ended(result)
                 return result
             time.sleep(POLL_S)
+
+    def _control_ended(self, result: dict) -> None:
+        self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
 
     def _trial_result(self, trial: _Trial, result: dict) -> ladder.TrialResult:
         task = trial.task

@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Tuple
 
-from dflash_doctor.errors import UsageError
+from dflash_doctor.errors import UsageError, finite
 from dflash_doctor.hazards import Stress
 from dflash_doctor.vocabularies import Cache, Checkpoint, Mode, Shapes
 
@@ -71,8 +71,7 @@ class ReproSpec:
             raise UsageError("--jobs must be 1..64")
         for name, value in (("--timeout", self.timeout_s), ("--hang-after", self.hang_after_s),
                             ("--amplify-ms", self.amplify_ms)):
-            if value != value or value in (float("inf"), float("-inf")):
-                raise UsageError(f"{name} must be a finite number, got {value}")
+            finite(value, name)
         if self.hang_after_s <= 0 or self.timeout_s <= self.hang_after_s:
             raise UsageError("--timeout must be longer than --hang-after (the child reports a hang before it is "
                              "killed)")
