@@ -57,9 +57,13 @@ class _Open:
     ended: bool = False  # an exception line came; a chain marker or a new Traceback may still continue it
     chained: bool = False
     continuation: int = 0  # message lines taken after the exception line; -1 once the message is closed
+    announced: Optional[str] = None  # the type an IPython header gives up front, for a paste cut before its end
 
     def close(self) -> ExceptionBlock:
-        return ExceptionBlock(self.thread, self.stream, self.start_line, tuple(self.frames), tuple(self.exceptions),
+        exceptions = tuple(self.exceptions)
+        if not exceptions and self.announced:
+            exceptions = (ExceptionRecord(self.announced, "", self.start_line),)
+        return ExceptionBlock(self.thread, self.stream, self.start_line, tuple(self.frames), exceptions,
                               self.process)
 
     def continue_message(self, text: str) -> None:
@@ -109,7 +113,8 @@ class _Stream:
             elif not block.started:
                 self.waiting.append(block)
                 self.open = block = self.suspended.pop()
-        if patterns.TRACEBACK_START.search(text):
+        ipython = patterns.IPYTHON_TRACEBACK.match(text) if "Traceback (most" in text else None
+        if ipython is not None or patterns.TRACEBACK_START.search(text):
             if block is None or (block.ended and not block.chained):
                 if block is not None:
                     closed.append(block.close())
@@ -119,6 +124,8 @@ class _Stream:
                 block.ended = False  # the next section of a chained traceback
                 block.chained = False
             block.started = True
+            if ipython is not None:
+                block.announced = ipython.group("type")
             return closed, True
         if block is None:
             return closed, False

@@ -16,7 +16,13 @@ THREAD_EXCEPTION = re.compile(r"^(?P<repeat>(?:Exception in thread )+)(?P<thread
 # multiprocessing.Process prints 'Process NAME:' before the traceback of a child that raised.
 PROCESS_HEADER = re.compile(r"^Process (?P<name>[A-Za-z_][\w.-]*):\s*$")
 BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
-TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):\s*$")
+# A progress bar redrawn with '\r' can leave its tail on the header line ('...call last):   | 4/84 [00:52<17:32]').
+TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)")
+# IPython / Jupyter print the exception's type first, on the header line, then cells and frames without quotes
+# ('CacheLimitExceeded      Traceback (most recent call last)'); the type stands in when the paste is cut.
+IPYTHON_TRACEBACK = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)\s*$")
+# Markdown around a pasted log: quote markers ('> ', '> > ') and a code fence glued to the first line.
+MARKDOWN_LEAD = re.compile(r"^(?:> ?)+|^`{3,}(?=\S)")
 CHAIN = re.compile(r"^\s*(During handling of the above exception|The above exception was the direct cause)")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)')
 # The same frame pasted without its indentation (some consoles and issue pastes strip it); only read inside a
@@ -38,7 +44,7 @@ RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DE
 # ('(EngineCore_0 pid=8) (VllmWorker TP1 pid=9) '): the innermost names the worker.
 _PROC = r"\((?P<proc>[A-Za-z_][\w.]*)(?P<role>(?: [A-Za-z]+=?\w+)*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?"
 WORKER_PREFIX = re.compile(
-    r"^\[(?:rank|default)(?P<rank>\d+)\]: ?"
+    r"^\[?(?:rank|default)(?P<rank>\d+)\]: ?"  # the '[' is lost when a redrawn progress bar overwrote it
     # pdsh (DeepSpeed's multi-node launcher) puts the node's address before each line: '10.223.4.143: Traceback'
     r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC

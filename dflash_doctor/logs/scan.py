@@ -114,6 +114,7 @@ class LogScanner:
         self._root_cause: Optional[Dict[str, Any]] = None
         self._names: Dict[bytes, str] = {}
         self._tags: Dict[str, bytes] = {}  # the bytes that name a worker on its lines, for looking back
+        self._process_ranks: Dict[str, str] = {}  # a prefixed process ('Actor pid=N') -> the rank its lines named
         self._where: Optional[Tuple[bytes, int, int]] = None  # (block, offset, line) of the line being parsed
         self.lines = 0
         self.bytes = 0
@@ -249,6 +250,8 @@ class LogScanner:
         if self._blocks.active and lineno - self._blocks.last_consumed > BLOCK_GAP:
             new += self._close(self._blocks.flush())
         text = raw.decode("utf-8", "replace").rstrip("\r")
+        if text[:1] in ">`":
+            text = patterns.MARKDOWN_LEAD.sub("", text, count=1)
         prefix = patterns.WORKER_PREFIX.match(text)
         stream = None
         body = text
@@ -343,7 +346,7 @@ class LogScanner:
                               f"{worker}: flex_attention ran without torch.compile (dense path that materialises "
                               "the full scores matrix)", lineno, dict(thread=worker, via="warning"))
         details = entry.details(match, body)
-        worker = self._worker_for(worker, details)
+        worker = self._worker_for(worker, details, stream)
         if code == LOG_KILLED_BY_SIGNAL.code and "Fatal Python error" in body:
             self._fatal_error_line = lineno  # faulthandler's thread dump follows: the crash's stack, not a hang
         if code == LOG_NCCL_WATCHDOG_ABORT.code:
@@ -395,12 +398,21 @@ class LogScanner:
         start = block.rfind(b"\n", 0, offset - 1) + 1
         return bytes(block[start:offset - 1]).decode("utf-8", "replace").rstrip("\r")
 
-    def _worker_for(self, worker: str, details: Dict[str, Any]) -> str:
-        """A line that names no worker but a rank ('[PG 0 Rank 3]', torchrun's 'local_rank: 3') is that rank's."""
-        if worker != MAIN:
-            return worker
+    def _worker_for(self, worker: str, details: Dict[str, Any], stream: Optional[str] = None) -> str:
+        """A line that names no worker but a rank ('[PG 0 Rank 3]', torchrun's 'local_rank: 3') is that rank's; so
+        is one behind a process's prefix (Ray's '(Actor pid=N)', a pdsh host): the rank names the GPU's worker
+        (the process stays in the evidence)."""
         rank = details.get("rank", details.get("local_rank"))
-        return f"rank{rank}" if rank is not None else worker
+        behind_prefix = worker == stream and stream is not None and not stream.startswith("rank")
+        if rank is None and behind_prefix and stream in self._process_ranks:
+            details["process"] = worker
+            return self._process_ranks[stream]  # the process named its rank on an earlier line
+        if rank is not None and (worker == MAIN or behind_prefix):
+            if behind_prefix and len(self._process_ranks) < NAME_CACHE:
+                details["process"] = worker
+                self._process_ranks[worker] = f"rank{rank}"
+            return f"rank{rank}"
+        return worker
 
     # -- classification --------------------------------------------------------------------------------------
 
@@ -457,7 +469,7 @@ class LogScanner:
                 if match is None:
                     continue
                 details = entry.details(match, text)
-                worker = self._worker_for(worker, details)
+                worker = self._worker_for(worker, details, block.stream)
                 new += self._cause(entry, details, worker, exc.line, block)
                 cause = cause or (entry.rule.code, details)
                 break

@@ -310,7 +310,8 @@ LOG_CUDA_DEVICE_ASSERT = declare(Rule(
         "'CUDA error: device-side assert triggered' means a kernel checked its input and stopped: most often a class "
         "label >= the number of classes (cross_entropy, nll_loss), a token id >= the embedding's vocabulary, an "
         "index out of range in gather/scatter/index_select, or a BCE input outside [0, 1]. The kernel's own line "
-        "('Assertion `t >= 0 && t < n_classes` failed') names which, when it was captured. Like an illegal memory "
+        "('Assertion `t >= 0 && t < n_classes` failed', printed per GPU thread with its 'block: [..], thread: [..]') "
+        "names which, when it was captured, and alone is enough to report it. Like an illegal memory "
         "access it is reported asynchronously and leaves the CUDA context unusable; unlike one, the fix is in the "
         "data, not in a kernel."
     ),
@@ -328,8 +329,12 @@ LOG_CUDA_DEVICE_ASSERT = declare(Rule(
     good=(
         "[rank0] step=10 loss=2.4 9.0 Ktok/s\n"
     ),
-), triggers=("device-side assert",), fatal=True,
-    pattern=re.compile(r"device-side assert(?:ion)? triggered"), details=_gpu_details,
+), triggers=("device-side assert", "Assertion `"), fatal=True,
+    # The kernel prints its failed check per GPU thread before the host sees the error ('Indexing.cu:1308:
+    # indexSelectLargeIndex: block: [56,0,0], thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.');
+    # a paste may keep only those lines.
+    pattern=re.compile(r"device-side assert(?:ion)? triggered"
+                       r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"), details=_gpu_details,
     describe=lambda d: "CUDA error: device-side assert triggered" + _on_gpu(d)
     + " (a kernel's input check: an index or label out of range)")
 
@@ -359,7 +364,9 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
         "then 'what(): [PG 0 Rank 1] Process group watchdog thread terminated with exception: ...' and only C++ "
         "frames ('frame #0: c10::Error::Error(...)'). The process dies of SIGABRT and no Python traceback is "
         "printed, so the reason is the 'what()' text: a collective timeout (another rank stopped calling "
-        "collectives), an illegal memory access, or a NCCL error. The evidence names which."
+        "collectives), an illegal memory access, or a NCCL error. The evidence names which. Releases before the "
+        "watchdog reported its own termination threw the timeout itself: 'terminate called after throwing an "
+        "instance of 'std::runtime_error'' then 'what():  [Rank 7] Watchdog caught collective operation timeout'."
     ),
     fix=(
         "Read inner_cause: a timeout means look for the rank that stopped first (its own death or stall is the "
@@ -379,9 +386,13 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     good=(
         "[rank1]:[I1129 09:30:02.414 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 1] ProcessGroupNCCL initialized\n"
     ),
-), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations"),
+), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations",
+             "what():"),
     fatal=True,
+    # Before the watchdog thread reported its own termination, it threw the timeout itself: 'terminate called
+    # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
     pattern=re.compile(r"watchdog thread terminated with\b|taking the entire process down"
+                       r"|what\(\):\s+\[(?:PG [^\]]*?)?Rank \d+\] Watchdog caught collective"
                        r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"),
@@ -438,7 +449,8 @@ LOG_NCCL_TIMEOUT = declare(Rule(
         "[rank3]:[I321 02:07:08.414640780 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 3] ProcessGroupNCCL initialized\n"
     ),
 ), triggers=("WorkNCCL", "ProcessGroupNCCL", "NCCL timeout"), fatal=True,
-    pattern=re.compile(r"Watchdog caught collective operation timeout|watchdog got stuck for \d+ seconds"
+    # A pasted line cut inside the phrase ('... Watchdog caught collective operati') is still the timeout.
+    pattern=re.compile(r"Watchdog caught collective(?: operation timeout|[\w ]{0,12}$)|watchdog got stuck for \d+ seconds"
                        r"|NCCL timeout|DistBackendError: .*?[Tt]imed? ?out"),
     details=_timeout_details, describe=_timeout_message)
 
@@ -476,7 +488,9 @@ LOG_NCCL_ERROR = declare(Rule(
     details=_gpu_details,
     describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
 
-_RECOMPILE_FATAL = re.compile(r"FailOnRecompileLimitHit(?::\s*(?P<why>.*))?")
+# Releases before FailOnRecompileLimitHit raised torch._dynamo.exc.CacheLimitExceeded where the limit could not
+# fall back to eager (fullgraph=True): either one reaching a traceback ended the run.
+_RECOMPILE_FATAL = re.compile(r"(?:FailOnRecompileLimitHit|\bCacheLimitExceeded)(?::\s*(?P<why>.*))?")
 
 
 def _recompile_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
@@ -508,6 +522,7 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
         "After config.recompile_limit (cache_size_limit before torch 2.6) recompilations of one code object, "
         "Dynamo stops compiling it and runs it eagerly: for flex_attention that is the dense path. With "
         "fullgraph=True (or config.fail_on_recompile_limit_hit) the same limit raises FailOnRecompileLimitHit "
+        "(CacheLimitExceeded in older releases) "
         "instead and the worker dies: then the finding is an error. Shapes that change every step (dynamic block "
         "masks, ragged batches) are the usual cause."
     ),
@@ -524,9 +539,10 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
     good=(
         "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016] torch._dynamo recompiling 'attend'\n"
     ),
-), triggers=("dynamo hit", "FailOnRecompileLimitHit"), fatal=True,
+), triggers=("dynamo hit", "FailOnRecompileLimitHit", "CacheLimitExceeded"), fatal=True,
     pattern=re.compile(r"(?:torch\._dynamo|torchdynamo) hit (?:config\.)?(?:accumulated_)?(?:recompile_limit"
-                       r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"),
+                       r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"
+                       r"|\bCacheLimitExceeded\b"),
     details=_recompile_details, describe=_recompile_message)
 
 # -- events: no death by themselves ------------------------------------------------------------------------------
@@ -563,7 +579,11 @@ SIGNALS = {1: "SIGHUP", 2: "SIGINT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: 
            11: "SIGSEGV", 13: "SIGPIPE", 15: "SIGTERM"}
 _SHELL_SIGNALS = {"Killed": "SIGKILL", "Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT",
                   "Bus error": "SIGBUS", "Illegal instruction": "SIGILL", "Floating point exception": "SIGFPE",
-                  "Terminated": "SIGTERM", "已杀死": "SIGKILL", "段错误": "SIGSEGV"}  # bash in a zh_CN locale
+                  "Terminated": "SIGTERM", "已杀死": "SIGKILL", "段错误": "SIGSEGV",  # bash in a zh_CN locale
+                  # zsh: 'zsh: segmentation fault (core dumped)  python train.py', 'zsh: killed  python ...'
+                  "segmentation fault": "SIGSEGV", "bus error": "SIGBUS", "killed": "SIGKILL", "abort": "SIGABRT",
+                  "illegal hardware instruction": "SIGILL", "floating point exception": "SIGFPE",
+                  "terminated": "SIGTERM", "illegal instruction": "SIGILL"}
 SIGNAL_MEANING = {
     "SIGKILL": "killed from outside: usually the host's OOM killer (check `dmesg`), or a scheduler or launcher",
     "SIGSEGV": "a native crash (C++/CUDA extension, driver): run under faulthandler or gdb for its stack",
@@ -606,6 +626,9 @@ _SIGNAL_LINE = re.compile(
     r"|^[\s>*`]*(?:\S+: line \d+: +(?P<pid3>\d+) )?(?P<shell>Killed|Segmentation fault|Aborted|Bus error"
     r"|Illegal instruction|Floating point exception|Terminated|已杀死|段错误)(?: *\((?:core dumped|核心已转储)\))?"
     r"[*`]*(?:\s|$)"
+    r"|^[\s>*`]*zsh: (?P<zsh>segmentation fault|bus error|killed|abort|illegal hardware instruction"
+    r"|floating point exception|terminated)\b"
+    r"|^[\s>*`]*(?P<lower>segmentation fault|bus error|illegal instruction) \(core dumped\)"
 )
 
 
@@ -616,8 +639,8 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = SIGNALS.get(-int(g["exitcode"]), f"signal {-int(g['exitcode'])}")
     elif g["oom_pid"]:
         name = "SIGKILL"
-    elif g["fatal"] or g["shell"] or g["loader"]:
-        name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"]]
+    elif g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]:
+        name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]]
     elif g["unexpected"]:
         name = _LOADER_SIGNALS[g["unexpected"]]
     elif g["dsret"]:
@@ -659,7 +682,8 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "(SIGKILL) received by PID N' or 'exitcode: -9', DeepSpeed's 'exits with return code = -9', the shell's "
         "'Killed' or 'Segmentation fault (core dumped)', the kernel's 'Out of memory: Killed process N', a "
         "DataLoader worker's 'Unexpected segmentation fault encountered in worker', or faulthandler's 'Fatal "
-        "Python error' (its thread dump is the crash's stack, not a hang). The "
+        "Python error' (its thread dump is the crash's stack, not a hang); zsh reports 'zsh: segmentation fault' "
+        "or 'zsh: killed'. The "
         "signal says where to look: SIGKILL is usually the host OOM killer, SIGSEGV a native crash, SIGABRT a C++ "
         "abort (often the NCCL watchdog, DFD512), SIGBUS a full /dev/shm, SIGTERM the launcher stopping workers "
         "after another rank failed."
@@ -677,7 +701,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
 ), triggers=("SIG", "exitcode: -", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
-             "段错误"),
+             "段错误", "zsh: ", "(core dumped)"),
     fatal=True,
     pattern=_SIGNAL_LINE, details=_signal_details,
     describe=lambda d: (f"{d['worker_kind']} " if d.get("worker_kind") else "")

@@ -36,7 +36,7 @@ def test_anchors_cover_every_trigger_word_with_one_of_its_own_bytes():
     for anchor in anchors:
         for word, offset in anchor.words:
             assert word[offset:offset + 1] == anchor.byte
-    assert len(anchors) <= 16  # each anchor is one memchr sweep per block
+    assert len(anchors) <= 18  # each anchor is one memchr sweep per block (benchmarks/logs_bench.py measures them)
 
 
 WORDS = ["Traceback (most recent call", "Killed", "OutOfResources", "FX to torch.jit.trace"]

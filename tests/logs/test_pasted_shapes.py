@@ -1,0 +1,120 @@
+"""Shapes that issue pastes give the fatal kinds (held-out batch F, benchmarks/logs_heldout): markdown around the
+log, progress bars redrawn over a line's start, IPython's traceback header, the kernel's own assertion lines, the
+old watchdog's uncaught timeout, zsh's crash reports, Ray prefixes whose lines name a rank. Each is a stand-in
+written here, checked alone and inside 2 MB of progress lines (tests/logs/test_wordings.findings)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.logs.test_wordings import findings
+
+
+@pytest.mark.parametrize("line,signal", [
+    ("segmentation fault (core dumped)\n", "SIGSEGV"),
+    ("zsh: segmentation fault (core dumped)  python train.py --cfg a.yaml\n", "SIGSEGV"),
+    ("zsh: killed     python train.py\n", "SIGKILL"),
+    ("zsh: bus error  python train.py\n", "SIGBUS"),
+])
+def test_zsh_and_lowercase_crash_reports(line, signal):
+    progress = "Epoch 1/5:  11%|#         | 10/90 [00:01<00:08,  8.95img/s, loss=0.03]\n"
+    assert findings(progress + line) == [("DFD514", "main", None, signal)]
+
+
+@pytest.mark.parametrize("prose", [
+    "the run was killed by the scheduler at night\n",
+    "a segmentation fault happens sometimes, see above\n",
+])
+def test_prose_about_a_crash_is_not_one(prose):
+    assert findings(prose) == []
+
+
+def test_a_code_fence_glued_to_a_thread_header():
+    text = ("```Exception in thread Thread-9 (_pin_memory_loop):\n"
+            "Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3.10/threading.py", line 1016, in _bootstrap_inner\n'
+            "    self.run()\n"
+            '  File "/usr/lib/python3.10/multiprocessing/reduction.py", line 159, in recvfds\n'
+            "    raise EO\n")
+    assert findings(text) == [("DFD508", "Thread-9 (_pin_memory_loop)", None, None)]
+
+
+def test_a_quoted_traceback_is_read_inside_its_quote_markers():
+    text = ("> > Traceback (most recent call last):\n"
+            '> >   File "train.py", line 12, in <module>\n'
+            "> >     step()\n"
+            "> > KeyError: 'labels'\n")
+    assert findings(text) == [("DFD513", "main", None, None)]
+
+
+def test_a_rank_prefix_that_lost_its_bracket_under_a_redrawn_bar():
+    text = ("rank1]: Traceback (most recent call last):                  | 4/84 [00:52<17:32,  0.08it/s]\n"
+            '[rank1]:   File "/work/main.py", line 186, in <module>\n'
+            "[rank1]:     cli_main()\n"
+            '[rank1]:   File "/work/main.py", line 164, in cli_main\n')
+    assert findings(text) == [("DFD513", "rank1", None, None)]
+
+
+def test_ipython_header_names_the_exception_when_the_paste_is_cut():
+    text = ("W1126 16:03:16.529 1228 torch/_dynamo/convert_frame.py:844] [1/8] torch._dynamo hit "
+            "config.cache_size_limit (8)\n"
+            "W1126 16:03:16.529 1228 torch/_dynamo/convert_frame.py:844] [1/8]    function: 'update' "
+            "(/home/u/opt/utils.py:694)\n"
+            "---------------------------------------------------------------------------\n"
+            "CacheLimitExceeded                        Traceback (most recent call last)\n"
+            "Cell In[21], line 5\n"
+            "      4 for i in range(runs):\n"
+            "----> 5     result = train_run(1e-3)\n")
+    report_findings = findings(text)
+    assert report_findings == [("DFD506", "main", None, None)]
+    from tests.logs.test_scan import scan_text
+
+    (finding,) = [f for f in scan_text(text).findings if f.code == "DFD506"]
+    assert finding.severity.value == "error" and "stopped the run" in finding.message
+
+
+def test_ipython_traceback_that_ends_is_read_like_any_other():
+    text = ("KeyError                                  Traceback (most recent call last)\n"
+            "Cell In[3], line 2\n"
+            "----> 2 batch['labels']\n"
+            "KeyError: 'labels'\n")
+    assert findings(text) == [("DFD513", "main", None, None)]
+
+
+def test_kernel_assertion_lines_alone_are_a_device_side_assert():
+    text = "".join(
+        f"../aten/src/ATen/native/cuda/Indexing.cu:1308: indexSelectLargeIndex: block: [56,0,0], thread: "
+        f"[{i},0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n" for i in range(3))
+    assert findings(text) == [("DFD517", "main", None, None)]
+
+
+def test_a_glibc_assert_is_not_a_device_side_assert():
+    text = "python: ../nptl/pthread_mutex_lock.c:81: __pthread_mutex_lock: Assertion `mutex->__data.__owner == 0' failed.\n"
+    assert "DFD517" not in [code for code, *_ in findings(text)]
+
+
+def test_the_old_watchdog_throwing_its_timeout_is_an_abort_of_that_rank():
+    text = ("[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out. Due to the asynchronous "
+            "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+            "[E ProcessGroupNCCL.cpp:461] To avoid data inconsistency, we are taking the entire process down.\n"
+            "terminate called after throwing an instance of 'std::runtime_error'\n"
+            "  what():  [Rank 7] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=923, "
+            "OpType=REDUCE, Timeout(ms)=1800000) ran for 1806745 milliseconds before timing out.\n")
+    assert findings(text) == [("DFD512", "rank7", None, None)]
+
+
+def test_a_timeout_line_cut_inside_its_phrase_is_still_a_timeout():
+    text = ("[1763]   1%|          | 24/1752 [01:08<1:22:56,  2.88s/it][rank5]:[E602 11:17:52.185 "
+            "ProcessGroupNCCL.cpp:632] [Rank 5] Watchdog caught collective operati\n")
+    assert findings(text) == [("DFD504", "rank5", None, None)]
+
+
+def test_a_ray_actor_whose_lines_name_a_rank_is_that_rank():
+    actor = "(TrainerActor pid=3946, ip=10.0.0.4) "
+    text = (actor + "[2024-12-24 23:47:14,381 E 3946 4620] logging.cc:101: Unhandled exception: "
+            "N3c1016DistBackendErrorE. what(): [PG ID 0 PG GUID 0(default_pg) Rank 6] Process group watchdog "
+            "thread terminated with exception: [Rank 6] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=970, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 milliseconds\n"
+            + actor + "Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:618"
+            " (most recent call first):\n"
+            + actor + "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7fa0 in libc10.so)\n")
+    assert findings(text) == [("DFD512", "rank6", None, None)]
