@@ -21,8 +21,11 @@ TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):(?:\s*$|\s+.*
 # IPython / Jupyter print the exception's type first, on the header line, then cells and frames without quotes
 # ('CacheLimitExceeded      Traceback (most recent call last)'); the type stands in when the paste is cut.
 IPYTHON_TRACEBACK = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)\s*$")
-# Markdown around a pasted log: quote markers ('> ', '> > ') and a code fence glued to the first line.
-MARKDOWN_LEAD = re.compile(r"^(?:> ?)+|^`{3,}(?=\S)")
+# Markdown around a pasted log: quote markers ('> ', '> > '), a code fence or an inline-code backtick glued to the
+# first line, bold ('**RuntimeError: ...**').
+MARKDOWN_LEAD = re.compile(r"^(?:> ?)+|^`+(?=\S)|^\*\*(?=\S)")
+# A progress bar redrawn with '\r' and a thread's header printed after it: '  0%|   | 0/117 [00:00<?, ?it/s]'.
+PROGRESS_BAR_TAIL = re.compile(r"(?:\||\]|it/s|s/it)\s*$")
 CHAIN = re.compile(r"^\s*(During handling of the above exception|The above exception was the direct cause)")
 FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+), in (?P<func>\S+)')
 # The same frame pasted without its indentation (some consoles and issue pastes strip it); only read inside a

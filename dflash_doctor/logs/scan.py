@@ -250,8 +250,11 @@ class LogScanner:
         if self._blocks.active and lineno - self._blocks.last_consumed > BLOCK_GAP:
             new += self._close(self._blocks.flush())
         text = raw.decode("utf-8", "replace").rstrip("\r")
-        if text[:1] in ">`":
+        if text[:1] in ">`*":
             text = patterns.MARKDOWN_LEAD.sub("", text, count=1)
+        glued = text.find("Exception in thread ")
+        if glued > 0 and patterns.PROGRESS_BAR_TAIL.search(text, 0, glued):
+            text = text[glued:]
         prefix = patterns.WORKER_PREFIX.match(text)
         stream = None
         body = text

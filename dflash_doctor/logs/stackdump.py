@@ -17,11 +17,14 @@ MAX_THREADS = 128
 MAX_FRAMES = 64
 MAX_LINES = 4000
 
-_THREAD = re.compile(r"^\s*(?:Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+|\d+) \((?P<status>most recent call "
-                     r"first|(?:idle|active)(?:\+gil)?)\)(?::? ?\"(?P<name>[^\"]*)\")?:?\s*$")
+# A pasted py-spy dump may have its thread ids edited out ('Thread (idle): "MainThread"'): the name then stays.
+_THREAD = re.compile(r"^\s*(?:Current thread|Thread) (?:(?P<ident>0x[0-9a-fA-F]+|\d+) )?\((?P<status>most recent "
+                     r"call first|(?:idle|active)(?:\+gil)?)\)(?::? ?\"(?P<name>[^\"]*)\")?:?\s*$")
 _PYSPY_FRAME = re.compile(r"^ {4}(?P<func>\S.*?) \((?P<file>[^()]+?):(?P<line>\d+)\)\s*$")
-_NATIVE_FRAME = re.compile(r"^ {4}\S.*\([^()]*\)\s*$|^ {4}0x[0-9a-fA-F]+")
-_FAULT_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
+# Any other line indented like a frame: --native frames ('    0x7f.. (libc.so.6)'), frames elided by hand ('    ...').
+_NATIVE_FRAME = re.compile(r"^ {4}\S")
+# faulthandler's frame ('line 12 in f', no comma); some pastes strip its indentation.
+_FAULT_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
 _LOCALS = re.compile(r"^ {8,}\S|^\s*<no Python frame>\s*$")  # also faulthandler's frameless thread
 _HEADER = re.compile(r"^(?:Process \d+: |Python v\d|Timeout \(\d+:\d\d:\d\d\)!)")
 
@@ -50,8 +53,8 @@ class StackDumpParser:
             self.done = True
             return False
         header = _THREAD.match(text)
-        if header is not None:
-            ident = header.group("ident")
+        if header is not None and (header.group("ident") or header.group("name") is not None):
+            ident = header.group("ident") or str(len(self.threads))
             if len(self.threads) < MAX_THREADS:
                 self.threads.append(DumpedThread(header.group("name") or f"thread-{ident}",
                                                  int(ident, 16) if ident.startswith("0x") else int(ident),

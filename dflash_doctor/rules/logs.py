@@ -211,6 +211,71 @@ LOG_TRITON_OUT_OF_RESOURCES = declare(Rule(
     pattern=re.compile(r"\bOutOfResources\b|out of resource: "), details=_triton_details,
     describe=_triton_message)
 
+# The watchdog's abort comes before the CUDA kinds: its termination line names them as its inner cause
+# ('... watchdog thread terminated with exception: CUDA error: an illegal memory access ...').
+_ABORT_INNER = (
+    ("collective timeout", re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds"
+                                      r"|checkTimeout")),
+    ("illegal memory access", re.compile(r"illegal memory access")),
+    ("NCCL error", re.compile(r"NCCL error|nccl\w*Error|unhandled (?:cuda|system) error", re.I)),
+    ("heartbeat monitor timeout", re.compile(r"Heartbeat monitor timed out|watchdog got stuck")),
+)
+
+
+def _abort_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    rank = _RANK_MENTION.search(text)
+    inner = next((name for name, pattern in _ABORT_INNER if pattern.search(text)), None)
+    return {"rank": int(rank.group("rank")) if rank else None, "inner_cause": inner}
+
+
+LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
+    code="DFD512",
+    name="log-nccl-watchdog-abort",
+    severity=Severity.ERROR,
+    summary="ProcessGroupNCCL's watchdog aborted the process (C++ terminate, no Python traceback)",
+    rationale=(
+        "When a collective times out or the CUDA context breaks, ProcessGroupNCCL's watchdog thread throws "
+        "c10::DistBackendError in C++: 'terminate called after throwing an instance of 'c10::DistBackendError'' "
+        "then 'what(): [PG 0 Rank 1] Process group watchdog thread terminated with exception: ...' and only C++ "
+        "frames ('frame #0: c10::Error::Error(...)'). The process dies of SIGABRT and no Python traceback is "
+        "printed, so the reason is the 'what()' text: a collective timeout (another rank stopped calling "
+        "collectives), an illegal memory access, or a NCCL error. The evidence names which. Releases before the "
+        "watchdog reported its own termination threw the timeout itself: 'terminate called after throwing an "
+        "instance of 'std::runtime_error'' then 'what():  [Rank 7] Watchdog caught collective operation timeout'."
+    ),
+    fix=(
+        "Read inner_cause: a timeout means look for the rank that stopped first (its own death or stall is the "
+        "real cause); an illegal memory access see DFD511; a NCCL error see DFD516."
+    ),
+    example_format="log",
+    bad=(
+        "[rank1]:[E1129 09:40:02.414 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 1] Process group watchdog thread "
+        "terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, "
+        "OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600067 milliseconds before "
+        "timing out.\n"
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+        "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1599 (most "
+        "recent call first):\n"
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f8a in libc10.so)\n"
+    ),
+    good=(
+        "[rank1]:[I1129 09:30:02.414 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 1] ProcessGroupNCCL initialized\n"
+    ),
+), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations",
+             "what():"),
+    fatal=True,
+    # Before the watchdog thread reported its own termination, it threw the timeout itself: 'terminate called
+    # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
+    pattern=re.compile(r"watchdog thread terminated with\b|taking the entire process down"
+                       r"|what\(\):\s+\[(?:PG [^\]]*?)?Rank \d+\] Watchdog caught collective"
+                       r"|Some NCCL operations have failed or timed out"
+                       r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
+                       r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"),
+    details=_abort_details,
+    describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
+    + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
+
+
 _OOM_GPU = re.compile(r"GPU (?P<a>\d+) has a total capac?i?ty|\(GPU (?P<b>\d+);|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
                       r"(?:device |GPU |cuda:|rank )(?P<c>\d+)")
 _OOM_TRIED = re.compile(r"Tried to allocate (?P<size>[\d.]+ ?[KMGT]?i?B)")
@@ -337,68 +402,6 @@ LOG_CUDA_DEVICE_ASSERT = declare(Rule(
                        r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"), details=_gpu_details,
     describe=lambda d: "CUDA error: device-side assert triggered" + _on_gpu(d)
     + " (a kernel's input check: an index or label out of range)")
-
-_ABORT_INNER = (
-    ("collective timeout", re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds"
-                                      r"|checkTimeout")),
-    ("illegal memory access", re.compile(r"illegal memory access")),
-    ("NCCL error", re.compile(r"NCCL error|nccl\w*Error|unhandled (?:cuda|system) error", re.I)),
-    ("heartbeat monitor timeout", re.compile(r"Heartbeat monitor timed out|watchdog got stuck")),
-)
-
-
-def _abort_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
-    rank = _RANK_MENTION.search(text)
-    inner = next((name for name, pattern in _ABORT_INNER if pattern.search(text)), None)
-    return {"rank": int(rank.group("rank")) if rank else None, "inner_cause": inner}
-
-
-LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
-    code="DFD512",
-    name="log-nccl-watchdog-abort",
-    severity=Severity.ERROR,
-    summary="ProcessGroupNCCL's watchdog aborted the process (C++ terminate, no Python traceback)",
-    rationale=(
-        "When a collective times out or the CUDA context breaks, ProcessGroupNCCL's watchdog thread throws "
-        "c10::DistBackendError in C++: 'terminate called after throwing an instance of 'c10::DistBackendError'' "
-        "then 'what(): [PG 0 Rank 1] Process group watchdog thread terminated with exception: ...' and only C++ "
-        "frames ('frame #0: c10::Error::Error(...)'). The process dies of SIGABRT and no Python traceback is "
-        "printed, so the reason is the 'what()' text: a collective timeout (another rank stopped calling "
-        "collectives), an illegal memory access, or a NCCL error. The evidence names which. Releases before the "
-        "watchdog reported its own termination threw the timeout itself: 'terminate called after throwing an "
-        "instance of 'std::runtime_error'' then 'what():  [Rank 7] Watchdog caught collective operation timeout'."
-    ),
-    fix=(
-        "Read inner_cause: a timeout means look for the rank that stopped first (its own death or stall is the "
-        "real cause); an illegal memory access see DFD511; a NCCL error see DFD516."
-    ),
-    example_format="log",
-    bad=(
-        "[rank1]:[E1129 09:40:02.414 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 1] Process group watchdog thread "
-        "terminated with exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, "
-        "OpType=ALLREDUCE, NumelIn=4096, NumelOut=4096, Timeout(ms)=600000) ran for 600067 milliseconds before "
-        "timing out.\n"
-        "terminate called after throwing an instance of 'c10::DistBackendError'\n"
-        "Exception raised from ncclCommWatchdog at ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1599 (most "
-        "recent call first):\n"
-        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x57 (0x7f8a in libc10.so)\n"
-    ),
-    good=(
-        "[rank1]:[I1129 09:30:02.414 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 1] ProcessGroupNCCL initialized\n"
-    ),
-), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations",
-             "what():"),
-    fatal=True,
-    # Before the watchdog thread reported its own termination, it threw the timeout itself: 'terminate called
-    # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
-    pattern=re.compile(r"watchdog thread terminated with\b|taking the entire process down"
-                       r"|what\(\):\s+\[(?:PG [^\]]*?)?Rank \d+\] Watchdog caught collective"
-                       r"|Some NCCL operations have failed or timed out"
-                       r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
-                       r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"),
-    details=_abort_details,
-    describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
-    + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
 
 _NCCL_TIMEOUT = re.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d+) milliseconds"
@@ -612,6 +615,8 @@ _SIGNAL_LINE = re.compile(
     r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal"
     r"|Out of memory: Killed process (?P<oom_pid>\d+)"
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
+    # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
+    r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][\w ]*?)(?::|\s*$)"
     r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: (?P<loader>Bus error|Aborted|Killed|Segmentation fault"
     r"|Terminated|Floating point exception)"
     r"|Unexpected (?P<unexpected>bus error|segmentation fault|floating-point exception) encountered in worker"
@@ -647,7 +652,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = SIGNALS.get(-int(g["dsret"]), f"signal {-int(g['dsret'])}")
     elif g["ntstatus"] or g["ntdecimal"]:
         name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
-    elif g["what"]:
+    elif g["what"] or g["fatal_abort"]:
         name = "SIGABRT"
     pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
@@ -666,6 +671,9 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["worker_kind"] = "DataLoader worker"
     if g["what"]:
         details["meaning"] = f"a C++ exception nothing caught (terminate, then abort): {g['what'].strip()[:200]}"
+    if g["fatal_abort"]:
+        details["meaning"] = (f"Python's own fatal error ({g['fatal_abort'].strip()}): the interpreter aborted, "
+                              "usually a C/C++ extension's reference-count or thread-state bug")
     if g["ntstatus"] or g["ntdecimal"]:
         details["meaning"] = "Windows NTSTATUS " + (g["ntstatus"] and "0x" + g["ntstatus"] or g["ntdecimal"]) \
             + ": " + SIGNAL_MEANING.get(name or "", "")
@@ -745,7 +753,8 @@ LOG_STACK_DUMP_HANG = declare(Rule(
     ),
 ), triggers=("Thread ", "thread 0x"),
     pattern=re.compile(r"^\s*(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+) \((?:most recent call first|"
-                       r"(?:idle|active)(?:\+gil)?)\)(?:: \"(?P<name>[^\"]*)\")?"))
+                       r"(?:idle|active)(?:\+gil)?)\)(?:: \"(?P<name>[^\"]*)\")?"
+                       r"|^\s*Thread \((?:idle|active)(?:\+gil)?\): \"(?P<unnamed>[^\"]*)\""))
 
 # -- deaths no rule above explains, and progress ---------------------------------------------------------------
 

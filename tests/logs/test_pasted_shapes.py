@@ -118,3 +118,63 @@ def test_a_ray_actor_whose_lines_name_a_rank_is_that_rank():
             " (most recent call first):\n"
             + actor + "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7fa0 in libc10.so)\n")
     assert findings(text) == [("DFD512", "rank6", None, None)]
+
+
+# -- held-out batch G ---------------------------------------------------------------------------------------------
+
+def test_a_python_fatal_error_other_than_a_signal_is_an_abort():
+    text = ("[rank0]:[titan] step: 20  loss:  6.1  tps: 5,120\n"
+            "[rank0]:Fatal Python error: none_dealloc: deallocating None\n"
+            "[rank0]:Thread 0x00007f10aa7fc640 (most recent call first):\n"
+            "[rank0]:  <no Python frame>\n")
+    assert findings(text) == [("DFD514", "rank0", None, "SIGABRT")]
+
+
+def test_a_crash_dump_with_unindented_frames_is_the_crash_not_a_hang():
+    text = ("Fatal Python error: Segmentation fault\n\n"
+            "Thread 0x00007f9fb1cff700 (most recent call first):\n\n"
+            "Thread 0x00007fa040e2b700 (most recent call first):\n"
+            'File "/opt/py/lib/python3.10/threading.py", line 324 in wait\n'
+            'File "/opt/py/lib/python3.10/queue.py", line 180 in get\n\n'
+            "Current thread 0x00007fa2972464c0 (most recent call first):\n"
+            'File "/work/env.py", line 498 in compute_reward\n')
+    assert findings(text) == [("DFD514", "main", None, "SIGSEGV")]
+
+
+def test_a_py_spy_dump_with_its_thread_ids_edited_out_is_still_a_dump():
+    text = ('Thread (idle): "MainThread"\n'
+            "    wait (threading.py:359)\n"
+            "    get (queue.py:180)\n"
+            "    ...\n"
+            'Thread (idle): "Thread-7 (_pin_memory_loop)"\n'
+            "    select (selectors.py:415)\n"
+            "    _poll -> poll -> get\n")
+    assert findings(text) == [("DFD515", "main", None, None)]
+
+
+def test_a_thread_header_printed_after_a_redrawn_progress_bar():
+    text = ("  0%|          | 0/117 [00:00<?, ?it/s]Exception in thread Thread-2:\n"
+            "Traceback (most recent call last):\n"
+            '  File "C:\\\\Python38\\\\lib\\\\threading.py", line 932, in _bootstrap_inner\n'
+            "    self.run()\n"
+            "ValueError: not enough values to unpack (expected 2, got 0)\n")
+    assert findings(text) == [("DFD508", "Thread-2", None, None)]
+
+
+def test_a_single_backtick_and_markdown_bold_around_log_lines():
+    header = "`Exception in thread Thread-1 (_pin_memory_loop):\nTraceback (most recent call last):\n"
+    assert findings(header + '  File "/opt/py/threading.py", line 1016, in _bootstrap_inner\n') == [
+        ("DFD508", "Thread-1 (_pin_memory_loop)", None, None)]
+    bold = ("Traceback (most recent call last):\n"
+            '  File "train.py", line 88, in <module>\n'
+            "**    loss = criterion(logits, labels)**\n"
+            "**RuntimeError: CUDA error: device-side assert triggered**\n")
+    assert findings(bold) == [("DFD517", "main", None, None)]
+
+
+def test_a_watchdog_termination_names_its_cuda_cause_but_is_the_abort_of_that_rank():
+    text = ("  what():  [PG ID 2 PG GUID 3 Rank 1] Process group watchdog thread terminated with exception: CUDA "
+            "error: an illegal memory access was encountered\n"
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+            "might be incorrect.\n")
+    assert findings(text) == [("DFD512", "rank1", None, None)]
