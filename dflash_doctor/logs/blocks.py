@@ -89,9 +89,9 @@ class _Stream:
 
     def feed(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
         closed: List[ExceptionBlock] = []
-        header = patterns.THREAD_EXCEPTION.match(text) if text.startswith("Exception in thread ") else None
+        header = patterns.THREAD_EXCEPTION.match(text) if text.startswith(patterns.THREAD_HEADER_STARTS) else None
         if header is not None:
-            self.names_to_come += header.group("repeat").count("Exception in thread ") - 1
+            self.names_to_come += max(0, header.group("repeat").count("Exception in thread ") - 1)
             self._start(_Open(header.group("thread"), self.stream, lineno), closed)
             return closed, True
         process = patterns.PROCESS_HEADER.match(text) if text.startswith("Process ") else None
@@ -183,6 +183,10 @@ class _Stream:
         if self.open is not None:
             self.open.continuation = -1
 
+    def name_open(self, thread: str) -> None:
+        if self.open is not None and self.open.thread is None and not self.open.frames:
+            self.open.thread = thread
+
     def flush(self, ended_only: bool = False) -> List[ExceptionBlock]:
         if ended_only:
             if self.open is None or not self.open.ended:
@@ -212,7 +216,7 @@ class BlockParser:
     def feed(self, text: str, lineno: int, stream: Optional[str] = None) -> Tuple[List[ExceptionBlock], bool]:
         parser = self._streams.get(stream)
         if parser is None:
-            if not (text.startswith(("Exception in thread ", "Process ")) or "Traceback (most" in text):
+            if not (text.startswith(patterns.THREAD_HEADER_STARTS + ("Process ",)) or "Traceback (most" in text):
                 return [], False  # the common case, decided without a regex
             if len(self._streams) >= MAX_STREAMS:
                 stream = None
@@ -231,6 +235,13 @@ class BlockParser:
         parser = self._streams.get(stream)
         if parser is not None:
             parser.end_message()
+
+    def name_open(self, stream: Optional[str], thread: str) -> None:
+        """The traceback just opened is this thread's: its header came on the line before without being read
+        (a header cut to 'in thread NAME:' holds no trigger word, so the prefilter passes it by)."""
+        parser = self._streams.get(stream)
+        if parser is not None:
+            parser.name_open(thread)
 
     def flush(self, ended_only: bool = False) -> List[ExceptionBlock]:
         """Close what is open: everything at end of input; with `ended_only` (a follower caught up with the

@@ -12,12 +12,16 @@ import re
 
 # 'Exception in thread A:'; 'Exception in thread Exception in thread A:' when a second thread's header was cut
 # by this one (its name comes later, alone on a line: 'B:').
-THREAD_EXCEPTION = re.compile(r"^(?P<repeat>(?:Exception in thread )+)(?P<thread>.+?)\s*:\s*$")
+# A header whose first word was cut off in the paste ('in thread Thread-3:') still opens the thread's block.
+THREAD_EXCEPTION = re.compile(r"^(?P<repeat>(?:Exception in thread )+|in thread )(?P<thread>.+?)\s*:\s*$")
+THREAD_HEADER_STARTS = ("Exception in thread ", "in thread ")
 # multiprocessing.Process prints 'Process NAME:' before the traceback of a child that raised.
 PROCESS_HEADER = re.compile(r"^Process (?P<name>[A-Za-z_][\w.-]*):\s*$")
 BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
 # A progress bar redrawn with '\r' can leave its tail on the header line ('...call last):   | 4/84 [00:52<17:32]').
-TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)")
+# A header split by a redrawn bar ('...it/s]Traceback (most recent cal' / 'l last):') still opens its block.
+TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)"
+                             r"|Traceback \(most rec[a-z ]*$")
 # IPython / Jupyter print the exception's type first, on the header line, then cells and frames without quotes
 # ('CacheLimitExceeded      Traceback (most recent call last)'); the type stands in when the paste is cut.
 IPYTHON_TRACEBACK = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)\s*$")
@@ -34,7 +38,7 @@ UNINDENTED_FRAME = re.compile(r'^File "(?P<file>[^"]*)", line (?P<line>\d+), in 
 # The last line of a traceback: a (possibly module-qualified) exception type, optionally ': message'.
 # Classes defined in functions print as module.func.<locals>.Name.
 EXCEPTION_LINE = re.compile(
-    r"^(?P<type>(?:(?:[A-Za-z_]\w*|<locals>)\.)+[A-Za-z_]\w*|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|"
+    r"^(?P<type>(?:(?:[A-Za-z_]\w*|<locals>)\.)+[A-Za-z_]\w*|Exception|[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|"
     r"Iteration|Warning|Failure|Failed|Timeout|Empty|Hit|OutOfResources))(?::\s?(?P<message>.*))?$"
 )
 # Lines that end a multi-line exception message: another log record, a prefix, a progress line.
@@ -50,6 +54,8 @@ WORKER_PREFIX = re.compile(
     r"^\[?(?:rank|default)(?P<rank>\d+)\]: ?"  # the '[' is lost when a redrawn progress bar overwrote it
     # pdsh (DeepSpeed's multi-node launcher) puts the node's address before each line: '10.223.4.143: Traceback'
     r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
+    # docker compose puts the service's container before each line: 'sglang-1  | Traceback ...'
+    r"|^(?P<container>[A-Za-z0-9][\w.-]*-\d+) +\| "
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
 )
 
@@ -57,7 +63,7 @@ WORKER_PREFIX = re.compile(
 DEFAULT_THREAD_PATTERN = (
     r"\b(?:thread|worker)[=:]\s*(?P<thread>[\w.-]+)"
     r"|\[(?P<rank>rank\d+)\]"
-    r"|\b(?P<named>[A-Za-z][A-Za-z_]*-\d+)\b"
+    r"|(?<![/\\])\b(?P<named>[A-Za-z][A-Za-z_]*-\d+)\b(?![/\\])"  # not a folder of a path ('/lf-071/')
 )
 # The same default, fast path: the common '[drafter-0]' / '[rank3]' prefix, tried at each '['.
 BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*-\d+))\]")

@@ -260,6 +260,7 @@ class LogScanner:
         body = text
         if prefix is not None:
             stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else prefix.group("host") or \
+                prefix.group("container") or \
                 f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
             body = text[prefix.end():]
             if stream not in self._tags:
@@ -295,13 +296,16 @@ class LogScanner:
             self._summary.feed(body)
             return new
         if consumed:
-            opened = patterns.THREAD_EXCEPTION.match(body) if body.startswith("Exception in thread ") else None
+            opened = patterns.THREAD_EXCEPTION.match(body) if body.startswith(patterns.THREAD_HEADER_STARTS) else None
             if opened is not None:
                 self._look_back(opened.group("thread"))
             elif patterns.TRACEBACK_START.search(body):
                 before = self._line_before()
                 if before is not None and HANDLED.search(before) and len(self._handled) < MAX_HANDLED:
                     self._handled.add(lineno)
+                header = patterns.THREAD_EXCEPTION.match(before) if before and before.startswith("in thread ") else None
+                if header is not None:
+                    self._blocks.name_open(stream, header.group("thread"))
                 if stream is not None:
                     self._look_back(stream)
             self._previous = body
@@ -349,6 +353,8 @@ class LogScanner:
                               f"{worker}: flex_attention ran without torch.compile (dense path that materialises "
                               "the full scores matrix)", lineno, dict(thread=worker, via="warning"))
         details = entry.details(match, body)
+        if code == LOG_PROCESS_DIED.code and (details.get("exception") or "").endswith("ChildFailedError"):
+            return []  # torchrun's own exception: its summary, parsed from here on, names the rank that failed
         worker = self._worker_for(worker, details, stream)
         if code == LOG_KILLED_BY_SIGNAL.code and "Fatal Python error" in body:
             self._fatal_error_line = lineno  # faulthandler's thread dump follows: the crash's stack, not a hang
@@ -646,6 +652,14 @@ class LogScanner:
             return []
         root = summary.root or next((f for f in summary.failures if f.rank is not None), None)
         new: List[Finding] = []
+        if root is None and summary.script:
+            # cut before any failure's fields: torchrun still said the script failed
+            details = {"script": summary.script}
+            new += self._emit(LOG_PROCESS_DIED, (MAIN, "summary"),
+                              f"{MAIN}: {summary.script} failed under torchrun (its summary was cut before it named "
+                              "the rank and exit code)", summary.start_line, dict(details, thread=MAIN))
+            self._death(MAIN, LOG_PROCESS_DIED.code, summary.start_line, summary.start_line, details,
+                        exception=None, message=f"{summary.script} FAILED", kind="process")
         for failure in summary.failures:
             if failure.rank is None:
                 continue

@@ -86,6 +86,7 @@ class SummaryParser:
         self._current: Optional[Failure] = None
         self._in_traceback = False
         self._lines = 0
+        self.script: Optional[str] = None  # from the 'train.py FAILED' title
 
     def feed(self, text: str) -> bool:
         """Whether the line belongs to the summary."""
@@ -97,6 +98,8 @@ class SummaryParser:
             self._root_section, self._current, self._in_traceback = True, None, False
             return True
         if text.strip() == "Failures:" or text.rstrip().endswith(" FAILED"):
+            if text.rstrip().endswith(" FAILED"):
+                self.script = text.strip()[:-len(" FAILED")].strip()[:200] or None
             return True
         if _BORDER.match(text):
             if text.strip().startswith("=") and self._root_section and self._current is not None:

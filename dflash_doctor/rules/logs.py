@@ -270,7 +270,10 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        r"|what\(\):\s+\[(?:PG [^\]]*?)?Rank \d+\] Watchdog caught collective"
                        r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
-                       r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"),
+                       r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"
+                       # torch >= 2.6 runs the watchdog as ProcessGroupNCCL::Watchdog ('Exception raised from run at
+                       # .../ProcessGroupNCCL.cpp:2063', frames 'c10d::ProcessGroupNCCL::Watchdog::runLoop()')
+                       r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"),
     details=_abort_details,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
@@ -610,6 +613,8 @@ _DS_LOCAL_RANK = re.compile(r"'--local_rank=(\d+)'")
 _SIGNAL_LINE = re.compile(
     r"[Ss]ignal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"
     r"|failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid2>\d+)\)"
+    # torch 1.9-1.10's agent: 'Child process 32378 (local_rank 0) FAILED (exitcode -9)'
+    r"|Child process (?P<pid5>\d+) \(local_rank (?P<local_rank2>\d+)\) FAILED \(exitcode (?P<exitcode2>-\d+)\)"
     r"|(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name2>SIG[A-Z]+)"
     r"|(?:interrupted by|received) signal (?:\d+: )?(?P<name3>SIG[A-Z]+)"
     r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal"
@@ -628,7 +633,8 @@ _SIGNAL_LINE = re.compile(
     # a C++ exception nothing caught: 'terminate called after throwing ...' then '  what():  <reason>' (reasons a
     # rule above names, such as an illegal memory access or the NCCL watchdog, are matched by that rule first)
     r"|^\s*what\(\):\s+(?P<what>\S.*)"
-    r"|^[\s>*`]*(?:\S+: line \d+: +(?P<pid3>\d+) )?(?P<shell>Killed|Segmentation fault|Aborted|Bus error"
+    # at a line's start, or glued to a progress bar the shell's message overwrote ('5.02it/s]Segmentation fault')
+    r"|(?:^[\s>*`]*|(?<=it/s\])|(?<=s/it\]))(?:\S+: line \d+: +(?P<pid3>\d+) )?(?P<shell>Killed|Segmentation fault|Aborted|Bus error"
     r"|Illegal instruction|Floating point exception|Terminated|已杀死|段错误)(?: *\((?:core dumped|核心已转储)\))?"
     r"[*`]*(?:\s|$)"
     r"|^[\s>*`]*zsh: (?P<zsh>segmentation fault|bus error|killed|abort|illegal hardware instruction"
@@ -640,8 +646,9 @@ _SIGNAL_LINE = re.compile(
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     g = match.groupdict()
     name = g["name"] or g["name2"] or g["name3"] or g["agent"]
-    if g["exitcode"]:
-        name = SIGNALS.get(-int(g["exitcode"]), f"signal {-int(g['exitcode'])}")
+    if g["exitcode"] or g["exitcode2"]:
+        code = int(g["exitcode"] or g["exitcode2"])
+        name = SIGNALS.get(-code, f"signal {-code}")
     elif g["oom_pid"]:
         name = "SIGKILL"
     elif g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]:
@@ -654,10 +661,10 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
     elif g["what"] or g["fatal_abort"]:
         name = "SIGABRT"
-    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"]
+    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"] or g["pid5"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
                                "meaning": SIGNAL_MEANING.get(name or "", "")}
-    local_rank = g["local_rank"]
+    local_rank = g["local_rank"] or g["local_rank2"]
     if local_rank is None and g["dsret"]:
         named = _DS_LOCAL_RANK.search(text)
         local_rank = named.group(1) if named else None
@@ -706,7 +713,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
         "closing signal SIGTERM\n"
     ),
-), triggers=("SIG", "exitcode: -", "Killed", "Segmentation fault", "Aborted", "Bus error",
+), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
              "段错误", "zsh: ", "(core dumped)"),
@@ -789,6 +796,8 @@ def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         return {"exception": match.group("exception"), "said": (match.group("said") or "").strip()[:200]}
     if match.group("exitcode") is not None:
         return {"exitcode": int(match.group("exitcode")), "local_rank": int(match.group("local_rank"))}
+    if match.group("old_exitcode") is not None:
+        return {"exitcode": int(match.group("old_exitcode")), "local_rank": int(match.group("old_local_rank"))}
     rank = _DS_LOCAL_RANK.search(text)
     return {"exitcode": int(match.group("ds_exitcode")), "local_rank": int(rank.group(1)) if rank else None}
 
@@ -821,9 +830,10 @@ LOG_PROCESS_DIED = declare(Rule(
     good=(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
     ),
-), triggers=("Traceback (most recent call", "ChildFailedError", "Root Cause (first observed failure)",
+), triggers=("Traceback (most rec", "ChildFailedError", "Root Cause (first observed failure)",
              "exitcode", "Process ", "exits with return code", "Error:", "Exception:"),
     pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"
+                       r"|Child process \d+ \(local_rank (?P<old_local_rank>\d+)\) FAILED \(exitcode (?P<old_exitcode>\d+)\)"
                        r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"
                        # 'RuntimeError: ...' starting a line outside any traceback: the traceback was not pasted
                        # (or not printed), the exception still ended the process; quoting and markdown stripped

@@ -178,3 +178,78 @@ def test_a_watchdog_termination_names_its_cuda_cause_but_is_the_abort_of_that_ra
             "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
             "might be incorrect.\n")
     assert findings(text) == [("DFD512", "rank1", None, None)]
+
+
+# -- held-out batch H ---------------------------------------------------------------------------------------------
+
+def test_a_bare_exception_ends_its_traceback():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/srv/model_runner.py", line 216, in initialize\n'
+            "    raise Exception(\n"
+            "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 7 has a "
+            "total capacity of 95.00\n")
+    assert findings(text) == [("DFD502", "main", 7, None)]
+
+
+def test_the_watchdog_of_recent_releases_shown_only_by_its_frames():
+    text = ("frame #4: c10d::ProcessGroupNCCL::Watchdog::runLoop() + 0x969 (0x7f36a3a5c499 in libtorch_cuda.so)\n"
+            "frame #5: c10d::ProcessGroupNCCL::Watchdog::run() + 0xdf (0x7f36a3a5e40f in libtorch_cuda.so)\n"
+            "Exception raised from run at /pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2063 (most "
+            "recent call first):\n")
+    assert findings(text) == [("DFD512", "main", None, None)]
+
+
+def test_a_path_component_is_not_a_thread_name():
+    text = ("E0526 16:36:24.875000 140417 torch/distributed/elastic/multiprocessing/api.py:826] failed (exitcode: "
+            "-11) local_rank: 0 (pid: 101091) of binary: /home/u/ml/lf-071/venv/bin/python\n")
+    assert findings(text) == [("DFD514", "rank0", None, "SIGSEGV")]
+
+
+def test_the_old_elastic_agents_child_failed_banner():
+    assert findings("Child process 32378 (local_rank 0) FAILED (exitcode 1)\n") == [("DFD513", "rank0", None, None)]
+    assert findings("Child process 32378 (local_rank 2) FAILED (exitcode -9)\n") == [
+        ("DFD514", "rank2", None, "SIGKILL")]
+
+
+def test_a_shell_crash_report_glued_to_a_progress_bar():
+    text = "[Info: train_Ep_11: loss: 4.38e+02]:  20%|| 11/56 [00:02<00:08,  5.02it/s]Segmentation fault (core dumped)\n"
+    assert findings(text) == [("DFD514", "main", None, "SIGSEGV")]
+
+
+def test_a_torchrun_summary_cut_before_its_failures_still_says_the_script_failed():
+    text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+            "============================================================\n"
+            "recipes/finetune.py FAILED\n"
+            "------------------------------------------------------------\n"
+            "Failures:\n"
+            "[\n")
+    assert findings(text) == [("DFD513", "main", None, None)]
+
+
+def test_docker_compose_service_prefixes_are_read_like_a_host_prefix():
+    text = ("sglang-1  | Process 310: sglang::scheduler_TP7\n"
+            "sglang-1  | Python v3.12.12 (/usr/bin/python3.12)\n"
+            "sglang-1  | \n"
+            'sglang-1  | Thread 310 (active): "MainThread"\n'
+            "sglang-1  |     _apply (penaltylib/min_new_tokens.py:78)\n"
+            'sglang-1  | Thread 402 (idle): "Thread-1 (_read_thread)"\n'
+            "sglang-1  |     _recv (compile_worker/subproc_pool.py:60)\n")
+    assert findings(text) == [("DFD515", "sglang-1", None, None)]
+
+
+def test_a_traceback_header_split_by_a_redrawn_bar():
+    text = ("model.safetensors: 100%|##########| 1.2G/1.2G [00:20<00:00, 59MB/s]Traceback (most recent cal\n"
+            "l last):\n"
+            '  File "/work/train_pretrain.py", line 18, in <module>\n'
+            "    trainer.train()\n"
+            "  Fi\n")
+    assert findings(text) == [("DFD513", "main", None, None)]
+
+
+def test_a_thread_header_that_lost_its_first_word():
+    text = ("### Call-stack\n"
+            "in thread Thread-3:\n"
+            "Traceback (most recent call last):\n"
+            '  File "C:\\\\Python37\\\\lib\\\\threading.py", line 926, in _bootstrap_inner\n'
+            "    self.run()\n")
+    assert findings(text) == [("DFD508", "Thread-3", None, None)]
