@@ -76,9 +76,12 @@ THREAD_SPAWN = ByteTrigger(
     re.compile(rb"Thread\s*[(),]|Thread\s+as\b|Timer\s*\(|ThreadPool|multiprocessing\.dummy"),
     re.compile(rb"threading|concurrent|multiprocessing|class\s+\w+\s*\([^)]*Thread\b"),
 )
-# A file that applies a mitigation (scan/fixes.py) is read for DFD201 too, though it may start no thread.
+# A file that applies a mitigation (scan/fixes.py) is read for DFD201 too, though it may start no thread. torch's
+# switch counts only when set to the literal True (assigned, setattr or config.patch), so a file that merely defines
+# or reads it (torch's own config and compiler) is not parsed for it.
+_SET_TO = rb"""['"]?\s*(?::\s*[\w.]+\s*)?[=,:]\s*\(*\s*"""  # `key = `, `key: bool = `, `"key", `, `key=`, `"key": `
 APPLIED_MITIGATION = ByteTrigger((b"dflash_doctor", b"force_non_lazy_backward_lowering"),
-                                 re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering"))
+                                 re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering" + _SET_TO + rb"True\b"))
 # The function itself: not the module (`flex_attention.noop_mask`, `flex_attention import X`), not a longer name;
 # torch's flex_attention resolves only through an import that names its module (absolute or relative).
 FLEX_CALL = ByteTrigger(
@@ -86,8 +89,11 @@ FLEX_CALL = ByteTrigger(
     re.compile(rb"nn\.attention\.flex_attention|attention\s+import\s+(?:[^\n;]*|\([^)]*)\bflex_attention\b"
                rb"|from\s+\.+\s*flex_attention\s+import"),
 )
-DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",),
-                                re.compile(rb"error_on_nested_fx_trace|force_compile_during_fx_trace"))
+# Only the values that silence the guard (scan/dynamo_config.py SILENCING: a falsy constant for the first key, a
+# truthy one for the second) can fire DFD301; torch's own definitions of the defaults cannot.
+DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",), re.compile(
+    rb"error_on_nested_fx_trace" + _SET_TO + rb"(?:False|None|0+)\b"
+    rb"|force_compile_during_fx_trace" + _SET_TO + rb"(?:True|\d*[1-9]\d*)\b"))
 
 # -- candidate-line words (aliases bound on their lines are added by analysis.candidate_lines) ---------------
 

@@ -84,10 +84,7 @@ def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
         return FileResult(path, problems=[data]), None
     active = triggered(data, enabled)
     if not active:
-        # No rule can fire here, so every `# noqa: DFDxxx` in it suppresses nothing.
-        noqa = b"noqa" in data or b"NOQA" in data or b"NoQA" in data or b"Noqa" in data  # C-speed; rarely true
-        text = decode(data) if noqa and _DFD_NOQA.search(data) else None
-        return FileResult(path, noqa=noqa_directives(text) if text else []), None
+        return _untriggered(path, data), None
     parsed = parse_bytes(data, path, max_bytes)
     if isinstance(parsed, Problem):
         return FileResult(path, problems=[parsed]), None
@@ -98,6 +95,15 @@ def analyse_file(path: str, package: Optional[str], enabled: FrozenSet[str],
         return FileResult(path, problems=[
             Problem(path, "too deeply nested to analyse", "simplify the nesting or exclude the file"),
         ]), None
+
+
+def _untriggered(path: str, data: bytes) -> FileResult:
+    """A file no rule can fire on: every `# noqa: DFDxxx` in it suppresses nothing. Only codes written in capitals
+    (as every linter prints them) are looked for here, and the four spellings of noqa only then: C-speed."""
+    noqa = b"DFD" in data and (
+        b"noqa" in data or b"NOQA" in data or b"NoQA" in data or b"Noqa" in data)
+    text = decode(data) if noqa and _DFD_NOQA.search(data) else None
+    return FileResult(path, noqa=noqa_directives(text) if text else [])
 
 
 def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str], max_bytes: int,
@@ -160,17 +166,52 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _prefilter_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str]
+                     ) -> Tuple[List[FileResult], List[Tuple[str, Optional[str], int]]]:
+    """A pool's first pass: the files no enabled rule can fire on are done here (analyse_file's answer for them);
+    the others come back as (path, package, size) for the second pass."""
+    done: List[FileResult] = []
+    waiting: List[Tuple[str, Optional[str], int]] = []
+    for path, package in items:
+        data = read_bytes(path)
+        if isinstance(data, Problem):
+            done.append(FileResult(path, problems=[data]))
+        elif triggered(data, enabled):
+            waiting.append((path, package, len(data)))
+        else:
+            done.append(_untriggered(path, data))
+    return done, waiting
+
+
+def balanced(sized: Sequence[Tuple[str, Optional[str], int]], count: int) -> List[List[Tuple[str, Optional[str]]]]:
+    """The files to parse split into `count` groups of about equal bytes (largest first, each to the lightest
+    group): parsing dominates, and a handful of large modules decide when the last worker ends."""
+    groups: List[List[Tuple[str, Optional[str]]]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for path, package, size in sorted(sized, key=lambda item: (-item[2], item[0])):
+        lightest = loads.index(min(loads))
+        groups[lightest].append((path, package))
+        loads[lightest] += size
+    return [group for group in groups if group]
+
+
 def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex,
                  transformers_version: Optional[str] = None) -> Tuple[List[FileResult], List[str]]:
     if workers <= 1:
         return _analyse_chunk(items, enabled, max_bytes, index, transformers_version)
     from concurrent.futures import ProcessPoolExecutor  # only large scans pay for importing multiprocessing
 
+    # Two passes on one pool: the byte prefilter over an even share of the files each, then the files it kept,
+    # balanced by size (parsed where they are analysed, so no tree crosses processes). One pass over round-robin
+    # shares left one worker with most of the large modules (torch: 0.72 s against 0.89 s).
     chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        parts = list(pool.map(_analyse_chunk, chunks,
-                              *zip(*[(enabled, max_bytes, index, transformers_version)] * len(chunks))))
-    return [r for results, _ in parts for r in results], [path for _, loaded in parts for path in loaded]
+        first = list(pool.map(_prefilter_chunk, chunks, [enabled] * len(chunks)))
+        groups = balanced([item for _, waiting in first for item in waiting], workers)
+        parts = list(pool.map(_analyse_chunk, groups,
+                              *zip(*[(enabled, max_bytes, index, transformers_version)] * len(groups))))
+    results = [r for done, _ in first for r in done] + [r for results, _ in parts for r in results]
+    return results, [path for _, loaded in parts for path in loaded]
 
 
 def _describe(ref: FuncRef, linker: Linker) -> str:

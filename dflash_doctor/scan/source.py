@@ -10,7 +10,7 @@ import os
 import stat
 import tokenize
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, Optional, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Union
 
 from dflash_doctor.findings import Problem
 from dflash_doctor.outputs import file_kind
@@ -25,12 +25,16 @@ MAX_READ_BYTES = 64 * 1024 * 1024
 _WINDOW = 400  # bytes around each trigger word that a pattern must match in (patterns are line-local)
 
 
-def _mentions(data: bytes, trigger: ByteTrigger) -> bool:
+def _mentions(data: bytes, trigger: ByteTrigger, absent: List[bytes]) -> bool:
     """Whether the trigger's pattern matches near an occurrence of one of its words (and its whole-file pattern
     anywhere): the windowed regex only ever sees small windows, so a 400 kB file costs a few substring searches,
-    not a regex pass."""
+    not a regex pass. Words found missing are added to `absent`."""
     for word in trigger.words:
+        if any(missing in word for missing in absent):
+            continue
         start = data.find(word)
+        if start == -1:
+            absent.append(word)
         while start != -1:
             if trigger.near.search(data, max(0, start - _WINDOW), start + _WINDOW):
                 return trigger.anywhere is None or trigger.anywhere.search(data) is not None
@@ -43,10 +47,11 @@ def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
     rule's byte triggers are declared with it (rules/scan.py); rules judged after the files are read have none."""
     hits = set()
     seen: Dict[ByteTrigger, bool] = {}
-    for code in enabled:
+    absent: List[bytes] = []  # words this file lacks: a word containing one cannot be there either
+    for code in sorted(enabled):  # DFD101's "checkpoint" is looked for before the words that contain it
         for trigger in SCAN_RULES[code].triggers:
             if trigger not in seen:
-                seen[trigger] = _mentions(data, trigger)
+                seen[trigger] = _mentions(data, trigger, absent)
             if seen[trigger]:
                 hits.add(code)
                 break
