@@ -1,6 +1,8 @@
 """Human output: findings like a linter (path:line:col CODE name message), facts views, problems on stderr."""
 from __future__ import annotations
 
+import os
+
 import functools
 from typing import Optional, TextIO
 
@@ -55,7 +57,25 @@ def render_text(report: Report, out: TextIO, err: TextIO, *, facts_view=None, ex
     render_problems_and_summary(report, err, exit_code)
 
 
+def _styled(stream: TextIO) -> bool:
+    """Whether rich would style this stream (a terminal, or colour forced): otherwise the same words are written
+    plainly, without importing rich (a JSON or SARIF run into a file or a pipe starts ~30 ms sooner)."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE")) or bool(isatty and isatty())
+
+
 def render_problems_and_summary(report: Report, err: TextIO, exit_code: int, summary: Optional[str] = None) -> None:
+    counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
+    parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
+    found = ", ".join(parts) if parts else "no findings"
+    probs = f", {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}" if report.problems else ""
+    closing = f"{report.command}: {summary or found}{probs} (exit {exit_code})"
+    if not _styled(err):
+        for p in report.problems:
+            hint = f" ({printable(p.hint)})" if p.hint else ""
+            err.write(f"could not check {printable(p.subject)}: {printable(p.reason)}{hint}\n")
+        err.write(closing + "\n")
+        return
     from rich.markup import escape
 
     console = console_for(err)
@@ -63,8 +83,4 @@ def render_problems_and_summary(report: Report, err: TextIO, exit_code: int, sum
         hint = f" [dim]({escape(printable(p.hint))})[/]" if p.hint else ""
         subject, reason = escape(printable(p.subject)), escape(printable(p.reason))
         console.print(f"[magenta]could not check[/] {subject}: {reason}{hint}")
-    counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
-    parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
-    found = ", ".join(parts) if parts else "no findings"
-    probs = f", {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}" if report.problems else ""
-    console.print(f"[dim]{report.command}: {summary or found}{probs} (exit {exit_code})[/]")
+    console.print(f"[dim]{escape(closing)}[/]")
