@@ -128,7 +128,13 @@ class _Stream:
                 block.announced = ipython.group("type")
             return closed, True
         if block is None:
-            return closed, False
+            frame = patterns.FRAME.match(text) if text.startswith(" ") else None
+            if frame is None:
+                return closed, False
+            # frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one
+            self.open = block = _Open(None, self.stream, lineno, started=True)
+            block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+            return closed, True
         if not text.strip():
             if block.ended:
                 block.continuation = -1
@@ -216,7 +222,8 @@ class BlockParser:
     def feed(self, text: str, lineno: int, stream: Optional[str] = None) -> Tuple[List[ExceptionBlock], bool]:
         parser = self._streams.get(stream)
         if parser is None:
-            if not (text.startswith(patterns.THREAD_HEADER_STARTS + ("Process ",)) or "Traceback (most" in text):
+            if not (text.startswith(patterns.THREAD_HEADER_STARTS + ("Process ",)) or "Traceback (most" in text
+                    or (text.startswith("  File \"") and patterns.FRAME.match(text))):
                 return [], False  # the common case, decided without a regex
             if len(self._streams) >= MAX_STREAMS:
                 stream = None

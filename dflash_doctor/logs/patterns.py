@@ -59,6 +59,13 @@ WORKER_PREFIX = re.compile(
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
 )
 
+# vLLM's logger writes every line of a traceback behind its record prefix ('ERROR 05-04 12:23:00
+# [multiproc_executor.py:380]   File ...'; older releases without the brackets), sometimes behind a container
+# runtime's timestamp ('- 2024-06-22T20:16:34.700+00:00 '): taken off so the traceback reads as one.
+LOGGER_RECORD_PREFIX = re.compile(
+    r"^(?:- )?(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? )?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) "
+    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+\.py:\d+\] ")
+
 # Which thread a line belongs to: thread=NAME / worker=NAME, [NAME-N], NAME-N, [rankN]. Leftmost match wins.
 DEFAULT_THREAD_PATTERN = (
     r"\b(?:thread|worker)[=:]\s*(?P<thread>[\w.-]+)"

@@ -104,6 +104,7 @@ class LogScanner:
         self._lineno = 0
         self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
         self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
+        self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
                                         unnamed=MAIN)
         self._findings: List[Finding] = []
@@ -132,7 +133,7 @@ class LogScanner:
         self.lines = lineno
         self.bytes += len(raw) + 1
         self._where = None
-        if not self.busy() and not (TRIGGER(raw) or PROGRESS_HINT(raw)):
+        if not self.busy() and not (TRIGGER(raw) or PROGRESS_HINT(raw) or b'  File "' in raw):
             return []
         return self._line(raw, lineno)
 
@@ -205,7 +206,8 @@ class LogScanner:
                 drops = record(name, int(step_text), float(value) * UNIT_BYTES[unit], lineno, TOK_S)
                 if drops:
                     new += self._drops(drops)
-            elif not idle or TRIGGER(line) or PROGRESS_HINT(line):
+            elif not idle or TRIGGER(line) or PROGRESS_HINT(line) or b'  File "' in line:
+                # (a frame opens a traceback whose header was not pasted: read in full blocks, not sampled ones)
                 self._where = (block, offset, lineno)
                 self.lines = lineno
                 new += self._line(line, lineno)
@@ -227,6 +229,12 @@ class LogScanner:
 
     def finish(self) -> Report:
         self.restart()
+        if self._launcher_line and not self._deaths:
+            # the launcher's traceback, cut, and nothing else says which worker failed: the run still died
+            self._emit(LOG_PROCESS_DIED, (MAIN, "launcher"),
+                       f"{MAIN}: the launcher (torchrun / torch.distributed.launch) reported a failed worker; the "
+                       "worker's own output is not in the log", self._launcher_line,
+                       dict(thread=MAIN, launcher=True))
         for drop in self.progress.drops_at_end():
             self._drops([drop])
         self._demote_handled()
@@ -263,8 +271,15 @@ class LogScanner:
                 prefix.group("container") or \
                 f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
             body = text[prefix.end():]
+            inner = patterns.WORKER_PREFIX.match(body) if not prefix.group("rank") and body[:1] == "[" else None
+            if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
+                stream, body = f"rank{inner.group('rank')}", body[inner.end():]
             if stream not in self._tags:
                 self._tags[stream] = prefix.group(0).rstrip().encode()
+        if body[:1] in "-IWEDC":
+            record = patterns.LOGGER_RECORD_PREFIX.match(body)
+            if record is not None:
+                body = body[record.end():]
         if self._pending_recompile is not None:
             new += self._recompile_lookahead(body)
         if self._pending_abort is not None and lineno - self._pending_abort["line"] > ABORT_LINES:
@@ -346,7 +361,7 @@ class LogScanner:
                 self._fatal_error_line is not None and lineno - self._fatal_error_line <= CRASH_DUMP_LINES)
             self._dump = StackDumpParser(lineno, crash=crash)
             self._dump_worker = stream or MAIN
-            self._dump.feed(body)
+            self._dump.feed(body[match.start():])  # a header glued to prose ('... call stack:Thread 5 (active)')
             return []
         if code == LOG_DENSE_ATTENTION_FALLBACK.code:
             return self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
@@ -490,6 +505,7 @@ class LogScanner:
                               dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
                                    block_line=block.start_line))
         if final is None and block.thread is None and _launcher_frames(block.frames):
+            self._launcher_line = self._launcher_line or block.start_line
             return new  # torchrun's own traceback: its summary names the rank that failed
         thread_death = block.thread is not None and not block.process
         if cause is None:
@@ -652,8 +668,8 @@ class LogScanner:
             return []
         root = summary.root or next((f for f in summary.failures if f.rank is not None), None)
         new: List[Finding] = []
-        if root is None and summary.script:
-            # cut before any failure's fields: torchrun still said the script failed
+        if (root is None or root.rank is None) and summary.script:
+            # cut before the failure's rank: torchrun still said the script failed
             details = {"script": summary.script}
             new += self._emit(LOG_PROCESS_DIED, (MAIN, "summary"),
                               f"{MAIN}: {summary.script} failed under torchrun (its summary was cut before it named "

@@ -262,7 +262,7 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
         "[rank1]:[I1129 09:30:02.414 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 1] ProcessGroupNCCL initialized\n"
     ),
 ), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations",
-             "what():"),
+             "what():", "ncclCommWatchdog"),
     fatal=True,
     # Before the watchdog thread reported its own termination, it threw the timeout itself: 'terminate called
     # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
@@ -273,7 +273,8 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"
                        # torch >= 2.6 runs the watchdog as ProcessGroupNCCL::Watchdog ('Exception raised from run at
                        # .../ProcessGroupNCCL.cpp:2063', frames 'c10d::ProcessGroupNCCL::Watchdog::runLoop()')
-                       r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"),
+                       r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"
+                       r"|ProcessGroupNCCL::watchdogHandler"),
     details=_abort_details,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
@@ -617,7 +618,11 @@ _SIGNAL_LINE = re.compile(
     r"|Child process (?P<pid5>\d+) \(local_rank (?P<local_rank2>\d+)\) FAILED \(exitcode (?P<exitcode2>-\d+)\)"
     r"|(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name2>SIG[A-Z]+)"
     r"|(?:interrupted by|received) signal (?:\d+: )?(?P<name3>SIG[A-Z]+)"
-    r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal"
+    r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal|Received (?P<agentnum>\d+) death signal"
+    # Open MPI's crash report: '[host:12345] Signal: Segmentation fault (11)'
+    r"|\] Signal: [A-Za-z -]+ \((?P<mpinum>\d+)\)"
+    # Ray's memory monitor: '1 Workers (tasks / actors) killed due to memory pressure (OOM)'
+    r"|(?P<ray_oom>killed due to memory pressure)"
     r"|Out of memory: Killed process (?P<oom_pid>\d+)"
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
     # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
@@ -646,6 +651,11 @@ _SIGNAL_LINE = re.compile(
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     g = match.groupdict()
     name = g["name"] or g["name2"] or g["name3"] or g["agent"]
+    if g["agentnum"] or g["mpinum"]:
+        number = int(g["agentnum"] or g["mpinum"])
+        name = SIGNALS.get(number, f"signal {number}")
+    if g["ray_oom"]:
+        name = "SIGKILL"
     if g["exitcode"] or g["exitcode2"]:
         code = int(g["exitcode"] or g["exitcode2"])
         name = SIGNALS.get(-code, f"signal {-code}")
@@ -672,7 +682,9 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["local_rank"] = int(local_rank)
     if g["oom_pid"]:
         details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
-    if g["agent"]:
+    if g["ray_oom"]:
+        details["meaning"] = "Ray's memory monitor killed it: host RAM ran short (not GPU memory)"
+    if g["agent"] or g["agentnum"]:
         details["meaning"] = "the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)"
     if g["loader"] or g["unexpected"]:
         details["worker_kind"] = "DataLoader worker"
@@ -713,7 +725,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
         "closing signal SIGTERM\n"
     ),
-), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Killed", "Segmentation fault", "Aborted", "Bus error",
+), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
              "段错误", "zsh: ", "(core dumped)"),
@@ -759,7 +771,8 @@ LOG_STACK_DUMP_HANG = declare(Rule(
         "[drafter-0] step=12 loss=2.61 7.1 Ktok/s\n"
     ),
 ), triggers=("Thread ", "thread 0x"),
-    pattern=re.compile(r"^\s*(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+) \((?:most recent call first|"
+    # (a header may follow a colon of the paster's prose on the same line: '... call stack:  Thread 59633 (active)')
+    pattern=re.compile(r"(?:^|(?<=[:\uff1a]))\s*(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+) \((?:most recent call first|"
                        r"(?:idle|active)(?:\+gil)?)\)(?:: \"(?P<name>[^\"]*)\")?"
                        r"|^\s*Thread \((?:idle|active)(?:\+gil)?\): \"(?P<unnamed>[^\"]*)\""))
 
@@ -799,7 +812,8 @@ def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     if match.group("old_exitcode") is not None:
         return {"exitcode": int(match.group("old_exitcode")), "local_rank": int(match.group("old_local_rank"))}
     rank = _DS_LOCAL_RANK.search(text)
-    return {"exitcode": int(match.group("ds_exitcode")), "local_rank": int(rank.group(1)) if rank else None}
+    exitcode = int(match.group("ds_exitcode")) if match.group("ds_exitcode") else None
+    return {"exitcode": exitcode, "local_rank": int(rank.group(1)) if rank else None}
 
 
 LOG_PROCESS_DIED = declare(Rule(
@@ -813,7 +827,9 @@ LOG_PROCESS_DIED = declare(Rule(
         "several ranks can interleave and are still told apart; torchrun's ChildFailedError summary names the "
         "rank that failed first ('Root Cause (first observed failure)'). An exception's last line with no traceback "
         "above it ('RuntimeError: ...' at the start of a line) and a traceback cut before its exception count too: "
-        "the process ended with them even though the log lost part of the text. Reported when no more specific "
+        "the process ended with them even though the log lost part of the text; so do frames pasted without their "
+        "'Traceback' line (read in logs small enough to parse in full, as pasted excerpts are), and torchrun's own "
+        "traceback when nothing else in the log names the worker that failed. Reported when no more specific "
         "rule explains the exception. A worker that keeps logging progress after its traceback only logged a "
         "handled error and is not counted as dead."
     ),
@@ -831,17 +847,21 @@ LOG_PROCESS_DIED = declare(Rule(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
     ),
 ), triggers=("Traceback (most rec", "ChildFailedError", "Root Cause (first observed failure)",
-             "exitcode", "Process ", "exits with return code", "Error:", "Exception:"),
+             "exitcode", "Process ", "exits with return code", "launch.py:", "Error:", "Exception:"),
     pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"
                        r"|Child process \d+ \(local_rank (?P<old_local_rank>\d+)\) FAILED \(exitcode (?P<old_exitcode>\d+)\)"
                        r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"
+                       # the same DeepSpeed line cut before its return code: a subprocess ended, how is lost
+                       r"|(?P<ds_cut>\[launch\.py:\d+:sigkill_handler\] \[)(?![^\n]*\] exits with return code)"
                        # 'RuntimeError: ...' starting a line outside any traceback: the traceback was not pasted
                        # (or not printed), the exception still ended the process; quoting and markdown stripped
                        r"|^[\s>*`\x22\x27]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:\*\*)?:"
                        r"(?P<said>.*)"),
     details=_exit_details,
     describe=lambda d: (f"died: {d['exception']}: {d['said']} (its traceback is not in the log)" if d.get("exception")
-                        else f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)"))
+                        else f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)"
+                        if d.get("exitcode") is not None
+                        else "exited; the launcher's line was cut before its return code"))
 
 LOG_THROUGHPUT_DROP = declare(Rule(
     code="DFD503",

@@ -253,3 +253,76 @@ def test_a_thread_header_that_lost_its_first_word():
             '  File "C:\\\\Python37\\\\lib\\\\threading.py", line 926, in _bootstrap_inner\n'
             "    self.run()\n")
     assert findings(text) == [("DFD508", "Thread-3", None, None)]
+
+
+# -- held-out batch I ---------------------------------------------------------------------------------------------
+
+def test_frames_pasted_without_their_header_are_a_traceback():
+    from tests.logs.test_scan import scan_text
+
+    text = ('  File "/srv/deepspeed/comm/torch.py", line 192, in broadcast\n'
+            "    return torch.distributed.broadcast(tensor=tensor, src=src)\n"
+            '  File "/srv/torch/distributed/distributed_c10d.py", line 1436, in wrapper\n')
+    # read in full blocks only (a pasted excerpt): a sampled multi-megabyte log finds no trigger word here
+    assert [(f.code, f.evidence["thread"]) for f in scan_text(text).findings] == [("DFD513", "main")]
+
+
+def test_vllm_logger_prefixes_on_every_traceback_line():
+    prefix = "(VllmWorker rank=2 pid=504) ERROR 05-04 12:23:00 [multiproc_executor.py:380] "
+    text = (prefix + "Traceback (most recent call last):\n"
+            + prefix + '  File "/opt/vllm/worker.py", line 179, in determine_num_available_blocks\n'
+            + prefix + "    self.model_runner.profile_run()\n"
+            + prefix + "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert findings(text) == [("DFD511", "VllmWorker rank=2 pid=504", None, None)]
+
+
+def test_a_rank_prefix_inside_a_ray_prefix_names_the_rank():
+    text = ("(RayWorkerWrapper pid=92234) [rank1]:[E1203 10:00:00.000 ProcessGroupNCCL.cpp:1418] [Rank 12] "
+            "Collective WorkNCCL(SeqNum=1, OpType=BROADCAST) raised the following async exception: NCCL error: "
+            "remote process exited or there was a network error, NCCL version 2.20.5\n")
+    assert findings(text) == [("DFD516", "rank1", None, None)]
+
+
+@pytest.mark.parametrize("line,signal", [
+    ("WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting down workers\n",
+     "SIGHUP"),
+    ("[dsw-5419:02077] Signal: Segmentation fault (11)\n", "SIGSEGV"),
+    ("(raylet) [2025-04-01 10:00:00,000 E 123 123] (raylet) node_manager.cc:3041: 1 Workers (tasks / actors) "
+     "killed due to memory pressure (OOM), 0 Workers crashed due to other reasons\n", "SIGKILL"),
+])
+def test_more_ways_a_process_is_killed(line, signal):
+    assert [(code, sig) for code, _, _, sig in findings(line)] == [("DFD514", signal)]
+
+
+def test_the_older_watchdog_shown_only_by_its_frames():
+    text = ("frame #5: c10d::ProcessGroupNCCL::watchdogHandler() + 0x77c (0x7fc91a8545ac in libtorch_cuda.so)\n"
+            "frame #6: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x7fc91a8548cc in libtorch_cuda.so)\n"
+            "Exception raised from ncclCommWatchdog at\n")
+    assert findings(text) == [("DFD512", "main", None, None)]
+
+
+def test_a_deepspeed_launcher_line_cut_before_its_return_code():
+    text = ("[2023-07-21 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', "
+            "'train.py', '--local_rank=1', '--deepspeed', 'ds_config.json'\n")
+    assert findings(text) == [("DFD513", "rank1", None, None)]
+
+
+def test_a_root_cause_cut_before_its_rank_and_a_launcher_traceback_alone():
+    summary = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+               "train.py FAILED\n"
+               "Root Cause (first observed failure):\n"
+               "[0]:\n"
+               "  time      : 2023-01-01_00:00:00\n")
+    assert findings(summary) == [("DFD513", "main", None, None)]
+    launcher = ("Traceback (most recent call last):\n"
+                '  File "/opt/py/lib/python3.8/site-packages/torch/distributed/launch.py", line 193, in <module>\n'
+                "    main()\n"
+                '  File "/opt/py/lib/python3.8/site-packages/torch/distributed/elastic/multiprocessing/api.py", line')
+    assert findings(launcher + "\n") == [("DFD513", "main", None, None)]
+
+
+def test_a_py_spy_header_glued_to_the_pasters_prose():
+    text = ('py-spy dump of rank 0:  Thread 59633 (active): "MainThread"\n'
+            "    all_reduce (vllm/distributed/device_communicators/symm_mem.py:88)\n"
+            "    forward (model.py:120)\n")
+    assert findings(text) == [("DFD515", "main", None, None)]
