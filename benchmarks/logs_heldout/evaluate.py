@@ -44,10 +44,11 @@ def _matches(finding: dict, want: dict) -> bool:
 
 def judge(entry: dict, findings: List[dict]) -> Tuple[str, List[str]]:
     """('right' | 'missed' | 'wrong' | 'missed+wrong', what went wrong). `alt`: findings accepted in place of the
-    expected ones (a more specific rule declared after the log was labelled)."""
+    expected ones (another reading of the same log); when the alternative is what the tool found, the expected
+    findings stay acceptable beside it (they are one reading of the same deaths, not extra ones)."""
     alternative = entry.get("alt", [])
     if alternative and all(any(_matches(f, want) for f in findings) for want in alternative):
-        entry = dict(entry, expect=alternative)
+        entry = dict(entry, expect=alternative, allow=entry["expect"] + entry.get("allow", []))
     missed = [want for want in entry["expect"] if not any(_matches(f, want) for f in findings)]
     accepted = entry["expect"] + entry.get("allow", [])
     extra = [f for f in findings if not any(_matches(f, {"code": a["code"], "worker": a.get("worker")})

@@ -57,6 +57,8 @@ WORKER_PREFIX = re.compile(
     # docker compose puts the service's container before each line: 'sglang-1  | Traceback ...'
     r"|^(?P<container>[A-Za-z0-9][\w.-]*-\d+) +\| "
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
+    # older Ray: '(pid=24123) Exception in thread Thread-1:'
+    + r"|^\(pid=(?P<barepid>\d+)(?:, ip=[^)]*)?\) ?"
 )
 
 # vLLM's logger writes every line of a traceback behind its record prefix ('ERROR 05-04 12:23:00

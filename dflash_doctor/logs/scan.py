@@ -268,7 +268,7 @@ class LogScanner:
         body = text
         if prefix is not None:
             stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else prefix.group("host") or \
-                prefix.group("container") or \
+                prefix.group("container") or (prefix.group("barepid") and f"pid={prefix.group('barepid')}") or \
                 f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
             body = text[prefix.end():]
             inner = patterns.WORKER_PREFIX.match(body) if not prefix.group("rank") and body[:1] == "[" else None
@@ -667,6 +667,8 @@ class LogScanner:
         if summary is None:
             return []
         root = summary.root or next((f for f in summary.failures if f.rank is not None), None)
+        # a root cause cut before its exit code explains nothing: the failures shown in full are reported instead
+        root_cut = root is not None and root.exitcode is None and not root.traceback
         new: List[Finding] = []
         if (root is None or root.rank is None) and summary.script:
             # cut before the failure's rank: torchrun still said the script failed
@@ -680,8 +682,8 @@ class LogScanner:
             if failure.rank is None:
                 continue
             worker = f"rank{failure.rank}"
-            if failure is root:
-                new += self._root_failure(root, summary, worker)
+            if failure is root or (root_cut and failure.signal):
+                new += self._root_failure(failure, summary, worker)
             elif worker not in self._deaths:
                 self._death(worker, LOG_KILLED_BY_SIGNAL.code if failure.signal else LOG_PROCESS_DIED.code,
                             summary.start_line, summary.start_line, {"signal": failure.signal},

@@ -617,7 +617,12 @@ _SIGNAL_LINE = re.compile(
     # torch 1.9-1.10's agent: 'Child process 32378 (local_rank 0) FAILED (exitcode -9)'
     r"|Child process (?P<pid5>\d+) \(local_rank (?P<local_rank2>\d+)\) FAILED \(exitcode (?P<exitcode2>-\d+)\)"
     r"|(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name2>SIG[A-Z]+)"
-    r"|(?:interrupted by|received) signal (?:\d+: )?(?P<name3>SIG[A-Z]+)"
+    # PyCharm: 'Process finished with exit code 137 (interrupted by signal 9: SIGKILL)' (full-width in a CJK locale)
+    r"|(?:interrupted by|received) signal (?:\d+[:\uff1a] ?)?(?P<name3>SIG[A-Z]+)"
+    # 128 + the signal's number, as a shell, PyCharm or docker report a killed child: 'exit code 137'
+    r"|(?:finished|exited) with (?:exit )?code (?P<code128>13[0-9]|14[0-3])\b"
+    # torchrun's agent: 'torch.distributed.elastic.multiprocessing.api.SignalException: Process 8665 got signal: 1'
+    r"|SignalException: Process (?P<sigpid>\d+) got signal: (?P<signum>\d+)"
     r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal|Received (?P<agentnum>\d+) death signal"
     # Open MPI's crash report: '[host:12345] Signal: Segmentation fault (11)'
     r"|\] Signal: [A-Za-z -]+ \((?P<mpinum>\d+)\)"
@@ -629,7 +634,7 @@ _SIGNAL_LINE = re.compile(
     r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][\w ]*?)(?::|\s*$)"
     r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: (?P<loader>Bus error|Aborted|Killed|Segmentation fault"
     r"|Terminated|Floating point exception)"
-    r"|Unexpected (?P<unexpected>bus error|segmentation fault|floating-point exception) encountered in worker"
+    r"|Unexpected (?P<unexpected>(?i:bus error|segmentation fault|floating-point exception)) encountered in worker"
     r"|\] exits with return code = (?P<dsret>-\d+)"
     # Windows: the process's NTSTATUS (PyCharm: 'Process finished with exit code -1073741819 (0xC0000005)')
     r"|exit (?:code|status)[: ]+(?:-?\d+ )?\(?0x(?P<ntstatus>C0000005|C000001D|C00000FD|C0000409)\b"
@@ -651,8 +656,8 @@ _SIGNAL_LINE = re.compile(
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     g = match.groupdict()
     name = g["name"] or g["name2"] or g["name3"] or g["agent"]
-    if g["agentnum"] or g["mpinum"]:
-        number = int(g["agentnum"] or g["mpinum"])
+    if g["agentnum"] or g["mpinum"] or g["signum"] or g["code128"]:
+        number = int(g["agentnum"] or g["mpinum"] or g["signum"] or 0) or int(g["code128"]) - 128
         name = SIGNALS.get(number, f"signal {number}")
     if g["ray_oom"]:
         name = "SIGKILL"
@@ -664,14 +669,14 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     elif g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]:
         name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]]
     elif g["unexpected"]:
-        name = _LOADER_SIGNALS[g["unexpected"]]
+        name = _LOADER_SIGNALS[g["unexpected"].lower()]
     elif g["dsret"]:
         name = SIGNALS.get(-int(g["dsret"]), f"signal {-int(g['dsret'])}")
     elif g["ntstatus"] or g["ntdecimal"]:
         name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
     elif g["what"] or g["fatal_abort"]:
         name = "SIGABRT"
-    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"] or g["pid5"]
+    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"] or g["pid5"] or g["sigpid"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
                                "meaning": SIGNAL_MEANING.get(name or "", "")}
     local_rank = g["local_rank"] or g["local_rank2"]
@@ -684,7 +689,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
     if g["ray_oom"]:
         details["meaning"] = "Ray's memory monitor killed it: host RAM ran short (not GPU memory)"
-    if g["agent"] or g["agentnum"]:
+    if g["agent"] or g["agentnum"] or g["signum"]:
         details["meaning"] = "the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)"
     if g["loader"] or g["unexpected"]:
         details["worker_kind"] = "DataLoader worker"
@@ -725,7 +730,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
         "closing signal SIGTERM\n"
     ),
-), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
+), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
              "段错误", "zsh: ", "(core dumped)"),

@@ -326,3 +326,45 @@ def test_a_py_spy_header_glued_to_the_pasters_prose():
             "    all_reduce (vllm/distributed/device_communicators/symm_mem.py:88)\n"
             "    forward (model.py:120)\n")
     assert findings(text) == [("DFD515", "main", None, None)]
+
+
+# -- held-out batch J ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,signal", [
+    ("ptuning/train.sh: torch.distributed.elastic.multiprocessing.api.SignalException: Process 8665 got signal: 1\n",
+     "SIGHUP"),
+    ("Process finished with exit code 137 (interrupted by signal 9: SIGKILL)\n", "SIGKILL"),
+    ("Process finished with exit code 137 \uff08interrupted by signal 9\uff1a SIGKILL\uff09\n", "SIGKILL"),
+    ("Unexpected bus ERROR encountered in worker. This might be caused by insufficient shared memory (shm)\n",
+     "SIGBUS"),
+    ("trainer exited with code 139\n", "SIGSEGV"),
+])
+def test_signal_deaths_as_launchers_ides_and_translations_print_them(line, signal):
+    assert [(code, sig) for code, _, _, sig in findings(line)] == [("DFD514", signal)]
+
+
+def test_a_normal_exit_code_from_an_ide_is_not_a_signal():
+    assert findings("Process finished with exit code 0\n") == []
+
+
+def test_a_root_cause_cut_before_its_exit_code_leaves_the_signal_deaths_shown_in_full():
+    text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+            "train.py FAILED\n"
+            "Failures:\n"
+            "[1]:\n"
+            "  rank      : 1 (local_rank: 1)\n"
+            "  exitcode  : -7 (pid: 100)\n"
+            "  traceback : Signal 7 (SIGBUS) received by PID 100\n"
+            "Root Cause (first observed failure):\n"
+            "[0]:\n"
+            "  rank      : 0 (local_rank: 0)\n")
+    assert ("DFD514", "rank1", None, "SIGBUS") in findings(text)
+
+
+def test_an_old_ray_pid_prefix_keeps_a_threads_traceback_together():
+    text = ("(pid=24123) Exception in thread Thread-1:\n"
+            "(pid=24123) Traceback (most recent call last):\n"
+            '(pid=24123)   File "/usr/lib/python3.6/threading.py", line 916, in _bootstrap_inner\n'
+            "(pid=24123)     self.run()\n"
+            "(pid=24123) _queue.Empty\n")
+    assert findings(text) == [("DFD508", "Thread-1", None, None)]
