@@ -56,6 +56,9 @@ WORKER_PREFIX = re.compile(
     r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
     # docker compose puts the service's container before each line: 'sglang-1  | Traceback ...'
     r"|^(?P<container>[A-Za-z0-9][\w.-]*-\d+) +\| "
+    # a node's name before a rank's prefix (pdsh: 'worker-5: [rank22]: ...'), a runner's stream tag
+    # (milabench: 'bench.node.nolog [stderr] '): the line's worker comes from what follows
+    r"|^(?P<node>[A-Za-z0-9][\w.-]*)(?:: (?=\[(?:rank|default)\d+\]:)| \[std(?:err|out)\] )"
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
     # older Ray: '(pid=24123) Exception in thread Thread-1:'
     + r"|^\(pid=(?P<barepid>\d+)(?:, ip=[^)]*)?\) ?"
@@ -67,6 +70,9 @@ WORKER_PREFIX = re.compile(
 LOGGER_RECORD_PREFIX = re.compile(
     r"^(?:- )?(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)? )?(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) "
     r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.-]+\.py:\d+\] ")
+
+# glog's info record ('I0228 14:05:56.114109 1619334 ProcessGroupNCCL.cpp:484] ...', '[I228 ...' behind a rank).
+GLOG_INFO = re.compile(r"^\[?I\d{3,4} \d\d:\d\d:\d\d")
 
 # Which thread a line belongs to: thread=NAME / worker=NAME, [NAME-N], NAME-N, [rankN]. Leftmost match wins.
 DEFAULT_THREAD_PATTERN = (

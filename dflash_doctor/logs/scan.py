@@ -66,6 +66,7 @@ LINE_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if
 # Fatal kinds whose line alone means the process is gone (no exception line needed).
 _DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PROCESS_DIED.code)
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
+_NCCL_FAMILY = (LOG_NCCL_WATCHDOG_ABORT.code, "DFD504", "DFD516")  # judged only on warning and error records
 PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
 PROGRESS_HINT = patterns.PROGRESS_HINT.search
 UNIT_BYTES = patterns.UNIT_BYTES
@@ -269,9 +270,12 @@ class LogScanner:
         if prefix is not None:
             stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else prefix.group("host") or \
                 prefix.group("container") or (prefix.group("barepid") and f"pid={prefix.group('barepid')}") or \
+                prefix.group("node") or \
                 f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
             body = text[prefix.end():]
             inner = patterns.WORKER_PREFIX.match(body) if not prefix.group("rank") and body[:1] == "[" else None
+            if prefix.group("node") and inner is None:
+                stream = None  # a runner's tag names no worker: the line is read as if it had none
             if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
                 stream, body = f"rank{inner.group('rank')}", body[inner.end():]
             if stream not in self._tags:
@@ -344,9 +348,12 @@ class LogScanner:
             new = self._drops(self.progress.record(worker, steps, value, lineno, unit))
             if not TRIGGER(body.encode("utf-8", "replace")):
                 return new
+        informational = body[:2] in ("I0", "I1", "[I") and patterns.GLOG_INFO.match(body) is not None
         for entry in LINE_RULES:
             if not any(word in body for word in entry.triggers):
                 continue
+            if informational and entry.rule.code in _NCCL_FAMILY:
+                continue  # ProcessGroupNCCL's info records (a clean shutdown's 'found async exception ...')
             match = entry.pattern.search(body) if entry.pattern is not None else None
             if match is None:
                 continue

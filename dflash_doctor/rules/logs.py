@@ -207,7 +207,9 @@ LOG_TRITON_OUT_OF_RESOURCES = declare(Rule(
     good=(
         "[rank0]: step: 10  loss:  7.85  memory: 37.2GiB(39.16%)  tps: 5,856\n"
     ),
-), triggers=("OutOfResources",), fatal=True,
+), triggers=("OutOfResources", "OutOfMemoryError: out of resource", "Hardware limit"), fatal=True,
+    # (inductor re-raises it as 'OutOfMemoryError: out of resource: triton_tem_...'; a paste may keep only the
+    # 'out of resource: shared memory, Required: N, Hardware limit: M' sentence)
     pattern=re.compile(r"\bOutOfResources\b|out of resource: "), details=_triton_details,
     describe=_triton_message)
 
@@ -261,20 +263,19 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     good=(
         "[rank1]:[I1129 09:30:02.414 ProcessGroupNCCL.cpp:2012] [PG 0 Rank 1] ProcessGroupNCCL initialized\n"
     ),
-), triggers=("thread terminated with", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations",
+), triggers=("watchdog thread terminated", "ProcessGroupNCCL", "DistBackendError", "Some NCCL operations",
              "what():", "ncclCommWatchdog"),
     fatal=True,
     # Before the watchdog thread reported its own termination, it threw the timeout itself: 'terminate called
     # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
-    pattern=re.compile(r"watchdog thread terminated with\b|taking the entire process down"
+    pattern=re.compile(r"watchdog thread terminated(?: with\b|\s*$)|taking the entire process down"  # or wrapped
                        r"|what\(\):\s+\[(?:PG [^\]]*?)?Rank \d+\] Watchdog caught collective"
                        r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"
                        # torch >= 2.6 runs the watchdog as ProcessGroupNCCL::Watchdog ('Exception raised from run at
                        # .../ProcessGroupNCCL.cpp:2063', frames 'c10d::ProcessGroupNCCL::Watchdog::runLoop()')
-                       r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"
-                       r"|ProcessGroupNCCL::watchdogHandler"),
+                       r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"),
     details=_abort_details,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
@@ -322,7 +323,7 @@ LOG_CUDA_OOM = declare(Rule(
     ),
 ), triggers=("of memory", "OOM", "Tried to allocate", "OUT_OF_MEMORY", "MemoryAllocation", "ALLOC_FAILED"),
     fatal=True,
-    pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
+    pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError(?!: out of resource)|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
                        r"(?:device|GPU|cuda:|rank) ?\d|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+; "
                        r"[\d.]+ ?[KMGT]?i?B total capacity"
                        # older and lower-level wordings: THC's 'cuda runtime error (2) : out of memory' and
@@ -398,12 +399,13 @@ LOG_CUDA_DEVICE_ASSERT = declare(Rule(
     good=(
         "[rank0] step=10 loss=2.4 9.0 Ktok/s\n"
     ),
-), triggers=("device-side assert", "Assertion `"), fatal=True,
+), triggers=("device-side assert", "Assertion `", "Device-side assertion `"), fatal=True,
     # The kernel prints its failed check per GPU thread before the host sees the error ('Indexing.cu:1308:
     # indexSelectLargeIndex: block: [56,0,0], thread: [0,0,0] Assertion `srcIndex < srcSelectDimSize` failed.');
     # a paste may keep only those lines.
     pattern=re.compile(r"device-side assert(?:ion)? triggered"
-                       r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"), details=_gpu_details,
+                       r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion `"
+                       r"|\.(?:cu|hip):\d+: \w+: Device-side assertion `"), details=_gpu_details,  # ROCm's kernels
     describe=lambda d: "CUDA error: device-side assert triggered" + _on_gpu(d)
     + " (a kernel's input check: an index or label out of range)")
 
@@ -628,7 +630,11 @@ _SIGNAL_LINE = re.compile(
     r"|\] Signal: [A-Za-z -]+ \((?P<mpinum>\d+)\)"
     # Ray's memory monitor: '1 Workers (tasks / actors) killed due to memory pressure (OOM)'
     r"|(?P<ray_oom>killed due to memory pressure)"
-    r"|Out of memory: Killed process (?P<oom_pid>\d+)"
+    r"|Out of memory: ?Killed process (?P<oom_pid>\d+)"
+    # c10's FatalSignalHandler: 'SIGABRT(6), PID: 4242, Thread 4243:' before each thread's C++ stack
+    r"|\bSIG(?P<fsh>[A-Z]+)\(\d+\), PID: (?P<fsh_pid>\d+), Thread \d+:"
+    # UCX: '[host:1016852:0:1020747] Caught signal 11 (Segmentation fault: address not mapped ...)'
+    r"|Caught signal (?P<ucxnum>\d+) \("
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
     # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
     r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][\w ]*?)(?::|\s*$)"
@@ -656,8 +662,10 @@ _SIGNAL_LINE = re.compile(
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     g = match.groupdict()
     name = g["name"] or g["name2"] or g["name3"] or g["agent"]
-    if g["agentnum"] or g["mpinum"] or g["signum"] or g["code128"]:
-        number = int(g["agentnum"] or g["mpinum"] or g["signum"] or 0) or int(g["code128"]) - 128
+    if g["fsh"]:
+        name = "SIG" + g["fsh"]
+    if g["agentnum"] or g["mpinum"] or g["signum"] or g["code128"] or g["ucxnum"]:
+        number = int(g["agentnum"] or g["mpinum"] or g["signum"] or g["ucxnum"] or 0) or int(g["code128"]) - 128
         name = SIGNALS.get(number, f"signal {number}")
     if g["ray_oom"]:
         name = "SIGKILL"
@@ -676,7 +684,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
     elif g["what"] or g["fatal_abort"]:
         name = "SIGABRT"
-    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"] or g["pid5"] or g["sigpid"]
+    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"] or g["pid5"] or g["sigpid"] or g["fsh_pid"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
                                "meaning": SIGNAL_MEANING.get(name or "", "")}
     local_rank = g["local_rank"] or g["local_rank2"]
@@ -730,7 +738,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
         "closing signal SIGTERM\n"
     ),
-), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
+), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
              "段错误", "zsh: ", "(core dumped)"),

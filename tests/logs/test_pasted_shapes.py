@@ -368,3 +368,50 @@ def test_an_old_ray_pid_prefix_keeps_a_threads_traceback_together():
             "(pid=24123)     self.run()\n"
             "(pid=24123) _queue.Empty\n")
     assert findings(text) == [("DFD508", "Thread-1", None, None)]
+
+
+# -- held-out batch K ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,signal", [
+    ("SIGABRT(6), PID: 3154296, Thread 3154296:\n", "SIGABRT"),
+    ("[node0262:1016852:0:1020747] Caught signal 11 (Segmentation fault: address not mapped to object at "
+     "address 0x8)\n", "SIGSEGV"),
+    (" Out of memory:Killed process 217423\uff08python\uff09total-vm:112518872kB\n", "SIGKILL"),
+])
+def test_crash_handlers_of_c10_ucx_and_a_terse_oom_killer(line, signal):
+    assert [(code, sig) for code, _, _, sig in findings(line)] == [("DFD514", signal)]
+
+
+def test_rocm_kernel_assertions_are_device_side_asserts():
+    text = ("/pytorch/aten/src/ATen/native/hip/Indexing.hip:1292: indexSelectLargeIndex: Device-side assertion "
+            "`srcIndex < srcSelectDimSize' failed.\n") * 2
+    assert findings(text) == [("DFD517", "main", None, None)]
+
+
+def test_inductors_out_of_resource_reraised_as_out_of_memory_is_triton_not_cuda():
+    text = ("torch._inductor.exc.InductorError: RuntimeError: No valid triton configs.\n"
+            "OutOfMemoryError: out of resource: triton_tem_fused_flex_attention_0\n"
+            "Required: 139776  Hardware limit: 101376\n")
+    assert [code for code, *_ in findings(text)] == ["DFD510"]
+    assert findings("# out of resource: shared memory, Required: 131074, Hardware limit: 101376.\n") == [
+        ("DFD510", "main", None, None)]
+
+
+def test_a_node_name_before_a_rank_prefix_and_a_runners_stream_tag():
+    pdsh = ('worker-5: [rank22]:   File "/work/main_new.py", line 307, in <module>\n'
+            "worker-5: [rank22]:     main()\n")
+    from tests.logs.test_scan import scan_text
+
+    assert [(f.code, f.evidence["thread"]) for f in scan_text(pdsh).findings] == [("DFD513", "rank22")]
+    tagged = ("bench.node-3.nolog [stderr] [rank6]:[E909 09:55:35.239 ProcessGroupNCCL.cpp:1515] [PG 0 "
+              "(default_pg) Rank 6] Process group watchdog thread terminated \n"
+              "with exception: [Rank 6] Watchdog caught collective operation timeout\n")
+    assert ("DFD512", "rank6", None, None) in findings(tagged)
+
+
+def test_process_group_info_records_of_a_clean_shutdown_are_not_errors():
+    text = ("I0228 14:05:56.114109 1619334 ProcessGroupNCCL.cpp:484] [Rank 3] found async exception when checking "
+            "for NCCL errors: NCCL communicator encountered error set by ProcessGroupNCCL: Process Group shutdown "
+            "on rank 3\n"
+            "# 7  c10d::ProcessGroupNCCL::watchdogHandler()\n")
+    assert findings(text) == []
