@@ -21,7 +21,7 @@ BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
 # A progress bar redrawn with '\r' can leave its tail on the header line ('...call last):   | 4/84 [00:52<17:32]').
 # A header split by a redrawn bar ('...it/s]Traceback (most recent cal' / 'l last):') still opens its block.
 TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)"
-                             r"|Traceback \(most rec[a-z ]*$")
+                             r"|Traceback \(most r[a-z ]*$")
 # IPython / Jupyter print the exception's type first, on the header line, then cells and frames without quotes
 # ('CacheLimitExceeded      Traceback (most recent call last)'); the type stands in when the paste is cut.
 IPYTHON_TRACEBACK = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)\s*$")

@@ -106,6 +106,7 @@ class LogScanner:
         self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
         self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
         self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
+        self._pyspy_header: Optional[Tuple[int, str]] = None  # py-spy's 'Process N:' line with no thread after it
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
                                         unnamed=MAIN)
         self._findings: List[Finding] = []
@@ -230,6 +231,10 @@ class LogScanner:
 
     def finish(self) -> Report:
         self.restart()
+        if self._pyspy_header is not None:
+            line, worker = self._pyspy_header
+            self._emit(LOG_STACK_DUMP_HANG, (line,), f"{worker}: py-spy dump of a stuck process (its threads were "
+                       "not pasted)", line, dict(thread=worker, threads=[]))
         if self._launcher_line and not self._deaths:
             # the launcher's traceback, cut, and nothing else says which worker failed: the run still died
             self._emit(LOG_PROCESS_DIED, (MAIN, "launcher"),
@@ -364,6 +369,12 @@ class LogScanner:
                    lineno: int) -> List[Finding]:
         code = entry.rule.code
         if code == LOG_STACK_DUMP_HANG.code:
+            if match.group("pyspy_pid"):
+                # 'Process 12: ...' is py-spy's header only under its command; its threads may not have been pasted
+                if "py-spy" in (self._line_before() or "") and self._pyspy_header is None:
+                    self._pyspy_header = (lineno, stream or MAIN)
+                return []
+            self._pyspy_header = None
             crash = crash_context(self._previous) or (
                 self._fatal_error_line is not None and lineno - self._fatal_error_line <= CRASH_DUMP_LINES)
             self._dump = StackDumpParser(lineno, crash=crash)

@@ -275,7 +275,9 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"
                        # torch >= 2.6 runs the watchdog as ProcessGroupNCCL::Watchdog ('Exception raised from run at
                        # .../ProcessGroupNCCL.cpp:2063', frames 'c10d::ProcessGroupNCCL::Watchdog::runLoop()')
-                       r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"),
+                       r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"
+                       # a c10::Error's backtrace through the watchdog thread (printed when it terminated)
+                       r"|frame #\d+: c10d::ProcessGroupNCCL::(?:ncclCommWatchdog|workCleanupLoop|watchdogHandler)\("),
     details=_abort_details,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
@@ -638,9 +640,10 @@ _SIGNAL_LINE = re.compile(
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
     # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
     r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][\w ]*?)(?::|\s*$)"
-    r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: (?P<loader>Bus error|Aborted|Killed|Segmentation fault"
-    r"|Terminated|Floating point exception)"
-    r"|Unexpected (?P<unexpected>(?i:bus error|segmentation fault|floating-point exception)) encountered in worker"
+    r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: ?(?P<loader>Bus error|Aborted|Killed|Segmentation fault"
+    r"|Terminated|Floating point exception)?"  # (the name may be wrapped onto the next line)
+    r"|Unexpected (?P<unexpected>(?i:bus error|segmentation fault|floating-point exception)) encountered in "
+    r"(?:DataLoader )?worker"  # (PaddlePaddle's loader says 'in DataLoader worker')
     r"|\] exits with return code = (?P<dsret>-\d+)"
     # Windows: the process's NTSTATUS (PyCharm: 'Process finished with exit code -1073741819 (0xC0000005)')
     r"|exit (?:code|status)[: ]+(?:-?\d+ )?\(?0x(?P<ntstatus>C0000005|C000001D|C00000FD|C0000409)\b"
@@ -699,7 +702,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["meaning"] = "Ray's memory monitor killed it: host RAM ran short (not GPU memory)"
     if g["agent"] or g["agentnum"] or g["signum"]:
         details["meaning"] = "the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)"
-    if g["loader"] or g["unexpected"]:
+    if g["loader"] or g["unexpected"] or g["pid4"]:
         details["worker_kind"] = "DataLoader worker"
     if g["what"]:
         details["meaning"] = f"a C++ exception nothing caught (terminate, then abort): {g['what'].strip()[:200]}"
@@ -740,7 +743,8 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
     ),
 ), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
-             "encountered in worker", "exits with return code", "what():", "exit code", "exit status", "已杀死",
+             "encountered in worker", "encountered in DataLoader worker", "exits with return code", "what():",
+             "exit code", "exit status", "已杀死",
              "段错误", "zsh: ", "(core dumped)"),
     fatal=True,
     pattern=_SIGNAL_LINE, details=_signal_details,
@@ -783,11 +787,13 @@ LOG_STACK_DUMP_HANG = declare(Rule(
     good=(
         "[drafter-0] step=12 loss=2.61 7.1 Ktok/s\n"
     ),
-), triggers=("Thread ", "thread 0x"),
+), triggers=("Thread ", "thread 0x", "Process "),
     # (a header may follow a colon of the paster's prose on the same line: '... call stack:  Thread 59633 (active)')
     pattern=re.compile(r"(?:^|(?<=[:\uff1a]))\s*(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+) \((?:most recent call first|"
                        r"(?:idle|active)(?:\+gil)?)\)(?:: \"(?P<name>[^\"]*)\")?"
-                       r"|^\s*Thread \((?:idle|active)(?:\+gil)?\): \"(?P<unnamed>[^\"]*)\""))
+                       r"|^\s*Thread \((?:idle|active)(?:\+gil)?\): \"(?P<unnamed>[^\"]*)\""
+                       # py-spy's own header ('Process 4242: python train.py'), read only right after 'py-spy dump'
+                       r"|^\s*Process (?P<pyspy_pid>\d+): \S"))
 
 # -- deaths no rule above explains, and progress ---------------------------------------------------------------
 
@@ -859,7 +865,7 @@ LOG_PROCESS_DIED = declare(Rule(
     good=(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
     ),
-), triggers=("Traceback (most rec", "ChildFailedError", "Root Cause (first observed failure)",
+), triggers=("Traceback (most", "ChildFailedError", "Root Cause (first observed failure)",
              "exitcode", "Process ", "exits with return code", "launch.py:", "Error:", "Exception:"),
     pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"
                        r"|Child process \d+ \(local_rank (?P<old_local_rank>\d+)\) FAILED \(exitcode (?P<old_exitcode>\d+)\)"

@@ -415,3 +415,33 @@ def test_process_group_info_records_of_a_clean_shutdown_are_not_errors():
             "on rank 3\n"
             "# 7  c10d::ProcessGroupNCCL::watchdogHandler()\n")
     assert findings(text) == []
+
+
+# -- held-out batch L ---------------------------------------------------------------------------------------------
+
+def test_a_traceback_header_cut_right_after_most_glued_to_a_bar():
+    text = "  0%|          | 0/769 [00:00<?, ?it/s]Traceback (most r\n"
+    assert findings(text) == [("DFD513", "main", None, None)]
+
+
+def test_a_py_spy_header_under_its_command_with_no_threads_pasted():
+    text = ("py-spy dump --pid 14310\n"
+            "Process 14310: /usr/local/bin/python -u /opt/swift/cli/sft.py --load /models/GLM-4 --save /out\n")
+    assert findings(text) == [("DFD515", "main", None, None)]
+    assert findings("Process 14310: /usr/local/bin/python -u train.py\n") == []
+
+
+def test_a_c10_error_backtrace_through_the_watchdog_thread():
+    text = ("(RayWorkerVllm pid=7046) frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const"
+            " + 0x80 (0x7f4da9f2f250 in libtorch_cuda.so)\n"
+            "(RayWorkerVllm pid=7046) frame #5: c10d::ProcessGroupNCCL::workCleanupLoop() + 0x11a (0x7f4d in "
+            "libtorch_cuda.so)\n")
+    assert findings(text) == [("DFD512", "RayWorkerVllm pid=7046", None, None)]
+
+
+def test_dataloader_signal_lines_wrapped_or_in_paddles_words():
+    wrapped = "DataLoader worker (pid 270071) is killed by signal: \nBus error. It is possible that ...\n"
+    assert [code for code, *_ in findings(wrapped)] == ["DFD514"]
+    paddle = ("ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused by insufficient "
+              "shared memory (shm)\n")
+    assert findings(paddle) == [("DFD514", "main", None, "SIGBUS")]
