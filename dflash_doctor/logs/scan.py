@@ -269,22 +269,7 @@ class LogScanner:
         glued = text.find("Exception in thread ")
         if glued > 0 and patterns.PROGRESS_BAR_TAIL.search(text, 0, glued):
             text = text[glued:]
-        prefix = patterns.WORKER_PREFIX.match(text)
-        stream = None
-        body = text
-        if prefix is not None:
-            stream = f"rank{prefix.group('rank')}" if prefix.group("rank") else prefix.group("host") or \
-                prefix.group("container") or (prefix.group("barepid") and f"pid={prefix.group('barepid')}") or \
-                prefix.group("node") or \
-                f"{prefix.group('proc')}{prefix.group('role')} pid={prefix.group('pid')}"
-            body = text[prefix.end():]
-            inner = patterns.WORKER_PREFIX.match(body) if not prefix.group("rank") and body[:1] == "[" else None
-            if prefix.group("node") and inner is None:
-                stream = None  # a runner's tag names no worker: the line is read as if it had none
-            if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
-                stream, body = f"rank{inner.group('rank')}", body[inner.end():]
-            if stream not in self._tags:
-                self._tags[stream] = prefix.group(0).rstrip().encode()
+        stream, body = self._split_prefix(text)
         if body[:1] in "-IWEDC":
             record = patterns.LOGGER_RECORD_PREFIX.match(body)
             if record is not None:
@@ -337,6 +322,27 @@ class LogScanner:
         new += self._free(body, stream, lineno)
         self._previous = body
         return new
+
+    def _split_prefix(self, text: str) -> Tuple[Optional[str], str]:
+        """(the worker a line's prefix names, the line without it): '[rank1]:', Ray's '(Actor pid=N)' (with a rank
+        prefix inside it, the rank), a pdsh host, a compose container; a runner's stream tag names none."""
+        prefix = patterns.WORKER_PREFIX.match(text)
+        if prefix is None:
+            return None, text
+        group = prefix.group
+        stream: Optional[str] = (
+            f"rank{group('rank')}" if group("rank") else group("host") or group("container")
+            or (f"pid={group('barepid')}" if group("barepid") else None) or group("node")
+            or f"{group('proc')}{group('role')} pid={group('pid')}")
+        body = text[prefix.end():]
+        inner = patterns.WORKER_PREFIX.match(body) if not group("rank") and body[:1] == "[" else None
+        if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
+            stream, body = f"rank{inner.group('rank')}", body[inner.end():]
+        elif group("node"):
+            return None, body  # a runner's tag ('bench.nolog [stderr] ') names no worker
+        if stream is not None and stream not in self._tags:
+            self._tags[stream] = group(0).rstrip().encode()
+        return stream, body
 
     def _free(self, body: str, stream: Optional[str], lineno: int) -> List[Finding]:
         """A line outside any block: progress, or one rule's line."""
