@@ -20,7 +20,10 @@ PROCESS_HEADER = re.compile(r"^Process (?P<name>[A-Za-z_][\w.-]*):\s*$")
 BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
 # A progress bar redrawn with '\r' can leave its tail on the header line ('...call last):   | 4/84 [00:52<17:32]').
 # A header split by a redrawn bar ('...it/s]Traceback (most recent cal' / 'l last):') still opens its block.
-TRACEBACK_START = re.compile(r"Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)"
+# (not PaddlePaddle's 'C++ Traceback (most recent call last):', whose frames are native; rich draws its own in a
+# box: '╭─── Traceback (most recent call last) ───╮')
+TRACEBACK_START = re.compile(r"(?<!C\+\+ )Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)"
+                             r"|[\u256d\u250c]\u2500+ Traceback \(most recent call last\) \u2500"
                              r"|Traceback \(most r[a-z ]*$")
 # IPython / Jupyter print the exception's type first, on the header line, then cells and frames without quotes
 # ('CacheLimitExceeded      Traceback (most recent call last)'); the type stands in when the paste is cut.
@@ -59,6 +62,7 @@ WORKER_PREFIX = re.compile(
     # a node's name before a rank's prefix (pdsh: 'worker-5: [rank22]: ...'), a runner's stream tag
     # (milabench: 'bench.node.nolog [stderr] '): the line's worker comes from what follows
     r"|^(?P<node>[A-Za-z0-9][\w.-]*)(?:: (?=\[(?:rank|default)\d+\]:)| \[std(?:err|out)\] )"
+    r"|^(?P<node_>std(?:err|out)): "  # accelerate's test runner: 'stderr: Traceback ...'
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
     # older Ray: '(pid=24123) Exception in thread Thread-1:'
     + r"|^\(pid=(?P<barepid>\d+)(?:, ip=[^)]*)?\) ?"

@@ -59,6 +59,7 @@ BARE_MESSAGE_LINES = 3  # lines after a bare exception line that may still be it
 HANDLED = re.compile(r"(?i)\bexception ignored in\b|attempting to recover|\bretrying\b|\bwill retry\b"
                      r"|\brecovering\b|\bignor(?:ed|ing) (?:the |this )?(?:error|exception)")
 CRASH_DUMP_LINES = 4  # a faulthandler dump starting this close after 'Fatal Python error' is the crash's
+LAUNCHER_WRAP_LINES = 3  # a launcher line wrapped by the terminal goes on within this many lines
 ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its  # lines holding a dead worker's name tried when looking back for its last step
 
 FATAL_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if entry.fatal and entry.pattern)
@@ -106,7 +107,8 @@ class LogScanner:
         self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
         self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
         self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
-        self._pyspy_header: Optional[Tuple[int, str]] = None  # py-spy's 'Process N:' line with no thread after it
+        self._pyspy_header: Optional[Tuple[int, str]] = None
+        self._launcher_cut: Optional[Tuple[str, int, Dict[str, Any]]] = None  # DeepSpeed's line, its code cut off  # py-spy's 'Process N:' line with no thread after it
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
                                         unnamed=MAIN)
         self._findings: List[Finding] = []
@@ -231,6 +233,12 @@ class LogScanner:
 
     def finish(self) -> Report:
         self.restart()
+        if self._launcher_cut is not None:
+            worker, line, details = self._launcher_cut
+            entry = LOG_RULES[LOG_PROCESS_DIED.code]
+            self._cause(entry, details, worker, line, None)
+            self._death(worker, LOG_PROCESS_DIED.code, line, line, details, exception=None, message="",
+                        kind="process")
         if self._pyspy_header is not None:
             line, worker = self._pyspy_header
             self._emit(LOG_STACK_DUMP_HANG, (line,), f"{worker}: py-spy dump of a stuck process (its threads were "
@@ -332,14 +340,14 @@ class LogScanner:
         group = prefix.group
         stream: Optional[str] = (
             f"rank{group('rank')}" if group("rank") else group("host") or group("container")
-            or (f"pid={group('barepid')}" if group("barepid") else None) or group("node")
+            or (f"pid={group('barepid')}" if group("barepid") else None) or group("node") or group("node_")
             or f"{group('proc')}{group('role')} pid={group('pid')}")
         body = text[prefix.end():]
         inner = patterns.WORKER_PREFIX.match(body) if not group("rank") and body[:1] == "[" else None
         if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
             stream, body = f"rank{inner.group('rank')}", body[inner.end():]
-        elif group("node"):
-            return None, body  # a runner's tag ('bench.nolog [stderr] ') names no worker
+        elif group("node") or group("node_"):
+            return None, body  # a runner's tag ('bench.nolog [stderr] ', 'stderr: ') names no worker
         if stream is not None and stream not in self._tags:
             self._tags[stream] = group(0).rstrip().encode()
         return stream, body
@@ -395,6 +403,16 @@ class LogScanner:
         if code == LOG_PROCESS_DIED.code and (details.get("exception") or "").endswith("ChildFailedError"):
             return []  # torchrun's own exception: its summary, parsed from here on, names the rank that failed
         worker = self._worker_for(worker, details, stream)
+        if code == LOG_PROCESS_DIED.code and details.get("cut"):
+            # DeepSpeed's launcher line without its return code: a terminal may have wrapped the rest onto the
+            # next line; reported at the end unless that line comes
+            self._launcher_cut = (worker, lineno, details)
+            return []
+        if self._launcher_cut is not None and "exits with return code" in body and worker == MAIN \
+                and lineno - self._launcher_cut[1] <= LAUNCHER_WRAP_LINES:
+            worker = self._launcher_cut[0]
+        if "exits with return code" in body:
+            self._launcher_cut = None
         if code == LOG_KILLED_BY_SIGNAL.code and "Fatal Python error" in body:
             self._fatal_error_line = lineno  # faulthandler's thread dump follows: the crash's stack, not a hang
         if code == LOG_NCCL_WATCHDOG_ABORT.code:

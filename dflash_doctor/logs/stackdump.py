@@ -26,6 +26,15 @@ _NATIVE_FRAME = re.compile(r"^ {4}\S")
 # faulthandler's frame ('line 12 in f', no comma); some pastes strip its indentation.
 _FAULT_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>.+?)\s*$')
 _LOCALS = re.compile(r"^ {8,}\S|^\s*<no Python frame>\s*$")  # also faulthandler's frameless thread
+# gdb's 'thread apply all bt': 'Thread 7 (Thread 0x7f64ab6dc000 (LWP 2791195) "executor_server"):' then
+# '#0  0x00007f6b84ad7ab4 in read () from /lib/libpthread.so.0' (native frames only: no Python file to blame).
+_GDB_THREAD = re.compile(r"^Thread (?P<num>\d+) \(Thread (?P<ident>0x[0-9a-fA-F]+) \(LWP \d+\)(?: \"(?P<name>[^\"]*)\")?\):")
+_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(?P<func>[^\s(]+) \(.*?\)(?: (?:at|from) (?P<file>[^\s:]+)"
+                        r"(?::(?P<line>\d+))?)?\s*$")
+# pystack: 'Traceback for thread 4242 (python3.12) [] (most recent call last):' then '    (Python) File "x.py", line 3,
+# in f' (or '(C) File ...' for native frames)
+_PYSTACK_THREAD = re.compile(r"^Traceback for thread (?P<ident>\d+) \((?P<name>[^)]*)\)")
+_PYSTACK_FRAME = re.compile(r'^\s+\((?:Python|C)\) File "(?P<file>.+)", line (?P<line>\d+), in (?P<func>\S+)')
 _HEADER = re.compile(r"^(?:Process \d+: |Python v\d|Timeout \(\d+:\d\d:\d\d\)!)")
 
 
@@ -52,6 +61,13 @@ class StackDumpParser:
         if self._lines > MAX_LINES:
             self.done = True
             return False
+        other = _GDB_THREAD.match(text) or _PYSTACK_THREAD.match(text)
+        if other is not None:
+            if len(self.threads) < MAX_THREADS:
+                ident = other.group("ident")
+                self.threads.append(DumpedThread(other.group("name") or f"thread-{ident}",
+                                                 int(ident, 16) if ident.startswith("0x") else int(ident), "unknown"))
+            return True
         header = _THREAD.match(text)
         if header is not None and (header.group("ident") or header.group("name") is not None):
             ident = header.group("ident") or str(len(self.threads))
@@ -61,10 +77,11 @@ class StackDumpParser:
                                                  header.group("status")))
             return True
         current = self.threads[-1] if self.threads else None
-        frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text)
+        frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text) or _PYSTACK_FRAME.match(text) \
+            or _GDB_FRAME.match(text)
         if frame is not None and current is not None:
             if len(current.frames) < MAX_FRAMES:
-                current.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+                current.frames.append((frame.group("file") or "?", int(frame.group("line") or 0), frame.group("func")))
             return True
         if current is not None and (_NATIVE_FRAME.match(text) or _LOCALS.match(text) or not text.strip()
                                     or _HEADER.match(text)):

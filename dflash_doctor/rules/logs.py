@@ -284,7 +284,7 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
 
 
 _OOM_GPU = re.compile(r"GPU (?P<a>\d+) has a total capac?i?ty|\(GPU (?P<b>\d+);|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
-                      r"(?:device |GPU |cuda:|rank )(?P<c>\d+)")
+                      r"(?:device |GPU |cuda:|rank )(?P<c>\d+)|Out of memory error on GPU (?P<d>\d+)")
 _OOM_TRIED = re.compile(r"Tried to allocate (?P<size>[\d.]+ ?[KMGT]?i?B)")
 
 
@@ -325,7 +325,9 @@ LOG_CUDA_OOM = declare(Rule(
     ),
 ), triggers=("of memory", "OOM", "Tried to allocate", "OUT_OF_MEMORY", "MemoryAllocation", "ALLOC_FAILED"),
     fatal=True,
-    pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|OutOfMemoryError(?!: out of resource)|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
+    # (PaddlePaddle's allocator: 'Out of memory error on GPU 0. Cannot allocate 6.93GB memory on GPU 0')
+    pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|Out of memory error on GPU \d"
+                       r"|OutOfMemoryError(?!: out of resource)|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
                        r"(?:device|GPU|cuda:|rank) ?\d|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+; "
                        r"[\d.]+ ?[KMGT]?i?B total capacity"
                        # older and lower-level wordings: THC's 'cuda runtime error (2) : out of memory' and
@@ -412,7 +414,7 @@ LOG_CUDA_DEVICE_ASSERT = declare(Rule(
     + " (a kernel's input check: an index or label out of range)")
 
 _NCCL_TIMEOUT = re.compile(
-    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d+) milliseconds"
+    r"(?:Watchdog caught|Caught) collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d+) milliseconds"
     r"|watchdog got stuck for (?P<stuck>\d+) seconds"
 )
 
@@ -461,7 +463,10 @@ LOG_NCCL_TIMEOUT = declare(Rule(
     ),
 ), triggers=("WorkNCCL", "ProcessGroupNCCL", "NCCL timeout"), fatal=True,
     # A pasted line cut inside the phrase ('... Watchdog caught collective operati') is still the timeout.
-    pattern=re.compile(r"Watchdog caught collective(?: operation timeout|[\w ]{0,12}$)|watchdog got stuck for \d+ seconds"
+    # (work.wait() of older releases raised it in Python: 'RuntimeError: [Rank 1] Caught collective operation
+    # timeout: WorkNCCL(...) ran for N milliseconds')
+    pattern=re.compile(r"Watchdog caught collective(?: operation timeout|[\w ]{0,12}$)"
+                       r"|\] Caught collective operation timeout|watchdog got stuck for \d+ seconds"
                        r"|NCCL timeout|DistBackendError: .*?[Tt]imed? ?out"),
     details=_timeout_details, describe=_timeout_message)
 
@@ -501,7 +506,8 @@ LOG_NCCL_ERROR = declare(Rule(
 
 # Releases before FailOnRecompileLimitHit raised torch._dynamo.exc.CacheLimitExceeded where the limit could not
 # fall back to eager (fullgraph=True): either one reaching a traceback ended the run.
-_RECOMPILE_FATAL = re.compile(r"(?:FailOnRecompileLimitHit|\bCacheLimitExceeded)(?::\s*(?P<why>.*))?")
+_RECOMPILE_FATAL = re.compile(r"(?:FailOnRecompileLimitHit|\bCacheLimitExceeded|Unsupported: Dynamo recompile limit "
+                              r"exceeded)(?::\s*(?P<why>.*))?")
 
 
 def _recompile_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
@@ -550,10 +556,10 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
     good=(
         "W1129 10:02:11.123000 4242 torch/_dynamo/convert_frame.py:1016] torch._dynamo recompiling 'attend'\n"
     ),
-), triggers=("dynamo hit", "FailOnRecompileLimitHit", "CacheLimitExceeded"), fatal=True,
+), triggers=("dynamo hit", "FailOnRecompileLimitHit", "CacheLimitExceeded", "recompile limit exceeded"), fatal=True,
     pattern=re.compile(r"(?:torch\._dynamo|torchdynamo) hit (?:config\.)?(?:accumulated_)?(?:recompile_limit"
                        r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"
-                       r"|\bCacheLimitExceeded\b"),
+                       r"|\bCacheLimitExceeded\b|Unsupported: Dynamo recompile limit exceeded"),
     details=_recompile_details, describe=_recompile_message)
 
 # -- events: no death by themselves ------------------------------------------------------------------------------
@@ -637,6 +643,11 @@ _SIGNAL_LINE = re.compile(
     r"|\bSIG(?P<fsh>[A-Z]+)\(\d+\), PID: (?P<fsh_pid>\d+), Thread \d+:"
     # UCX: '[host:1016852:0:1020747] Caught signal 11 (Segmentation fault: address not mapped ...)'
     r"|Caught signal (?P<ucxnum>\d+) \("
+    # AddressSanitizer ('ERROR: AddressSanitizer: SEGV on unknown address'), absl's handler ('*** SIGSEGV received
+    # at time=...'), a C++ allocation failure nothing caught ("terminate called after throwing an instance of
+    # 'std::bad_alloc'", PaddlePaddle's BadAlloc): abort()
+    r"|AddressSanitizer: (?P<asan>SEGV|BUS|ABRT|FPE|ILL)\b|\*\*\* (?P<absl>SIG[A-Z]+) received at time="
+    r"|terminate called after throwing an instance of '(?P<bad_alloc>[\w:]*(?:bad_alloc|BadAlloc))'"
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
     # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
     r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][\w ]*?)(?::|\s*$)"
@@ -665,8 +676,10 @@ _SIGNAL_LINE = re.compile(
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     g = match.groupdict()
     name = g["name"] or g["name2"] or g["name3"] or g["agent"]
-    if g["fsh"]:
-        name = "SIG" + g["fsh"]
+    if g["fsh"] or g["asan"]:
+        name = "SIG" + (g["fsh"] or g["asan"])
+    if g["absl"] or g["bad_alloc"]:
+        name = g["absl"] or "SIGABRT"
     if g["agentnum"] or g["mpinum"] or g["signum"] or g["code128"] or g["ucxnum"]:
         number = int(g["agentnum"] or g["mpinum"] or g["signum"] or g["ucxnum"] or 0) or int(g["code128"]) - 128
         name = SIGNALS.get(number, f"signal {number}")
@@ -698,6 +711,8 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["local_rank"] = int(local_rank)
     if g["oom_pid"]:
         details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
+    if g["bad_alloc"]:
+        details["meaning"] = f"a C++ allocation failed ({g['bad_alloc']}) and nothing caught it: out of memory"
     if g["ray_oom"]:
         details["meaning"] = "Ray's memory monitor killed it: host RAM ran short (not GPU memory)"
     if g["agent"] or g["agentnum"] or g["signum"]:
@@ -741,7 +756,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
         "closing signal SIGTERM\n"
     ),
-), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
+), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "AddressSanitizer", "BadAlloc", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "encountered in DataLoader worker", "exits with return code", "what():",
              "exit code", "exit status", "已杀死",
@@ -787,13 +802,15 @@ LOG_STACK_DUMP_HANG = declare(Rule(
     good=(
         "[drafter-0] step=12 loss=2.61 7.1 Ktok/s\n"
     ),
-), triggers=("Thread ", "thread 0x", "Process "),
+), triggers=("Thread ", "thread 0x", "Process ", "Traceback for thread"),
     # (a header may follow a colon of the paster's prose on the same line: '... call stack:  Thread 59633 (active)')
     pattern=re.compile(r"(?:^|(?<=[:\uff1a]))\s*(?:Current thread|Thread) (?:0x[0-9a-fA-F]+|\d+) \((?:most recent call first|"
                        r"(?:idle|active)(?:\+gil)?)\)(?:: \"(?P<name>[^\"]*)\")?"
                        r"|^\s*Thread \((?:idle|active)(?:\+gil)?\): \"(?P<unnamed>[^\"]*)\""
                        # py-spy's own header ('Process 4242: python train.py'), read only right after 'py-spy dump'
-                       r"|^\s*Process (?P<pyspy_pid>\d+): \S"))
+                       r"|^\s*Process (?P<pyspy_pid>\d+): \S"
+                       # gdb's 'thread apply all bt' and pystack's dumps (logs/stackdump.py)
+                       r"|^Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)|^Traceback for thread \d+ \("))
 
 # -- deaths no rule above explains, and progress ---------------------------------------------------------------
 
@@ -832,7 +849,10 @@ def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         return {"exitcode": int(match.group("old_exitcode")), "local_rank": int(match.group("old_local_rank"))}
     rank = _DS_LOCAL_RANK.search(text)
     exitcode = int(match.group("ds_exitcode")) if match.group("ds_exitcode") else None
-    return {"exitcode": exitcode, "local_rank": int(rank.group(1)) if rank else None}
+    details: Dict[str, Any] = {"exitcode": exitcode, "local_rank": int(rank.group(1)) if rank else None}
+    if match.group("ds_cut"):
+        details["cut"] = True
+    return details
 
 
 LOG_PROCESS_DIED = declare(Rule(
@@ -874,7 +894,8 @@ LOG_PROCESS_DIED = declare(Rule(
                        r"|(?P<ds_cut>\[launch\.py:\d+:sigkill_handler\] \[)(?![^\n]*\] exits with return code)"
                        # 'RuntimeError: ...' starting a line outside any traceback: the traceback was not pasted
                        # (or not printed), the exception still ended the process; quoting and markdown stripped
-                       r"|^[\s>*`\x22\x27]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?:\*\*)?:"
+                       r"|^(?:\[\d+\] )?[\s>*`\x22\x27]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))"
+                       r"(?:\*\*)?:"  # (a log viewer's '[13] ' line number before it)
                        r"(?P<said>.*)"),
     details=_exit_details,
     describe=lambda d: (f"died: {d['exception']}: {d['said']} (its traceback is not in the log)" if d.get("exception")

@@ -445,3 +445,66 @@ def test_dataloader_signal_lines_wrapped_or_in_paddles_words():
     paddle = ("ERROR: Unexpected BUS error encountered in DataLoader worker. This might be caused by insufficient "
               "shared memory (shm)\n")
     assert findings(paddle) == [("DFD514", "main", None, "SIGBUS")]
+
+
+# -- held-out batch M ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line,signal", [
+    ("==12==ERROR: AddressSanitizer: SEGV on unknown address 0x000000000010 (pc 0x7f3e bp 0x7ffd T0)\n", "SIGSEGV"),
+    ("(RayWorkerWrapper pid=2191173) *** SIGSEGV received at time=1746500000 on cpu 131 ***\n", "SIGSEGV"),
+    ("terminate called after throwing an instance of 'paddle::memory::allocation::BadAlloc'\n", "SIGABRT"),
+])
+def test_sanitizer_absl_and_allocation_failure_deaths(line, signal):
+    assert [(code, sig) for code, _, _, sig in findings(line)] == [("DFD514", signal)]
+
+
+def test_paddles_out_of_memory_and_a_python_reported_collective_timeout():
+    assert findings("Out of memory error on GPU 0. Cannot allocate 6.93GB memory on GPU 0, available memory is "
+                    "only 1.2GB.\n") == [("DFD502", "main", 0, None)]
+    timeout = ("RuntimeError: [Rank 1] Caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, "
+               "Timeout(ms)=10800000) ran for 10800031 milliseconds before timing out.\n")
+    assert ("DFD504", "rank1", None, None) in findings(timeout)
+
+
+def test_the_recompile_limit_as_dynamos_unsupported_is_fatal():
+    from tests.logs.test_scan import scan_text
+
+    report = scan_text("torch._dynamo.exc.Unsupported: Dynamo recompile limit exceeded\n")
+    assert [(f.code, f.severity.value) for f in report.findings] == [("DFD506", "error")]
+
+
+def test_a_stderr_tag_a_viewer_line_number_and_a_wrapped_launcher_line():
+    tagged = ("stderr: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+              "stderr: test_script.py FAILED\n"
+              "stderr: Failures:\n"
+              "stderr: [1]:\n"
+              "stderr:   rank      : 1 (local_rank: 1)\n"
+              "stderr:   exitcode  : -7 (pid: 211)\n")
+    assert findings(tagged) == [("DFD514", "rank1", None, "SIGBUS")]
+    numbered = "[12]     raise ValueError(\n[13] ValueError: Tried to step 100002 times.\n"
+    assert findings(numbered) == [("DFD513", "main", None, None)]
+    wrapped = ("[2024-01-01 10:00:00,000] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', "
+               "'train.py', '--local_rank=7', '--deeps\n"
+               "peed', 'ds.json'] exits with return code = -9\n")
+    assert findings(wrapped) == [("DFD514", "rank7", None, "SIGKILL")]
+
+
+def test_paddles_cpp_traceback_is_not_a_python_one_and_richs_boxed_one_is():
+    paddle = ("C++ Traceback (most recent call last):\n"
+              "--------------------------------------\n"
+              "0   paddle::memory::allocation::Allocator::Allocate(unsigned long)\n")
+    assert findings(paddle) == []
+    rich = ("\u256d\u2500\u2500\u2500 Traceback (most recent call last) \u2500\u2500\u2500\u256e\n"
+            "\u2502 /opt/py/runpy.py:196 in _run_module_as_main                \u2502\n")
+    assert findings(rich) == [("DFD513", "main", None, None)]
+
+
+def test_gdb_and_pystack_thread_dumps_of_a_hung_process():
+    gdb = ('Thread 7 (Thread 0x7f64ab6dc000 (LWP 2791195) "executor_server"):\n'
+           "#0  0x00007f6b84ad7ab4 in read () from /lib/libpthread.so.0\n"
+           "#1  0x00007f6b1a2c in ibv_get_async_event () from /lib/libibverbs.so.1\n")
+    assert findings(gdb) == [("DFD515", "main", None, None)]
+    pystack = ("Traceback for thread 4242 (python3.12) [] (most recent call last):\n"
+               '    (Python) File "/usr/lib/python3.12/threading.py", line 1032, in _bootstrap\n'
+               '    (Python) File "/srv/test_hang.py", line 12, in wait_forever\n')
+    assert findings(pystack) == [("DFD515", "main", None, None)]
