@@ -26,6 +26,7 @@ from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan.resolve import FuncRef
 from dflash_doctor.scan.source import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.workers import fork_usable, two_passes
 
 # Below this many files a process pool costs more than it saves, and a one-file scan must start instantly.
 PARALLEL_MIN_FILES = 96
@@ -167,10 +168,11 @@ def default_jobs() -> int:
 
 
 def _prefilter_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str]
-                     ) -> Tuple[List[FileResult], List[Tuple[str, Optional[str], int]]]:
-    """A pool's first pass: the files no enabled rule can fire on are done here (analyse_file's answer for them);
-    the others come back as (path, package, size) for the second pass."""
-    done: List[FileResult] = []
+                     ) -> Tuple[List[Union[str, FileResult]], List[Tuple[str, Optional[str], int]]]:
+    """A pool's first pass: the files no enabled rule can fire on are done here (analyse_file's answer for them:
+    a bare path where that answer is empty, so thousands of them cross the pipe cheaply); the others come back as
+    (path, package, size) for the second pass."""
+    done: List[Union[str, FileResult]] = []
     waiting: List[Tuple[str, Optional[str], int]] = []
     for path, package in items:
         data = read_bytes(path)
@@ -179,8 +181,13 @@ def _prefilter_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[
         elif triggered(data, enabled):
             waiting.append((path, package, len(data)))
         else:
-            done.append(_untriggered(path, data))
+            result = _untriggered(path, data)
+            done.append(result if result.noqa else path)
     return done, waiting
+
+
+def _done(items: Iterable[Union[str, FileResult]]) -> List[FileResult]:
+    return [FileResult(item) if isinstance(item, str) else item for item in items]
 
 
 def balanced(sized: Sequence[Tuple[str, Optional[str], int]], count: int) -> List[List[Tuple[str, Optional[str]]]]:
@@ -195,22 +202,34 @@ def balanced(sized: Sequence[Tuple[str, Optional[str], int]], count: int) -> Lis
     return [group for group in groups if group]
 
 
+def _pad(groups: List[List[Tuple[str, Optional[str]]]], count: int) -> List[List[Tuple[str, Optional[str]]]]:
+    return groups + [[] for _ in range(count - len(groups))]
+
+
 def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex,
                  transformers_version: Optional[str] = None) -> Tuple[List[FileResult], List[str]]:
     if workers <= 1:
         return _analyse_chunk(items, enabled, max_bytes, index, transformers_version)
+    # Two passes: the byte prefilter over an even share of the files each, then the files it kept, balanced by
+    # size (parsed where they are analysed, so no tree crosses processes). One pass over round-robin shares left
+    # one worker with most of the large modules (torch: 0.72 s against 0.89 s).
+    chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
+    if fork_usable():
+        firsts, parts = two_passes(
+            chunks, first=lambda chunk: _prefilter_chunk(chunk, enabled),
+            plan=lambda firsts: _pad(balanced([item for _, waiting in firsts for item in waiting], len(chunks)),
+                                     len(chunks)),
+            second=lambda group: _analyse_chunk(group, enabled, max_bytes, index, transformers_version))
+        results = _done(r for done, _ in firsts for r in done) + [r for found, _ in parts for r in found]
+        return results, [path for _, loaded in parts for path in loaded]
     from concurrent.futures import ProcessPoolExecutor  # only large scans pay for importing multiprocessing
 
-    # Two passes on one pool: the byte prefilter over an even share of the files each, then the files it kept,
-    # balanced by size (parsed where they are analysed, so no tree crosses processes). One pass over round-robin
-    # shares left one worker with most of the large modules (torch: 0.72 s against 0.89 s).
-    chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
         first = list(pool.map(_prefilter_chunk, chunks, [enabled] * len(chunks)))
         groups = balanced([item for _, waiting in first for item in waiting], workers)
         parts = list(pool.map(_analyse_chunk, groups,
                               *zip(*[(enabled, max_bytes, index, transformers_version)] * len(groups))))
-    results = [r for done, _ in first for r in done] + [r for results, _ in parts for r in results]
+    results = _done(r for done, _ in first for r in done) + [r for results, _ in parts for r in results]
     return results, [path for _, loaded in parts for path in loaded]
 
 
