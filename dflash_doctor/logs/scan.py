@@ -85,6 +85,12 @@ def _trigger_regex() -> "re.Pattern[bytes]":
 
 
 TRIGGER = _trigger_regex().search
+
+
+def _may_matter(line: bytes) -> bool:
+    """Whether an idle scanner must read a line it reads in full: a rule's word, progress, or a frame (it opens a
+    traceback whose header was not pasted; the sampled path of large blocks does not look for those)."""
+    return bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'  File "' in line
 _PREFILTER = Prefilter(trigger_words())
 
 
@@ -107,8 +113,8 @@ class LogScanner:
         self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
         self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
         self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
-        self._pyspy_header: Optional[Tuple[int, str]] = None
-        self._launcher_cut: Optional[Tuple[str, int, Dict[str, Any]]] = None  # DeepSpeed's line, its code cut off  # py-spy's 'Process N:' line with no thread after it
+        self._pyspy_header: Optional[Tuple[int, str]] = None  # py-spy's 'Process N:' line with no thread after it
+        self._launcher_cut: Optional[Tuple[str, int, Dict[str, Any]]] = None  # DeepSpeed's line, its code cut off
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
                                         unnamed=MAIN)
         self._findings: List[Finding] = []
@@ -137,7 +143,7 @@ class LogScanner:
         self.lines = lineno
         self.bytes += len(raw) + 1
         self._where = None
-        if not self.busy() and not (TRIGGER(raw) or PROGRESS_HINT(raw) or b'  File "' in raw):
+        if not self.busy() and not _may_matter(raw):
             return []
         return self._line(raw, lineno)
 
@@ -210,8 +216,7 @@ class LogScanner:
                 drops = record(name, int(step_text), float(value) * UNIT_BYTES[unit], lineno, TOK_S)
                 if drops:
                     new += self._drops(drops)
-            elif not idle or TRIGGER(line) or PROGRESS_HINT(line) or b'  File "' in line:
-                # (a frame opens a traceback whose header was not pasted: read in full blocks, not sampled ones)
+            elif not idle or _may_matter(line):
                 self._where = (block, offset, lineno)
                 self.lines = lineno
                 new += self._line(line, lineno)

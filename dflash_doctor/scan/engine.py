@@ -167,8 +167,7 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _prefilter_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str]
-                     ) -> Tuple[List[Union[str, FileResult]], List[Tuple[str, Optional[str], int]]]:
+def _prefilter_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str]) -> "FirstPass":
     """A pool's first pass: the files no enabled rule can fire on are done here (analyse_file's answer for them:
     a bare path where that answer is empty, so thousands of them cross the pipe cheaply); the others come back as
     (path, package, size) for the second pass."""
@@ -186,24 +185,32 @@ def _prefilter_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[
     return done, waiting
 
 
-def _done(items: Iterable[Union[str, FileResult]]) -> List[FileResult]:
-    return [FileResult(item) if isinstance(item, str) else item for item in items]
-
-
 def balanced(sized: Sequence[Tuple[str, Optional[str], int]], count: int) -> List[List[Tuple[str, Optional[str]]]]:
     """The files to parse split into `count` groups of about equal bytes (largest first, each to the lightest
-    group): parsing dominates, and a handful of large modules decide when the last worker ends."""
+    group; a group may stay empty): parsing dominates, and a handful of large modules decide when the last worker
+    ends."""
     groups: List[List[Tuple[str, Optional[str]]]] = [[] for _ in range(count)]
     loads = [0] * count
     for path, package, size in sorted(sized, key=lambda item: (-item[2], item[0])):
         lightest = loads.index(min(loads))
         groups[lightest].append((path, package))
         loads[lightest] += size
-    return [group for group in groups if group]
+    return groups
 
 
-def _pad(groups: List[List[Tuple[str, Optional[str]]]], count: int) -> List[List[Tuple[str, Optional[str]]]]:
-    return groups + [[] for _ in range(count - len(groups))]
+FirstPass = Tuple[List[Union[str, FileResult]], List[Tuple[str, Optional[str], int]]]
+SecondPass = Tuple[List[FileResult], List[str]]
+
+
+def _plan(firsts: List[FirstPass], count: int) -> List[List[Tuple[str, Optional[str]]]]:
+    return balanced([item for _, waiting in firsts for item in waiting], count)
+
+
+def _merge(firsts: List[FirstPass], seconds: List[SecondPass]) -> SecondPass:
+    """Both passes' results (a bare path from the first: a file with nothing to say) and the files loaded for call
+    chains."""
+    done = [FileResult(item) if isinstance(item, str) else item for finished, _ in firsts for item in finished]
+    return done + [r for results, _ in seconds for r in results], [path for _, loaded in seconds for path in loaded]
 
 
 def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleIndex,
@@ -215,22 +222,18 @@ def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleInde
     # one worker with most of the large modules (torch: 0.72 s against 0.89 s).
     chunks = _chunks(items, workers * _CHUNKS_PER_JOB)
     if fork_usable():
-        firsts, parts = two_passes(
+        return _merge(*two_passes(
             chunks, first=lambda chunk: _prefilter_chunk(chunk, enabled),
-            plan=lambda firsts: _pad(balanced([item for _, waiting in firsts for item in waiting], len(chunks)),
-                                     len(chunks)),
-            second=lambda group: _analyse_chunk(group, enabled, max_bytes, index, transformers_version))
-        results = _done(r for done, _ in firsts for r in done) + [r for found, _ in parts for r in found]
-        return results, [path for _, loaded in parts for path in loaded]
+            plan=lambda firsts: _plan(firsts, len(chunks)),
+            second=lambda group: _analyse_chunk(group, enabled, max_bytes, index, transformers_version)))
     from concurrent.futures import ProcessPoolExecutor  # only large scans pay for importing multiprocessing
 
     with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-        first = list(pool.map(_prefilter_chunk, chunks, [enabled] * len(chunks)))
-        groups = balanced([item for _, waiting in first for item in waiting], workers)
-        parts = list(pool.map(_analyse_chunk, groups,
-                              *zip(*[(enabled, max_bytes, index, transformers_version)] * len(groups))))
-    results = _done(r for done, _ in first for r in done) + [r for results, _ in parts for r in results]
-    return results, [path for _, loaded in parts for path in loaded]
+        firsts = list(pool.map(_prefilter_chunk, chunks, [enabled] * len(chunks)))
+        groups = _plan(firsts, len(chunks))
+        seconds = list(pool.map(_analyse_chunk, groups,
+                                *zip(*[(enabled, max_bytes, index, transformers_version)] * len(groups))))
+    return _merge(firsts, seconds)
 
 
 def _describe(ref: FuncRef, linker: Linker) -> str:
