@@ -25,7 +25,7 @@ from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock
 from dflash_doctor.logs.options import LogOptions, compile_thread_pattern
 from dflash_doctor.logs.prefilter import Prefilter
 from dflash_doctor.logs.progress import TOTAL, DropEvent, ProgressTracker
-from dflash_doctor.logs.stackdump import StackDumpParser, crash_context
+from dflash_doctor.logs.stackdump import GDB_BACKTRACE, StackDumpParser, crash_context
 from dflash_doctor.logs.throughput import IT_S, TOK_S, rate, step
 from dflash_doctor.logs.torchrun import EXIT_FIELD, RANK_FIELD, Failure, SummaryParser
 from dflash_doctor.rules.registry import Rule
@@ -58,6 +58,7 @@ BARE_MESSAGE_LINES = 3  # lines after a bare exception line that may still be it
 # The line before a traceback that says the program went on: CPython's unraisable hook, retry/recover loggers.
 HANDLED = re.compile(r"(?i)\bexception ignored in\b|attempting to recover|\bretrying\b|\bwill retry\b"
                      r"|\brecovering\b|\bignor(?:ed|ing) (?:the |this )?(?:error|exception)")
+DUMP_GAP_LINES = 12  # a dump going on this close after the last one ended is the same dump, resumed
 CRASH_DUMP_LINES = 4  # a faulthandler dump starting this close after 'Fatal Python error' is the crash's
 LAUNCHER_WRAP_LINES = 3  # a launcher line wrapped by the terminal goes on within this many lines
 ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its  # lines holding a dead worker's name tried when looking back for its last step
@@ -90,7 +91,7 @@ TRIGGER = _trigger_regex().search
 def _may_matter(line: bytes) -> bool:
     """Whether an idle scanner must read a line it reads in full: a rule's word, progress, or a frame (it opens a
     traceback whose header was not pasted; the sampled path of large blocks does not look for those)."""
-    return bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'  File "' in line
+    return bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'  File "' in line or line.startswith(b"(gdb) ")
 _PREFILTER = Prefilter(trigger_words())
 
 
@@ -104,6 +105,7 @@ class LogScanner:
         self._summary: Optional[SummaryParser] = None
         self._dump: Optional[StackDumpParser] = None
         self._dump_worker = MAIN
+        self._last_dump: Optional[Tuple[str, int, StackDumpParser]] = None  # (worker, end line, dump) of the last
         self._pending_recompile: Optional[Dict[str, Any]] = None
         self._previous: Optional[str] = None
         self._fatal_error_line: Optional[int] = None
@@ -372,6 +374,9 @@ class LogScanner:
             new = self._drops(self.progress.record(worker, steps, value, lineno, unit))
             if not TRIGGER(body.encode("utf-8", "replace")):
                 return new
+        if body.startswith("(gdb) ") and GDB_BACKTRACE.match(body):
+            self._start_dump(lineno, stream, body)  # backtraces taken by hand: the selected thread's frames follow
+            return new
         informational = body[:2] in ("I0", "I1", "[I") and patterns.GLOG_INFO.match(body) is not None
         for entry in LINE_RULES:
             if not any(word in body for word in entry.triggers):
@@ -394,11 +399,7 @@ class LogScanner:
                     self._pyspy_header = (lineno, stream or MAIN)
                 return []
             self._pyspy_header = None
-            crash = crash_context(self._previous) or (
-                self._fatal_error_line is not None and lineno - self._fatal_error_line <= CRASH_DUMP_LINES)
-            self._dump = StackDumpParser(lineno, crash=crash)
-            self._dump_worker = stream or MAIN
-            self._dump.feed(body[match.start():])  # a header glued to prose ('... call stack:Thread 5 (active)')
+            self._start_dump(lineno, stream, body[match.start():])  # a header glued to prose ('... stack:Thread 5')
             return []
         if code == LOG_DENSE_ATTENTION_FALLBACK.code:
             return self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
@@ -418,8 +419,8 @@ class LogScanner:
             worker = self._launcher_cut[0]
         if "exits with return code" in body:
             self._launcher_cut = None
-        if code == LOG_KILLED_BY_SIGNAL.code and "Fatal Python error" in body:
-            self._fatal_error_line = lineno  # faulthandler's thread dump follows: the crash's stack, not a hang
+        if code == LOG_KILLED_BY_SIGNAL.code and ("Fatal Python error" in body or "received signal" in body):
+            self._fatal_error_line = lineno  # faulthandler's (or gdb's) thread dump follows: the crash's stack
         if code == LOG_NCCL_WATCHDOG_ABORT.code:
             # C++ prints 'terminate called ...' without a rank, before or after the line that names it
             if worker == MAIN:
@@ -776,12 +777,25 @@ class LogScanner:
             self._deaths[worker]["root_cause"] = True
         return new
 
+    def _start_dump(self, lineno: int, stream: Optional[str], text: str) -> None:
+        crash = crash_context(self._previous) or (
+            self._fatal_error_line is not None and lineno - self._fatal_error_line <= CRASH_DUMP_LINES)
+        self._dump = StackDumpParser(lineno, crash=crash)
+        worker = stream or MAIN
+        last = self._last_dump
+        if last is not None and last[0] == worker and lineno - last[1] <= DUMP_GAP_LINES:
+            # the same dump, interrupted by a line it does not know or by the paster's prose between two fences
+            self._dump.start_line, self._dump.threads = last[2].start_line, last[2].threads
+        self._dump_worker = worker
+        self._dump.feed(text)
+
     def _end_dump(self) -> List[Finding]:
         dump, self._dump = self._dump, None
         if dump is not None and dump.crash:
             self._fatal_error_line = self._lineno  # a crash dump cut by an odd line may go on after it
         if dump is None or dump.crash or not dump.threads:
             return []
+        self._last_dump = (self._dump_worker, self._lineno, dump)
         diagnosis = dump.diagnosis()
         threads = dump.summary()
         deadlock = diagnosis.kind == FailureKind.DEADLOCK
@@ -792,10 +806,17 @@ class LogScanner:
             where = "; ".join(f"{t['thread']} at {t['at']}" for t in threads[:4] if t["at"])
             message = (f"{self._dump_worker}: stack dump of a stuck process, {len(threads)} thread(s), {idle} idle"
                        + (f": {where}" if where else ""))
+        evidence = dict(thread=self._dump_worker, cycle=diagnosis.cycle, chain=list(diagnosis.chain), threads=threads,
+                        hint=diagnosis.hint)
+        severity = Severity.ERROR if deadlock else None
+        earlier = next((i for i, f in enumerate(self._findings) if f.code == LOG_STACK_DUMP_HANG.code
+                        and f.line == dump.start_line), None)
+        if earlier is not None:  # the rest of a dump already reported: the finding now covers all of it
+            self._findings[earlier] = replace(self._findings[earlier], message=message[:MESSAGE_CHARS * 2],
+                                              evidence=evidence, severity=severity or LOG_STACK_DUMP_HANG.severity)
+            return []
         return self._emit(LOG_STACK_DUMP_HANG, (dump.start_line,), message[:MESSAGE_CHARS * 2], dump.start_line,
-                          dict(thread=self._dump_worker, cycle=diagnosis.cycle, chain=list(diagnosis.chain),
-                               threads=threads, hint=diagnosis.hint),
-                          severity=Severity.ERROR if deadlock else None)
+                          evidence, severity=severity)
 
     def _demote_handled(self) -> None:
         """A worker that logs progress after its traceback only logged a handled error: not dead."""

@@ -5,6 +5,9 @@ first (with --locals, indented 'Arguments:'/'Locals:' blocks; with --native, '  
 faulthandler prints 'Thread 0x00007f... (most recent call first):' (or 'Current thread ...') then
 '  File "x.py", line 12 in function', innermost first, preceded by 'Timeout (0:10:00)!' when
 dump_traceback_later fired (a hang) or by 'Fatal Python error: ...' when it is a crash's stack.
+gdb prints 'Thread 7 (Thread 0x7f.. (LWP 2791195) "name"):' before each thread's '#0  0x.. in read () from
+libc.so.6' frames, or, for backtraces taken by hand, '(gdb) bt' then the frames of the current thread and
+'[Switching to thread 2 (Thread 0x7f.. (LWP 51477))]' when another is selected.
 The threads are handed to dflash_doctor.runtime.deadlock, which names the compile-lock / autograd cycle.
 """
 from __future__ import annotations
@@ -28,9 +31,14 @@ _FAULT_FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<f
 _LOCALS = re.compile(r"^ {8,}\S|^\s*<no Python frame>\s*$")  # also faulthandler's frameless thread
 # gdb's 'thread apply all bt': 'Thread 7 (Thread 0x7f64ab6dc000 (LWP 2791195) "executor_server"):' then
 # '#0  0x00007f6b84ad7ab4 in read () from /lib/libpthread.so.0' (native frames only: no Python file to blame).
-_GDB_THREAD = re.compile(r"^Thread (?P<num>\d+) \(Thread (?P<ident>0x[0-9a-fA-F]+) \(LWP \d+\)(?: \"(?P<name>[^\"]*)\")?\):")
-_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(?P<func>[^\s(]+) \(.*?\)(?: (?:at|from) (?P<file>[^\s:]+)"
-                        r"(?::(?P<line>\d+))?)?\s*$")
+_GDB_THREAD = re.compile(r"^(?:Thread (?P<num>\d+)|\[Switching to thread (?P<num2>\d+)) \(Thread (?P<ident>0x[0-9a-fA-F]+) "
+                         r"\(LWP \d+\)(?: \"(?P<name>[^\"]*)\")?\)?")  # (the closing bracket may be cut)
+# A C++ function's parameter list is glued to its name ('wrap_ibv_get_async_event(ibv_context*, ...) () from ...').
+_GDB_FRAME = re.compile(r"^#\d+\s+(?:0x[0-9a-fA-F]+ in )?(?P<func>[^\s(]+)(?:.* (?:at|from) (?P<file>[^\s:]+)"
+                        r"(?::(?P<line>\d+))?\s*$)?")
+# gdb wraps a long frame's ' at file:line' or ' from lib.so' onto the next line; its prompt lines stay in the dump.
+_GDB_CONTINUED = re.compile(r"^\s+(?:at|from) \S|^\(gdb\)")
+GDB_BACKTRACE = re.compile(r"^\(gdb\) (?:bt|backtrace|where|thread apply all (?:bt|backtrace))\b")
 # pystack: 'Traceback for thread 4242 (python3.12) [] (most recent call last):' then '    (Python) File "x.py", line 3,
 # in f' (or '(C) File ...' for native frames)
 _PYSTACK_THREAD = re.compile(r"^Traceback for thread (?P<ident>\d+) \((?P<name>[^)]*)\)")
@@ -76,15 +84,17 @@ class StackDumpParser:
                                                  int(ident, 16) if ident.startswith("0x") else int(ident),
                                                  header.group("status")))
             return True
-        current = self.threads[-1] if self.threads else None
         frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text) or _PYSTACK_FRAME.match(text) \
             or _GDB_FRAME.match(text)
+        if frame is not None and not self.threads and text.startswith("#"):
+            self.threads.append(DumpedThread("gdb-thread", 0, "unknown"))  # '(gdb) bt' of the selected thread
+        current = self.threads[-1] if self.threads else None
         if frame is not None and current is not None:
             if len(current.frames) < MAX_FRAMES:
                 current.frames.append((frame.group("file") or "?", int(frame.group("line") or 0), frame.group("func")))
             return True
         if current is not None and (_NATIVE_FRAME.match(text) or _LOCALS.match(text) or not text.strip()
-                                    or _HEADER.match(text)):
+                                    or _HEADER.match(text)) or _GDB_CONTINUED.match(text):
             return True
         self.done = True
         return False

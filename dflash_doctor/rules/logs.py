@@ -68,7 +68,7 @@ _GPU_MENTION = re.compile(
     r"\bGPU (?P<a>\d+) has a total capac|\(GPU (?P<b>\d+);|\bcuda:(?P<c>\d+)|\bon (?:device|GPU) (?P<d>\d+)\b"
     r"|\bdevice[ =](?P<e>\d+)\b"
 )
-_RANK_MENTION = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)\]")
+_RANK_MENTION = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)(?:\]|\s*$)")  # (a pasted line may be cut after the rank)
 
 
 def gpu_in(text: str) -> Optional[int]:
@@ -270,6 +270,8 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
     pattern=re.compile(r"watchdog thread terminated(?: with\b|\s*$)|taking the entire process down"  # or wrapped
                        r"|what\(\):\s+\[(?:PG [^\]]*?)?Rank \d+\] Watchdog caught collective"
+                       # the watchdog's what() cut right after the process group and rank it names
+                       r"|what\(\):\s+\[PG [^\]]*?Rank \d+\]?\s*$"
                        r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"
@@ -628,7 +630,8 @@ _SIGNAL_LINE = re.compile(
     r"|Child process (?P<pid5>\d+) \(local_rank (?P<local_rank2>\d+)\) FAILED \(exitcode (?P<exitcode2>-\d+)\)"
     r"|(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name2>SIG[A-Z]+)"
     # PyCharm: 'Process finished with exit code 137 (interrupted by signal 9: SIGKILL)' (full-width in a CJK locale)
-    r"|(?:interrupted by|received) signal (?:\d+[:\uff1a] ?)?(?P<name3>SIG[A-Z]+)"
+    # (gdb's 'Program received signal SIGINT, Interrupt.' is the debugger stopping a live process, not a death)
+    r"|(?:interrupted by|received) signal (?:\d+[:\uff1a] ?)?(?P<name3>SIG[A-Z]+)\b(?!, (?:Interrupt|Trace/breakpoint))"
     # 128 + the signal's number, as a shell, PyCharm or docker report a killed child: 'exit code 137'
     r"|(?:finished|exited) with (?:exit )?code (?P<code128>13[0-9]|14[0-3])\b"
     # torchrun's agent: 'torch.distributed.elastic.multiprocessing.api.SignalException: Process 8665 got signal: 1'
@@ -810,7 +813,8 @@ LOG_STACK_DUMP_HANG = declare(Rule(
                        # py-spy's own header ('Process 4242: python train.py'), read only right after 'py-spy dump'
                        r"|^\s*Process (?P<pyspy_pid>\d+): \S"
                        # gdb's 'thread apply all bt' and pystack's dumps (logs/stackdump.py)
-                       r"|^Thread \d+ \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)|^Traceback for thread \d+ \("))
+                       r"|^(?:Thread \d+|\[Switching to thread \d+) \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)"
+                       r"|^Traceback for thread \d+ \("))
 
 # -- deaths no rule above explains, and progress ---------------------------------------------------------------
 

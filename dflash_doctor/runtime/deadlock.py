@@ -164,15 +164,19 @@ def classify_hang(stacks: Sequence[ThreadStack], stalled_s: float = 0.0) -> Hang
         chain = tuple(
             f"{name} holds {', '.join(waiting[name][2])} and waits for {waiting[name][0]} at "
             f"{waiting[name][1].where()}" for name in cycle
-        ) + (f"lock-order cycle: no progress for {stalled_s:.1f} s",)
+        ) + (f"lock-order cycle: {_stalled(stalled_s)}",)
         return HangDiagnosis(FailureKind.DEADLOCK, LOCK_CYCLE, chain, tuple(cycle), stalled_s,
                              hint="take the locks in one global order")
     if len(waiting) >= 2:
         chain = tuple(f"{name} waits for {wanted} at {frame.where()}" for name, (wanted, frame, _) in
-                      sorted(waiting.items())) + (f"no progress for {stalled_s:.1f} s",)
+                      sorted(waiting.items())) + (_stalled(stalled_s),)
         return HangDiagnosis(FailureKind.DEADLOCK, LOCK_WAIT, chain, tuple(sorted(waiting)), stalled_s,
                              hint="threads wait on each other's locks; the holders are not visible in the stacks")
     busy = tuple(f"{s.name} at {s.innermost.where()}" for s in stacks if s.innermost is not None)
-    return HangDiagnosis(FailureKind.OTHER_ERROR, NO_CYCLE, (f"no progress for {stalled_s:.1f} s and no lock cycle "
-                                                             f"in the stacks",) + busy, tuple(s.name for s in stacks),
-                         stalled_s)
+    return HangDiagnosis(FailureKind.OTHER_ERROR, NO_CYCLE, (f"{_stalled(stalled_s)} and no lock cycle in the stacks",)
+                         + busy, tuple(s.name for s in stacks), stalled_s)
+
+
+def _stalled(stalled_s: float) -> str:
+    # a dump read from a log says nothing of how long the process had been stuck
+    return f"no progress for {stalled_s:.1f} s" if stalled_s else "stacks from a dump"

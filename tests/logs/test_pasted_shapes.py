@@ -439,6 +439,14 @@ def test_a_c10_error_backtrace_through_the_watchdog_thread():
     assert findings(text) == [("DFD512", "RayWorkerVllm pid=7046", None, None)]
 
 
+
+def test_a_flattened_watchdog_dump_whose_what_is_cut_after_the_rank():
+    text = ("> frame #6: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d (0x7f8f in libtorch_cuda.so) frame #7: "
+            "+ 0x145c0 (0x7f90 in libtorch.so) frame #8: clone + 0x44 (0x7f90 in libc.so.6)\n"
+            "> \n"
+            "> , PIL._imagingft, msgpack._cmsgpack, ray._raylet what(): [PG ID 2 PG GUID 3 Rank 7\n")
+    assert findings(text) == [("DFD512", "rank7", None, None)]
+
 def test_dataloader_signal_lines_wrapped_or_in_paddles_words():
     wrapped = "DataLoader worker (pid 270071) is killed by signal: \nBus error. It is possible that ...\n"
     assert [code for code, *_ in findings(wrapped)] == ["DFD514"]
@@ -508,3 +516,54 @@ def test_gdb_and_pystack_thread_dumps_of_a_hung_process():
                '    (Python) File "/usr/lib/python3.12/threading.py", line 1032, in _bootstrap\n'
                '    (Python) File "/srv/test_hang.py", line 12, in wait_forever\n')
     assert findings(pystack) == [("DFD515", "main", None, None)]
+
+
+def test_a_gdb_dump_with_cpp_frames_and_a_cut_thread_is_one_dump():
+    text = ('Thread 7 (Thread 0x7f64ab6dc000 (LWP 2791195) "executor_server"):\n'
+            "#0  0x00007f6b84ad7ab4 in read () from /lib/libpthread.so.0\n"
+            "#2  0x00007f6b8811f042 in wrap_ibv_get_async_event(ibv_context*, ibv_async_event*) () from /lib/libnccl.so.2\n"
+            "#3  0x00007f6b88141b54 in ncclIbAsyncThreadMain(void*) () from /lib/libnccl.so.2\n"
+            "\n"
+            'Thread 6 (Thread 0x7f64abedd000 (LWP 2791192) "executor_server"):\n'
+            "#0  0x00007f6b84ad7ab4 in read () from /lib/libpthread.so.0\n"
+            "#1  0x00007578d8031d57 in c10::ThreadPool::main_loop(unsigned long) ()\n"
+            "   from /opt/torch/lib/libc10.so\n"
+            "Thread 5 (Thread 0x7f694efde000 (LWP 2790932)\n")
+    assert findings(text) == [("DFD515", "main", None, None)]
+
+
+def test_gdb_backtraces_taken_by_hand_between_prose_are_one_hang_dump():
+    from tests.logs.test_scan import scan_text
+
+    text = ("I attached a debugger; most threads look like this:\n"
+            "```\n"
+            "(gdb) bt\n"
+            "#0  0x000075791e330117 in ?? () from /lib/libc.so.6\n"
+            "#1  0x000075791e332a41 in pthread_cond_wait () from /lib/libc.so.6\n"
+            "```\n"
+            "\n"
+            "The interesting one is thread 2:\n"
+            "```\n"
+            "(gdb) thr 2\n"
+            "[Switching to thread 2 (Thread 0x75786a7ff640 (LWP 51477))]\n"
+            "(gdb) bt\n"
+            "#0  0x000075791e3b381c in read () from /lib/libc.so.6\n"
+            "#1  0x0000757911caa98d in read (__nbytes=271, __fd=<optimized out>)\n"
+            "    at /usr/include/bits/unistd.h:38\n")
+    # '(gdb) bt' is read in full blocks only (a pasted excerpt), like frames pasted without their header
+    report = scan_text(text)
+    assert [(f.code, f.line, len(f.evidence["threads"])) for f in report.findings] == [("DFD515", 3, 2)]
+
+
+def test_gdb_on_a_crash_is_the_crash_and_gdb_stopping_a_live_process_is_not_a_death():
+    from tests.logs.test_scan import scan_text
+
+    crash = ('Thread 1 "python" received signal SIGSEGV, Segmentation fault.\n'
+             "0x00007ffff7a5e1c0 in at::native::foo () from /opt/torch/lib/libtorch_cuda.so\n"
+             "(gdb) bt\n"
+             "#0  0x00007ffff7a5e1c0 in at::native::foo () from /opt/torch/lib/libtorch_cuda.so\n")
+    assert [(f.code, f.evidence.get("signal")) for f in scan_text(crash).findings] == [("DFD514", "SIGSEGV")]
+    stopped = ("Program received signal SIGINT, Interrupt.\n"
+               "(gdb) bt\n"
+               "#0  0x00007ffff7a5e1c0 in read () from /lib/libc.so.6\n")
+    assert [f.code for f in scan_text(stopped).findings] == ["DFD515"]
