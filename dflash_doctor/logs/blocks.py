@@ -39,6 +39,7 @@ class ExceptionBlock:
     exceptions: Tuple[ExceptionRecord, ...]  # chained ones first, the one that ended the block last
 
     process: bool = False  # the header was multiprocessing's 'Process NAME:' (a child process died)
+    lead: str = ""  # text before 'Traceback' on its line: a logger's message, which may name the error
 
     @property
     def final(self) -> Optional[ExceptionRecord]:
@@ -58,13 +59,14 @@ class _Open:
     chained: bool = False
     continuation: int = 0  # message lines taken after the exception line; -1 once the message is closed
     announced: Optional[str] = None  # the type an IPython header gives up front, for a paste cut before its end
+    lead: str = ""
 
     def close(self) -> ExceptionBlock:
         exceptions = tuple(self.exceptions)
         if not exceptions and self.announced:
             exceptions = (ExceptionRecord(self.announced, "", self.start_line),)
         return ExceptionBlock(self.thread, self.stream, self.start_line, tuple(self.frames), exceptions,
-                              self.process)
+                              self.process, self.lead)
 
     def continue_message(self, text: str) -> None:
         last = self.exceptions[-1]
@@ -114,12 +116,17 @@ class _Stream:
                 self.waiting.append(block)
                 self.open = block = self.suspended.pop()
         ipython = patterns.IPYTHON_TRACEBACK.match(text) if "Traceback (most" in text else None
-        if ipython is not None or patterns.TRACEBACK_START.search(text):
+        start = patterns.TRACEBACK_START.search(text) if ipython is None else None
+        if ipython is not None or start is not None:
             if block is None or (block.ended and not block.chained):
                 if block is not None:
                     closed.append(block.close())
                 block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
                 self.open = block
+                if start is not None and start.start() > 0:
+                    # vLLM: 'Exception in worker ... while processing method init_device: NCCL error: ...,
+                    # Traceback (most recent call last):'; read when the traceback is cut before its exception
+                    block.lead = text[:start.start()][-500:]
             else:
                 block.ended = False  # the next section of a chained traceback
                 block.chained = False
@@ -128,12 +135,14 @@ class _Stream:
                 block.announced = ipython.group("type")
             return closed, True
         if block is None:
-            frame = patterns.FRAME.match(text) if text.startswith(" ") else None
-            if frame is None:
+            frame = (patterns.FRAME.match(text) if text.startswith(" ") else
+                     patterns.UNINDENTED_FRAME.match(text) if text.startswith("File ") else None)
+            if frame is None and not (text.startswith("\u2502") and patterns.RICH_POINTER.match(text)):
                 return closed, False
             # frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one
             self.open = block = _Open(None, self.stream, lineno, started=True)
-            block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+            if frame is not None:
+                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
             return closed, True
         if not text.strip():
             if block.ended:
@@ -223,7 +232,9 @@ class BlockParser:
         parser = self._streams.get(stream)
         if parser is None:
             if not (text.startswith(patterns.THREAD_HEADER_STARTS + ("Process ",)) or "Traceback (most" in text
-                    or (text.startswith("  File \"") and patterns.FRAME.match(text))):
+                    or (text.startswith("  File \"") and patterns.FRAME.match(text))
+                    or (text.startswith("File \"") and patterns.UNINDENTED_FRAME.match(text))
+                    or (text.startswith("\u2502") and patterns.RICH_POINTER.match(text))):
                 return [], False  # the common case, decided without a regex
             if len(self._streams) >= MAX_STREAMS:
                 stream = None

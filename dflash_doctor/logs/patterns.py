@@ -25,9 +25,15 @@ BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
 TRACEBACK_START = re.compile(r"(?<!C\+\+ )Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)"
                              r"|[\u256d\u250c]\u2500+ Traceback \(most recent call last\) \u2500"
                              r"|Traceback \(most r[a-z ]*$")
+# rich's pointer at a frame's current line ('│ ❱ 1024 │   raise RuntimeError(...'): a boxed traceback pasted from
+# its middle, without the box's header.
+RICH_POINTER = re.compile(r"^\u2502 \u2771 *\d+ \u2502")
 # IPython / Jupyter print the exception's type first, on the header line, then cells and frames without quotes
 # ('CacheLimitExceeded      Traceback (most recent call last)'); the type stands in when the paste is cut.
 IPYTHON_TRACEBACK = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)\s*$")
+# An RFC 3339 timestamp before every line (docker logs --timestamps, Kubernetes, Beaker):
+# '2024-05-26T03:20:45.253031734Z   File "x.py", line 3, in f'.
+ISO_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
 # Markdown around a pasted log: quote markers ('> ', '> > '), a code fence or an inline-code backtick glued to the
 # first line, bold ('**RuntimeError: ...**').
 MARKDOWN_LEAD = re.compile(r"^(?:> ?)+|^`+(?=\S)|^\*\*(?=\S)")

@@ -91,7 +91,8 @@ TRIGGER = _trigger_regex().search
 def _may_matter(line: bytes) -> bool:
     """Whether an idle scanner must read a line it reads in full: a rule's word, progress, or a frame (it opens a
     traceback whose header was not pasted; the sampled path of large blocks does not look for those)."""
-    return bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'  File "' in line or line.startswith(b"(gdb) ")
+    return (bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'File "' in line or line.startswith(b"(gdb) ")
+            or b"\xe2\x9d\xb1" in line)  # (rich's frame pointer)
 _PREFILTER = Prefilter(trigger_words())
 
 
@@ -281,7 +282,12 @@ class LogScanner:
         text = raw.decode("utf-8", "replace").rstrip("\r")
         if text[:1] in ">`*":
             text = patterns.MARKDOWN_LEAD.sub("", text, count=1)
+        stamp = patterns.ISO_STAMP.match(text) if text[:1].isdigit() else None
+        if stamp is not None:
+            text = text[stamp.end():]
         glued = text.find("Exception in thread ")
+        if glued < 0:
+            glued = text.find("[rank")  # '... 70/60000 [00:10<2:02:41, 8.14it/s][rank1]: Traceback (most ...'
         if glued > 0 and patterns.PROGRESS_BAR_TAIL.search(text, 0, glued):
             text = text[glued:]
         stream, body = self._split_prefix(text)
@@ -534,15 +540,15 @@ class LogScanner:
             return []  # torchrun's own traceback: its summary (torchrun.py) names the rank that failed
         new: List[Finding] = []
         cause: Optional[Tuple[str, Dict[str, Any]]] = None
-        for exc in block.exceptions:
-            text = f"{exc.type}: {exc.message}" if exc.message else exc.type
+        said = [(f"{exc.type}: {exc.message}" if exc.message else exc.type, exc.line) for exc in block.exceptions]
+        for text, line in said or ([(block.lead, block.start_line)] if block.lead else []):
             for entry in FATAL_RULES:
                 match = entry.pattern.search(text) if entry.pattern is not None else None
                 if match is None:
                     continue
                 details = entry.details(match, text)
                 worker = self._worker_for(worker, details, block.stream)
-                new += self._cause(entry, details, worker, exc.line, block)
+                new += self._cause(entry, details, worker, line, block)
                 cause = cause or (entry.rule.code, details)
                 break
         dense = [f for f in block.frames if f[2] in ("sdpa_dense", "math_attention", "sdpa_dense_backward")]
@@ -726,12 +732,15 @@ class LogScanner:
                               "the rank and exit code)", summary.start_line, dict(details, thread=MAIN))
             self._death(MAIN, LOG_PROCESS_DIED.code, summary.start_line, summary.start_line, details,
                         exception=None, message=f"{summary.script} FAILED", kind="process")
+        # no root-cause section (the paste stops before it): which rank failed first is unknown, and every rank
+        # listed is reported
+        unranked = summary.root is None and len(summary.failures) > 1
         for failure in summary.failures:
             if failure.rank is None:
                 continue
             worker = f"rank{failure.rank}"
-            if failure is root or (root_cut and failure.signal):
-                new += self._root_failure(failure, summary, worker)
+            if failure is root or (root_cut and failure.signal) or unranked:
+                new += self._root_failure(failure, summary, worker, first=not unranked)
             elif worker not in self._deaths:
                 self._death(worker, LOG_KILLED_BY_SIGNAL.code if failure.signal else LOG_PROCESS_DIED.code,
                             summary.start_line, summary.start_line, {"signal": failure.signal},
@@ -740,14 +749,14 @@ class LogScanner:
             self._root_cause = dict(root.to_dict(), line=summary.start_line)
         return new
 
-    def _root_failure(self, root: Failure, summary: SummaryParser, worker: str) -> List[Finding]:
+    def _root_failure(self, root: Failure, summary: SummaryParser, worker: str, first: bool = True) -> List[Finding]:
         text = root.text()
         others = [f.to_dict() for f in summary.failures if f is not root]
-        common = {"root_cause": True, "exitcode": root.exitcode, "host": root.host, "pid": root.pid,
+        common = {"root_cause": first, "exitcode": root.exitcode, "host": root.host, "pid": root.pid,
                   "other_failures": others}
         new: List[Finding] = []
         if worker in self._deaths:
-            self._deaths[worker]["root_cause"] = True
+            self._deaths[worker]["root_cause"] = first
             return new
         for entry in FATAL_RULES:
             match = entry.pattern.search(text) if entry.pattern is not None else None
@@ -768,12 +777,13 @@ class LogScanner:
                 self._death(worker, LOG_KILLED_BY_SIGNAL.code, summary.start_line, summary.start_line, details,
                             exception=None, message=_failure_words(root), kind="signal")
             else:
-                new += self._emit(LOG_PROCESS_DIED, (worker,),
-                                  f"{worker}: failed first ({_failure_words(root)})", summary.start_line,
+                said = "failed first" if first else "failed (torchrun's summary; its root cause is not in the log)"
+                new += self._emit(LOG_PROCESS_DIED, (worker,), f"{worker}: {said} ({_failure_words(root)})",
+                                  summary.start_line,
                                   dict(common, thread=worker, last_step=self._last_step(worker)))
                 self._death(worker, LOG_PROCESS_DIED.code, summary.start_line, summary.start_line, common,
                             exception=None, message=_failure_words(root), kind="process")
-        if worker in self._deaths:
+        if worker in self._deaths and first:
             self._deaths[worker]["root_cause"] = True
         return new
 

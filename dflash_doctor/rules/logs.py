@@ -325,11 +325,13 @@ LOG_CUDA_OOM = declare(Rule(
     good=(
         "[drafter-2] step=300 loss=2.10 7.0 Ktok/s\n"
     ),
-), triggers=("of memory", "OOM", "Tried to allocate", "OUT_OF_MEMORY", "MemoryAllocation", "ALLOC_FAILED"),
+), triggers=("of memory", "OOM", "Tried to allocate", "OUT_OF_MEMORY", "MemoryAllocation", "ALLOC_FAILED",
+             "OutOfMemoryError"),
     fatal=True,
-    # (PaddlePaddle's allocator: 'Out of memory error on GPU 0. Cannot allocate 6.93GB memory on GPU 0')
+    # (PaddlePaddle's allocator: 'Out of memory error on GPU 0. Cannot allocate 6.93GB memory on GPU 0'; Java's and
+    # Ray's OutOfMemoryError are host memory)
     pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|Out of memory error on GPU \d"
-                       r"|OutOfMemoryError(?!: out of resource)|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
+                       r"|(?<!java\.lang\.)(?<!ray\.exceptions\.)OutOfMemoryError(?!: out of resource)|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
                        r"(?:device|GPU|cuda:|rank) ?\d|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+; "
                        r"[\d.]+ ?[KMGT]?i?B total capacity"
                        # older and lower-level wordings: THC's 'cuda runtime error (2) : out of memory' and
@@ -653,7 +655,7 @@ _SIGNAL_LINE = re.compile(
     r"|terminate called after throwing an instance of '(?P<bad_alloc>[\w:]*(?:bad_alloc|BadAlloc))'"
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
     # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
-    r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][\w ]*?)(?::|\s*$)"
+    r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][^:]*?)(?::|\s*$)"
     r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: ?(?P<loader>Bus error|Aborted|Killed|Segmentation fault"
     r"|Terminated|Floating point exception)?"  # (the name may be wrapped onto the next line)
     r"|Unexpected (?P<unexpected>(?i:bus error|segmentation fault|floating-point exception)) encountered in "

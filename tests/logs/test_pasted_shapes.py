@@ -567,3 +567,68 @@ def test_gdb_on_a_crash_is_the_crash_and_gdb_stopping_a_live_process_is_not_a_de
                "(gdb) bt\n"
                "#0  0x00007ffff7a5e1c0 in read () from /lib/libc.so.6\n")
     assert [f.code for f in scan_text(stopped).findings] == ["DFD515"]
+
+
+# -- held-out batch N ---------------------------------------------------------------------------------------------
+
+def test_an_rfc3339_timestamp_before_every_line():
+    stamp = "2024-05-26T03:20:45.253031734Z "
+    text = (stamp + "Traceback (most recent call last):\n"
+            + stamp + '  File "/srv/finetune.py", line 891, in <module>\n'
+            + stamp + "    main()\n"
+            + stamp + "RuntimeError: shape mismatch\n")
+    assert findings(text) == [("DFD513", "main", None, None)]
+
+
+def test_frames_pasted_flush_left_or_as_rich_boxes_without_their_header():
+    from tests.logs.test_scan import scan_text
+
+    flush_left = ('File "/srv/sglang/managers/scheduler.py", line 1787, in run_scheduler_process\n'
+                  "scheduler = Scheduler(server_args, port_args, gpu_id)\n"
+                  'File "/srv/sglang/model_executor/model_runner.py", line 178, in init\n'
+                  "min_per_gpu_memory = s\n")
+    rich = ("\u2502   1023 \u2502   \u2502   pids_str = ', '.join(str(w.pid) for w in failed)            \u2502\n"
+            "\u2502 \u2771 1024 \u2502   \u2502   raise RuntimeError('DataLoader worker (pid(s) {}) exited'  \u2502\n"
+            "\u2502   1025 \u2502   \u2502   if isinstance(e, queue.Empty):                            \u2502\n"
+            "\u2570\n")
+    # read in full blocks only (a pasted excerpt), like indented frames without their header
+    for text in (flush_left, rich):
+        assert [(f.code, f.evidence["thread"]) for f in scan_text(text).findings] == [("DFD513", "main")]
+
+
+def test_a_rank_traceback_glued_to_a_progress_bar():
+    text = ("Training progress:   0%|          | 70/60000 [00:10<2:02:41,  8.14it/s, Loss=2.69][rank1]: Traceback "
+            "(most recent call last):\n"
+            '[rank1]:   File "train.py", line 224, in training\n'
+            "[rank1]:     viewpoint_cam = train_view_loader.get_view()\n"
+            "[rank1]: _queue.Empty\n")
+    assert findings(text) == [("DFD513", "rank1", None, None)]
+
+
+def test_a_loggers_message_before_a_traceback_cut_before_its_exception():
+    prefix = "(VllmWorkerProcess pid=761) ERROR 07-24 08:26:01 multiproc_worker_utils.py:226] "
+    text = (prefix + "Exception in worker VllmWorkerProcess while processing method init_device: NCCL error: "
+            "unhandled cuda error (run with NCCL_DEBUG=INFO for details), Traceback (most recent call last):\n"
+            + prefix + '  File "/srv/vllm/executor/multiproc_worker_utils.py", line 223, in _run_worker_process\n')
+    assert findings(text) == [("DFD516", "VllmWorkerProcess pid=761", None, None)]
+
+
+@pytest.mark.parametrize("text,codes", [
+    ("- **Exception Type:** torch.OutOfMemoryError\n- **Exception Message:** Allocation on device \n", ["DFD502"]),
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n", ["DFD513"]),
+    ('Exception in thread "main" java.lang.OutOfMemoryError: Java heap space\n', []),
+    ("Done writing 67 indices in 536 bytes .\nFatal Python error: PyCOND_WAIT(gil_cond) failed\n", ["DFD514"]),
+])
+def test_out_of_memory_classes_and_python_fatal_errors(text, codes):
+    assert [code for code, *_ in findings(text)] == codes
+
+
+def test_a_torchrun_summary_cut_before_its_root_cause_reports_every_rank_it_lists():
+    entry = ("[{n}]:\n  time      : 2024-01-31_11:56:39\n  host      : node0\n  rank      : {n} (local_rank: {n})\n"
+             "  exitcode  : 1 (pid: 3603{n})\n  error_file: <N/A>\n")
+    text = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+            "============================================================\n"
+            "train.py FAILED\n"
+            "------------------------------------------------------------\n"
+            "Failures:\n" + "".join(entry.format(n=n) for n in (1, 2, 3)))
+    assert findings(text) == [("DFD513", f"rank{n}", None, None) for n in (1, 2, 3)]
