@@ -540,8 +540,8 @@ class LogScanner:
             return []  # torchrun's own traceback: its summary (torchrun.py) names the rank that failed
         new: List[Finding] = []
         cause: Optional[Tuple[str, Dict[str, Any]]] = None
-        said = [(f"{exc.type}: {exc.message}" if exc.message else exc.type, exc.line) for exc in block.exceptions]
-        for text, line in said or ([(block.lead, block.start_line)] if block.lead else []):
+        messages = [(f"{exc.type}: {exc.message}" if exc.message else exc.type, exc.line) for exc in block.exceptions]
+        for text, line in messages or ([(block.lead, block.start_line)] if block.lead else []):
             for entry in FATAL_RULES:
                 match = entry.pattern.search(text) if entry.pattern is not None else None
                 if match is None:
