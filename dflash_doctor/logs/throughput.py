@@ -41,7 +41,8 @@ _MEGATRON = re.compile(r"elapsed time per iteration \(ms\):\s*(?P<num>\d+(?:\.\d
 _KEY_BEFORE = re.compile(r"(?P<key>[A-Za-z_]\w*)\s*[=:]\s*$")
 _PREFILL = re.compile(r"(?i)\b(?:prompt|input|prefill)\b[^,|;]{0,16}$")  # the label just before a rate
 
-STEP_AT = re.compile(r"[Ss](?:tep|TEP)\s*[=:]?\s*(?P<step>\d+)")
+# (not a Slurm job step: 'oom-kill event(s) in step 59137890.batch cgroup')
+STEP_AT = re.compile(r"[Ss](?:tep|TEP)\s*[=:]?\s*(?P<step>\d+)(?!\d|\.?[A-Za-z_])")
 _ITERATION = re.compile(r"\biteration\s+(?P<step>\d+)\s*/")
 
 

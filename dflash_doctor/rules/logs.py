@@ -644,6 +644,15 @@ _SIGNAL_LINE = re.compile(
     # Ray's memory monitor: '1 Workers (tasks / actors) killed due to memory pressure (OOM)'
     r"|(?P<ray_oom>killed due to memory pressure)"
     r"|Out of memory: ?Killed process (?P<oom_pid>\d+)"
+    # Slurm's cgroup: 'slurmstepd: error: Detected 8 oom-kill event(s) in step 59137890.batch cgroup.'
+    r"|Detected (?P<cgroup_oom>\d+) oom-kill event"
+    # MosaicML composer's launcher: 'ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7.'
+    r"|Rank (?P<comp_rank>\d+) crashed with exit code (?P<comp_code>-\d+)"
+    # PaddlePaddle's signal handler: 'FatalError: `Segmentation fault` is detected by the operating system.' (older:
+    # 'A serious error (Segmentation fault) is detected'), then '[SignalInfo: *** SIGSEGV (@0x0) received by PID 1011'
+    r"|FatalError: (?:A serious error \(|`)(?P<paddle>Segmentation fault|Illegal instruction|Aborted|Bus error"
+    r"|Floating point exception)[`)] is detected"
+    r"|\[SignalInfo: \*\*\* (?P<sinfo>SIG[A-Z]+) \(@0x[0-9a-fA-F]+\) received by PID \d+"
     # c10's FatalSignalHandler: 'SIGABRT(6), PID: 4242, Thread 4243:' before each thread's C++ stack
     r"|\bSIG(?P<fsh>[A-Z]+)\(\d+\), PID: (?P<fsh_pid>\d+), Thread \d+:"
     # UCX: '[host:1016852:0:1020747] Caught signal 11 (Segmentation fault: address not mapped ...)'
@@ -680,7 +689,7 @@ _SIGNAL_LINE = re.compile(
 
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     g = match.groupdict()
-    name = g["name"] or g["name2"] or g["name3"] or g["agent"]
+    name = g["name"] or g["name2"] or g["name3"] or g["agent"] or g["sinfo"]
     if g["fsh"] or g["asan"]:
         name = "SIG" + (g["fsh"] or g["asan"])
     if g["absl"] or g["bad_alloc"]:
@@ -693,8 +702,12 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     if g["exitcode"] or g["exitcode2"]:
         code = int(g["exitcode"] or g["exitcode2"])
         name = SIGNALS.get(-code, f"signal {-code}")
-    elif g["oom_pid"]:
+    elif g["oom_pid"] or g["cgroup_oom"]:
         name = "SIGKILL"
+    elif g["comp_code"]:
+        name = SIGNALS.get(-int(g["comp_code"]), f"signal {-int(g['comp_code'])}")
+    elif g["paddle"]:
+        name = _SHELL_SIGNALS[g["paddle"]]
     elif g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]:
         name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]]
     elif g["unexpected"]:
@@ -705,6 +718,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
     elif g["what"] or g["fatal_abort"]:
         name = "SIGABRT"
+    # (not PaddlePaddle's SignalInfo pid: its FatalError line, without one, and the shell's report are the same crash)
     pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"] or g["pid5"] or g["sigpid"] or g["fsh_pid"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
                                "meaning": SIGNAL_MEANING.get(name or "", "")}
@@ -716,6 +730,10 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["local_rank"] = int(local_rank)
     if g["oom_pid"]:
         details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
+    if g["cgroup_oom"]:
+        details["meaning"] = "the job's cgroup ran out of host memory and its OOM killer killed processes (not GPU memory)"
+    if g["comp_rank"]:
+        details["rank"] = int(g["comp_rank"])
     if g["bad_alloc"]:
         details["meaning"] = f"a C++ allocation failed ({g['bad_alloc']}) and nothing caught it: out of memory"
     if g["ray_oom"]:
@@ -746,8 +764,9 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "'Killed' or 'Segmentation fault (core dumped)', the kernel's 'Out of memory: Killed process N', a "
         "DataLoader worker's 'Unexpected segmentation fault encountered in worker', or faulthandler's 'Fatal "
         "Python error' (its thread dump is the crash's stack, not a hang); zsh reports 'zsh: segmentation fault' "
-        "or 'zsh: killed'. The "
-        "signal says where to look: SIGKILL is usually the host OOM killer, SIGSEGV a native crash, SIGABRT a C++ "
+        "or 'zsh: killed'; other launchers and handlers use their own words (MosaicML composer's 'Rank 2 crashed "
+        "with exit code -7', Slurm's 'Detected 8 oom-kill event(s)' in a job's cgroup, PaddlePaddle's 'FatalError: "
+        "`Segmentation fault` is detected by the operating system'). The signal says where to look: SIGKILL is usually the host OOM killer, SIGSEGV a native crash, SIGABRT a C++ "
         "abort (often the NCCL watchdog, DFD512), SIGBUS a full /dev/shm, SIGTERM the launcher stopping workers "
         "after another rank failed."
     ),
@@ -761,7 +780,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
         "closing signal SIGTERM\n"
     ),
-), triggers=("SIG", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "AddressSanitizer", "BadAlloc", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
+), triggers=("SIG", "oom-kill event", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "AddressSanitizer", "BadAlloc", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "encountered in DataLoader worker", "exits with return code", "what():",
              "exit code", "exit status", "已杀死",
@@ -778,8 +797,9 @@ LOG_STACK_DUMP_HANG = declare(Rule(
     severity=Severity.WARNING,
     summary="an all-thread stack dump of a stuck process (py-spy dump, faulthandler timeout)",
     rationale=(
-        "Someone dumped the stacks of a process that stopped making progress (`py-spy dump --pid`, or "
-        "faulthandler.dump_traceback_later's 'Timeout (0:10:00)!'). The dump shows where each thread waits. When "
+        "Someone dumped the stacks of a process that stopped making progress (`py-spy dump --pid`, "
+        "faulthandler.dump_traceback_later's 'Timeout (0:10:00)!', pystack, or gdb's 'thread apply all bt' and "
+        "'(gdb) bt' taken by hand). The dump shows where each thread waits. When "
         "one thread compiles under Dynamo's compile_lock while waiting for the autograd engine, and another waits "
         "for compile_lock in the backward compiler (compile_fx_backward), it is the compile-lock / autograd "
         "device-thread deadlock: the finding is then an error and names it. A dump printed by a crash ('Fatal "
@@ -853,6 +873,8 @@ def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         return {"exitcode": int(match.group("exitcode")), "local_rank": int(match.group("local_rank"))}
     if match.group("old_exitcode") is not None:
         return {"exitcode": int(match.group("old_exitcode")), "local_rank": int(match.group("old_local_rank"))}
+    if match.group("comp_exitcode") is not None:
+        return {"exitcode": int(match.group("comp_exitcode")), "rank": int(match.group("comp_rank"))}
     rank = _DS_LOCAL_RANK.search(text)
     exitcode = int(match.group("ds_exitcode")) if match.group("ds_exitcode") else None
     details: Dict[str, Any] = {"exitcode": exitcode, "local_rank": int(rank.group(1)) if rank else None}
@@ -892,10 +914,13 @@ LOG_PROCESS_DIED = declare(Rule(
         "[rank1]: step=10 loss=2.9 6.2 Ktok/s\n"
     ),
 ), triggers=("Traceback (most", "ChildFailedError", "Root Cause (first observed failure)",
-             "exitcode", "Process ", "exits with return code", "launch.py:", "Error:", "Exception:"),
+             "exitcode", "Process ", "exits with return code", "launch.py:", "Error:", "Exception:",
+             "crashed with exit code"),
     pattern=re.compile(r"failed \(exitcode: (?P<exitcode>\d+)\) local_rank: (?P<local_rank>\d+)"
                        r"|Child process \d+ \(local_rank (?P<old_local_rank>\d+)\) FAILED \(exitcode (?P<old_exitcode>\d+)\)"
                        r"|\] exits with return code = (?P<ds_exitcode>[1-9]\d*)"
+                       # MosaicML composer's launcher: 'ERROR:composer.cli.launcher:Rank 2 crashed with exit code 1.'
+                       r"|Rank (?P<comp_rank>\d+) crashed with exit code (?P<comp_exitcode>[1-9]\d*)"
                        # the same DeepSpeed line cut before its return code: a subprocess ended, how is lost
                        r"|(?P<ds_cut>\[launch\.py:\d+:sigkill_handler\] \[)(?![^\n]*\] exits with return code)"
                        # 'RuntimeError: ...' starting a line outside any traceback: the traceback was not pasted

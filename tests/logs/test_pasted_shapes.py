@@ -632,3 +632,40 @@ def test_a_torchrun_summary_cut_before_its_root_cause_reports_every_rank_it_list
             "------------------------------------------------------------\n"
             "Failures:\n" + "".join(entry.format(n=n) for n in (1, 2, 3)))
     assert findings(text) == [("DFD513", f"rank{n}", None, None) for n in (1, 2, 3)]
+
+
+# -- held-out batch O ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7.\n", [("DFD514", "rank2", None, "SIGBUS")]),
+    ("ERROR:composer.cli.launcher:Rank 1 crashed with exit code 1.\n", [("DFD513", "rank1", None, None)]),
+    ("slurmstepd: error: Detected 8 oom-kill event(s) in step 59137890.batch cgroup. Some of your processes may "
+     "have been killed by the cgroup out-of-memory handler.\n", [("DFD514", "main", None, "SIGKILL")]),
+])
+def test_composer_and_slurm_report_deaths_in_their_own_words(text, expected):
+    assert findings(text) == expected
+
+
+def test_a_slurm_job_step_is_not_a_training_step():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/srv/ray/tune/tune.py", line 272, in run\n'
+            "    raise TuneError(\"Trials did not complete\", errored_trials)\n"
+            "ray.tune.error.TuneError: ('Trials did not complete', [seed:5591])\n"
+            "slurmstepd: error: Detected 8 oom-kill event(s) in step 59137890.batch cgroup.\n")
+    # a 'step' after the traceback would mean the process went on (a handled error): this one is a job step's id
+    assert findings(text) == [("DFD513", "main", None, None), ("DFD514", "main", None, "SIGKILL")]
+
+
+@pytest.mark.parametrize("banner", [
+    "FatalError: `Segmentation fault` is detected by the operating system.\n\n",
+    "FatalError: A serious error (Segmentation fault) is detected by the operating system. (at /paddle/init.cc:303)\n",
+])
+def test_paddles_signal_handler_and_the_shells_line_are_one_crash(banner):
+    text = ("C++ Traceback (most recent call last):\n"
+            "--------------------------------------\n"
+            "0   paddle::framework::SignalHandle(char const*, int)\n\n"
+            "----------------------\nError Message Summary:\n----------------------\n"
+            + banner
+            + "  [SignalInfo: *** SIGSEGV (@0x0) received by PID 3118 (TID 0x7f1ae8cf3700) from PID 0 ***]\n\n"
+            "Segmentation fault (core dumped)\n")
+    assert findings(text) == [("DFD514", "main", None, "SIGSEGV")]
