@@ -33,7 +33,8 @@ RICH_POINTER = re.compile(r"^\u2502 \u2771 *\d+ \u2502")
 IPYTHON_TRACEBACK = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(most recent call last\)\s*$")
 # An RFC 3339 timestamp before every line (docker logs --timestamps, Kubernetes, Beaker):
 # '2024-05-26T03:20:45.253031734Z   File "x.py", line 3, in f'.
-ISO_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? ")
+# Also a job runner's date before the line ('2023/10/26 12:12:06 NCCL INFO ...').
+ISO_STAMP = re.compile(r"^\d{4}([-/])\d\d\1\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?:? ")
 # Markdown around a pasted log: quote markers ('> ', '> > '), a code fence or an inline-code backtick glued to the
 # first line, bold ('**RuntimeError: ...**').
 MARKDOWN_LEAD = re.compile(r"^(?:> ?)+|^`+(?=\S)|^\*\*(?=\S)")
@@ -60,14 +61,17 @@ RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DE
 # ('(EngineCore_0 pid=8) (VllmWorker TP1 pid=9) '): the innermost names the worker.
 _PROC = r"\((?P<proc>[A-Za-z_][\w.]*)(?P<role>(?: [A-Za-z]+=?\w+)*) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?"
 WORKER_PREFIX = re.compile(
-    r"^\[?(?:rank|default)(?P<rank>\d+)\]: ?"  # the '[' is lost when a redrawn progress bar overwrote it
+    # the '[' is lost when a redrawn progress bar overwrote it; torchx / NeMo-run print the local rank then the
+    # global one ('[default1]:[rank9]:'), and the global one names the worker
+    r"^(?:\[default\d+\]:(?=\[rank))?\[?(?:rank|default)(?P<rank>\d+)\]: ?"
     # pdsh (DeepSpeed's multi-node launcher) puts the node's address before each line: '10.223.4.143: Traceback'
     r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
     # docker compose puts the service's container before each line: 'sglang-1  | Traceback ...'
     r"|^(?P<container>[A-Za-z0-9][\w.-]*-\d+) +\| "
     # a node's name before a rank's prefix (pdsh: 'worker-5: [rank22]: ...'), a runner's stream tag
     # (milabench: 'bench.node.nolog [stderr] '): the line's worker comes from what follows
-    r"|^(?P<node>[A-Za-z0-9][\w.-]*)(?:: (?=\[(?:rank|default)\d+\]:)| \[std(?:err|out)\] )"
+    # (torchx / NeMo-run: 'B-nemo-ft3/0 [default1]:[rank1]: ...', a role and its replica)
+    r"|^(?P<node>[A-Za-z0-9][\w./-]*)(?::? (?=\[(?:rank|default)\d+\]:)| \[std(?:err|out)\] )"
     r"|^(?P<node_>std(?:err|out)): "  # accelerate's test runner: 'stderr: Traceback ...'
     r"|^(?:\([A-Za-z_][\w.]*(?: [A-Za-z]+=?\w+)* pid=\d+(?:, ip=[^)]*)?\) ?)*" + _PROC
     # older Ray: '(pid=24123) Exception in thread Thread-1:'

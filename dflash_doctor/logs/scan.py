@@ -58,6 +58,7 @@ BARE_MESSAGE_LINES = 3  # lines after a bare exception line that may still be it
 # The line before a traceback that says the program went on: CPython's unraisable hook, retry/recover loggers.
 HANDLED = re.compile(r"(?i)\bexception ignored in\b|attempting to recover|\bretrying\b|\bwill retry\b"
                      r"|\brecovering\b|\bignor(?:ed|ing) (?:the |this )?(?:error|exception)")
+EXPLAINED_LINES = 30  # a cut traceback starting this close after a fatal line of its worker is that death's
 DUMP_GAP_LINES = 12  # a dump going on this close after the last one ended is the same dump, resumed
 CRASH_DUMP_LINES = 4  # a faulthandler dump starting this close after 'Fatal Python error' is the crash's
 LAUNCHER_WRAP_LINES = 3  # a launcher line wrapped by the terminal goes on within this many lines
@@ -68,6 +69,7 @@ LINE_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if
 # Fatal kinds whose line alone means the process is gone (no exception line needed).
 _DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PROCESS_DIED.code)
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
+_EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES)
 _NCCL_FAMILY = (LOG_NCCL_WATCHDOG_ABORT.code, "DFD504", "DFD516")  # judged only on warning and error records
 PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
 PROGRESS_HINT = patterns.PROGRESS_HINT.search
@@ -562,6 +564,8 @@ class LogScanner:
             self._launcher_line = self._launcher_line or block.start_line
             return new  # torchrun's own traceback: its summary names the rank that failed
         thread_death = block.thread is not None and not block.process
+        if cause is None and final is None and self._explained(worker, block.start_line):
+            return new  # a traceback cut before its exception, after a line that already said how this worker died
         if cause is None:
             rule = LOG_THREAD_DIED if thread_death else LOG_PROCESS_DIED
             what = f"thread {worker}" if thread_death else (
@@ -582,6 +586,14 @@ class LogScanner:
                     last_frame=(f"{block.frames[-1][0]}:{block.frames[-1][1]} in {block.frames[-1][2]}"
                                 if block.frames else None))
         return new
+
+    def _explained(self, worker: str, line: int) -> bool:
+        """Whether a fatal finding for `worker` came shortly before `line` ('THCudaCheck FAIL ... device-side assert
+        triggered', then the traceback it raised, cut)."""
+        if worker in self._deaths:
+            return True
+        return any(f.evidence.get("thread") == worker and f.line is not None and 0 <= line - f.line <= EXPLAINED_LINES
+                   and f.code in _EXPLAINING for f in self._findings[-8:])
 
     def _handled_block(self, block: ExceptionBlock, worker: str) -> List[Finding]:
         """A traceback the program printed and went on from ('Exception ignored in:', '... attempting to recover'):
@@ -734,7 +746,7 @@ class LogScanner:
                         exception=None, message=f"{summary.script} FAILED", kind="process")
         # no root-cause section (the paste stops before it): which rank failed first is unknown, and every rank
         # listed is reported
-        unranked = summary.root is None and len(summary.failures) > 1
+        unranked = (summary.root is None and len(summary.failures) > 1) or root_cut
         for failure in summary.failures:
             if failure.rank is None:
                 continue

@@ -68,7 +68,7 @@ _GPU_MENTION = re.compile(
     r"\bGPU (?P<a>\d+) has a total capac|\(GPU (?P<b>\d+);|\bcuda:(?P<c>\d+)|\bon (?:device|GPU) (?P<d>\d+)\b"
     r"|\bdevice[ =](?P<e>\d+)\b"
 )
-_RANK_MENTION = re.compile(r"\[(?:PG [^\]]*?)?Rank (?P<rank>\d+)(?:\]|\s*$)")  # (a pasted line may be cut after the rank)
+_RANK_MENTION = re.compile(r"\[(?:PG [^\]]{0,120}?)?Rank (?P<rank>\d+)(?:\]|\s*$)")  # (a pasted line may be cut after the rank)
 
 
 def gpu_in(text: str) -> Optional[int]:
@@ -269,9 +269,9 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     # Before the watchdog thread reported its own termination, it threw the timeout itself: 'terminate called
     # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
     pattern=re.compile(r"watchdog thread terminated(?: with\b|\s*$)|taking the entire process down"  # or wrapped
-                       r"|what\(\):\s+\[(?:PG [^\]]*?)?Rank \d+\] Watchdog caught collective"
+                       r"|what\(\):\s+\[(?:PG [^\]]{0,120}?)?Rank \d+\] Watchdog caught collective"
                        # the watchdog's what() cut right after the process group and rank it names
-                       r"|what\(\):\s+\[PG [^\]]*?Rank \d+\]?\s*$"
+                       r"|what\(\):\s+\[PG [^\]]{0,120}?Rank \d+\]?\s*$"
                        r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"
@@ -308,7 +308,8 @@ LOG_CUDA_OOM = declare(Rule(
         "...)'; some trainers: 'OOM on device 2'), which the evidence carries so it can be joined with a GPU "
         "snapshot. Older and lower-level wordings count too ('cuda runtime error (2) : out of memory', THC's "
         "'error=2 : out of memory', 'CUDA error: out of memory', CUDA_ERROR_OUT_OF_MEMORY, cuBLAS's "
-        "CUBLAS_STATUS_ALLOC_FAILED); the host's OOM killer is not one of them (DFD514). In flex_attention "
+        "CUBLAS_STATUS_ALLOC_FAILED, torch.OutOfMemoryError named alone, as error reports list the class); the "
+        "host's OOM killer is not one of them (DFD514), nor are Java's and Ray's OutOfMemoryError. In flex_attention "
         "pipelines an OOM inside sdpa_dense or math_attention means the uncompiled dense path ran (DFD505)."
     ),
     fix="Check DFD505 first; otherwise reduce batch or sequence length on that GPU.",
@@ -337,7 +338,7 @@ LOG_CUDA_OOM = declare(Rule(
                        # older and lower-level wordings: THC's 'cuda runtime error (2) : out of memory' and
                        # 'THCudaCheck FAIL ... error=2 : out of memory', 'CUDA error: out of memory', the driver
                        # and runtime enums, cuBLAS failing to allocate its workspace, spconv's tensorview
-                       r"|[Cc][Uu][Dd][Aa] runtime error \(2\) ?: ?out of memory|\berror=2 : out of memory"
+                       r"|[Cc][Uu][Dd][Aa] runtime error(?: \(2\))? ?: ?out of memory|\berror=2 : out of memory"
                        r"|CUDA error: out of memory|cuda failed with error 2 out of memory"
                        r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"),
     details=_oom_details,
@@ -471,7 +472,9 @@ LOG_NCCL_TIMEOUT = declare(Rule(
     # timeout: WorkNCCL(...) ran for N milliseconds')
     pattern=re.compile(r"Watchdog caught collective(?: operation timeout|[\w ]{0,12}$)"
                        r"|\] Caught collective operation timeout|watchdog got stuck for \d+ seconds"
-                       r"|NCCL timeout|DistBackendError: .*?[Tt]imed? ?out"),
+                       # (not the key-value store's 'store->get('0') got error: wait timeout' while a communicator
+                       # is set up: a rank that never reached it, not a collective that ran too long)
+                       r"|NCCL timeout|DistBackendError: (?!.*store->get).*?[Tt]imed? ?out"),
     details=_timeout_details, describe=_timeout_message)
 
 LOG_NCCL_ERROR = declare(Rule(
@@ -481,7 +484,8 @@ LOG_NCCL_ERROR = declare(Rule(
     summary="NCCL reported an error (not a timeout): network, topology or a CUDA failure inside NCCL",
     rationale=(
         "'NCCL error in: .../ProcessGroupNCCL.cpp, unhandled system error' (or 'unhandled cuda error', "
-        "'remote process exited or there was a network error', ncclInternalError) means a NCCL call failed, "
+        "'remote process exited or there was a network error', ncclInternalError; TensorFlow's 'NCCL "
+        "communication aborted: unhandled system error') means a NCCL call failed, "
         "usually at the first collective: a network interface or InfiniBand setting, shared-memory limits in a "
         "container, mismatched NCCL versions, or a peer rank that already died. Unlike a timeout (DFD504) it fails "
         "fast and names the failing call."
@@ -503,8 +507,10 @@ LOG_NCCL_ERROR = declare(Rule(
         "[rank0]: NCCL INFO Channel 00/02 :    0   1\n"
     ),
 ), triggers=("NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError",
-             "ncclRemoteError", "ncclInvalidUsage"), fatal=True,
-    pattern=re.compile(r"NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"),
+             "ncclRemoteError", "ncclInvalidUsage", "NCCL communication aborted"), fatal=True,
+    # (TensorFlow's collectives: 'NCCL communication aborted: unhandled system error')
+    pattern=re.compile(r"NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"
+                       r"|NCCL communication aborted: unhandled"),
     details=_gpu_details,
     describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
 
@@ -644,6 +650,8 @@ _SIGNAL_LINE = re.compile(
     # Ray's memory monitor: '1 Workers (tasks / actors) killed due to memory pressure (OOM)'
     r"|(?P<ray_oom>killed due to memory pressure)"
     r"|Out of memory: ?Killed process (?P<oom_pid>\d+)"
+    # older kernels print the kill alone: '[ 4018.45] Killed process 935 (python) total-vm:113656kB, anon-rss:...'
+    r"|\bKilled process (?P<oom_pid2>\d+) \([^)]*\),? total-vm:"
     # Slurm's cgroup: 'slurmstepd: error: Detected 8 oom-kill event(s) in step 59137890.batch cgroup.'
     r"|Detected (?P<cgroup_oom>\d+) oom-kill event"
     # MosaicML composer's launcher: 'ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7.'
@@ -702,7 +710,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     if g["exitcode"] or g["exitcode2"]:
         code = int(g["exitcode"] or g["exitcode2"])
         name = SIGNALS.get(-code, f"signal {-code}")
-    elif g["oom_pid"] or g["cgroup_oom"]:
+    elif g["oom_pid"] or g["oom_pid2"] or g["cgroup_oom"]:
         name = "SIGKILL"
     elif g["comp_code"]:
         name = SIGNALS.get(-int(g["comp_code"]), f"signal {-int(g['comp_code'])}")
@@ -719,7 +727,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     elif g["what"] or g["fatal_abort"]:
         name = "SIGABRT"
     # (not PaddlePaddle's SignalInfo pid: its FatalError line, without one, and the shell's report are the same crash)
-    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["pid3"] or g["pid4"] or g["pid5"] or g["sigpid"] or g["fsh_pid"]
+    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["oom_pid2"] or g["pid3"] or g["pid4"] or g["pid5"] or g["sigpid"] or g["fsh_pid"]
     details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
                                "meaning": SIGNAL_MEANING.get(name or "", "")}
     local_rank = g["local_rank"] or g["local_rank2"]
@@ -728,7 +736,7 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         local_rank = named.group(1) if named else None
     if local_rank:
         details["local_rank"] = int(local_rank)
-    if g["oom_pid"]:
+    if g["oom_pid"] or g["oom_pid2"]:
         details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
     if g["cgroup_oom"]:
         details["meaning"] = "the job's cgroup ran out of host memory and its OOM killer killed processes (not GPU memory)"

@@ -126,3 +126,18 @@ def test_escape_sequences_in_the_log_are_not_replayed(tmp_path):
 def test_bad_numbers_are_usage_errors(args, says):
     proc = run_cli("logs", SEED, *args)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr
+
+
+@pytest.mark.timeout(20)  # about 2 s here; the unbounded span it guards against took 36 s
+def test_lines_made_of_rule_openers_do_not_make_a_pattern_backtrack():
+    # Each line is 64 KiB (the reader's cut) of one opener a rule pattern waits on with an open-ended part after
+    # it ('what(): [PG ' waits for 'Rank N'): a pattern with an unbounded lazy span would take seconds per line.
+    from dflash_doctor.logs.reader import MAX_LINE
+    from dflash_doctor.rules.logs import trigger_words
+    from tests.logs.test_scan import scan_text
+
+    openers = ["what(): [PG ", "[PG 0 Rank ", "#0  0x1 in f", "Thread 1 (Thread 0x1 (LWP 1)", "Rank 1 crashed with",
+               'File "x.py", line 1, in ', "FatalError: A serious error (", "DistBackendError: "]
+    lines = [(word * (MAX_LINE // len(word)))[:MAX_LINE - 1] for word in openers * 8 + list(trigger_words())]
+    report = scan_text("\n".join(lines) + "\n")
+    assert report.facts["lines"] == len(lines)

@@ -669,3 +669,59 @@ def test_paddles_signal_handler_and_the_shells_line_are_one_crash(banner):
             + "  [SignalInfo: *** SIGSEGV (@0x0) received by PID 3118 (TID 0x7f1ae8cf3700) from PID 0 ***]\n\n"
             "Segmentation fault (core dumped)\n")
     assert findings(text) == [("DFD514", "main", None, "SIGSEGV")]
+
+
+# -- held-out batch P ---------------------------------------------------------------------------------------------
+
+def test_an_older_kernels_oom_kill_line_alone():
+    text = ("[ 4018.450000] Killed process 935 (python) total-vm:113656kB, anon-rss:102104kB, file-rss:0kB\n"
+            "[ 4022.980000] oom_reaper: reaped process 935 (python), now anon-rss:0kB\n")
+    assert findings(text) == [("DFD514", "main", None, "SIGKILL")]
+
+
+def test_a_root_cause_entry_cut_before_its_rank_leaves_the_listed_failures():
+    entry = ("stderr: [{n}]:\nstderr:   host      : node0\nstderr:   rank      : {n} (local_rank: {n})\n"
+             "stderr:   exitcode  : 1 (pid: 117{n})\n")
+    text = ("stderr: torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+            "stderr: ============================================================\n"
+            "stderr: /srv/test_script.py FAILED\n"
+            "stderr: ------------------------------------------------------------\n"
+            "stderr: Failures:\n" + "".join(entry.format(n=n) for n in (1, 2))
+            + "stderr: ------------------------------------------------------------\n"
+            "stderr: Root Cause (first observed failure):\n"
+            "stderr: [0]:\n"
+            "stderr:   time\n")
+    found = findings(text)
+    assert ("DFD513", "rank1", None, None) in found and ("DFD513", "rank2", None, None) in found
+
+
+def test_torchx_role_and_local_rank_before_the_global_rank():
+    prefix = "B-nemo-ft3/0 [default1]:[rank9]: "
+    text = (prefix + '  File "/srv/torch/distributed/distributed_c10d.py", line 2780, in broadcast\n'
+            + prefix + "    work = group.broadcast([tensor], opts)\n"
+            + prefix + "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving "
+            "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: wait timeout "
+            "after 600000ms\n")
+    # a rendezvous that never completed: not a collective that ran past its timeout (DFD504)
+    assert findings(text) == [("DFD513", "rank9", None, None)]
+
+
+def test_a_runners_date_prefix_and_tensorflows_nccl_abort():
+    text = ("2023/10/26 12:12:06 job-1-0:293:765 [0] NCCL INFO proxy.cc:614 -> 2 [Proxy Thread]\n"
+            "2023/10/26 12:12:06 2023-10-26 12:12:06.704113: E nccl_collective.cc:461] NCCL communication aborted: "
+            "unhandled system error\n")
+    assert [code for code, *_ in findings(text)] == ["DFD516"]
+
+
+def test_a_cut_traceback_right_after_its_cause_is_the_same_death():
+    text = ("THCudaCheck FAIL file=/opt/THC/THCReduceAll.cuh line=327 error=59 : device-side assert triggered\n"
+            "Traceback (most recent call last):\n"
+            '  File "./tools/train.py", line 102, in <module>\n'
+            "    main()\n")
+    assert findings(text) == [("DFD517", "main", None, None)]
+
+
+def test_a_cpp_terminate_whose_reason_is_an_out_of_memory():
+    text = ("terminate called after throwing an instance of 'std::runtime_error'\n"
+            "  what():  [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:233\n")
+    assert [code for code, *_ in findings(text)] == ["DFD502"]
