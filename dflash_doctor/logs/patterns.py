@@ -37,7 +37,7 @@ IPYTHON_TRACEBACK = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)\s{2,}Traceback \(mos
 ISO_STAMP = re.compile(r"^\d{4}([-/])\d\d\1\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?:? ")
 # Markdown around a pasted log: quote markers ('> ', '> > '), a code fence or an inline-code backtick glued to the
 # first line, bold ('**RuntimeError: ...**').
-MARKDOWN_LEAD = re.compile(r"^(?:> ?)+|^`+(?=\S)|^\*\*(?=\S)")
+MARKDOWN_LEAD = re.compile(r"^(?:> ?)+|^`+[\x22']?(?=\S)|^\*\*(?=\S)")  # (inline code may quote the line too)
 # A progress bar redrawn with '\r' and a thread's header printed after it: '  0%|   | 0/117 [00:00<?, ?it/s]'.
 PROGRESS_BAR_TAIL = re.compile(r"(?:\||\]|it/s|s/it)\s*$")
 CHAIN = re.compile(r"^\s*(During handling of the above exception|The above exception was the direct cause)")
@@ -63,7 +63,7 @@ _PROC = r"\((?P<proc>[A-Za-z_][\w.]*)(?P<role>(?: [A-Za-z]+=?\w+)*) pid=(?P<pid>
 WORKER_PREFIX = re.compile(
     # the '[' is lost when a redrawn progress bar overwrote it; torchx / NeMo-run print the local rank then the
     # global one ('[default1]:[rank9]:'), and the global one names the worker
-    r"^(?:\[default\d+\]:(?=\[rank))?\[?(?:rank|default)(?P<rank>\d+)\]: ?"
+    r"^(?:\[default\d+\]:(?=\[rank))?\[?(?:rank|default)(?P<rank>\d+)\]: ?(?:\[rank(?P=rank)\]: ?)?"  # (or twice)
     # pdsh (DeepSpeed's multi-node launcher) puts the node's address before each line: '10.223.4.143: Traceback'
     r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
     # docker compose puts the service's container before each line: 'sglang-1  | Traceback ...'

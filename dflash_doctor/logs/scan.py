@@ -32,6 +32,7 @@ from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.logs import (
     LOG_DENSE_ATTENTION_FALLBACK,
     LOG_KILLED_BY_SIGNAL,
+    LOG_NCCL_TIMEOUT,
     LOG_NCCL_WATCHDOG_ABORT,
     LOG_PROCESS_DIED,
     LOG_RECOMPILE_LIMIT,
@@ -69,6 +70,7 @@ LINE_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if
 # Fatal kinds whose line alone means the process is gone (no exception line needed).
 _DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PROCESS_DIED.code)
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
+_TAKEN_DOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the entire process down")
 _EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES)
 _NCCL_FAMILY = (LOG_NCCL_WATCHDOG_ABORT.code, "DFD504", "DFD516")  # judged only on warning and error records
 PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
@@ -78,7 +80,9 @@ UNIT_BYTES = patterns.UNIT_BYTES
 
 def _launcher_frames(frames: Tuple[Tuple[str, int, str], ...]) -> bool:
     """Frames of torchrun's / torch.distributed.launch's agent reporting a failed child (not a death itself)."""
-    return any("distributed/launcher/api.py" in file or "elastic/multiprocessing" in file or file.endswith("/torchrun")
+    # (not elastic/multiprocessing/errors: its @record wrapper is on the workers' own main functions too)
+    return any("distributed/launcher/api.py" in file or "elastic/multiprocessing/api.py" in file
+               or "elastic/agent/" in file or file.endswith(("/torchrun", "distributed/run.py"))
                for file, _, _ in frames)
 
 
@@ -115,6 +119,7 @@ class LogScanner:
         self._bare: Optional[Tuple[str, int, Optional[Finding]]] = None  # the last bare exception line's death
         self._handled: set = set()  # start lines of tracebacks printed by a program that went on
         self._lineno = 0
+        self._last_timeout = -ABORT_LINES - 1  # line of the last collective timeout
         self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
         self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
         self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
@@ -360,6 +365,8 @@ class LogScanner:
         body = text[prefix.end():]
         inner = patterns.WORKER_PREFIX.match(body) if not group("rank") and body[:1] == "[" else None
         if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
+            if stream is not None and stream not in self._process_ranks and len(self._process_ranks) < NAME_CACHE:
+                self._process_ranks[stream] = f"rank{inner.group('rank')}"  # its unprefixed lines are that rank's
             stream, body = f"rank{inner.group('rank')}", body[inner.end():]
         elif group("node") or group("node_"):
             return None, body  # a runner's tag ('bench.nolog [stderr] ', 'stderr: ') names no worker
@@ -429,11 +436,15 @@ class LogScanner:
             self._launcher_cut = None
         if code == LOG_KILLED_BY_SIGNAL.code and ("Fatal Python error" in body or "received signal" in body):
             self._fatal_error_line = lineno  # faulthandler's (or gdb's) thread dump follows: the crash's stack
+        if code == LOG_NCCL_TIMEOUT.code:
+            self._last_timeout = lineno
         if code == LOG_NCCL_WATCHDOG_ABORT.code:
             # C++ prints 'terminate called ...' without a rank, before or after the line that names it
             if worker == MAIN:
                 if self._last_abort is not None and lineno - self._last_abort[1] <= ABORT_LINES:
                     worker = self._last_abort[0]
+                elif _TAKEN_DOWN.search(body) and 0 <= lineno - self._last_timeout <= ABORT_LINES:
+                    return []  # older releases: the timeouts just reported take their processes down
                 else:
                     if self._pending_abort is None:
                         self._pending_abort = {"details": details, "line": lineno, "body": body}
@@ -528,8 +539,12 @@ class LogScanner:
 
     def _close(self, blocks: List[ExceptionBlock]) -> List[Finding]:
         new: List[Finding] = []
+        starts = {b.start_line for b in blocks if b.stream is not None}
         for block in blocks:
             self.exceptions += 1
+            if block.stream is None and block.thread is None and not block.frames and not block.exceptions \
+                    and block.start_line + 1 in starts:
+                continue  # a bare 'Traceback' header whose frames came behind a rank's prefix: that rank's block
             new += self._block(block)
         return new
 
@@ -621,8 +636,6 @@ class LogScanner:
             # a DataLoader worker's crash is printed twice (by the worker, then by the loader with its pid)
             key = (worker, details.get("signal"),
                    "DataLoader" if details.get("worker_kind") else details.get("pid"))
-        elif "rank" in details and details.get("rank") is not None and worker.startswith("rank"):
-            key = (f"rank{details['rank']}",)
         severity = Severity.ERROR if rule.code == LOG_RECOMPILE_LIMIT.code and details.get("fatal") else None
         evidence = dict(details, thread=worker, block_line=block.start_line if block else None,
                         last_step=self._last_step(worker))
@@ -747,6 +760,11 @@ class LogScanner:
         # no root-cause section (the paste stops before it): which rank failed first is unknown, and every rank
         # listed is reported
         unranked = (summary.root is None and len(summary.failures) > 1) or root_cut
+        if not any(f.rank is not None for f in summary.failures) and not summary.script:
+            # one field pasted alone ('exitcode  : -11 (pid: 5277) (SIGSEGV)'): a death, of a worker not named
+            for failure in summary.failures[:1]:
+                if failure.exitcode is not None and failure.exitcode != 0:
+                    new += self._root_failure(failure, summary, MAIN, first=False)
         for failure in summary.failures:
             if failure.rank is None:
                 continue

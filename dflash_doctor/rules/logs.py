@@ -220,7 +220,8 @@ _ABORT_INNER = (
                                       r"|checkTimeout")),
     ("illegal memory access", re.compile(r"illegal memory access")),
     ("NCCL error", re.compile(r"NCCL error|nccl\w*Error|unhandled (?:cuda|system) error", re.I)),
-    ("heartbeat monitor timeout", re.compile(r"Heartbeat monitor timed out|watchdog got stuck")),
+    ("heartbeat monitor timeout", re.compile(r"Heartbeat monitor timed out|watchdog got stuck"
+                                             r"|Terminating the process after attempting to dump debug info")),
 )
 
 
@@ -243,7 +244,11 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
         "printed, so the reason is the 'what()' text: a collective timeout (another rank stopped calling "
         "collectives), an illegal memory access, or a NCCL error. The evidence names which. Releases before the "
         "watchdog reported its own termination threw the timeout itself: 'terminate called after throwing an "
-        "instance of 'std::runtime_error'' then 'what():  [Rank 7] Watchdog caught collective operation timeout'."
+        "instance of 'std::runtime_error'' then 'what():  [Rank 7] Watchdog caught collective operation timeout'. "
+        "When the watchdog itself hangs, the heartbeat monitor ends the process ('Heartbeat monitor timed out', "
+        "'Terminating the process after attempting to dump debug info'). Older releases followed each timeout "
+        "with 'Some NCCL operations have failed or timed out ... taking the entire process down': that is the "
+        "timeout's own end, reported with it (DFD504)."
     ),
     fix=(
         "Read inner_cause: a timeout means look for the rank that stopped first (its own death or stall is the "
@@ -274,6 +279,8 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        r"|what\(\):\s+\[PG [^\]]{0,120}?Rank \d+\]?\s*$"
                        r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
+                       # the heartbeat monitor's fatal record, when the watchdog itself hung
+                       r"|Terminating the process after attempting to dump debug info"
                        r"|ProcessGroupNCCL::WorkNCCL::checkTimeout|Exception raised from (?:checkTimeout|ncclCommWatchdog)"
                        # torch >= 2.6 runs the watchdog as ProcessGroupNCCL::Watchdog ('Exception raised from run at
                        # .../ProcessGroupNCCL.cpp:2063', frames 'c10d::ProcessGroupNCCL::Watchdog::runLoop()')

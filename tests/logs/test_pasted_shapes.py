@@ -725,3 +725,59 @@ def test_a_cpp_terminate_whose_reason_is_an_out_of_memory():
     text = ("terminate called after throwing an instance of 'std::runtime_error'\n"
             "  what():  [TM][ERROR] CUDA runtime error: out of memory /lmdeploy/src/turbomind/utils/allocator.h:233\n")
     assert [code for code, *_ in findings(text)] == ["DFD502"]
+
+
+# -- held-out batch Q ---------------------------------------------------------------------------------------------
+
+def test_older_timeouts_take_their_processes_down_without_another_finding():
+    timeout = ("[E ProcessGroupNCCL.cpp:457] [Rank {n}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1"
+               ", OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800035 milliseconds before timing out.\n")
+    text = (timeout.format(n=3) + timeout.format(n=2)
+            + "[E ProcessGroupNCCL.cpp:471] Some NCCL operations have failed or timed out. Due to the asynchronous "
+            "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.\n"
+            "[E ProcessGroupNCCL.cpp:477] To avoid data inconsistency, we are taking the entire process down.\n")
+    assert findings(text) == [("DFD504", "rank2", None, None), ("DFD504", "rank3", None, None)]
+
+
+def test_the_prefixs_global_rank_names_the_worker_not_the_sub_groups_rank_in_the_message():
+    line = ("[rank{g}]:[E218 04:54:22.86 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=216, OpType=ALLTOALL_BASE, Timeout(ms)=600000) ran for 600045 milliseconds "
+            "before timing out.\n")
+    assert findings(line.format(g=13) + line.format(g=15)) == [("DFD504", "rank13", None, None),
+                                                                 ("DFD504", "rank15", None, None)]
+
+
+def test_the_heartbeat_monitors_fatal_record_wrapped_by_the_terminal():
+    text = ("[rank6]:[F429 14:03:49.385 ProcessGroupNCCL.cpp:1554] [PG ID 0 PG GUID \n"
+            "0(default_pg) Rank 6] [PG ID 0 PG GUID 0(default_pg) Rank 6] Terminating the process after attempting "
+            "to dump debug info, due to ProcessGroupNCCL\n")
+    assert findings(text) == [("DFD512", "rank6", None, None)]
+
+
+def test_a_ray_process_that_named_its_rank_keeps_it_on_unprefixed_lines():
+    text = ("(WorkerDict pid=3943529) [rank0]:[E816 01:09:38.26 ProcessGroupNCCL.cpp:627] [Rank 0] To avoid data "
+            "inconsistency, we are taking the entire process down.\n"
+            "(WorkerDict pid=3943529) Exception raised from checkTimeout at ../torch/csrc/distributed/c10d/"
+            "ProcessGroupNCCL.cpp:609 (most recent call first):\n")
+    assert findings(text) == [("DFD512", "rank0", None, None)]
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("```\nexitcode  : -11 (pid: 5277) (SIGSEGV)\n```\n", [("DFD514", "main", None, "SIGSEGV")]),
+    ("`\"[rank0]: AttributeError: 'FullyShardedDataParallel' object has no attribute '_streams'\"`\n",
+     [("DFD513", "rank0", None, None)]),
+])
+def test_one_line_left_of_a_summary_or_quoted_inline(text, expected):
+    assert findings(text) == expected
+
+
+def test_a_bare_header_then_frames_behind_a_doubled_rank_prefix_through_records_wrapper():
+    text = ("Traceback (most recent call last):\n"
+            '[rank0]:[rank0]:   File "/srv/train.py", line 215, in <module>\n'
+            "[rank0]:[rank0]:     main(config, logger)\n"
+            '[rank0]:[rank0]:   File "/srv/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, '
+            "in wrapper\n"
+            "[rank0]:[rank0]:     return f(*args, **kwargs)\n"
+            '[rank0]:[rank0]:   File "/srv/model.py", line 61, in forward\n')
+    # torchrun's @record wrapper is on the worker's main too: this is rank 0's traceback, not the launcher's
+    assert findings(text) == [("DFD513", "rank0", None, None)]
