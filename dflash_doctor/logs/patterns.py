@@ -64,6 +64,8 @@ WORKER_PREFIX = re.compile(
     # the '[' is lost when a redrawn progress bar overwrote it; torchx / NeMo-run print the local rank then the
     # global one ('[default1]:[rank9]:'), and the global one names the worker
     r"^(?:\[default\d+\]:(?=\[rank))?\[?(?:rank|default)(?P<rank>\d+)\]: ?(?:\[rank(?P=rank)\]: ?)?"  # (or twice)
+    # Open MPI's --tag-output ('[1,7]<stderr>:', job and rank), after --timestamp-output's date if any
+    r"|^(?:\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})?\[\d+,(?P<mpirank>\d+)\]<std(?:err|out)>: ?"
     # pdsh (DeepSpeed's multi-node launcher) puts the node's address before each line: '10.223.4.143: Traceback'
     r"|^(?P<host>\d{1,3}(?:\.\d{1,3}){3}): "
     # docker compose puts the service's container before each line: 'sglang-1  | Traceback ...'

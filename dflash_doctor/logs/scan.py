@@ -358,12 +358,13 @@ class LogScanner:
         if prefix is None:
             return None, text
         group = prefix.group
+        rank = group("rank") or group("mpirank")
         stream: Optional[str] = (
-            f"rank{group('rank')}" if group("rank") else group("host") or group("container")
+            f"rank{rank}" if rank else group("host") or group("container")
             or (f"pid={group('barepid')}" if group("barepid") else None) or group("node") or group("node_")
             or f"{group('proc')}{group('role')} pid={group('pid')}")
         body = text[prefix.end():]
-        inner = patterns.WORKER_PREFIX.match(body) if not group("rank") and body[:1] == "[" else None
+        inner = patterns.WORKER_PREFIX.match(body) if not rank and body[:1] == "[" else None
         if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
             if stream is not None and stream not in self._process_ranks and len(self._process_ranks) < NAME_CACHE:
                 self._process_ranks[stream] = f"rank{inner.group('rank')}"  # its unprefixed lines are that rank's
@@ -436,6 +437,8 @@ class LogScanner:
             self._launcher_cut = None
         if code == LOG_KILLED_BY_SIGNAL.code and ("Fatal Python error" in body or "received signal" in body):
             self._fatal_error_line = lineno  # faulthandler's (or gdb's) thread dump follows: the crash's stack
+        if code == LOG_KILLED_BY_SIGNAL.code and details.get("cancelled") and worker in self._deaths:
+            return []  # the scheduler's closing line for a job a line above already said it killed
         if code == LOG_NCCL_TIMEOUT.code:
             self._last_timeout = lineno
         if code == LOG_NCCL_WATCHDOG_ABORT.code:

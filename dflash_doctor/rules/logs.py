@@ -347,7 +347,9 @@ LOG_CUDA_OOM = declare(Rule(
                        # and runtime enums, cuBLAS failing to allocate its workspace, spconv's tensorview
                        r"|[Cc][Uu][Dd][Aa] runtime error(?: \(2\))? ?: ?out of memory|\berror=2 : out of memory"
                        r"|CUDA error: out of memory|cuda failed with error 2 out of memory"
-                       r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"),
+                       r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
+                       # NCCL's own warning ('NCCL WARN Cuda failure 'out of memory''), MXNet's allocator
+                       r"|Cuda failure 'out of memory'|cudaMalloc(?:Async)? failed: out of memory"),
     details=_oom_details,
     describe=lambda d: "CUDA out of memory" + _on_gpu(d)
     + (f" (tried to allocate {d['tried_to_allocate']})" if d.get("tried_to_allocate") else ""))
@@ -514,10 +516,15 @@ LOG_NCCL_ERROR = declare(Rule(
         "[rank0]: NCCL INFO Channel 00/02 :    0   1\n"
     ),
 ), triggers=("NCCL error", "NCCL Error", "ncclInternalError", "ncclSystemError", "ncclUnhandledCudaError",
-             "ncclRemoteError", "ncclInvalidUsage", "NCCL communication aborted"), fatal=True,
+             "ncclRemoteError", "ncclInvalidUsage", "NCCL communication aborted", "NCCL WARN", "NCCL failure"),
+    fatal=True,
     # (TensorFlow's collectives: 'NCCL communication aborted: unhandled system error')
     pattern=re.compile(r"NCCL [Ee]rror|nccl(?:Internal|System|UnhandledCuda|Remote|InvalidUsage)Error"
-                       r"|NCCL communication aborted: unhandled"),
+                       r"|NCCL communication aborted: unhandled"
+                       # NCCL's own records (NCCL_DEBUG=WARN) of a failed CUDA call or an InfiniBand completion error,
+                       # and nccl-tests' 'Test NCCL failure common.cu:1204 'unhandled cuda error''
+                       r"|NCCL WARN Cuda failure '|NCCL WARN NET/IB ?: Got completion from peer .* with (?:error|status)"
+                       r"|Test NCCL failure \S+ '"),
     details=_gpu_details,
     describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
 
@@ -680,7 +687,8 @@ _SIGNAL_LINE = re.compile(
     r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
     # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
     r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][^:]*?)(?::|\s*$)"
-    r"|worker \(pid (?P<pid4>\d+)\) is killed by signal: ?(?P<loader>Bus error|Aborted|Killed|Segmentation fault"
+    # (PaddlePaddle: 'DataLoader process (pid 1104) exited is killed by signal: Killed.')
+    r"|(?:worker|DataLoader process) \(pid (?P<pid4>\d+)\) (?:exited )?is killed by signal: ?(?P<loader>Bus error|Aborted|Killed|Segmentation fault"
     r"|Terminated|Floating point exception)?"  # (the name may be wrapped onto the next line)
     r"|Unexpected (?P<unexpected>(?i:bus error|segmentation fault|floating-point exception)) encountered in "
     r"(?:DataLoader )?worker"  # (PaddlePaddle's loader says 'in DataLoader worker')
@@ -699,6 +707,12 @@ _SIGNAL_LINE = re.compile(
     r"|^[\s>*`]*zsh: (?P<zsh>segmentation fault|bus error|killed|abort|illegal hardware instruction"
     r"|floating point exception|terminated)\b"
     r"|^[\s>*`]*(?P<lower>segmentation fault|bus error|illegal instruction) \(core dumped\)"
+    # the shell's message quoted anywhere in a line ("... and said 'Segmentation fault (core dumped)'")
+    r"|(?P<dumped>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception) \(core dumped\)"
+    # a job scheduler ending the job: Slurm's memory limit, or its cancellation
+    r"|(?P<slurm_mem>exceeded memory limit) \([^)]*\), being killed|\*\*\* JOB \d+ ON \S+ (?P<slurm_cancel>CANCELLED) AT"
+    # numbered, as buildbot and others print it: 'process killed by signal 9'
+    r"|killed by signal (?P<killnum>\d+)\b"
 )
 
 
@@ -723,8 +737,14 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         name = SIGNALS.get(-int(g["comp_code"]), f"signal {-int(g['comp_code'])}")
     elif g["paddle"]:
         name = _SHELL_SIGNALS[g["paddle"]]
-    elif g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]:
-        name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"]]
+    elif g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"] or g["dumped"]:
+        name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"] or g["dumped"]]
+    elif g["slurm_mem"]:
+        name = "SIGKILL"
+    elif g["slurm_cancel"]:
+        name = "SIGTERM"
+    elif g["killnum"]:
+        name = SIGNALS.get(int(g["killnum"]), f"signal {g['killnum']}")
     elif g["unexpected"]:
         name = _LOADER_SIGNALS[g["unexpected"].lower()]
     elif g["dsret"]:
@@ -745,6 +765,11 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
         details["local_rank"] = int(local_rank)
     if g["oom_pid"] or g["oom_pid2"]:
         details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
+    if g["slurm_mem"]:
+        details["meaning"] = "Slurm killed the job for exceeding its memory limit (host RAM, not GPU memory)"
+    if g["slurm_cancel"]:
+        details["meaning"] = "Slurm cancelled the job (time limit, preemption or scancel): read the rest of its line"
+        details["cancelled"] = True
     if g["cgroup_oom"]:
         details["meaning"] = "the job's cgroup ran out of host memory and its OOM killer killed processes (not GPU memory)"
     if g["comp_rank"]:
@@ -795,7 +820,7 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
         "W1129 09:41:10.771000 4001 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 4244 "
         "closing signal SIGTERM\n"
     ),
-), triggers=("SIG", "oom-kill event", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "AddressSanitizer", "BadAlloc", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
+), triggers=("SIG", "oom-kill event", "exceeded memory limit", "CANCELLED AT", "exitcode: -", "FAILED (exitcode -", "Received ", "Signal: ", "Caught signal", "AddressSanitizer", "BadAlloc", "SignalException", "with exit code", "exited with code", "memory pressure", "Killed", "Segmentation fault", "Aborted", "Bus error",
              "Terminated", "Floating point exception", "Fatal Python error", "killed by signal",
              "encountered in worker", "encountered in DataLoader worker", "exits with return code", "what():",
              "exit code", "exit status", "已杀死",

@@ -781,3 +781,35 @@ def test_a_bare_header_then_frames_behind_a_doubled_rank_prefix_through_records_
             '[rank0]:[rank0]:   File "/srv/model.py", line 61, in forward\n')
     # torchrun's @record wrapper is on the worker's main too: this is rank 0's traceback, not the launcher's
     assert findings(text) == [("DFD513", "rank0", None, None)]
+
+
+# -- held-out batch R ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,expected", [
+    ("and it said 'Segmentation fault (core dumped)', what can I do?\n", [("DFD514", "main", None, "SIGSEGV")]),
+    ("process killed by signal 9\nprogram finished with exit code -1\n", [("DFD514", "main", None, "SIGKILL")]),
+    ("slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed\n"
+     "slurmstepd: error: *** JOB 7518 ON node3 CANCELLED AT 2022-06-10T17:11:35 ***\n",
+     [("DFD514", "main", None, "SIGKILL")]),
+    ("slurmstepd: error: *** JOB 7519 ON node3 CANCELLED AT 2022-06-10T17:11:35 DUE TO TIME LIMIT ***\n",
+     [("DFD514", "main", None, "SIGTERM")]),
+    ("Fri Sep 22 11:52:15 2017[1,7]<stderr>:./train.sh: line 207: 10558 Segmentation fault      ./trainer --x=1\n",
+     [("DFD514", "rank7", None, "SIGSEGV")]),
+    ("SystemError: (Fatal) DataLoader process (pid 1104) exited is killed by signal: Killed. (at data_loader.cc:181)\n",
+     [("DFD514", "main", None, "SIGKILL")]),
+])
+def test_crash_and_kill_reports_of_shells_schedulers_and_mpi(text, expected):
+    assert findings(text) == expected
+
+
+@pytest.mark.parametrize("text,code", [
+    ("node1:3018451:3018451 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'\n", "DFD502"),
+    ("node1:392:494 [2] enqueue.cc:54 NCCL WARN Cuda failure 'invalid resource handle'\n", "DFD516"),
+    ("node2:25169:25849 [2] NCCL WARN NET/IB : Got completion from peer 10.0.0.1<43129> with error 4, opcode 0\n",
+     "DFD516"),
+    ("HCA-19: Test NCCL failure common.cu:1204 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '\n",
+     "DFD516"),
+    ("  what():  [10:44:35] src/storage/pooled_storage_manager.h:107: cudaMalloc failed: out of memory\n", "DFD502"),
+])
+def test_nccl_and_mxnet_in_their_own_records(text, code):
+    assert [found[0] for found in findings(text)] == [code]
