@@ -123,10 +123,11 @@ class _Stream:
                     closed.append(block.close())
                 block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
                 self.open = block
-                if start is not None and start.start() > 0:
+                if start is not None and (start.start() > 0 or start.group().endswith('"')):
                     # vLLM: 'Exception in worker ... while processing method init_device: NCCL error: ...,
-                    # Traceback (most recent call last):'; read when the traceback is cut before its exception
-                    block.lead = text[:start.start()][-500:]
+                    # Traceback (most recent call last):', or a traceback flattened onto its header's line: read
+                    # when the traceback has no exception line of its own
+                    block.lead = (text[:start.start()][-500:] + " " + text[start.start():][:4000]).strip()
             else:
                 block.ended = False  # the next section of a chained traceback
                 block.chained = False

@@ -24,7 +24,9 @@ BARE_THREAD_NAME = re.compile(r"^(?P<thread>[^\s:]{1,200}):\s*$")
 # box: '╭─── Traceback (most recent call last) ───╮')
 TRACEBACK_START = re.compile(r"(?<!C\+\+ )Traceback \(most recent call last\):(?:\s*$|\s+.*\|\s*\d+/\d+\b.*$)"
                              r"|[\u256d\u250c]\u2500+ Traceback \(most recent call last\) \u2500"
-                             r"|Traceback \(most r[a-z ]*$")
+                             r"|Traceback \(most r[a-z ]*$"
+                             # a traceback whose line breaks were lost in a paste: 'Traceback (...): File "x.py", ...'
+                             r"|Traceback \(most recent call last\): +File \"")
 # rich's pointer at a frame's current line ('│ ❱ 1024 │   raise RuntimeError(...'): a boxed traceback pasted from
 # its middle, without the box's header.
 RICH_POINTER = re.compile(r"^\u2502 \u2771 *\d+ \u2502")

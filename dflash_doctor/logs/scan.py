@@ -70,6 +70,7 @@ LINE_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if
 # Fatal kinds whose line alone means the process is gone (no exception line needed).
 _DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PROCESS_DIED.code)
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
+_FLAT_FILES = re.compile(r'File "([^"]+)"')  # frames of a traceback flattened onto one line
 _TAKEN_DOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the entire process down")
 _EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES)
 _NCCL_FAMILY = (LOG_NCCL_WATCHDOG_ABORT.code, "DFD504", "DFD516")  # judged only on warning and error records
@@ -318,6 +319,11 @@ class LogScanner:
                     new += self._end_dump()
                 return new
             new += self._end_dump()
+        cut = body.find("Traceback (most", 1)
+        if cut > 0 and TRIGGER(body[:cut].encode("utf-8", "replace")):
+            # a line whose breaks were lost ('... failed (exitcode: 1) local_rank: 1 ... Traceback (most recent call
+            # last): File ...'): what comes before the traceback is read as a line of its own
+            new += self._free(body[:cut], stream, lineno)
         closed, consumed = self._blocks.feed(body, lineno, stream)
         new += self._close(closed)
         if "ChildFailedError" in body or "Root Cause (first observed failure)" in body:
@@ -578,7 +584,8 @@ class LogScanner:
                               f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
                               dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
                                    block_line=block.start_line))
-        if final is None and block.thread is None and _launcher_frames(block.frames):
+        if final is None and block.thread is None and (_launcher_frames(block.frames) or _launcher_frames(
+                tuple((file, 0, "") for file in _FLAT_FILES.findall(block.lead)))):
             self._launcher_line = self._launcher_line or block.start_line
             return new  # torchrun's own traceback: its summary names the rank that failed
         thread_death = block.thread is not None and not block.process

@@ -660,7 +660,7 @@ _SIGNAL_LINE = re.compile(
     r"|SignalException: Process (?P<sigpid>\d+) got signal: (?P<signum>\d+)"
     r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal|Received (?P<agentnum>\d+) death signal"
     # Open MPI's crash report: '[host:12345] Signal: Segmentation fault (11)'
-    r"|\] Signal: [A-Za-z -]+ \((?P<mpinum>\d+)\)"
+    r"|(?:\] |^\s*)Signal: [A-Za-z -]+ \((?P<mpinum>\d+)\)"  # (its '[host:pid]' may be gone)
     # Ray's memory monitor: '1 Workers (tasks / actors) killed due to memory pressure (OOM)'
     r"|(?P<ray_oom>killed due to memory pressure)"
     r"|Out of memory: ?Killed process (?P<oom_pid>\d+)"

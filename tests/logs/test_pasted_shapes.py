@@ -813,3 +813,26 @@ def test_crash_and_kill_reports_of_shells_schedulers_and_mpi(text, expected):
 ])
 def test_nccl_and_mxnet_in_their_own_records(text, code):
     assert [found[0] for found in findings(text)] == [code]
+
+
+# -- held-out batch S ---------------------------------------------------------------------------------------------
+
+def test_a_traceback_flattened_onto_one_line():
+    cut = ('> Traceback (most recent call last): File "finetune.py", line 534, in fire.Fire(train) File '
+           '"/usr/lib/python3.8/site-packages/fire/core.py", line 141, in Fire component_trace = _Fire(comp\n')
+    assert findings(cut) == [("DFD513", "main", None, None)]
+    whole = ('Traceback (most recent call last): File "train.py", line 9, in <module> loss.backward() RuntimeError: '
+             "CUDA error: an illegal memory access was encountered\n")
+    assert findings(whole) == [("DFD511", "main", None, None)]
+    launcher_line = ("E0201 10:55:55.9 290975 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: "
+                     '1) local_rank: 1 (pid: 291192) of binary: /usr/bin/python3 Traceback (most recent call last): '
+                     'File "/opt/bin/accelerate", line 8, in <module>\n')
+    assert ("DFD513", "rank1", None, None) in findings(launcher_line)
+
+
+def test_open_mpis_signal_report_without_its_host_prefix():
+    text = (" *** Process received signal ***\n"
+            " Signal: Segmentation fault (11)\n"
+            " Signal code: Address not mapped (1)\n"
+            "Failing at address: 0xfffffee8\n")
+    assert findings(text) == [("DFD514", "main", None, "SIGSEGV")]
