@@ -137,7 +137,8 @@ class _Stream:
             return closed, True
         if block is None:
             frame = (patterns.FRAME.match(text) if text.startswith(" ") else
-                     patterns.UNINDENTED_FRAME.match(text) if text.startswith("File ") else None)
+                     (patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text))
+                     if text.startswith("File ") else None)
             if frame is None and not (text.startswith("\u2502") and patterns.RICH_POINTER.match(text)):
                 return closed, False
             # frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one
@@ -163,7 +164,7 @@ class _Stream:
                 block.started = True
             return closed, True
         if not block.ended and text.startswith("File "):
-            frame = patterns.UNINDENTED_FRAME.match(text)
+            frame = patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text)
             if frame:
                 block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
                 return closed, True
@@ -234,7 +235,8 @@ class BlockParser:
         if parser is None:
             if not (text.startswith(patterns.THREAD_HEADER_STARTS + ("Process ",)) or "Traceback (most" in text
                     or (text.startswith("  File \"") and patterns.FRAME.match(text))
-                    or (text.startswith("File \"") and patterns.UNINDENTED_FRAME.match(text))
+                    or (text.startswith("File ") and (patterns.UNINDENTED_FRAME.match(text)
+                                                      or patterns.IPYTHON_FRAME.match(text)))
                     or (text.startswith("\u2502") and patterns.RICH_POINTER.match(text))):
                 return [], False  # the common case, decided without a regex
             if len(self._streams) >= MAX_STREAMS:

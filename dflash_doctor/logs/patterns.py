@@ -27,6 +27,8 @@ TRACEBACK_START = re.compile(r"(?<!C\+\+ )Traceback \(most recent call last\):(?
                              r"|Traceback \(most r[a-z ]*$"
                              # a traceback whose line breaks were lost in a paste: 'Traceback (...): File "x.py", ...'
                              r"|Traceback \(most recent call last\): +File \"")
+# IPython 8's frame: 'File ~/lib/python3.8/site-packages/pl/launchers/multiprocessing.py:113, in launch(self, ...)'
+IPYTHON_FRAME = re.compile(r"^File (?P<file>(?:~|/|[A-Za-z]:\\)[^,]*?):(?P<line>\d+), in (?P<func>[\w.<>]+)")
 # rich's pointer at a frame's current line ('│ ❱ 1024 │   raise RuntimeError(...'): a boxed traceback pasted from
 # its middle, without the box's header.
 RICH_POINTER = re.compile(r"^\u2502 \u2771 *\d+ \u2502")

@@ -98,7 +98,7 @@ TRIGGER = _trigger_regex().search
 def _may_matter(line: bytes) -> bool:
     """Whether an idle scanner must read a line it reads in full: a rule's word, progress, or a frame (it opens a
     traceback whose header was not pasted; the sampled path of large blocks does not look for those)."""
-    return (bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'File "' in line or line.startswith(b"(gdb) ")
+    return (bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'File "' in line or line.startswith((b"(gdb) ", b"File "))
             or b"\xe2\x9d\xb1" in line)  # (rich's frame pointer)
 _PREFILTER = Prefilter(trigger_words())
 

@@ -836,3 +836,23 @@ def test_open_mpis_signal_report_without_its_host_prefix():
             " Signal code: Address not mapped (1)\n"
             "Failing at address: 0xfffffee8\n")
     assert findings(text) == [("DFD514", "main", None, "SIGSEGV")]
+
+
+# -- held-out batch T ---------------------------------------------------------------------------------------------
+
+def test_ipython_frames_pasted_without_their_header():
+    from tests.logs.test_scan import scan_text
+
+    text = ("File ~/anaconda3/lib/python3.8/site-packages/pytorch_lightning/strategies/launchers/multiprocessing.py:113"
+            ", in _MultiProcessingLauncher.launch(self, function, trainer, *args, **kwargs)\n"
+            "    111     process_args = [trainer, function, args, kwargs, return_queue]\n"
+            "--> 113 mp.start_processes(\n"
+            "    114     self._wrapping_function,\n")
+    # read in full blocks only (a pasted excerpt), like the other frames without a header
+    assert [(f.code, f.evidence["thread"]) for f in scan_text(text).findings] == [("DFD513", "main")]
+    with_header = ("---------------------------------------------------------------------------\n"
+                   "RuntimeError                              Traceback (most recent call last)\n"
+                   "File ~/work/train.py:12, in step(batch)\n"
+                   "---> 12 loss = model(batch)\n"
+                   "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    assert findings(with_header) == [("DFD511", "main", None, None)]
