@@ -72,7 +72,11 @@ _DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PRO
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
 _FLAT_FILES = re.compile(r'File "([^"]+)"')  # frames of a traceback flattened onto one line
 _TAKEN_DOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the entire process down")
-_EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES)
+_EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES) - {LOG_KILLED_BY_SIGNAL.code}
+# Ray's exception for a dead actor lists what may have killed it ('There are some potential root causes. (1) The
+# process is killed by SIGKILL by OOM killer ...'): guesses, not the exception's cause. (Its raylet's own line, 'A
+# worker died or was killed ...', still reports the worker's death.)
+_SPECULATION = "potential root causes"
 _NCCL_FAMILY = (LOG_NCCL_WATCHDOG_ABORT.code, "DFD504", "DFD516")  # judged only on warning and error records
 PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
 PROGRESS_HINT = patterns.PROGRESS_HINT.search
@@ -568,6 +572,7 @@ class LogScanner:
         cause: Optional[Tuple[str, Dict[str, Any]]] = None
         messages = [(f"{exc.type}: {exc.message}" if exc.message else exc.type, exc.line) for exc in block.exceptions]
         for text, line in messages or ([(block.lead, block.start_line)] if block.lead else []):
+            text = text.split(_SPECULATION, 1)[0]
             for entry in FATAL_RULES:
                 match = entry.pattern.search(text) if entry.pattern is not None else None
                 if match is None:
@@ -615,8 +620,10 @@ class LogScanner:
     def _explained(self, worker: str, line: int) -> bool:
         """Whether a fatal finding for `worker` came shortly before `line` ('THCudaCheck FAIL ... device-side assert
         triggered', then the traceback it raised, cut)."""
+        # (not a signal: a process killed by one prints no traceback after it; SIGINT's or SIGTERM's traceback is
+        # the process's own record of its end, reported as such)
         if worker in self._deaths:
-            return True
+            return self._deaths[worker]["kind"] != "signal"
         return any(f.evidence.get("thread") == worker and f.line is not None and 0 <= line - f.line <= EXPLAINED_LINES
                    and f.code in _EXPLAINING for f in self._findings[-8:])
 

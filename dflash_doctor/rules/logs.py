@@ -338,7 +338,7 @@ LOG_CUDA_OOM = declare(Rule(
     fatal=True,
     # (PaddlePaddle's allocator: 'Out of memory error on GPU 0. Cannot allocate 6.93GB memory on GPU 0'; Java's and
     # Ray's OutOfMemoryError are host memory)
-    pattern=re.compile(r"(?:CUDA|HIP|XPU) out of memory|Out of memory error on GPU \d"
+    pattern=re.compile(r"(?:CUDA|[Cc]uda|HIP|XPU) out of memory|Out of memory error on GPU \d"
                        r"|(?<!java\.lang\.)(?<!ray\.exceptions\.)OutOfMemoryError(?!: out of resource)|\bOOM\b[^\n]{0,20}?\b(?:on|at) "
                        r"(?:device|GPU|cuda:|rank) ?\d|Tried to allocate [\d.]+ ?[KMGT]?i?B \(GPU \d+; "
                        r"[\d.]+ ?[KMGT]?i?B total capacity"

@@ -856,3 +856,30 @@ def test_ipython_frames_pasted_without_their_header():
                    "---> 12 loss = model(batch)\n"
                    "RuntimeError: CUDA error: an illegal memory access was encountered\n")
     assert findings(with_header) == [("DFD511", "main", None, None)]
+
+
+# -- held-out batch U ---------------------------------------------------------------------------------------------
+
+def test_rays_guesses_at_a_dead_actors_cause_are_not_its_cause():
+    text = ("ray.exceptions.RayTaskError(RayActorError): ray::main_task() (pid=10066, ip=10.0.0.1)\n"
+            '  File "/srv/verl/trainer/main_ppo.py", line 135, in main_task\n'
+            "    trainer.fit()\n"
+            "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+            "\tclass_name: WorkerDict\n"
+            "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR. There are some "
+            "potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.\n")
+    assert findings(text) == [("DFD513", "main", None, None)]
+
+
+def test_a_traceback_after_a_signal_line_is_its_own_death():
+    text = ("WARNING:torch.distributed.elastic.agent.server.api:Received 2 death signal, shutting down workers\n"
+            "Traceback (most recent call last):\n"
+            '  File "main.py", line 84, in <module>\n'
+            "    main()\n")
+    # a process killed by a signal prints no traceback after it: this one ended on its own (here, on SIGINT)
+    assert [code for code, *_ in findings(text)] == ["DFD513", "DFD514"]
+
+
+def test_a_lowercased_oom_message_in_a_sentence_still_names_its_gpu():
+    text = "but I got `cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB totalcapacity;1.2GiB already`\n"
+    assert findings(text) == [("DFD502", "main", 0, None)]
