@@ -117,7 +117,7 @@ class LogScanner:
         self._summary: Optional[SummaryParser] = None
         self._dump: Optional[StackDumpParser] = None
         self._dump_worker = MAIN
-        self._last_dump: Optional[Tuple[str, int, StackDumpParser]] = None  # (worker, end line, dump) of the last
+        self._last_dump: Optional[Tuple[str, int, StackDumpParser]] = None  # (worker, end line, dump): last dump
         self._pending_recompile: Optional[Dict[str, Any]] = None
         self._previous: Optional[str] = None
         self._fatal_error_line: Optional[int] = None
@@ -774,14 +774,14 @@ class LogScanner:
                               "the rank and exit code)", summary.start_line, dict(details, thread=MAIN))
             self._death(MAIN, LOG_PROCESS_DIED.code, summary.start_line, summary.start_line, details,
                         exception=None, message=f"{summary.script} FAILED", kind="process")
-        # no root-cause section (the paste stops before it): which rank failed first is unknown, and every rank
-        # listed is reported
-        unranked = (summary.root is None and len(summary.failures) > 1) or root_cut
         if not any(f.rank is not None for f in summary.failures) and not summary.script:
             # one field pasted alone ('exitcode  : -11 (pid: 5277) (SIGSEGV)'): a death, of a worker not named
             for failure in summary.failures[:1]:
                 if failure.exitcode is not None and failure.exitcode != 0:
                     new += self._root_failure(failure, summary, MAIN, first=False)
+        # no root-cause section, or one cut before its exit code: which rank failed first is unknown, and every rank
+        # listed is reported
+        unranked = (summary.root is None and len(summary.failures) > 1) or root_cut
         for failure in summary.failures:
             if failure.rank is None:
                 continue
