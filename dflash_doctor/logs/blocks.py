@@ -123,7 +123,7 @@ class _Stream:
                     closed.append(block.close())
                 block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
                 self.open = block
-                if start is not None and (start.start() > 0 or start.group().endswith('"')):
+                if start is not None and (start.start() > 0 or start.end() < len(text.rstrip())):
                     # vLLM: 'Exception in worker ... while processing method init_device: NCCL error: ...,
                     # Traceback (most recent call last):', or a traceback flattened onto its header's line: read
                     # when the traceback has no exception line of its own

@@ -26,7 +26,8 @@ TRACEBACK_START = re.compile(r"(?<!C\+\+ )Traceback \(most recent call last\):(?
                              r"|[\u256d\u250c]\u2500+ Traceback \(most recent call last\) \u2500"
                              r"|Traceback \(most r[a-z ]*$"
                              # a traceback whose line breaks were lost in a paste: 'Traceback (...): File "x.py", ...'
-                             r"|Traceback \(most recent call last\): +File \"")
+                             # (each lost line may keep its logger prefix: '...last):(VllmWorker rank=0 pid=9) ...')
+                             r"|Traceback \(most recent call last\):(?=.{0,200}\bFile \")")
 # IPython 8's frame: 'File ~/lib/python3.8/site-packages/pl/launchers/multiprocessing.py:113, in launch(self, ...)'
 IPYTHON_FRAME = re.compile(r"^File (?P<file>(?:~|/|[A-Za-z]:\\)[^,]*?):(?P<line>\d+), in (?P<func>[\w.<>]+)")
 # rich's pointer at a frame's current line ('│ ❱ 1024 │   raise RuntimeError(...'): a boxed traceback pasted from

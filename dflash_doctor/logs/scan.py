@@ -70,6 +70,7 @@ LINE_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if
 # Fatal kinds whose line alone means the process is gone (no exception line needed).
 _DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PROCESS_DIED.code)
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
+_ROLE_RANK = re.compile(r"\brank=(\d+)")
 _FLAT_FILES = re.compile(r'File "([^"]+)"')  # frames of a traceback flattened onto one line
 _TAKEN_DOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the entire process down")
 _EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES) - {LOG_KILLED_BY_SIGNAL.code}
@@ -368,7 +369,8 @@ class LogScanner:
         if prefix is None:
             return None, text
         group = prefix.group
-        rank = group("rank") or group("mpirank")
+        role_rank = _ROLE_RANK.search(group("role") or "")  # vLLM's '(VllmWorker rank=3 pid=9)'
+        rank = group("rank") or group("mpirank") or (role_rank.group(1) if role_rank else None)
         stream: Optional[str] = (
             f"rank{rank}" if rank else group("host") or group("container")
             or (f"pid={group('barepid')}" if group("barepid") else None) or group("node") or group("node_")

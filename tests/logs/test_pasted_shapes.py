@@ -273,7 +273,7 @@ def test_vllm_logger_prefixes_on_every_traceback_line():
             + prefix + '  File "/opt/vllm/worker.py", line 179, in determine_num_available_blocks\n'
             + prefix + "    self.model_runner.profile_run()\n"
             + prefix + "RuntimeError: CUDA error: an illegal memory access was encountered\n")
-    assert findings(text) == [("DFD511", "VllmWorker rank=2 pid=504", None, None)]
+    assert findings(text) == [("DFD511", "rank2", None, None)]
 
 
 def test_a_rank_prefix_inside_a_ray_prefix_names_the_rank():
@@ -887,3 +887,13 @@ def test_a_traceback_after_a_signal_line_is_its_own_death():
 def test_a_lowercased_oom_message_in_a_sentence_still_names_its_gpu():
     text = "but I got `cuda out of memory, tried to allocate 50MiB(GPU 0; 1.96GiB totalcapacity;1.2GiB already`\n"
     assert findings(text) == [("DFD502", "main", 0, None)]
+
+
+# -- held-out batch V ---------------------------------------------------------------------------------------------
+
+def test_a_flattened_traceback_whose_lost_lines_kept_their_vllm_prefix():
+    prefix = "(VllmWorker rank=0 pid=234357) ERROR 09-26 01:47:48 [multiproc_executor.py:546] "
+    text = (prefix + "WorkerProc hit an exception." + prefix + "Traceback (most recent call last):" + prefix
+            + 'File "/srv/vllm/v1/executor/multiproc_executor.py", line 541, in worker_busy_loop' + prefix
+            + "output = func(*args, **kwargs)\n")
+    assert findings(text) == [("DFD513", "rank0", None, None)]

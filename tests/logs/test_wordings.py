@@ -115,8 +115,8 @@ def test_vllm_worker_prefixes_with_a_role_and_nesting_name_the_worker():
             "(VllmWorker rank=2 pid=267) Traceback (most recent call last):\n"
             '(VllmWorker rank=2 pid=267)   File "/opt/vllm/worker.py", line 12, in busy_loop\n'
             "(VllmWorker rank=2 pid=267) KeyError: 'req-1'\n")
-    assert findings(text) == [("DFD513", "VllmWorker TP1 pid=9", None, None),
-                              ("DFD513", "VllmWorker rank=2 pid=267", None, None)]
+    # a role that gives the rank ('rank=2') names the worker by it, as '[rank2]:' would
+    assert findings(text) == [("DFD513", "VllmWorker TP1 pid=9", None, None), ("DFD513", "rank2", None, None)]
 
 
 # -- deaths with part of their text missing ------------------------------------------------------------------
