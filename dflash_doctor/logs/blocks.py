@@ -10,6 +10,7 @@ kept with its exception until a blank line or the next log record. Frames are ke
 """
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Tuple
@@ -21,6 +22,18 @@ MAX_CHAINED = 4
 MAX_CONTINUATION = 20  # message lines kept after an exception line
 MAX_STREAMS = 256
 MAX_WAITING = 16  # thread headers whose traceback has not started yet
+
+
+def _flush_left_frame(text: str) -> "Optional[re.Match[str]]":
+    """A frame pasted without its indentation, or IPython 8's 'File ~/x.py:113, in f'."""
+    if not text.startswith("File "):
+        return None
+    return patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text)
+
+
+def _rich_pointer(text: str) -> bool:
+    """rich's '│ ❱ 1024 │' line: a boxed frame's current line."""
+    return text.startswith("\u2502") and patterns.RICH_POINTER.match(text) is not None
 
 
 @dataclass(frozen=True)
@@ -136,10 +149,8 @@ class _Stream:
                 block.announced = ipython.group("type")
             return closed, True
         if block is None:
-            frame = (patterns.FRAME.match(text) if text.startswith(" ") else
-                     (patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text))
-                     if text.startswith("File ") else None)
-            if frame is None and not (text.startswith("\u2502") and patterns.RICH_POINTER.match(text)):
+            frame = patterns.FRAME.match(text) if text.startswith(" ") else _flush_left_frame(text)
+            if frame is None and not _rich_pointer(text):
                 return closed, False
             # frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one
             self.open = block = _Open(None, self.stream, lineno, started=True)
@@ -164,7 +175,7 @@ class _Stream:
                 block.started = True
             return closed, True
         if not block.ended and text.startswith("File "):
-            frame = patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text)
+            frame = _flush_left_frame(text)
             if frame:
                 block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
                 return closed, True
@@ -235,9 +246,7 @@ class BlockParser:
         if parser is None:
             if not (text.startswith(patterns.THREAD_HEADER_STARTS + ("Process ",)) or "Traceback (most" in text
                     or (text.startswith("  File \"") and patterns.FRAME.match(text))
-                    or (text.startswith("File ") and (patterns.UNINDENTED_FRAME.match(text)
-                                                      or patterns.IPYTHON_FRAME.match(text)))
-                    or (text.startswith("\u2502") and patterns.RICH_POINTER.match(text))):
+                    or _flush_left_frame(text) or _rich_pointer(text)):
                 return [], False  # the common case, decided without a regex
             if len(self._streams) >= MAX_STREAMS:
                 stream = None

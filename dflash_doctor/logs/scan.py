@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.outcomes import FailureKind
@@ -42,6 +42,7 @@ from dflash_doctor.rules.logs import (
     LOG_THREAD_STALLED,
     LOG_THROUGHPUT_DROP,
     LogRule,
+    NCCL_TAKEN_DOWN,
     gpu_in,
     trigger_words,
 )
@@ -72,7 +73,7 @@ _DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PRO
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
 _ROLE_RANK = re.compile(r"\brank=(\d+)")
 _FLAT_FILES = re.compile(r'File "([^"]+)"')  # frames of a traceback flattened onto one line
-_TAKEN_DOWN = re.compile(r"Some NCCL operations have failed or timed out|taking the entire process down")
+_TAKEN_DOWN = re.compile(NCCL_TAKEN_DOWN)
 _EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES) - {LOG_KILLED_BY_SIGNAL.code}
 # Ray's exception for a dead actor lists what may have killed it ('There are some potential root causes. (1) The
 # process is killed by SIGKILL by OOM killer ...'): guesses, not the exception's cause. (Its raylet's own line, 'A
@@ -84,12 +85,12 @@ PROGRESS_HINT = patterns.PROGRESS_HINT.search
 UNIT_BYTES = patterns.UNIT_BYTES
 
 
-def _launcher_frames(frames: Tuple[Tuple[str, int, str], ...]) -> bool:
-    """Frames of torchrun's / torch.distributed.launch's agent reporting a failed child (not a death itself)."""
+def _launcher_files(files: Iterable[str]) -> bool:
+    """Files of torchrun's / torch.distributed.launch's agent reporting a failed child (not a death itself)."""
     # (not elastic/multiprocessing/errors: its @record wrapper is on the workers' own main functions too)
     return any("distributed/launcher/api.py" in file or "elastic/multiprocessing/api.py" in file
                or "elastic/agent/" in file or file.endswith(("/torchrun", "distributed/run.py"))
-               for file, _, _ in frames)
+               for file in files)
 
 
 def _trigger_regex() -> "re.Pattern[bytes]":
@@ -591,8 +592,8 @@ class LogScanner:
                               f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
                               dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
                                    block_line=block.start_line))
-        if final is None and block.thread is None and (_launcher_frames(block.frames) or _launcher_frames(
-                tuple((file, 0, "") for file in _FLAT_FILES.findall(block.lead)))):
+        if final is None and block.thread is None and (_launcher_files(file for file, _, _ in block.frames)
+                                                       or _launcher_files(_FLAT_FILES.findall(block.lead))):
             self._launcher_line = self._launcher_line or block.start_line
             return new  # torchrun's own traceback: its summary names the rank that failed
         thread_death = block.thread is not None and not block.process

@@ -225,6 +225,10 @@ _ABORT_INNER = (
 )
 
 
+# Older releases' end of a process after its collective timed out (scan.py reads them as that timeout's end).
+NCCL_TAKEN_DOWN = r"Some NCCL operations have failed or timed out|taking the entire process down"
+
+
 def _abort_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     rank = _RANK_MENTION.search(text)
     inner = next((name for name, pattern in _ABORT_INNER if pattern.search(text)), None)
@@ -273,11 +277,10 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     fatal=True,
     # Before the watchdog thread reported its own termination, it threw the timeout itself: 'terminate called
     # after throwing ... std::runtime_error' then 'what():  [Rank 7] Watchdog caught collective operation timeout'.
-    pattern=re.compile(r"watchdog thread terminated(?: with\b|\s*$)|taking the entire process down"  # or wrapped
+    pattern=re.compile(r"watchdog thread terminated(?: with\b|\s*$)"  # or wrapped
                        r"|what\(\):\s+\[(?:PG [^\]]{0,120}?)?Rank \d+\] Watchdog caught collective"
                        # the watchdog's what() cut right after the process group and rank it names
                        r"|what\(\):\s+\[PG [^\]]{0,120}?Rank \d+\]?\s*$"
-                       r"|Some NCCL operations have failed or timed out"
                        r"|instance of '?c10::DistBackendError|Heartbeat monitor timed out"
                        # the heartbeat monitor's fatal record, when the watchdog itself hung
                        r"|Terminating the process after attempting to dump debug info"
@@ -286,7 +289,8 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        # .../ProcessGroupNCCL.cpp:2063', frames 'c10d::ProcessGroupNCCL::Watchdog::runLoop()')
                        r"|ProcessGroupNCCL::Watchdog::run|Exception raised from run(?:Loop)? at \S*ProcessGroupNCCL"
                        # a c10::Error's backtrace through the watchdog thread (printed when it terminated)
-                       r"|frame #\d+: c10d::ProcessGroupNCCL::(?:ncclCommWatchdog|workCleanupLoop|watchdogHandler)\("),
+                       r"|frame #\d+: c10d::ProcessGroupNCCL::(?:ncclCommWatchdog|workCleanupLoop|watchdogHandler)\("
+                       r"|" + NCCL_TAKEN_DOWN),
     details=_abort_details,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
