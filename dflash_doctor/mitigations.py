@@ -12,7 +12,7 @@ Importing this module never imports torch: the apply hooks import the runtime la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Callable, ContextManager, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.hazards import STRESS_ORDER, Hazard, Release, Stress
@@ -88,9 +88,13 @@ class Mitigation:
     claims_flag_safety: bool = False
     recommended: bool = True  # False: measured, and documented as not a fix
     unavailable: Callable[[Release], Optional[str]] = lambda release: None  # why it cannot apply on a release
-    # How repro's child and the reference pipeline apply it (exactly one kind each):
+    # How repro's child and the reference pipeline apply it (exactly one kind each). `setup` and `in_each_thread`
+    # need nothing of the user's code, so `run --fix` can apply them to an unmodified trainer; the others cannot.
     setup: Optional[Callable[[], dict]] = None  # process-wide, before any compile wrapper exists; returns facts
     wrap_step: Optional[Callable[[Callable], Callable]] = None  # wraps each worker's step
+    # Entered by each worker thread around all of its steps (a thread-local switch such as single-threaded
+    # autograd): repro's child and the pipeline enter it in every worker, `run --fix` through a thread-start hook.
+    in_each_thread: Optional[Callable[[], ContextManager[object]]] = None
     warm_up: bool = False  # every worker's step runs once, serially, before the workers start
     separate_processes: bool = False  # one process per worker instead of threads
     # Names a trainer's source contains once it applies the fix (scan's mitigation-aware DFD201 reads them).
@@ -108,6 +112,11 @@ class Mitigation:
     def pairing_caveat(self) -> str:
         """"" when the fix needs no partner."""
         return f"{self.pair_reason}: pair it with {self.pair_with}" if self.pair_with else ""
+
+    @property
+    def applies_without_code_change(self) -> bool:
+        """`run --fix` can apply it to an unmodified command: a process-wide set-up or a per-thread switch."""
+        return self.setup is not None or self.in_each_thread is not None
 
     @property
     def ladder(self) -> Tuple[Stress, ...]:
