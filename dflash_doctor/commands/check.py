@@ -17,14 +17,16 @@ from dflash_doctor.commands.common import (
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor check  ·  dflash-doctor check src/ --format sarif --output dflash-doctor.sarif  ·  "
-    "dflash-doctor check src/ --format junit -o dflash-doctor.xml  ·  "
-    "dflash-doctor check --repro --fail-on error  ·  "
-    "dflash-doctor check --no-probes --fail-on never.  " + EXIT_CODES_HELP + "  A missing torch is exit 4 (the "
-    "guards could not be checked) with the scan's result still in the report.  Guards and repro findings are "
-    "downgraded to info when the scan finds no compiled call in a thread (DFD201); --assume-threads keeps them."
+EPILOG = epilog(
+    ["dflash-doctor check", "dflash-doctor check src/ --format sarif --output dflash-doctor.sarif",
+     "dflash-doctor check src/ --format junit -o dflash-doctor.xml", "dflash-doctor check --repro --fail-on error",
+     "dflash-doctor check --no-probes --fail-on never"],
+    EXIT_CODES_HELP + " A missing torch is exit 4 (the guards could not be checked) with the scan's result still in "
+    "the report.",
+    "Guards and repro findings are downgraded to info when the scan finds no compiled call in a thread (DFD201); "
+    "--assume-threads keeps them.",
 )
 
 

@@ -8,12 +8,14 @@ import typer
 
 from dflash_doctor.commands.common import guarded
 from dflash_doctor.errors import UsageError
+from dflash_doctor.render.help import epilog
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
-        epilog="Examples:  dflash-doctor explain DFD201  ·  dflash-doctor explain checkpoint-use-reentrant-true  ·  "
-        "dflash-doctor explain mitigations  ·  dflash-doctor explain threadlocal-flag  ·  dflash-doctor explain --list",
+        epilog=epilog(["dflash-doctor explain DFD201", "dflash-doctor explain checkpoint-use-reentrant-true",
+                       "dflash-doctor explain mitigations", "dflash-doctor explain threadlocal-flag",
+                       "dflash-doctor explain --list"]),
     )
     @guarded
     def explain(

@@ -19,12 +19,14 @@ from dflash_doctor.commands.common import (
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor gpus --roles target=0-4,drafter=5-7  ·  "
-    "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader | "
-    "dflash-doctor gpus --from - --roles target=0-4,drafter=5-7 --memory-total 97871  ·  "
-    "dflash-doctor gpus --watch --interval 1  ·  " + EXIT_CODES_HELP
+EPILOG = epilog(
+    ["dflash-doctor gpus --roles target=0-4,drafter=5-7",
+     "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader | "
+     "dflash-doctor gpus --from - --roles target=0-4,drafter=5-7 --memory-total 97871",
+     "dflash-doctor gpus --watch --interval 1"],
+    EXIT_CODES_HELP,
 )
 
 

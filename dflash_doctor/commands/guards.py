@@ -11,11 +11,13 @@ from dflash_doctor.commands.common import (
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor guards  ·  dflash-doctor guards --no-probes  ·  "
-    "dflash-doctor guards --format json | jq .facts.verdict  ·  dflash-doctor guards --format sarif -o guards.sarif  "
-    "·  dflash-doctor guards --torch-root ./unpacked-wheel/torch --no-probes.  " + EXIT_CODES_HELP
+EPILOG = epilog(
+    ["dflash-doctor guards", "dflash-doctor guards --no-probes", "dflash-doctor guards --format json | jq .facts.verdict",
+     "dflash-doctor guards --format sarif -o guards.sarif",
+     "dflash-doctor guards --torch-root ./unpacked-wheel/torch --no-probes"],
+    EXIT_CODES_HELP,
 )
 
 

@@ -12,21 +12,23 @@ from dflash_doctor.commands.common import (
     FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact,
 )
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
+from dflash_doctor.repro.spec import JOBS_DEFAULT_TEXT
 from dflash_doctor.vocabularies import Cache, Checkpoint, Expect, Mode, Shapes
 
-EPILOG = (
-    "Examples:  dflash-doctor repro --threads 3  ·  "
-    "dflash-doctor repro --device cuda --mitigation threadlocal-flag,non-lazy-backward  ·  "
-    "dflash-doctor repro --device cuda --matrix  ·  "
-    "dflash-doctor repro --mode forced --expect reproduced --format json  ·  "
-    "dflash-doctor repro --model mypkg.drafter:build --trace trace.json.  "
+EPILOG = epilog(
+    ["dflash-doctor repro --threads 3",
+     "dflash-doctor repro --device cuda --mitigation threadlocal-flag,non-lazy-backward",
+     "dflash-doctor repro --device cuda --matrix",
+     "dflash-doctor repro --mode forced --expect reproduced --format json",
+     "dflash-doctor repro --model mypkg.drafter:build --trace trace.json"],
     "The default --mode auto climbs natural -> amplified -> forced until the race shows, skipping what this "
     "machine cannot show (said up front). A mitigation is 'holds' only after it survived its whole stress ladder "
-    "against a baseline that reproduced under the same stresses; otherwise 'fails' or 'inconclusive'.  "
+    "against a baseline that reproduced under the same stresses; otherwise 'fails' or 'inconclusive'.",
     "Exit codes: 0 not reproduced; 1 reproduced (with --expect: 0 when the verdict matches, else 1); "
     "2 usage error (a --model that cannot be imported or built included); 3 harness failure (the single-thread "
-    "control failed, a mitigation could not be applied, no trial gave a verdict); 4 torch is missing. "
-    "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index))."
+    "control failed, a mitigation could not be applied, no trial gave a verdict); 4 torch is missing.",
+    "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index)).",
 )
 
 
@@ -81,8 +83,7 @@ def register(app: typer.Typer) -> None:
             "first step (warm threads overlapping a compile, as in training), for at most --hang-after seconds."),
         trials: int = typer.Option(3, "--trials", help="Natural trials per row (amplified: one fewer; forced and "
                                                        "stuck: one, they are deterministic)."),
-        jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Trials run side by side. Default: 1 on a "
-                                           "CPU, up to 6 (a third of the cores) with a GPU."),
+        jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=f"Trials run side by side. Default: {JOBS_DEFAULT_TEXT}."),
         timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a trial's child is killed."),
         hang_after: float = typer.Option(
             60.0, "--hang-after", help="Seconds without progress before a child is called hung (a lock cycle in the "

@@ -32,13 +32,18 @@ def parse_devices(text: str) -> Tuple[str, ...]:
     return devices
 
 
+MAX_GPU_JOBS = 8
+# The words --help and the README use for default_jobs (a test holds the README to them).
+JOBS_DEFAULT_TEXT = f"1 on a CPU; with a GPU, half the cores, up to {MAX_GPU_JOBS}"
+
+
 def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> int:
     """Trials run side by side on a GPU machine (a trial is mostly one single-threaded Dynamo/AOT compile); one
     at a time on a CPU, where the trials themselves are the CPU work."""
     if devices == ("cpu",):
         return 1
     cores = cpu_count or os.cpu_count() or 1
-    return max(1, min(8, cores // 2))
+    return max(1, min(MAX_GPU_JOBS, cores // 2))
 
 
 @dataclass(frozen=True)
