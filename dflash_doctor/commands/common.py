@@ -15,7 +15,7 @@ from dflash_doctor.outputs import check_output, write_atomically
 from dflash_doctor.render import FactsView, OutputFormat, emit, formatter_for
 
 __all__ = [
-    "EXIT_CODES_HELP", "FAIL_ON_OPTION", "FORMAT_OPTION", "OUTPUT_OPTION", "check_output", "error_line", "finish",
+    "EXIT_CODES_HELP", "FAIL_ON_OPTION", "FORMAT_OPTION", "OUTPUT_OPTION", "QUIET_OPTION", "check_output", "error_line", "finish",
     "finite", "guarded", "write_artifact", "write_document", "write_atomically",
 ]
 
@@ -28,6 +28,7 @@ OUTPUT_OPTION = typer.Option(
     "an input; if it cannot be written after the run, the report goes to a temporary file named on stderr).",
     dir_okay=False,
 )
+QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr while it runs.")
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 clean; 1 findings at or above --fail-on; 2 usage error; 4 something could not be checked "

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from dflash_doctor.commands.common import (
-    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
+    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, QUIET_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
@@ -42,6 +42,7 @@ def register(app: typer.Typer) -> None:
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
+        quiet: bool = QUIET_OPTION,
     ) -> int:
         """Read the installed PyTorch's compile guard, FX-tracing flag and backward compile, probe them live, and give
         a verdict per hazard (FX-flag leak, stuck flag, is-compiling leak, compile-lock deadlock) with fixes
@@ -51,5 +52,8 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.render.guards_view import guards_view
 
         finite(timeout, "--timeout", minimum=1.0)
-        report = run_guards(probes=probes, timeout=timeout, torch_root=torch_root)
+        from dflash_doctor.render.progress_view import reporting
+
+        with reporting("guards", quiet=quiet) as progress:
+            report = run_guards(probes=probes, timeout=timeout, torch_root=torch_root, progress=progress)
         return finish(report, fmt, fail_on, output, facts_view=guards_view)

@@ -9,7 +9,7 @@ import typer
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.commands.common import (
-    FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact,
+    FORMAT_OPTION, OUTPUT_OPTION, QUIET_OPTION, check_output, finish, guarded, write_artifact,
 )
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
@@ -109,15 +109,14 @@ def register(app: typer.Typer) -> None:
                                                 help="CI assertion: exit 0 when the verdict matches, else 1."),
         fmt: OutputFormat = FORMAT_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
+        quiet: bool = QUIET_OPTION,
     ) -> int:
         """Replay the drafter step in one thread, then in N threads up the stress ladder (each trial in its own
         process); name the race (FX-flag leak, stuck flag, deadlock), blame the thread, and test the fixes."""
         check_output(output)
         check_output(trace, [output], "--trace")
-        import sys
-
-        from dflash_doctor.render.repro_view import render_repro_facts
-        from dflash_doctor.render.text import console_for
+        from dflash_doctor.render.progress_view import reporting
+        from dflash_doctor.render.repro_view import render_repro_facts, verdict_words
         from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
         from dflash_doctor.repro.spec import DEFAULT_PRESET, ReproSpec, parse_devices
 
@@ -129,9 +128,8 @@ def register(app: typer.Typer) -> None:
             model=model, jobs=jobs,
         ).validate()
         check_torch(devices)
-        err = console_for(sys.stderr)
-        report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro {message}[/]",
-                                                                                 highlight=False))
+        with reporting("repro", quiet=quiet) as progress:
+            report = run_repro(spec, matrix=matrix, progress=progress)
         if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
@@ -141,4 +139,5 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.report.last_repro import remember_repro
 
         remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
+        report.summary = verdict_words(report.facts)  # the closing line reads as the verdict, not a count
         return finish(report, fmt, output=output, facts_view=render_repro_facts)
