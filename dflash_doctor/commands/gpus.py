@@ -114,7 +114,7 @@ def live_report(samples, interval, watch, fmt, role_map, thresholds, total, open
     console = console or console_for(sys.stdout if fmt is OutputFormat.TEXT else sys.stderr)
     with Live(console=console, auto_refresh=False, transient=True) as live:
         def redraw(report) -> None:
-            live.update(gpus_table(report.facts), refresh=True)
+            live.update(gpus_table(console, report.facts), refresh=True)
 
         return report_from_nvml(samples=samples, interval=interval, sleep=sleep, roles=role_map,
                                 thresholds=thresholds, memory_total_mib=total, on_sample=redraw,

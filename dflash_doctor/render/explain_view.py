@@ -7,14 +7,16 @@ from dflash_doctor.render.text import _STYLE, console_for
 
 
 def render_rule_list(rules) -> None:
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table(show_header=True, header_style="bold", box=None)
-    for column in ("code", "name", "severity", "summary"):
-        table.add_column(column, no_wrap=column in ("code", "name", "severity"))
-    for rule in rules:
-        table.add_row(rule.code, rule.name, f"[{_STYLE[rule.severity]}]{rule.severity.value}[/]", rule.summary)
-    console_for(sys.stdout).print(table)
+    from dflash_doctor.render.tables import Column, fitted
+
+    console = console_for(sys.stdout)
+    columns = [Column("code", wrap=False), Column("name", wrap=False), Column("severity", wrap=False),
+               Column("summary")]
+    rows = [[rule.code, escape(rule.name), f"[{_STYLE[rule.severity]}]{rule.severity.value}[/]", escape(rule.summary)]
+            for rule in rules]
+    console.print(fitted(console, columns, rows))
 
 
 def render_rule(rule) -> None:

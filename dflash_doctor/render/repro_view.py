@@ -101,7 +101,8 @@ def verdict_line(facts: dict) -> str:
 
 def render_repro_facts(console, facts: dict) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from dflash_doctor.render.tables import Column, fitted
 
     console.print(
         f"[bold]repro[/] torch {escape(str(facts.get('torch_version')))} · device "
@@ -115,14 +116,11 @@ def render_repro_facts(console, facts: dict) -> None:
         check = shim.get("self_check") or {}
         console.print(f"threadlocal-flag shim: {shim.get('state')}"
                       f"{' · self-check ' + ('passed' if check.get('ok') else 'FAILED') if check else ''}")
-    table = Table(box=None, header_style="bold")
-    for column in ("phase", "outcome", "seconds", "steps/s", "threads"):
-        table.add_column(column)
-    for label, key in (("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread")):
-        phase_row = _phase_row(label, facts.get(key))
-        if phase_row:
-            table.add_row(*phase_row)
-    console.print(table)
+    columns = [Column("phase", wrap=False), Column("outcome", wrap=False), Column("took s", "right", wrap=False),
+               Column("steps/s", "right", wrap=False), Column("threads")]
+    phases = [row for row in (_phase_row(label, facts.get(key)) for label, key in (
+        ("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread"))) if row]
+    console.print(fitted(console, columns, phases))
     if facts.get("levels"):
         console.print(f"stresses: {escape(stress_cells(facts['levels']))}")
     multi = facts.get("multi_thread") or {}
