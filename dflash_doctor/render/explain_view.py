@@ -48,3 +48,29 @@ def rules_json(rules, *, single: bool) -> str:
         for r in rules
     ]
     return json.dumps(docs[0] if single else docs, indent=2)
+
+
+def render_mitigations(console, entries, *, ranking: bool) -> None:
+    """`explain mitigations` (or one of them) for a terminal: the registry's words as docs/mitigations.md has
+    them, laid out as text instead of Markdown."""
+    from rich.markup import escape
+
+    from dflash_doctor.render.mitigations_doc import entry_fields, ranking_rows
+
+    if ranking:
+        console.print("[bold]Mitigations[/]: every fix repro --mitigation / --matrix, pipeline --mitigation, guards "
+                      "and scan know. A fix holds only after repro put it through every stress of its ladder "
+                      "against a baseline that reproduced under the same stresses.")
+        console.print("\n[bold]Ranking per release[/] (best first; guards ranks for the installed torch)")
+        for family, hazards, fixes in ranking_rows():
+            console.print(f"  [bold]torch {escape(family)}[/] [dim](hazards: {escape(hazards)})[/]")
+            for rank, (fix, gaps) in enumerate(fixes, 1):
+                left = f" [yellow](leaves {escape(gaps)})[/]" if gaps else ""
+                console.print(f"    {rank}. {escape(fix)}{left}")
+        console.print()
+    for entry in entries:
+        flag = " [yellow](not a fix)[/]" if not entry.recommended else ""
+        console.print(f"[bold cyan]{escape(entry.name)}[/]{flag}: {escape(entry.summary)}")
+        for label, text in entry_fields(entry):
+            console.print(f"  [dim]{escape(label)}:[/] {escape(text)}")
+        console.print()

@@ -28,23 +28,36 @@ def _titles(hazards) -> str:
     return ", ".join(h.label for h in sorted(hazards, key=lambda h: list(Hazard).index(h))) or "-"
 
 
+def entry_fields(entry: registry.Mitigation) -> List[Tuple[str, str]]:
+    """(label, text) for one mitigation: what it stops, the call, its cost, its stresses, what it leaves open.
+    The Markdown page and the terminal view both draw these."""
+    fields = [("stops", _titles(entry.covers)), ("apply", entry.api), ("cost", entry.cost),
+              ("repro puts it through", f"{', '.join(s.value for s in entry.ladder)} stress")]
+    return fields + [("leaves open", caveat) for caveat in registry.caveats_for((entry.name,))]
+
+
 def entry_lines(entry: registry.Mitigation) -> List[str]:
-    """One mitigation as text: what it stops, what it leaves open, its cost, the call, the stresses it faces."""
-    lines = [f"### `{entry.name}`" + ("  (not a fix)" if not entry.recommended else ""), "", entry.summary + ".", "",
-             f"- stops: {_titles(entry.covers)}",
-             f"- apply: `{entry.api}`",
-             f"- cost: {entry.cost}",
-             f"- repro puts it through: {', '.join(s.value for s in entry.ladder)} stress"]
-    lines += [f"- leaves open: {caveat}" for caveat in registry.caveats_for((entry.name,))]
+    """One mitigation as Markdown."""
+    lines = [f"### `{entry.name}`" + ("  (not a fix)" if not entry.recommended else ""), "", entry.summary + ".", ""]
+    lines += [f"- {label}: `{text}`" if label == "apply" else f"- {label}: {text}" for label, text in entry_fields(entry)]
     return lines + [""]
+
+
+def ranking_rows() -> List[Tuple[str, str, List[Tuple[str, str]]]]:
+    """(torch releases, their hazards, [(fix, what it leaves open or "")] best first) per release family."""
+    rows = []
+    for family, release in RELEASE_FAMILIES:
+        ranked = registry.recommend(release.hazards(), release)
+        rows.append((family, _titles(release.hazards()), [(r.label, _titles(r.gaps) if r.gaps else "")
+                                                          for r in ranked]))
+    return rows
 
 
 def ranking_lines() -> List[str]:
     lines = ["| torch | hazards | fixes, best first (what each leaves open) |", "|---|---|---|"]
-    for family, release in RELEASE_FAMILIES:
-        ranked = registry.recommend(release.hazards(), release)
-        cells = "; ".join(f"**{r.label}**" + (f" (leaves {_titles(r.gaps)})" if r.gaps else "") for r in ranked)
-        lines.append(f"| {family} | {_titles(release.hazards())} | {cells} |")
+    for family, hazards, fixes in ranking_rows():
+        cells = "; ".join(f"**{fix}**" + (f" (leaves {gaps})" if gaps else "") for fix, gaps in fixes)
+        lines.append(f"| {family} | {hazards} | {cells} |")
     return lines
 
 
