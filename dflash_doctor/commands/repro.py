@@ -116,6 +116,7 @@ def register(app: typer.Typer) -> None:
         check_output(output)
         check_output(trace, [output], "--trace")
         from dflash_doctor.render.progress_view import reporting
+        from dflash_doctor.report.last_repro import made_here, utc_now
         from dflash_doctor.render.repro_view import render_repro_facts, verdict_words
         from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
         from dflash_doctor.repro.spec import DEFAULT_PRESET, ReproSpec, parse_devices
@@ -128,8 +129,10 @@ def register(app: typer.Typer) -> None:
             model=model, jobs=jobs,
         ).validate()
         check_torch(devices)
+        started = utc_now()
         with reporting("repro", quiet=quiet) as progress:
             report = run_repro(spec, matrix=matrix, progress=progress)
+        report.facts["made"] = made_here(started, utc_now())  # so `report` can say which run it bundles
         if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
