@@ -38,6 +38,7 @@ def trained(request, tmp_path_factory):
     return mode, proc, doc, folder
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(130)
 def test_tiny_run_learns_the_targets_greedy_tokens(trained):
     mode, proc, doc, _ = trained
@@ -55,6 +56,7 @@ def test_tiny_run_learns_the_targets_greedy_tokens(trained):
     assert facts["setup_s"] is not None and facts["setup_s"] < facts["warmup_s"]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(130)
 def test_no_worker_imports_a_torch_py_from_the_working_folder(trained):
     _, proc, _, folder = trained
@@ -62,6 +64,7 @@ def test_no_worker_imports_a_torch_py_from_the_working_folder(trained):
     assert not (folder / "PLANTED_TORCH_RAN").exists()
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(130)
 def test_step_log_lines_carry_the_worker_name(trained):
     _, proc, _, _ = trained
@@ -73,6 +76,7 @@ def test_step_log_lines_carry_the_worker_name(trained):
     assert steps == {"drafter-0": list(range(1, 31)), "drafter-1": list(range(1, 31))}
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode, victim, topology", [
     ("threads", "drafter-1", ()),
@@ -94,6 +98,7 @@ def test_killing_one_worker_is_a_finding_that_names_it(mode, victim, topology):
     assert facts["steps"] < 10
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(60)
 def test_an_error_in_a_worker_is_a_finding_with_its_traceback():
     proc, doc = run_cli_json(*TINY, "--steps", "6", "--fail-worker", "drafter-0", "--fail-at-step", "2",
@@ -107,6 +112,7 @@ def test_an_error_in_a_worker_is_a_finding_with_its_traceback():
     assert finding["evidence"]["stopped"] == ["target-0", "drafter-1"]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 def test_a_hung_worker_process_is_diagnosed_from_its_faulthandler_stacks():
     proc, doc = run_cli_json(*TINY, "--workers", "processes", *ONE_EACH, "--steps", "8", "--fail-worker",
@@ -124,6 +130,7 @@ def test_a_hung_worker_process_is_diagnosed_from_its_faulthandler_stacks():
                for frame in stack["frames"])
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mitigation, setup_part", [
     ("threadlocal-flag,non-lazy-backward", None), ("warmup", "warm-up"), ("global-lock", None),
@@ -141,6 +148,7 @@ def test_every_thread_mitigation_of_the_registry_applies_and_the_run_trains(miti
         assert facts["mitigation_facts"]["non-lazy-backward"] == {"non_lazy_backward_was": False}
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 def test_two_targets_and_two_drafters_as_processes_share_one_corpus_over_shared_memory():
     proc, doc = run_cli_json(*TINY, "--workers", "processes", "--transport", "ipc", "--target-devices", "cpu,cpu",
@@ -171,6 +179,7 @@ def _wait_for_training(proc, workers: int, limit_s: float = 90.0) -> list:
     return [rank.pid for rank in ranks]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("mode, sig, code", [
     ("processes", signal.SIGINT, 130), ("processes", signal.SIGTERM, 143), ("threads", signal.SIGINT, 130),
@@ -240,6 +249,7 @@ def test_resume_without_a_checkpoint_is_one_usage_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 def test_under_torchrun_every_rank_runs_and_the_first_drafter_reports_all(tmp_path):
     import socket
