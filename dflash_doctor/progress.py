@@ -11,7 +11,7 @@ progress line, in the verdict line and in the JSON (`time_to_verdict_s`), never 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 
@@ -32,6 +32,18 @@ class ProgressEvent:
 
 
 Reporter = Callable[[ProgressEvent], None]
+
+
+def shifted(reporter: Reporter, offset_s: float) -> Reporter:
+    """`reporter` for a part that starts `offset_s` into a longer run (check's guards, then its repro): its
+    events keep the longer run's clock."""
+    if reporter is silent:
+        return silent
+
+    def report(event: ProgressEvent) -> None:
+        reporter(replace(event, at_s=round(event.at_s + offset_s, 3)))
+
+    return report
 
 
 def silent(event: ProgressEvent) -> None:

@@ -11,6 +11,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    QUIET_OPTION,
     check_output,
     finish,
     guarded,
@@ -73,6 +74,7 @@ def register(app: typer.Typer) -> None:
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
+        quiet: bool = QUIET_OPTION,
     ) -> int:
         """CI pre-flight: scan the code and check the installed PyTorch's guards in one report (SARIF, JUnit...)."""
         check_output(output, paths or [Path(".")], read_suffixes=(".py",))
@@ -86,4 +88,8 @@ def register(app: typer.Typer) -> None:
             timeout=timeout,
             assume_threads=assume_threads,
         )
-        return finish(run_check(plan), fmt, fail_on, output, facts_view=_parts_view)
+        from dflash_doctor.render.progress_view import reporting
+
+        with reporting("check", quiet=quiet) as progress:
+            report = run_check(plan, progress=progress)
+        return finish(report, fmt, fail_on, output, facts_view=_parts_view)
