@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import enum
 
+# repro --jobs: trials side by side with a GPU (repro/spec.py default_jobs), and the words --help and the
+# README use for its default (a test holds the README to them). Here, not in repro/spec.py, which --help does
+# not need to load.
+MAX_GPU_JOBS = 8
+JOBS_DEFAULT_TEXT = f"1 on a CPU; with a GPU, half the cores, up to {MAX_GPU_JOBS}"
+
 
 class Mode(str, enum.Enum):
     """repro --mode: climb the ladder, or one stress (the names of dflash_doctor.hazards.Stress)."""

@@ -13,8 +13,7 @@ from dflash_doctor.commands.common import (
 )
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
-from dflash_doctor.repro.spec import JOBS_DEFAULT_TEXT
-from dflash_doctor.vocabularies import Cache, Checkpoint, Expect, Mode, Shapes
+from dflash_doctor.vocabularies import JOBS_DEFAULT_TEXT, Cache, Checkpoint, Expect, Mode, Shapes
 
 EPILOG = epilog(
     ["dflash-doctor repro --threads 3",

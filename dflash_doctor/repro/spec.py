@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError, finite
 from dflash_doctor.hazards import Stress
-from dflash_doctor.vocabularies import Cache, Checkpoint, Mode, Shapes
+from dflash_doctor.vocabularies import MAX_GPU_JOBS, Cache, Checkpoint, Mode, Shapes
 
 
 # The reference drafter the replay builds by default: big enough that compiled flex_attention takes the kernel
@@ -30,11 +30,6 @@ def parse_devices(text: str) -> Tuple[str, ...]:
     if "cpu" in devices and len(devices) > 1:
         raise UsageError("--device cpu cannot be mixed with CUDA devices")
     return devices
-
-
-MAX_GPU_JOBS = 8
-# The words --help and the README use for default_jobs (a test holds the README to them).
-JOBS_DEFAULT_TEXT = f"1 on a CPU; with a GPU, half the cores, up to {MAX_GPU_JOBS}"
 
 
 def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> int:

@@ -61,7 +61,8 @@ def test_scan_usage_names_its_paths():
 
 
 def test_jobs_default_is_said_alike_in_help_and_readme():
-    from dflash_doctor.repro.spec import JOBS_DEFAULT_TEXT, default_jobs
+    from dflash_doctor.repro.spec import default_jobs
+    from dflash_doctor.vocabularies import JOBS_DEFAULT_TEXT
 
     assert f"Default: {JOBS_DEFAULT_TEXT}." in " ".join(_help(["repro"], 200).split())
     readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
