@@ -106,3 +106,20 @@ def test_guards_reports_each_probe_i_of_k_on_stderr_and_nothing_with_quiet():
 
     quiet = run_cli("guards", "--no-probes", "-q", timeout=110)
     assert [line for line in quiet.stderr.splitlines() if line.startswith("guards [")] == []
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_the_live_display_with_every_ended_task_printed_above_it():
+    from dflash_doctor.render.progress_view import LiveReporter
+
+    out = FakeTerminal()
+    with reporting("repro", stream=out) as progress:
+        assert isinstance(progress, LiveReporter)
+        progress(event(EventKind.STARTED, "natural trial 1/3 (mitigation none)", at_s=0.5))
+        progress(event(EventKind.FINISHED, "natural trial 1/3 (mitigation none)", "not reproduced (ok)", 9.0))
+        assert progress.tasks.running == {}
+    assert "repro [    9.0s] natural trial 1/3 (mitigation none): not reproduced (ok)" in out.getvalue()
