@@ -78,6 +78,13 @@ def run_child(argv: Sequence[str], timeout: float,
             proc.wait(timeout=_KILL_WAIT_S)
         except subprocess.TimeoutExpired:
             pass
+    # The child's own children can hold the pipes open after it exits: they get what is left of `timeout`,
+    # then the group is killed, as when the child itself overran.
+    for reader in readers:
+        reader.join(max(0.0, timeout - (time.monotonic() - began)))
+    if any(reader.is_alive() for reader in readers):
+        timed_out = True
+        _kill_group(proc)
     for reader in readers:  # something still holding the pipes open: give up on the rest of the output
         reader.join(_KILL_WAIT_S)
     return ChildResult(proc.returncode, "".join(out), "".join(err), time.monotonic() - began, timed_out=timed_out)
