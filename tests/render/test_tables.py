@@ -133,3 +133,24 @@ def test_gpus_keep_index_role_and_figures(gpus_facts, width, terminal):
         block = [i for i, line in enumerate(lines) if line.strip() == str(gpu["index"])]
         assert row or (block and lines[block[0] + 1].strip() == f"role: {role}"), text
         assert util in text and f"{gpu['memory_used_mib'] / 1024:.1f}" in text
+
+
+REPRO_FACTS = {
+    "torch_version": "2.13.0+cpu", "device": "cpu", "threads": 3, "mode": "forced", "mitigation": "none",
+    "cache": "warm", "verdict": "reproduced", "kind": "fx-flag-leak", "level": "forced", "time_to_verdict_s": 6.8,
+    "levels": {"forced": {"ran": 1, "reproduced": 1, "kinds": {"fx-flag-leak": 1}}},
+    "single_thread": {"outcome": "ok", "seconds": 3.25, "steps_per_s": 1.5,
+                      "threads": [{"name": "drafter-0", "outcome": "ok"}]},
+    "multi_thread": {"outcome": "error", "seconds": 6.5, "steps_per_s": None,
+                     "threads": [{"name": f"drafter-{i}", "outcome": "error"} for i in range(3)]},
+}
+
+
+@pytest.mark.parametrize("width, terminal", TARGETS)
+def test_repro_phases_keep_outcome_time_rate_and_threads(width, terminal):
+    from dflash_doctor.render.repro_view import render_repro_facts
+
+    text = drawn(render_repro_facts, REPRO_FACTS, width, terminal)
+    for cell in ("single-thread", "3 threads", "ok", "error", "3.2", "6.5", "1.50", "1 ok", "3 error"):
+        assert cell in words(text) or cell in text, (cell, text)
+    assert text.splitlines()[-1] == "verdict: reproduced (fx-flag-leak) under forced stress, 1/1 trials; first at 6.8 s"
