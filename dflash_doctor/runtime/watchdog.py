@@ -70,6 +70,7 @@ class Watchdog:
         cpu_seconds: Optional[Callable[[], float]] = process_tree_cpu_seconds,
         thread_factory=threading.Thread,
         cycle_confirm_s: Optional[float] = 1.5,
+        fallback_armed: Callable[[], bool] = lambda: True,
     ) -> None:
         self._last_progress = last_progress
         self._hang_after = hang_after_s
@@ -83,6 +84,13 @@ class Watchdog:
         self._cycle_confirm = cycle_confirm_s
         self._suspect: Optional[HangReport] = None  # a cycle seen in the last sample, waiting for confirmation
         self._suspect_at = float("-inf")
+        # The "no progress" fallback fires only while this says so (run arms it once a compile began: an idle
+        # launcher or helper process is not a hang); the cycle rule always runs.
+        self._fallback_armed = fallback_armed
+        # When a stack sample last showed no cycle, and when the watchdog fired (values of `clock`): their
+        # difference bounds how long a cycle went unreported.
+        self.last_clear_sample_at: Optional[float] = None
+        self.fired_at: Optional[float] = None
         self._stop = threading.Event()
         self._thread = thread_factory(target=self._run, name="dflash-doctor-watchdog", daemon=True)
         self.fired: Optional[HangReport] = None
@@ -108,12 +116,13 @@ class Watchdog:
         self._note_cpu(now)
         report = self._confirmed_cycle(now)
         stalled = now - self.last_alive()
-        if report is None and stalled >= self._hang_after:
+        if report is None and stalled >= self._hang_after and self._fallback_armed():
             stacks = self._capture()
             report = HangReport(classify_hang(stacks, stalled), stacks)
         if report is None:
             return None
         self.fired = report
+        self.fired_at = now
         self._on_hang(report)
         return report
 
@@ -131,6 +140,8 @@ class Watchdog:
         diagnosis = classify_hang(stacks, quiet)
         previous, previous_at = self._suspect, self._suspect_at
         self._suspect, self._suspect_at = (HangReport(diagnosis, stacks) if diagnosis.cycle in CYCLES else None), now
+        if self._suspect is None:
+            self.last_clear_sample_at = now
         if (self._suspect is not None and previous is not None and previous.diagnosis.cycle == diagnosis.cycle
                 and self._last_progress() < previous_at):
             return self._suspect
