@@ -20,10 +20,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, ContextManager, List, Optional, Set
+from typing import TYPE_CHECKING, Callable, ContextManager, List, Optional, Set
 
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, FlightRecorder
 from dflash_doctor.supervise.session import RunConfig, record_path
+
+if TYPE_CHECKING:
+    from dflash_doctor.runtime.watchdog import Watchdog
 
 MAX_EVENTS = 20_000  # per record: the newest ones (a long run's steady state adds none; recompiles do)
 TOOL_THREAD_PREFIX = "dflash-doctor"
@@ -92,7 +95,7 @@ class Agent:
         self.fx_flag_thread_local: Optional[bool] = None
         self.hang: Optional[dict] = None
         self.ended: Optional[str] = None
-        self.watchdog = None
+        self.watchdog: Optional["Watchdog"] = None
         self._fixes = [registry.get(name) for name in config.fixes]
         self._write_lock = threading.Lock()
         self._blamed: Set[int] = set()  # threads whose first FX error is already written
