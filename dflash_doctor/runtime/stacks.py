@@ -100,6 +100,7 @@ def with_source(frame: Frame) -> Frame:
     return Frame(frame.file, frame.line, frame.function, source, enclosing_with_statements(frame.file, frame.line))
 
 
+@functools.lru_cache(maxsize=4096)
 def enclosing_with_statements(filename: str, line: int) -> Tuple[Tuple[int, str], ...]:
     """(line, context expression) of the `with` statements whose header or body contains `line`, outermost
     first."""

@@ -71,6 +71,7 @@ class Watchdog:
         thread_factory=threading.Thread,
         cycle_confirm_s: Optional[float] = 1.5,
         fallback_armed: Callable[[], bool] = lambda: True,
+        precheck: Optional[Callable[[], bool]] = None,
     ) -> None:
         self._last_progress = last_progress
         self._hang_after = hang_after_s
@@ -87,6 +88,9 @@ class Watchdog:
         # The "no progress" fallback fires only while this says so (run arms it once a compile began: an idle
         # launcher or helper process is not a hang); the cycle rule always runs.
         self._fallback_armed = fallback_armed
+        # A cheap test before each cycle sample (deadlock.may_hold_a_cycle): False counts as a sample without a
+        # cycle, so a quiet but healthy process is not parsed every `cycle_confirm_s`.
+        self._precheck = precheck
         # When a stack sample last showed no cycle, and when the watchdog fired (values of `clock`): their
         # difference bounds how long a cycle went unreported.
         self.last_clear_sample_at: Optional[float] = None
@@ -135,6 +139,9 @@ class Watchdog:
             self._suspect = None
             return None
         if now - self._suspect_at < self._cycle_confirm:
+            return None
+        if self._precheck is not None and not self._precheck():
+            self._suspect, self._suspect_at, self.last_clear_sample_at = None, now, now
             return None
         stacks = self._capture()
         diagnosis = classify_hang(stacks, quiet)

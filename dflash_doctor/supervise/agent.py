@@ -121,8 +121,15 @@ class Agent:
         self.watchdog = Watchdog(lambda: self.recorder.last_progress, self.config.hang_after_s, self.on_hang,
                                  clock=self.clock, cpu_seconds=process_tree_cpu_seconds,
                                  cycle_confirm_s=self.config.cycle_confirm_s, fallback_armed=self._compile_began,
-                                 thread_factory=threading.Thread)
+                                 precheck=self._may_hold_a_cycle, thread_factory=threading.Thread)
         self.watchdog.start()
+
+    @staticmethod
+    def _may_hold_a_cycle() -> bool:
+        from dflash_doctor.runtime.deadlock import may_hold_a_cycle
+
+        me = threading.get_ident()
+        return may_hold_a_cycle(top for ident, top in sys._current_frames().items() if ident != me)
 
     def _compile_began(self) -> bool:
         """Whether a Dynamo compile has started in this process (read incrementally from the events)."""

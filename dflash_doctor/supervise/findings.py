@@ -48,6 +48,18 @@ def next_step(hazard: Hazard, record: ProcessRecord) -> str:
     return text + (f"; alternatives: {', '.join(others)}" if others else "")
 
 
+def _own_frame(frames: Sequence[Frame]) -> Optional[Frame]:
+    """The innermost frame of the user's code: not the standard library's (an Event's wait), not torch's."""
+    import sysconfig
+
+    stdlib = sysconfig.get_paths()["stdlib"].replace("\\", "/")
+    for frame in reversed(frames):
+        path = frame.file.replace("\\", "/")
+        if not path.startswith(stdlib) and "/torch/" not in path and "site-packages" not in path:
+            return frame
+    return frames[-1] if frames else None
+
+
 def _where(frames: Sequence[Frame]) -> List[str]:
     return [frame.where() + (f": {frame.source}" if frame.source else "") for frame in frames[-STACK_FRAMES:]]
 
@@ -72,7 +84,8 @@ def _fx_findings(record: ProcessRecord) -> List[Finding]:
             held = f"the flag was left stuck by {blame.holder}, whose trace exit restored a stale True"
             hazard = Hazard.STUCK_FLAG
         elif blame.holder is not None and blame.kind is BlameKind.FX_FLAG_LEAK:
-            inner = blame.holder_stack[-1].where() if blame.holder_stack else "a frame not captured"
+            own = _own_frame(blame.holder_stack)
+            inner = own.where() if own is not None else "a frame not captured"
             held = f"{blame.holder} held the flag, inside an FX trace at {inner}"
             hazard = Hazard.FX_FLAG_LEAK
         elif blame.kind is BlameKind.NESTED_TRACE:
