@@ -12,6 +12,7 @@ error of each thread, and at exit, so a process killed afterwards (`--on-hang ki
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import importlib.util
 import json
@@ -140,9 +141,10 @@ class Agent:
         return self._compiled
 
     def on_torch_imported(self) -> None:
-        """Right after torch's __init__: fixes first (the shim must precede every compile wrapper), then the
-        recorder's hooks, then the blame hook. Never lets a failure of the tool break the user's import."""
-        from dflash_doctor import mitigations as registry
+        """Right after torch's __init__: the recorder's hooks and the blame hook. The `--fix` set-ups wait for the
+        first `torch.compile` call (still before its wrapper exists): torch's import lock is held until torch's
+        __init__ returns, and a set-up that starts a thread (the shim's self-check) would wait on it. Never lets a
+        failure of the tool break the user's import."""
         from dflash_doctor import runtime
 
         try:
@@ -150,21 +152,55 @@ class Agent:
             self.torch_version = str(getattr(torch, "__version__", "unknown"))
             symbolic_trace = importlib.import_module("torch.fx._symbolic_trace")
             self.fx_flag_thread_local = hasattr(symbolic_trace, "_is_fx_tracing_tls")
-            for fix in self._fixes:
-                if fix.setup is None:
-                    continue
-                try:
-                    self.fix_facts[fix.name] = fix.setup()
-                except registry.MitigationFailed as exc:
-                    self.problems.append({"subject": f"--fix {fix.name}", "reason": str(exc),
-                                          "hint": "this torch cannot apply it; the run went on without it"})
             if threading.current_thread() is threading.main_thread():
                 self._enter_thread_fixes(self._main_thread_fixes)
             runtime.install(self.recorder)
             self._hook_fx_predicates()
+            if any(fix.setup is not None for fix in self._fixes):
+                self._set_up_before_first_compile(torch)
         except Exception as exc:  # noqa: BLE001 - the user's `import torch` must succeed whatever the tool does
-            self.problems.append({"subject": "the flight recorder", "reason": f"{type(exc).__name__}: {exc}",
-                                  "hint": "the run went on without (some of) the recorder's hooks"})
+            self._problem("the flight recorder", exc, "the run went on without (some of) the recorder's hooks")
+
+    def _problem(self, subject: str, exc: BaseException, hint: str) -> None:
+        self.problems.append({"subject": subject, "reason": f"{type(exc).__name__}: {exc}", "hint": hint})
+
+    def _set_up_before_first_compile(self, torch) -> None:
+        original = torch.compile
+        state = {"done": False}
+        lock = threading.Lock()
+        agent = self
+
+        @functools.wraps(original)
+        def compile(*args, **kwargs):
+            if not state["done"]:
+                with lock:
+                    if not state["done"]:
+                        state["done"] = True  # first: a set-up may itself call torch.compile
+                        agent.apply_setups()
+                torch.compile = original
+            return original(*args, **kwargs)
+
+        torch.compile = compile
+
+    def apply_setups(self) -> None:
+        """Each `--fix` set-up (mitigations.py), then the blame hook again: a set-up may have replaced the
+        FX-tracing predicates (the shim does), and the blame must wrap what compile wrappers will bind."""
+        from dflash_doctor import mitigations as registry
+
+        for fix in self._fixes:
+            if fix.setup is None:
+                continue
+            try:
+                self.fix_facts[fix.name] = fix.setup()
+            except registry.MitigationFailed as exc:
+                self.problems.append({"subject": f"--fix {fix.name}", "reason": str(exc),
+                                      "hint": "this torch cannot apply it; the run went on without it"})
+            except Exception as exc:  # noqa: BLE001 - a fix that breaks is reported, the user's compile goes on
+                self._problem(f"--fix {fix.name}", exc, "the run went on without it")
+        try:
+            self._hook_fx_predicates()
+        except Exception as exc:  # noqa: BLE001
+            self._problem("the FX-error blame hook", exc, "FX errors are still recorded, without the holder")
 
     def _hook_fx_predicates(self) -> None:
         """Blame at the moment of the raise: compile_wrapper asks the FX-tracing predicate (bound when the wrapper

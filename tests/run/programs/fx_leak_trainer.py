@@ -1,15 +1,19 @@
 """A small threaded trainer with the forced FX-flag leak (docs/races.md, "Reproductions"): a compiled training
 step warmed up in the main thread, then a `fx-holder` thread inside a real torch.fx.symbolic_trace whose forward
 blocks on an event while a `drafter-0` thread keeps stepping. It never imports dflash_doctor. It prints one JSON
-line: each thread's outcome. Exit 0 whatever happened (the report is the tool's business)."""
+line: each thread's outcome. Exit 0 whatever happened (the report is the tool's business).
+
+The step calls no nn.Module and compiles with Dynamo's eager backend (which calls the graph's forward, not the
+module): while another thread traces, every nn.Module call in any thread goes through the tracer's patched
+__call__ and raises NameError (the patcher race, docs/races.md), which threadlocal-flag does not cover."""
 import json
 import sys
 import threading
 
 import torch
 
-model = torch.nn.Linear(8, 8)
-step = torch.compile(lambda x: model(x).pow(2).mean(), backend="aot_eager")
+weight = torch.randn(8, 8, requires_grad=True)
+step = torch.compile(lambda x: (x @ weight).pow(2).mean(), backend="eager")
 entered, release = threading.Event(), threading.Event()
 outcome = {}
 
