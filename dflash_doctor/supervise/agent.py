@@ -27,6 +27,7 @@ from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, FlightRecorder
 from dflash_doctor.supervise.session import RunConfig, record_path
 
 if TYPE_CHECKING:
+    from dflash_doctor.mitigations import Mitigation
     from dflash_doctor.runtime.watchdog import Watchdog
 
 MAX_EVENTS = 20_000  # per record: the newest ones (a long run's steady state adds none; recompiles do)
@@ -80,7 +81,8 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
 
 
 class Agent:
-    def __init__(self, session: Path, config: RunConfig, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, session: Path, config: RunConfig, clock: Callable[[], float] = time.perf_counter,
+                 lookup: Optional[Callable[[str], "Mitigation"]] = None) -> None:
         from dflash_doctor import mitigations as registry
 
         self.session = session
@@ -97,7 +99,7 @@ class Agent:
         self.hang: Optional[dict] = None
         self.ended: Optional[str] = None
         self.watchdog: Optional["Watchdog"] = None
-        self._fixes = [registry.get(name) for name in config.fixes]
+        self._fixes = [(lookup or registry.get)(name) for name in config.fixes]
         self._write_lock = threading.Lock()
         self._blamed: Set[int] = set()  # threads whose first FX error is already written
         self._compiled = False

@@ -148,3 +148,16 @@ def test_torchrun_gives_one_report_naming_each_rank(cli, tmp_path):
     for rank in (0, 1):
         rows = json.loads((tmp_path / f"trace.rank{rank}.json").read_text())["traceEvents"]
         assert any(e["name"] == "process_name" and f"rank {rank}" in e["args"]["name"] for e in rows)
+
+
+@pytest.mark.timeout(120)
+def test_a_per_thread_fix_is_entered_by_every_thread_started_after_torch(tmp_path):
+    import os
+    import subprocess
+
+    from tests.conftest import REPO
+
+    proc = subprocess.run([sys.executable, program("thread_fix_probe.py")], capture_output=True, text=True,
+                          timeout=100, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"early": False, "plain": True, "subclass": True, "main": True}
