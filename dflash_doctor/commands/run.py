@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG, context_settings={"allow_interspersed_args": False})
     @guarded
     def run(
-        command: List[str] = typer.Argument(..., metavar="-- COMMAND [ARGS]...",
-                                            help="Your command, exactly as you run it."),
+        command: Optional[List[str]] = typer.Argument(None, metavar="-- COMMAND [ARGS]...",
+                                                      help="Your command, exactly as you run it."),
         hang_after: float = typer.Option(
             120.0, "--hang-after", help="Seconds with no compile event and no CPU use, after a compile began, before "
             "a hang without a lock cycle is reported (a lock cycle is named within seconds, without waiting)."),
@@ -100,18 +100,20 @@ def register(app: typer.Typer) -> None:
         """Run COMMAND unmodified with the flight recorder and watchdog in each of its Python processes; name the
         thread that held the FX flag when one raised, the compile_lock / autograd deadlock as it forms, and
         prove a fix with --fix."""
+        finite(hang_after, "--hang-after", minimum=1.0)
+        check_output(output)
+        check_output(trace, [output], "--trace")
+        fixes = fix_names(fix)
+        command = list(command or [])
         if command and command[0] == "--":
             command = command[1:]
         if not command:
             raise UsageError("no command given: dflash-doctor run [OPTIONS] -- COMMAND [ARGS]...")
-        finite(hang_after, "--hang-after", minimum=1.0)
-        check_output(output)
-        check_output(trace, [output], "--trace")
         from dflash_doctor.supervise.supervisor import (
             RunSpec, Supervisor, ranks_of, report_for, trace_phases,
         )
 
-        spec = RunSpec(tuple(command), hang_after_s=hang_after, on_hang=on_hang, fixes=fix_names(fix),
+        spec = RunSpec(tuple(command), hang_after_s=hang_after, on_hang=on_hang, fixes=fixes,
                        cold_cache=cache is Cache.COLD, trials=trials, keep=keep)
         results = Supervisor(spec, _announcer(on_hang)).run()
         report = report_for(spec, results, expect_clean=expect is RunExpect.CLEAN)
