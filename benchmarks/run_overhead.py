@@ -68,11 +68,11 @@ def run_child(args, with_bootstrap: bool) -> dict:
         shutil.rmtree(session, ignore_errors=True)
 
 
-def watchdog_cost(seconds: float = 3.0) -> dict:
+def watchdog_cost(seconds: float = 20.0) -> dict:
     """The agent's watchdog, polled as its thread polls it, with four idle threads beside it: seconds of work per
     second of wall time."""
     from dflash_doctor.runtime.recorder import FlightRecorder
-    from dflash_doctor.runtime.watchdog import Watchdog, process_tree_cpu_seconds
+    from dflash_doctor.runtime.watchdog import ProcessTreeCpu, Watchdog
     from dflash_doctor.supervise.agent import Agent
 
     stop = threading.Event()
@@ -80,7 +80,7 @@ def watchdog_cost(seconds: float = 3.0) -> dict:
     for thread in idle:
         thread.start()
     recorder = FlightRecorder()
-    watchdog = Watchdog(lambda: recorder.last_progress, 120.0, lambda report: None, cpu_seconds=process_tree_cpu_seconds,
+    watchdog = Watchdog(lambda: recorder.last_progress, 120.0, lambda report: None, cpu_seconds=ProcessTreeCpu(),
                         precheck=Agent._may_hold_a_cycle, fallback_armed=lambda: True)
     polls, work = 0, 0.0
     ends = time.perf_counter() + seconds

@@ -45,6 +45,40 @@ def process_tree_cpu_seconds() -> float:
     return total
 
 
+class ProcessTreeCpu:
+    """`process_tree_cpu_seconds` for a watchdog that asks every second inside a user's training process: this
+    process through os.times() (a syscall), live descendants from a list rescanned every `rescan_s` (listing them
+    walks all of /proc, several ms on a loaded machine; docs/run.md "Overhead")."""
+
+    def __init__(self, rescan_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rescan_s = rescan_s
+        self._clock = clock
+        self._children: list = []
+        self._scanned_at = float("-inf")
+
+    def __call__(self) -> float:
+        import os
+
+        import psutil
+
+        own = os.times()
+        total = own.user + own.system + own.children_user + own.children_system
+        now = self._clock()
+        if now - self._scanned_at >= self._rescan_s:
+            self._scanned_at = now
+            try:
+                self._children = psutil.Process().children(recursive=True)
+            except psutil.Error:
+                self._children = []
+        for child in self._children:
+            try:
+                child_times = child.cpu_times()
+            except psutil.Error:  # it ended since the last scan
+                continue
+            total += child_times.user + child_times.system
+        return total
+
+
 @dataclass(frozen=True)
 class HangReport:
     diagnosis: HangDiagnosis

@@ -119,10 +119,10 @@ class Agent:
             self._start_watchdog()
 
     def _start_watchdog(self) -> None:
-        from dflash_doctor.runtime.watchdog import Watchdog, process_tree_cpu_seconds
+        from dflash_doctor.runtime.watchdog import ProcessTreeCpu, Watchdog
 
         self.watchdog = Watchdog(lambda: self.recorder.last_progress, self.config.hang_after_s, self.on_hang,
-                                 clock=self.clock, cpu_seconds=process_tree_cpu_seconds,
+                                 clock=self.clock, cpu_seconds=ProcessTreeCpu(),
                                  cycle_confirm_s=self.config.cycle_confirm_s, fallback_armed=self._compile_began,
                                  precheck=self._may_hold_a_cycle, thread_factory=threading.Thread)
         self.watchdog.start()

@@ -37,7 +37,8 @@ def _start():
     # The user's own sitecustomize, if any: forget this module so the import finds the next one on the path.
     this = sys.modules.pop("sitecustomize", None)
     try:
-        import sitecustomize  # type: ignore[import-not-found]  # noqa: F401 - the user's, found after this folder left sys.path
+        # the user's, found now that this folder left sys.path
+        import sitecustomize  # type: ignore[import-not-found]  # noqa: F401
     except ImportError as exc:
         if exc.name != "sitecustomize":
             raise
