@@ -10,6 +10,7 @@ Analysis never prints: a hang noticed while the command runs is handed to `annou
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -142,6 +143,7 @@ class Supervisor:
         self.announce = announce
         self._popen = popen
         self._clock = clock
+        self._seen: Dict[Path, int] = {}  # record file -> the mtime last read (hangs are announced once)
 
     def run(self) -> List[TrialResult]:
         results = []
@@ -203,16 +205,29 @@ class Supervisor:
                 shutil.rmtree(session, ignore_errors=True)
 
     def _announce_hangs(self, session: Path, announced: set) -> bool:
-        """Hand each newly written hang to `announce`, once; True when any process has a hang."""
-        records, _ = load_session(session)
-        hung = False
-        for finding in findings_from_records([r for r in records if r.hang is not None]):
-            hung = True
-            key = _hang_key(finding)
-            if key not in announced:
-                announced.add(key)
-                self.announce(finding)
-        return hung
+        """Hand each newly written hang to `announce`, once; True when any process has a hang. Only records whose
+        file changed since the last look are read, and only those holding a hang are parsed."""
+        from dflash_doctor.supervise.records import ProcessRecord
+        from dflash_doctor.supervise.session import RECORD_PREFIX
+
+        for path in session.glob(f"{RECORD_PREFIX}*.json"):
+            try:
+                stamp = path.stat().st_mtime_ns
+                if self._seen.get(path) == stamp:
+                    continue
+                self._seen[path] = stamp
+                text = path.read_text(encoding="utf-8")
+                if '"hang": null' in text:
+                    continue
+                record = ProcessRecord.from_dict(json.loads(text))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # replaced while being read: the next look reads the new one
+            for finding in findings_from_records([record]) if record.hang is not None else ():
+                key = _hang_key(finding)
+                if key not in announced:
+                    announced.add(key)
+                    self.announce(finding)
+        return bool(announced)
 
 
 def _hang_key(finding: Finding) -> Tuple[str, object]:

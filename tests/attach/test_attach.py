@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -75,3 +76,25 @@ def test_ptrace_refused_says_what_to_change(hung_process):
         attach(AttachSpec(hung_process), runner=refused)
     assert "kernel.yama.ptrace_scope" in str(caught.value) and "--cap-add SYS_PTRACE" in str(caught.value)
     assert caught.value.exit_code == 4
+
+
+@pytest.mark.timeout(120)
+def test_attach_subprocesses_reads_the_children_of_a_launcher(cli, tmp_path):
+    launcher = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, "
+                                 f"{program('lock_cycle.py')!r}])"], stdout=subprocess.PIPE, text=True)
+    worker = None
+    try:
+        worker = int(read_line_with(launcher.stdout, "ready").split()[1])
+        out = tmp_path / "attach.json"
+        proc = cli("attach", launcher.pid, "--subprocesses", "--interval", "0.5", "-f", "json", "-o", out,
+                   timeout=100)
+    finally:
+        if worker is not None:
+            os.kill(worker, signal.SIGKILL)
+        launcher.kill()
+        launcher.wait(30)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(out.read_text())
+    assert {p["pid"] for p in doc["facts"]["processes"]} == {launcher.pid, worker}
+    finding, = doc["findings"]
+    assert finding["evidence"]["pid"] == worker and finding["code"] == "DFD903"

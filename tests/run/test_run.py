@@ -161,3 +161,26 @@ def test_a_per_thread_fix_is_entered_by_every_thread_started_after_torch(tmp_pat
                           timeout=100, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"early": False, "plain": True, "subclass": True, "main": True}
+
+
+def test_trials_give_the_rate_and_the_session_folder_goes_unless_kept(cli, tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    out = tmp_path / "run.json"
+    proc = cli("run", "--trials", "2", "-f", "json", "-o", out, "--", sys.executable, "-c", "print('step')",
+               env={"TMPDIR": str(scratch)}, timeout=60)
+    assert (proc.returncode, proc.stdout) == (0, "step\nstep\n"), proc.stderr
+    facts = _report(out)["facts"]
+    assert facts["rate"] == {"trials": 2, "with_findings": 0, "exit_nonzero": 0}
+    assert [len(t["processes"]) for t in facts["trials"]] == [1, 1]
+    assert list(scratch.iterdir()) == []
+    kept = cli("run", "--keep", "--", sys.executable, "-c", "pass", env={"TMPDIR": str(scratch)}, timeout=60)
+    folder, = scratch.iterdir()
+    assert f"session kept in {folder}" in kept.stderr
+    assert len(list(folder.glob("proc-*.json"))) == 1
+
+
+def test_a_command_that_does_not_exist_is_one_line(cli):
+    proc = cli("run", "--", "no-such-command-here", timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["dflash-doctor: error: command not found: no-such-command-here"]
