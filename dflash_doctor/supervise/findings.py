@@ -99,7 +99,9 @@ def _fx_findings(record: ProcessRecord) -> List[Finding]:
                    f"Next: {step}")
         evidence = {**_base(record), "worker": victim, "holder": blame.holder, "blame_kind": blame.kind.value,
                     "at_s": blame.at_s, "raised": count, "holder_stack": _where(blame.holder_stack), "next": step}
-        findings.append(rules.RUN_FX_FLAG_ERROR.finding(message, evidence=evidence))
+        own = _own_frame(blame.holder_stack)  # where the holder's trace started in the user's code, for SARIF
+        findings.append(rules.RUN_FX_FLAG_ERROR.finding(message, evidence=evidence,
+                                                        path=own.file if own else None, line=own.line if own else None))
     return findings
 
 
@@ -125,7 +127,9 @@ def _hang_finding(record: ProcessRecord) -> Optional[Finding]:
                 "chain": list(diagnosis.chain), "detected_at_s": hang.detected_at_s,
                 "last_clear_sample_at_s": hang.last_clear_sample_at_s, "latency_s": latency,
                 "stacks": {stack.name: _where(stack.frames) for stack in involved}, "next": step}
-    return rule.finding(message, evidence=evidence)
+    first = next((stack for stack in involved if stack.name in diagnosis.threads[:1]), None)
+    own = _own_frame(first.frames) if first is not None else None
+    return rule.finding(message, evidence=evidence, path=own.file if own else None, line=own.line if own else None)
 
 
 def findings_from_records(records: Sequence[ProcessRecord]) -> List[Finding]:
