@@ -60,7 +60,7 @@ D)
     >"$OUT/D.stdout" 2>"$OUT/D.stderr"; echo "D exit $?" | tee -a "$OUT/steps.log" ;;
 E)
   step "E bootstrap overhead, reference pipeline small preset, cuda"
-  timeout 150 python3 benchmarks/run_overhead.py --device cuda --preset small --rounds 5 --steps 20 \
+  timeout 170 python3 benchmarks/run_overhead.py --device cuda --preset small --pairs 2 --rounds 5 --steps 20 \
     --out "$OUT/E_overhead.md" >"$OUT/E.stdout" 2>"$OUT/E.stderr"; echo "E exit $?" | tee -a "$OUT/steps.log" ;;
 esac; done
 python3 benchmarks/gpu/own_run_table.py "$OUT" | tee "$OUT/own_run.md"
