@@ -39,5 +39,7 @@ def register(app: typer.Typer) -> None:
         check_output(output)
         from dflash_doctor.supervise.attach import AttachSpec, attach as read_process
 
+        from dflash_doctor.render.live_view import render_attach_facts
+
         report = read_process(AttachSpec(pid, subprocesses, samples, interval))
-        return finish(report, fmt, output=output)
+        return finish(report, fmt, output=output, facts_view=render_attach_facts)

@@ -129,4 +129,6 @@ def register(app: typer.Typer) -> None:
         for result in results:
             if result.session:
                 sys.stderr.write(f"dflash-doctor: session kept in {result.session}\n")
-        return finish(report, fmt, output=output, report_stream=sys.stderr)
+        from dflash_doctor.render.live_view import render_run_facts
+
+        return finish(report, fmt, output=output, facts_view=render_run_facts, report_stream=sys.stderr)

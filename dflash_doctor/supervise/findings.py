@@ -6,7 +6,7 @@ process imported, and says which `--fix` would prove it in the same command.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.findings import Finding
@@ -60,6 +60,11 @@ def _own_frame(frames: Sequence[Frame]) -> Optional[Frame]:
     return frames[-1] if frames else None
 
 
+def _location(frame: Optional[Frame]) -> Dict[str, Any]:
+    """A frame as a finding's location: a stack names a line, not a column, so the column is the line's first."""
+    return {"path": frame.file, "line": frame.line, "column": 1} if frame is not None else {}
+
+
 def _where(frames: Sequence[Frame]) -> List[str]:
     return [frame.where() + (f": {frame.source}" if frame.source else "") for frame in frames[-STACK_FRAMES:]]
 
@@ -100,8 +105,7 @@ def _fx_findings(record: ProcessRecord) -> List[Finding]:
         evidence = {**_base(record), "worker": victim, "holder": blame.holder, "blame_kind": blame.kind.value,
                     "at_s": blame.at_s, "raised": count, "holder_stack": _where(blame.holder_stack), "next": step}
         own = _own_frame(blame.holder_stack)  # where the holder's trace started in the user's code, for SARIF
-        findings.append(rules.RUN_FX_FLAG_ERROR.finding(message, evidence=evidence,
-                                                        path=own.file if own else None, line=own.line if own else None))
+        findings.append(rules.RUN_FX_FLAG_ERROR.finding(message, evidence=evidence, **_location(own)))
     return findings
 
 
@@ -129,7 +133,7 @@ def _hang_finding(record: ProcessRecord) -> Optional[Finding]:
                 "stacks": {stack.name: _where(stack.frames) for stack in involved}, "next": step}
     first = next((stack for stack in involved if stack.name in diagnosis.threads[:1]), None)
     own = _own_frame(first.frames) if first is not None else None
-    return rule.finding(message, evidence=evidence, path=own.file if own else None, line=own.line if own else None)
+    return rule.finding(message, evidence=evidence, **_location(own))
 
 
 def findings_from_records(records: Sequence[ProcessRecord]) -> List[Finding]:
