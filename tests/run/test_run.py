@@ -184,3 +184,20 @@ def test_a_command_that_does_not_exist_is_one_line(cli):
     proc = cli("run", "--", "no-such-command-here", timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["dflash-doctor: error: command not found: no-such-command-here"]
+
+
+@pytest.mark.timeout(90)
+def test_sarif_of_a_run_validates_and_points_at_the_users_line(cli, tmp_path):
+    from tests.render.sarif_schema import assert_valid_sarif
+
+    out = tmp_path / "run.sarif"
+    proc = cli("run", "--on-hang", "kill", "-f", "sarif", "-o", out, "--", sys.executable, program("lock_cycle.py"),
+               timeout=80)
+    assert proc.returncode == 137, proc.stderr
+    document = json.loads(out.read_text())
+    assert_valid_sarif(document)
+    result, = document["runs"][0]["results"]
+    location = result["locations"][0]["physicalLocation"]
+    assert result["ruleId"] == "DFD903"
+    assert location["artifactLocation"]["uri"] == "tests/run/programs/lock_cycle.py"
+    assert location["region"]["startLine"] in (15, 22)  # the `with` where a thread waits
