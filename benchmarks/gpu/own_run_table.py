@@ -31,7 +31,8 @@ def _row(step: str, path: Path, what: str) -> str:
             who.append("cycle: " + ", ".join(evidence["threads"]))
         if evidence.get("detected_at_s") is not None:
             latency.append(f"finding at {evidence['detected_at_s']:.1f} s, last clear sample at "
-                           f"{evidence.get('last_clear_sample_at_s')}, latency {evidence.get('latency_s')} s")
+                           f"{evidence.get('last_clear_sample_at_s')}, last event at {evidence.get('last_event_at_s')}, "
+                           f"latency {evidence.get('latency_s')} s")
     code = trial.get("exit_code", "attach")
     seconds = trial.get("seconds", facts.get("seconds"))
     return f"| {step} | {what} | {codes} | {'; '.join(who)} | {'; '.join(latency)} | exit {code}, {seconds} s |"

@@ -276,9 +276,11 @@ class Agent:
         fired = watchdog.fired_at if watchdog is not None and watchdog.fired_at is not None else self.clock()
         clear = watchdog.last_clear_sample_at if watchdog is not None else None
         start = self.recorder.started
+        last_event = self.recorder.last_progress
         self.recorder.record("hang", "I", cycle=report.diagnosis.cycle)
         self.hang = HangRecord(report.diagnosis, tuple(report.stacks), round(fired - start, 6),
-                               None if clear is None else round(clear - start, 6)).to_dict()
+                               None if clear is None else round(clear - start, 6),
+                               round(last_event - start, 6)).to_dict()
         self.write()
 
     def _hook_exits(self) -> None:

@@ -130,6 +130,7 @@ def _hang_finding(record: ProcessRecord) -> Optional[Finding]:
     evidence = {**_base(record), "cycle": diagnosis.cycle, "threads": list(diagnosis.threads),
                 "chain": list(diagnosis.chain), "detected_at_s": hang.detected_at_s,
                 "last_clear_sample_at_s": hang.last_clear_sample_at_s, "latency_s": latency,
+                "last_event_at_s": hang.last_event_at_s,
                 "stacks": {stack.name: _where(stack.frames) for stack in involved}, "next": step}
     first = next((stack for stack in involved if stack.name in diagnosis.threads[:1]), None)
     own = _own_frame(first.frames) if first is not None else None

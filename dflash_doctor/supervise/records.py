@@ -41,6 +41,7 @@ class HangRecord:
     stacks: Tuple[ThreadStack, ...]
     detected_at_s: float  # seconds since the process's agent started
     last_clear_sample_at_s: Optional[float]  # the last stack sample that showed no cycle (None: none was taken)
+    last_event_at_s: Optional[float] = None  # the last recorder event before the finding (nothing moved since)
 
     @property
     def latency_s(self) -> Optional[float]:
@@ -52,7 +53,8 @@ class HangRecord:
 
     def to_dict(self) -> dict:
         return {"diagnosis": self.diagnosis.to_dict(), "stacks": [s.to_dict() for s in self.stacks],
-                "detected_at_s": self.detected_at_s, "last_clear_sample_at_s": self.last_clear_sample_at_s}
+                "detected_at_s": self.detected_at_s, "last_clear_sample_at_s": self.last_clear_sample_at_s,
+                "last_event_at_s": self.last_event_at_s}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HangRecord":
@@ -60,9 +62,10 @@ class HangRecord:
         diagnosis = HangDiagnosis(FailureKind(raw["kind"]), str(raw["cycle"]), tuple(raw.get("chain") or ()),
                                   tuple(raw.get("threads") or ()), float(raw.get("stalled_s") or 0.0),
                                   str(raw.get("hint") or ""))
-        clear = data.get("last_clear_sample_at_s")
+        clear, event = data.get("last_clear_sample_at_s"), data.get("last_event_at_s")
         return cls(diagnosis, tuple(ThreadStack.from_dict(s) for s in data.get("stacks") or ()),
-                   float(data.get("detected_at_s") or 0.0), None if clear is None else float(clear))
+                   float(data.get("detected_at_s") or 0.0), None if clear is None else float(clear),
+                   None if event is None else float(event))
 
 
 @dataclass(frozen=True)
