@@ -12,7 +12,6 @@ error of each thread, and at exit, so a process killed afterwards (`--on-hang ki
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.abc
 import importlib.util
 import json
@@ -51,6 +50,15 @@ def start(session: str) -> "Agent":
 
 def current() -> Optional["Agent"]:
     return _AGENT
+
+
+def _mark_initialised(module) -> None:
+    """Tell importlib that `module` has finished initialising, as it does itself the moment exec_module returns.
+    Until then its module lock is held, and another thread's `import torch` would wait on it: a set-up that starts
+    a thread (the shim's self-check) waited out its 10 s (docs/races.md, "What run and attach rely on")."""
+    spec = getattr(module, "__spec__", None)
+    if spec is not None and getattr(spec, "_initializing", False):
+        spec._initializing = False
 
 
 class _TorchImportHook(importlib.abc.MetaPathFinder):
@@ -143,9 +151,8 @@ class Agent:
         return self._compiled
 
     def on_torch_imported(self) -> None:
-        """Right after torch's __init__: the recorder's hooks and the blame hook. The `--fix` set-ups wait for the
-        first `torch.compile` call (still before its wrapper exists): torch's import lock is held until torch's
-        __init__ returns, and a set-up that starts a thread (the shim's self-check) would wait on it. Never lets a
+        """Right after torch's __init__, before the user's next line: the `--fix` set-ups (the shim must precede
+        every compile wrapper, a patcher fix every thread), the recorder's hooks, the blame hook. Never lets a
         failure of the tool break the user's import."""
         from dflash_doctor import runtime
 
@@ -154,35 +161,18 @@ class Agent:
             self.torch_version = str(getattr(torch, "__version__", "unknown"))
             symbolic_trace = importlib.import_module("torch.fx._symbolic_trace")
             self.fx_flag_thread_local = hasattr(symbolic_trace, "_is_fx_tracing_tls")
-            if threading.current_thread() is threading.main_thread():
-                self._enter_thread_fixes(self._main_thread_fixes)
             runtime.install(self.recorder)
             self._hook_fx_predicates()
             if any(fix.setup is not None for fix in self._fixes):
-                self._set_up_before_first_compile(torch)
+                _mark_initialised(torch)
+                self.apply_setups()
+            if threading.current_thread() is threading.main_thread():
+                self._enter_thread_fixes(self._main_thread_fixes)
         except Exception as exc:  # noqa: BLE001 - the user's `import torch` must succeed whatever the tool does
             self._problem("the flight recorder", exc, "the run went on without (some of) the recorder's hooks")
 
     def _problem(self, subject: str, exc: BaseException, hint: str) -> None:
         self.problems.append({"subject": subject, "reason": f"{type(exc).__name__}: {exc}", "hint": hint})
-
-    def _set_up_before_first_compile(self, torch) -> None:
-        original = torch.compile
-        state = {"done": False}
-        lock = threading.Lock()
-        agent = self
-
-        @functools.wraps(original)
-        def compile(*args, **kwargs):
-            if not state["done"]:
-                with lock:
-                    if not state["done"]:
-                        state["done"] = True  # first: a set-up may itself call torch.compile
-                        agent.apply_setups()
-                torch.compile = original
-            return original(*args, **kwargs)
-
-        torch.compile = compile
 
     def apply_setups(self) -> None:
         """Each `--fix` set-up (mitigations.py), then the blame hook again: a set-up may have replaced the
