@@ -201,3 +201,18 @@ def test_sarif_of_a_run_validates_and_points_at_the_users_line(cli, tmp_path):
     assert result["ruleId"] == "DFD903"
     assert location["artifactLocation"]["uri"] == "tests/run/programs/lock_cycle.py"
     assert location["region"]["startLine"] in (15, 22)  # the `with` where a thread waits
+
+
+def test_cache_cold_gives_each_trial_a_fresh_inductor_cache_and_removes_it(cli, tmp_path):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    script = "import os; print(os.environ['TORCHINDUCTOR_CACHE_DIR'])"
+    proc = cli("run", "--cache", "cold", "--trials", "2", "--", sys.executable, "-c", script,
+               env={"TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "warm")}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.split()
+    assert first != second and all(path.startswith(str(scratch)) for path in (first, second))
+    assert list(scratch.iterdir()) == []
+    warm = cli("run", "--", sys.executable, "-c", script, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "warm")},
+               timeout=60)
+    assert warm.stdout.strip() == str(tmp_path / "warm")  # --cache warm (the default) leaves the user's as it is
