@@ -20,6 +20,10 @@ class Hazard(str, enum.Enum):
     # Dynamo's compile_lock held while waiting for the autograd device thread, which waits for compile_lock in the
     # lazy backward compile: no progress, no error.
     DEADLOCK = "deadlock"
+    # torch.fx's Tracer.trace patches nn.Module.__call__/__getattr__ on the classes (every thread) and keeps its
+    # patcher in the module global CURRENT_PATCHER: another thread's eager module call during a trace raises
+    # NameError, and overlapping traces end in an AssertionError. Only where a thread runs its own FX trace.
+    PATCHER_RACE = "fx-patcher-race"
 
     @property
     def label(self) -> str:
@@ -38,6 +42,7 @@ _TITLES = {
     Hazard.STUCK_FLAG: "stuck FX flag",
     Hazard.IS_COMPILING_LEAK: "is-compiling leak across threads",
     Hazard.DEADLOCK: "compile-lock / autograd-device-thread deadlock",
+    Hazard.PATCHER_RACE: "FX patcher race across threads",
 }
 
 
