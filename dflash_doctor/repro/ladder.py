@@ -37,8 +37,9 @@ class Outcome(str, enum.Enum):
 
 
 def trials_per_stress(trials: int) -> Dict[Stress, int]:
-    """--trials is the natural count; amplification needs fewer; forced and stuck settle in one."""
-    return {Stress.NATURAL: trials, Stress.AMPLIFIED: max(1, trials - 1), Stress.FORCED: 1, Stress.STUCK: 1}
+    """--trials is the natural count; amplification needs fewer; forced, stuck and a foreign trace settle in one."""
+    return {Stress.NATURAL: trials, Stress.AMPLIFIED: max(1, trials - 1), Stress.FORCED: 1, Stress.STUCK: 1,
+            Stress.FOREIGN_TRACE: 1}
 
 
 @dataclass(frozen=True)
