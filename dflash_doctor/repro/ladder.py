@@ -160,8 +160,10 @@ def qualifying_baseline(stresses: Iterable[Stress], trials: int, skipped: Dict[S
     return Row((), RowKind.QUALIFY, tuple(stresses), trials_per_stress(trials), dict(skipped))
 
 
-def mitigation_row(names: Tuple[str, ...], trials: int, skipped: Dict[Stress, str]) -> Row:
-    stresses = registry.ladder(names)
+def mitigation_row(names: Tuple[str, ...], trials: int, skipped: Dict[Stress, str],
+                   stresses: Optional[Tuple[Stress, ...]] = None) -> Row:
+    """A fix's row: its whole ladder, or the `stresses` asked for by name."""
+    stresses = stresses or registry.ladder(names)
     return Row(names, RowKind.LADDER, stresses, trials_per_stress(trials),
                {s: why for s, why in skipped.items() if s in stresses})
 
