@@ -84,7 +84,9 @@ def run_guards(
     verdicts = decide_hazards(layout, outcomes, live["fx_flag_now"])
     verdict, worst = headline(verdicts)
     release = release_of(layout)
-    needed = frozenset(v.hazard for v in verdicts if v.state != ABSENT)
+    # The ranking is for the hazards every threaded trainer meets; a conditional one (the patcher race) is in
+    # each fix's caveats and in its own hazard entry's fixes, not in every combination.
+    needed = frozenset(v.hazard for v in verdicts if v.state != ABSENT and not v.hazard.conditional)
     upgrade_advice = upgrade(needed, later_rows(layout.torch_version),
                              lambda row: present_hazards(evidence_of_row(row)))
     if tree_only:
@@ -108,12 +110,14 @@ def run_guards(
                     for v in verdicts},
         "release": {"version": release.version, "fx_flag_thread_local": release.fx_flag_thread_local,
                     "non_lazy_backward_available": release.non_lazy_backward_available,
-                    "backward_compile_takes_compile_lock": release.backward_compile_takes_compile_lock},
+                    "backward_compile_takes_compile_lock": release.backward_compile_takes_compile_lock,
+                    "fx_patches_isolated": release.fx_patches_isolated},
         "fixes": rank_fixes(needed, release, live["fx_flag_now"], live["config"], CONFIG_DEFAULTS, upgrade_advice),
         "versions": versions,
         "fx_flag": _flag_facts(layout.fx_flag),
         "compiling_flag": _compiling_facts(layout),
         "backward_compile": layout.backward.to_dict(),
+        "fx_patches": layout.fx_patches.to_dict(),
         "corroboration": corroborate(layout),
         "probe_details": probe_details,
         "state_source": state_source,

@@ -140,11 +140,12 @@ def leave_fx_flag_stuck(*, names=("fx-trace-a", "fx-trace-b"), timeout_s: float 
     return Disturbance([], description=description, errors=errors)
 
 
-# A trace of the profiled module takes this long inside Tracer.trace (the GIL released), so the patched window
-# covers most of the loop, as a real model's trace (hundreds of modules) does; the pause between traces lets a
-# worker waiting for a lock the tracer shares (global-lock) in.
+# A trace of the profiled module stays this long inside Tracer.trace with the GIL released, as a real model's
+# trace (hundreds of modules) lasts, so the workers run while the patches are in place; between traces the
+# tracer sleeps, as a profiler does, which also lets a worker waiting for a lock the tracer shares (global-lock)
+# in and keeps the tracer from taking the GIL from the workers' compiles.
 TRACE_PAUSE_S = 0.002
-BETWEEN_TRACES_S = 0.001
+BETWEEN_TRACES_S = 0.02
 
 
 def _profiled_module(pause_s: float):

@@ -77,6 +77,9 @@ class _Entry:
 
 
 _slots: Dict[Key, _Slot] = {}
+# One dispatcher per place, kept for the next trace (a trace patches some fifty math functions: building their
+# dispatchers anew each time was most of the shim's cost); reused only while the place's original is the same.
+_dispatchers: Dict[Key, Tuple[Any, Callable[..., Any]]] = {}
 
 
 def _own_patches() -> Dict[Key, List[_Entry]]:
@@ -139,6 +142,15 @@ def _write(owner: Any, name: str, value: Any, is_class: bool) -> None:
         owner[name] = value
 
 
+def _cached_dispatcher(key: Key, original: Any) -> Callable[..., Any]:
+    cached = _dispatchers.get(key)
+    if cached is not None and cached[0] is original:
+        return cached[1]
+    dispatch = _dispatcher(key, original)
+    _dispatchers[key] = (original, dispatch)
+    return dispatch
+
+
 def _push(owner: Any, name: str, new_fn: Callable[..., Any], is_class: bool) -> None:
     key = (id(owner), name)
     with _table_lock:
@@ -150,10 +162,10 @@ def _push(owner: Any, name: str, new_fn: Callable[..., Any], is_class: bool) -> 
 
                 fallback = getattr(builtins, name)  # _PatchedFnDel: the name resolved to the builtin
                 slot = _Slot(owner, name, _MISSING)
-                _write(owner, name, _dispatcher(key, fallback), is_class)
+                _write(owner, name, _cached_dispatcher(key, fallback), is_class)
             else:
                 slot = _Slot(owner, name, original)
-                _write(owner, name, _dispatcher(key, original), is_class)
+                _write(owner, name, _cached_dispatcher(key, original), is_class)
             _slots[key] = slot
         slot.users += 1
         wrapped = getattr(new_fn, "__wrapped__", None)
@@ -182,6 +194,18 @@ def _pop(owner: Any, name: str, new_fn: Callable[..., Any], is_class: bool) -> N
             current = _read(owner, name, is_class)
             if getattr(current, "__dflash_fx_dispatch__", False):  # leave anything someone else put there
                 _write(owner, name, slot.original, is_class)
+
+
+def _is_extension_module_dict(frame_dict: Dict[str, Any]) -> bool:
+    """The globals of a module not written in Python (math, the autowrap module every Tracer searches).
+
+    A module's globals are one dict for every thread, so a patch there cannot be per thread; a Dynamo compile in
+    another thread that reads `math.sqrt` meanwhile sees a Python function where a builtin was, and fails
+    (measured: InternalTorchDynamoError, and 'Guard failed on the same frame it was created', in a worker
+    compiling flex_attention, torch 2.13). These dicts are left alone: in the tracing thread `math.f(proxy)`
+    then raises instead of being recorded, while a function a Python module imported by name, or registered
+    with torch.fx.wrap, is still patched in that module's globals."""
+    return "__spec__" in frame_dict and not str(frame_dict.get("__file__") or "").endswith(".py")
 
 
 def _thread_patch_kinds(fx):
@@ -241,6 +265,8 @@ def _patcher_functions(fx):
     def _autowrap_check(patcher: Any, frame_dict: Dict[str, Any], function_ids: set) -> None:
         # torch's check compares ids with the functions to autowrap (math.sqrt...); while another thread traces,
         # the place holds a dispatcher, so the check looks at what the dispatcher stands for.
+        if _is_extension_module_dict(frame_dict):
+            return
         if patcher.visit_once(frame_dict):
             for name, value in list(frame_dict.items()):
                 original = _original_of(value)
