@@ -96,6 +96,8 @@ def _needs_global_flag(release: Release) -> Optional[str]:
 def _needs_shared_patches(release: Release) -> Optional[str]:
     if release.fx_patches_isolated:
         return "this release already keeps torch.fx's patches to the tracing thread"
+    if release_series(release.version) == "2.4":
+        return "torch 2.4's _Patcher writes its patches itself, with nothing to redirect per thread (2.5 and later)"
     return None
 
 
@@ -464,16 +466,19 @@ def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard], release: 
     caveats = tuple(c for entry in entries for c in entry.caveats) + tuple(
         entry.pairing_caveat() for entry in entries if _pairing_needed(entry, names, needed)) + open_conditions(
         names, release)
-    evidence, detail = _evidence(names, release, combination)
+    evidence, detail = _evidence(names, release, combination, needed)
     return Recommendation(names, covered & needed, needed - covered, caveats, tuple(e.api for e in entries),
                           "; ".join(e.cost for e in entries), evidence, detail)
 
 
-def _evidence(names: Tuple[str, ...], release: Release, combination: Combination) -> Tuple[str, str]:
-    """Measured only where these exact parts ran on this release; otherwise inferred from the measurement of
-    the combination it derives from and this release's traits."""
+def _evidence(names: Tuple[str, ...], release: Release, combination: Combination,
+              needed: FrozenSet[Hazard]) -> Tuple[str, str]:
+    """Measured only where these exact parts ran on this release against these hazards (the measurements had no
+    thread running its own FX trace, so a conditional hazard makes it inferred); otherwise inferred from the
+    measurement of the combination it derives from and this release's traits."""
     from_release = release_series(release.version)
-    if names == combination.names and from_release in combination.measured_on:
+    if names == combination.names and from_release in combination.measured_on and not any(
+            h.conditional for h in needed):
         return MEASURED, f"measured ({from_release}, {combination.measured_where})"
     ran = "; ".join(f"{r}, {combination.measured_where}" for r in combination.measured_on)
     source = f"{label(combination.names)} measured ({ran})" if ran else "not measured"

@@ -6,11 +6,11 @@ In `fx/_symbolic_trace.py` (AST only, nothing imported):
    replaces the methods on the class, which every thread's modules use (`_PatchedFnSetAttr.patch` is a
    `setattr` on the class in every release read);
 2. where the active patcher lives: the module variable `CURRENT_PATCHER`, written under `global` by
-   `_new_patcher` (a module global: traces in two threads restore each other's), or an attribute of a
-   `threading.local()` (per thread);
+   `_new_patcher` (a module global: traces in two threads restore each other's; 2.5 and later), an attribute of a
+   `threading.local()` (per thread), or nowhere (2.4: `with _Patcher() as patcher` inside the trace);
 3. the `raise NameError("module is not installed as a submodule")` another thread's eager module call ends in.
 
-The hazard is present where the class is patched and the patcher is a module global, absent where the patcher is
+The hazard is present where the class is patched and the patcher is not per thread, absent where the patcher is
 per thread, unknown otherwise. docs/guards-releases.md shows what each release decides.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ class FxPatches:
         """The release keeps the patches to the tracing thread (its patcher is per thread)."""
         if self.patcher_storage == THREAD_LOCAL:
             return True
-        if self.patcher_storage == MODULE_GLOBAL and self.class_patches:
+        if self.class_patches:  # on the class, with a global patcher or one local to the trace (2.4)
             return False
         return None
 
@@ -85,7 +85,8 @@ def read_fx_patches(index: Index) -> FxPatches:
         notes.append(f"no patch_method(torch.nn.Module, ...) call in Tracer.trace ({display})")
     patcher, storage, writer = _patcher(index, module, display)
     if patcher is None:
-        notes.append(f"no {PATCHER_NAME} and no thread-local patcher in {display}")
+        notes.append(f"no {PATCHER_NAME} and no thread-local patcher in {display}: each trace's patcher is its "
+                     "own, its patches still on the class")
     else:
         notes.append(f"the active patcher {patcher.what} ({display}:{patcher.line}) is {storage}"
                      + (f", set by {writer.what} (line {writer.line})" if writer else ""))

@@ -22,8 +22,8 @@ from dflash_doctor.guards.state import (
     read_env, read_versions, torch_build, triton_cache_dir,
 )
 from dflash_doctor.guards.verdict import (
-    ABSENT, UNKNOWN, HazardVerdict, decide_hazards, evidence_of_row, headline, present_hazards, release_of,
-    verdict_reasons,
+    ABSENT, UNKNOWN, HazardVerdict, advised_hazards, advised_present, decide_hazards, evidence_of_row, headline,
+    release_of, verdict_reasons,
 )
 
 PURPOSE = "dflash-doctor guards"
@@ -84,11 +84,9 @@ def run_guards(
     verdicts = decide_hazards(layout, outcomes, live["fx_flag_now"])
     verdict, worst = headline(verdicts)
     release = release_of(layout)
-    # The ranking is for the hazards every threaded trainer meets; a conditional one (the patcher race) is in
-    # each fix's caveats and in its own hazard entry's fixes, not in every combination.
-    needed = frozenset(v.hazard for v in verdicts if v.state != ABSENT and not v.hazard.conditional)
+    needed = advised_hazards(verdicts)
     upgrade_advice = upgrade(needed, later_rows(layout.torch_version),
-                             lambda row: present_hazards(evidence_of_row(row)))
+                             lambda row: advised_present(evidence_of_row(row)))
     if tree_only:
         versions = {"torch": layout.torch_version, **torch_build(layout.cuda, layout.hip)}
     else:

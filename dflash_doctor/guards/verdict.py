@@ -121,6 +121,17 @@ def present_hazards(evidence: Evidence) -> frozenset:
     return frozenset(h for h, state in source_states(evidence).items() if state == PRESENT)
 
 
+def advised_hazards(verdicts: Sequence["HazardVerdict"]) -> frozenset:
+    """The hazards the ranked fixes are for: every one not absent, but no conditional one (the patcher race is in
+    each fix's caveats and its own hazard entry's fixes, not in every combination)."""
+    return frozenset(v.hazard for v in verdicts if v.state != ABSENT and not v.hazard.conditional)
+
+
+def advised_present(evidence: Evidence) -> frozenset:
+    """`present_hazards` without the conditional ones: what the upgrade advice compares between releases."""
+    return frozenset(h for h in present_hazards(evidence) if not h.conditional)
+
+
 def release_of(layout: Layout) -> Release:
     """The release traits the mitigation registry's advice reads, from the source alone."""
     storage = layout.fx_flag_storage
@@ -193,16 +204,17 @@ def _patcher_reason(state: str, layout: Layout) -> Tuple[str, Tuple[Citation, ..
     if state == ABSENT and patcher is not None:
         return (f"torch.fx keeps its active patcher per thread ({patcher.what}, {patcher.file}:{patcher.line})",
                 (Citation(patcher.file, patcher.line, patcher.what.split(".")[0]),))
-    if state == PRESENT and patcher is not None and patches.class_patches:
+    if state == PRESENT and patches.class_patches:
         first = patches.class_patches[0]
         cited = tuple(Citation(s.file, s.line, s.what) for s in patches.class_patches) + (
-            Citation(patcher.file, patcher.line, patcher.what),) + tuple(
+            (Citation(patcher.file, patcher.line, patcher.what),) if patcher else ()) + tuple(
             Citation(s.file, s.line, "NameError") for s in patches.name_errors)
         where = f", set by {writer.what} ({writer.file}:{writer.line})" if writer else ""
+        kept = (f" and keeps its patcher in the module global {patcher.what} ({patcher.file}:{patcher.line}{where})"
+                if patcher else "")
         errors = ", ".join(f"{s.file}:{s.line}" for s in patches.name_errors)
         return (f"Tracer.trace patches torch.nn.Module.{' and '.join(s.what for s in patches.class_patches)} on "
-                f"the class ({first.file}:{first.line}) and keeps its patcher in the module global {patcher.what} "
-                f"({patcher.file}:{patcher.line}{where}): while one thread traces, other threads' eager module "
+                f"the class ({first.file}:{first.line}){kept}: while one thread traces, other threads' eager module "
                 "calls run the tracer's wrapper and raise NameError" + (f" ({errors})" if errors else "")
                 + ", and overlapping traces restore each other's patches" + condition), cited
     missing = "; ".join(note for note in patches.notes if note.startswith("no "))

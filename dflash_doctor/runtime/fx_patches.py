@@ -293,6 +293,10 @@ def isolate_fx_patches() -> PatchIsolation:
         missing = [name for name in _REQUIRED if not hasattr(fx, name)]
         if missing:
             return PatchIsolation("unknown-layout", f"{_FX_MODULE} has no {', '.join(missing)}")
+        if not hasattr(fx._PatchedFnSetAttr, "patch"):
+            # torch 2.4: _Patcher writes the patches itself; there is no patch() on the kinds to redirect.
+            return PatchIsolation("unknown-layout", f"{_FX_MODULE}'s _Patcher writes its patches itself (torch "
+                                                    "2.4); isolate-fx-patches needs torch 2.5 or later")
         set_item, delete, set_attr = _thread_patch_kinds(fx)
         new_patcher, maybe_revert, autowrap_check = _patcher_functions(fx)
         replacements = {"_PatchedFnSetItem": set_item, "_PatchedFnDel": delete, "_PatchedFnSetAttr": set_attr,
@@ -300,8 +304,9 @@ def isolate_fx_patches() -> PatchIsolation:
                         "_autowrap_check": autowrap_check}
         for name, replacement in replacements.items():  # module globals torch.fx looks up on every use
             setattr(fx, name, replacement)
-        _installed = PatchIsolation("installed", "nn.Module and autowrapped-function patches now apply to the "
-                                                 "tracing thread only; the current patcher is per thread",
+        _installed = PatchIsolation("installed", "nn.Module.__call__/__getattr__ and autowrapped functions now "
+                                                 "dispatch per thread (math's own functions are left unpatched); "
+                                                 "the current patcher is per thread",
                                     tuple(f"{_FX_MODULE}.{name}" for name in _REQUIRED[2:]))
         return _installed
 
