@@ -64,9 +64,10 @@ _TITLES = {
     Hazard.DEADLOCK: "compile-lock / autograd-device-thread deadlock",
     Hazard.PATCHER_RACE: "FX patcher race across threads",
 }
-# docs/races.md, "The FX patcher race": the patches are installed only inside Tracer.trace, so a trainer whose
-# threads never run a torch.fx trace of their own (a compile's make_fx runs no user module through them) is not
-# exposed, while a profiler or graph-inspection thread calling symbolic_trace next to the workers is.
+# docs/races.md, "The FX patcher race": the patches are installed only inside Tracer.trace; a compile's make_fx
+# tracer runs other threads' module calls through and compiles do not overlap (compile_lock), so a trainer whose
+# threads never run a torch.fx trace of their own is not exposed, while a profiler or graph-inspection thread
+# calling symbolic_trace next to the workers is.
 _CONDITIONS = {
     Hazard.PATCHER_RACE: "a thread runs its own torch.fx trace (symbolic_trace, a Tracer subclass) while other "
                          "threads run modules",
