@@ -533,7 +533,8 @@ def fix_text(*hazards: Hazard, release: Release = Release()) -> str:
 def _open_titles(names: Tuple[str, ...], release: Release) -> str:
     """The severe hazards a combination leaves open that it was not asked about: conditional ones, by name."""
     covered = covers(names)
-    return ", ".join(f"the {h.label} (where {h.condition})" for h in Hazard
+    # The condition's first clause is enough here ("a thread runs its own torch.fx trace"); the caveats say more.
+    return ", ".join(f"the {h.label} (where {(h.condition or '').split(' (')[0]})" for h in Hazard
                      if h.conditional and h not in covered and h in release.hazards(including=(h,)))
 
 
