@@ -10,7 +10,7 @@
 #                       stresses, per-stress counts and the row's steps/s. The two run side by side (--jobs 4 each),
 #                       capped at 210 s together.
 #   (b) seeds-winner    pipeline --preset seeds --steps 20 --mitigation W, W = threadlocal-flag,single-thread-autograd
-#                       when (a) says that pair holds (or did not fail), else threadlocal-flag,non-lazy-backward;
+#                       unless (a) says that pair fails, else threadlocal-flag,non-lazy-backward;
 #       seeds-nonlazy   and the same with threadlocal-flag,non-lazy-backward, the cost to compare with (caps 60 and
 #                       55 s; the second is skipped when W is that pair already).
 #   (c) trace-none      pipeline --preset seeds --steps 20 --tracing-thread --mitigation W: expected to lose a worker
@@ -88,11 +88,10 @@ publish
 WINNER=$("$PY" - "$RUNS/repro-sta-shim.json" <<'EOF'
 import json, sys
 try:
-    facts = json.load(open(sys.argv[1]))["facts"]
-    held = facts.get("outcome") in ("holds", "inconclusive") and facts.get("verdict") == "not-reproduced"
+    failed = json.load(open(sys.argv[1]))["facts"].get("outcome") == "fails"
 except (OSError, ValueError, KeyError):
-    held = False
-print("threadlocal-flag,single-thread-autograd" if held else "threadlocal-flag,non-lazy-backward")
+    failed = False  # no answer from (a): the pipeline run is then the pair's first measurement
+print("threadlocal-flag,non-lazy-backward" if failed else "threadlocal-flag,single-thread-autograd")
 EOF
 )
 echo "winner=$WINNER (from repro-sta-shim)" >>"$RUNS/runs.txt"
