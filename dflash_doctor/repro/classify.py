@@ -4,12 +4,8 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
+from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
-
-
-# What the FX patcher race raises (torch/fx/_symbolic_trace.py: Tracer.path_of_module's NameError, and the
-# finally block of _new_patcher; docs/races.md, "The FX patcher race").
-PATCHER_ERROR_MARKS = ("module is not installed as a submodule", "CURRENT_PATCHER")
 
 
 def is_fx_error_text(error: Optional[str]) -> bool:

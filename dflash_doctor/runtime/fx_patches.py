@@ -31,6 +31,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from dflash_doctor.errors import require_torch
 
 _FX_MODULE = "torch.fx._symbolic_trace"
+# What the race raises, as the classifiers (repro, the pipeline's findings) recognise it: Tracer.path_of_module's
+# NameError and the finally block of _new_patcher (docs/races.md, "The FX patcher race").
+PATCHER_ERROR_MARKS = ("module is not installed as a submodule", "CURRENT_PATCHER")
 # What _Patcher uses and this shim replaces; a release missing one is a layout the shim does not know.
 _REQUIRED = ("_Patcher", "_create_wrapped_func", "_PatchedFnSetItem", "_PatchedFnDel", "_PatchedFnSetAttr",
              "_new_patcher", "_maybe_revert_all_patches", "_autowrap_check")
