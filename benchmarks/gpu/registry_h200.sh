@@ -39,8 +39,7 @@ if [ "$DEVICE" = cpu ]; then
 fi
 START=$SECONDS
 
-publish() {
-  "$PY" benchmarks/gpu/registry_table.py "$RUNS" >"$RUNS/table.md" 2>>"$RUNS/runs.txt"
+publish() {  # results.json first: the table is rendered from it
   "$PY" - "$RUNS" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -55,6 +54,7 @@ for path in sorted(runs.glob("*.json")):
         reports[path.stem] = {"unreadable": str(exc)}
 (runs / "results.json").write_text(json.dumps(reports, indent=1))
 EOF
+  "$PY" benchmarks/gpu/registry_table.py "$RUNS" >"$RUNS/table.md" 2>>"$RUNS/runs.txt"
   cp "$RUNS/results.json" "$RUNS/table.md" "$OUT/"
   cat "$RUNS/env.txt" "$RUNS/runs.txt" >"$OUT/runs.txt"
   tar czf "$OUT/registry-h200.tgz" -C "$RUNS" --exclude='.cache-*' .
