@@ -18,6 +18,7 @@ class Mode(str, enum.Enum):
     AMPLIFIED = "amplified"
     FORCED = "forced"
     STUCK = "stuck"
+    FOREIGN_TRACE = "foreign-trace"  # a thread loops torch.fx.symbolic_trace next to the workers (the patcher race)
 
 
 class Shapes(str, enum.Enum):
