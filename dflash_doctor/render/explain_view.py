@@ -61,12 +61,16 @@ def render_mitigations(console, entries, *, ranking: bool) -> None:
         console.print("[bold]Mitigations[/]: every fix repro --mitigation / --matrix, pipeline --mitigation, guards "
                       "and scan know. A fix holds only after repro put it through every stress of its ladder "
                       "against a baseline that reproduced under the same stresses.")
-        console.print("\n[bold]Ranking per release[/] (best first; guards ranks for the installed torch)")
-        for family, hazards, fixes in ranking_rows():
+        console.print("\n[bold]Ranking per release[/] (best first; guards ranks for the installed torch; measured: "
+                      "those fixes ran on that release, inferred: derived from another release and the source)")
+        for family, hazards, plain, with_trace in ranking_rows():
             console.print(f"  [bold]torch {escape(family)}[/] [dim](hazards: {escape(hazards)})[/]")
-            for rank, (fix, gaps) in enumerate(fixes, 1):
-                left = f" [yellow](leaves {escape(gaps)})[/]" if gaps else ""
-                console.print(f"    {rank}. {escape(fix)}{left}")
+            for title, fixes in (("any threaded trainer", plain), ("with a thread running its own FX trace",
+                                                                   with_trace)):
+                console.print(f"    {title}:")
+                for rank, (fix, gaps, evidence) in enumerate(fixes, 1):
+                    left = f" [yellow](leaves {escape(gaps)})[/]" if gaps else ""
+                    console.print(f"      {rank}. {escape(fix)}{left} [dim]{escape(evidence)}[/]")
         console.print()
     for entry in entries:
         flag = " [yellow](not a fix)[/]" if not entry.recommended else ""

@@ -26,12 +26,14 @@ def epilog(examples: Sequence[str], *notes: str) -> str:
 
 
 def examples_of(text: str) -> List[str]:
-    """The examples an `epilog` holds (none when the text was not made by it)."""
+    """The examples an epilog holds: the indented lines of its unwrapped `Examples:` paragraph, wherever it
+    stands (`epilog` puts it first); none when it has no such paragraph."""
     lines = text.split("\n")
-    if lines[:2] != [NO_REWRAP, HEADING]:
+    starts = [i for i in range(len(lines) - 1) if lines[i:i + 2] == [NO_REWRAP, HEADING]]
+    if not starts:
         return []
     found = []
-    for line in lines[2:]:
+    for line in lines[starts[0] + 2:]:
         if not line.startswith(INDENT):
             break
         found.append(line[len(INDENT):])

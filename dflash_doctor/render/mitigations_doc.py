@@ -15,7 +15,7 @@ from dflash_doctor.hazards import Hazard, Release
 RELEASE_FAMILIES: Tuple[Tuple[str, Release], ...] = (
     ("2.4, 2.5", Release("2.5", fx_flag_thread_local=False, non_lazy_backward_available=False,
                          backward_compile_takes_compile_lock=False)),
-    ("2.6 - 2.9", Release("2.9", fx_flag_thread_local=False, non_lazy_backward_available=False,
+    ("2.6 - 2.9", Release("2.8", fx_flag_thread_local=False, non_lazy_backward_available=False,
                           backward_compile_takes_compile_lock=True)),
     ("2.10 - 2.13", Release("2.11", fx_flag_thread_local=False, non_lazy_backward_available=True,
                             backward_compile_takes_compile_lock=True)),
@@ -29,9 +29,15 @@ def _titles(hazards) -> str:
 
 
 def entry_fields(entry: registry.Mitigation) -> List[Tuple[str, str]]:
-    """(label, text) for one mitigation: what it stops, the call, its cost, its stresses, what it leaves open.
-    The Markdown page and the terminal view both draw these."""
-    fields = [("stops", _titles(entry.covers)), ("apply", entry.api), ("cost", entry.cost),
+    """(label, text) for one mitigation: what it stops and does not, how repro applies it, the call, its cost,
+    the stresses it faces, what it leaves open. The Markdown page and the terminal view both draw these."""
+    how = ("process-wide set-up" if entry.setup else "wraps each step" if entry.wrap_step else
+           "entered by each worker thread around its steps" if entry.in_each_thread else
+           "a serial warm-up first" if entry.warm_up else "one process per worker")
+    if entry.around_foreign_trace:
+        how += "; a thread running its own FX trace enters its lock too"
+    fields = [("stops", _titles(entry.covers)), ("does not stop", _titles(entry.leaves_open)),
+              ("applied by repro and the pipeline as", how), ("apply", entry.api), ("cost", entry.cost),
               ("repro puts it through", f"{', '.join(s.value for s in entry.ladder)} stress")]
     return fields + [("leaves open", caveat) for caveat in registry.caveats_for((entry.name,))]
 
@@ -43,21 +49,34 @@ def entry_lines(entry: registry.Mitigation) -> List[str]:
     return lines + [""]
 
 
-def ranking_rows() -> List[Tuple[str, str, List[Tuple[str, str]]]]:
-    """(torch releases, their hazards, [(fix, what it leaves open or "")] best first) per release family."""
-    rows = []
-    for family, release in RELEASE_FAMILIES:
-        ranked = registry.recommend(release.hazards(), release)
-        rows.append((family, _titles(release.hazards()), [(r.label, _titles(r.gaps) if r.gaps else "")
-                                                          for r in ranked]))
-    return rows
+# (fix, what it leaves open or "", measured or inferred), best first
+RankedFixes = List[Tuple[str, str, str]]
+
+
+def _ranking(hazards, release: Release) -> RankedFixes:
+    return [(r.label, _titles(r.gaps) if r.gaps else "", r.evidence_label)
+            for r in registry.recommend(hazards, release)]
+
+
+def ranking_rows() -> List[Tuple[str, str, RankedFixes, RankedFixes]]:
+    """Per release family: (releases, their hazards, the ranking for any threaded trainer, the ranking for one
+    with a thread running its own FX trace: the conditional hazards named, as scan and repro do when they see
+    one)."""
+    conditional = tuple(h for h in Hazard if h.conditional)
+    return [(family, _titles(release.hazards()), _ranking(release.hazards(), release),
+             _ranking(release.hazards(including=conditional), release)) for family, release in RELEASE_FAMILIES]
+
+
+def _ranked(fixes: RankedFixes) -> str:
+    return "; ".join(f"**{fix}**" + (f" (leaves {gaps})" if gaps else "") + f" _{evidence}_"
+                     for fix, gaps, evidence in fixes)
 
 
 def ranking_lines() -> List[str]:
-    lines = ["| torch | hazards | fixes, best first (what each leaves open) |", "|---|---|---|"]
-    for family, hazards, fixes in ranking_rows():
-        cells = "; ".join(f"**{fix}**" + (f" (leaves {gaps})" if gaps else "") for fix, gaps in fixes)
-        lines.append(f"| {family} | {hazards} | {cells} |")
+    lines = ["| torch | hazards | fixes, best first (what each leaves open; measured or inferred) | with a thread "
+             "running its own FX trace |", "|---|---|---|---|"]
+    for family, hazards, plain, with_trace in ranking_rows():
+        lines.append(f"| {family} | {hazards} | {_ranked(plain)} | {_ranked(with_trace)} |")
     return lines
 
 
@@ -77,7 +96,11 @@ def render() -> str:
         "",
         "Complete fixes first (every severe hazard of the release stopped), in this order of preference: keep the "
         "workers concurrent, then the cheap warm-up, then serialising, then processes. `guards` ranks for the "
-        "installed (or `--torch-root`) release with the same function.",
+        "installed (or `--torch-root`) release with the same function. _measured_ means those exact fixes ran on "
+        "that release (the H200 runs in docs/gpu-results.md); _inferred_ means they derive from a measurement on "
+        "another release and the release's source. The FX patcher race is conditional: it needs a thread running "
+        "its own FX trace (a profiler's symbolic_trace), so only the last column, for such a trainer, ranks fixes "
+        "for it (`mitigations.recommend` given `Hazard.PATCHER_RACE`); every fix that leaves it open says so below.",
         "",
         *ranking_lines(),
         "",
