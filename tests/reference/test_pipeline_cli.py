@@ -156,6 +156,7 @@ def test_every_thread_mitigation_of_the_registry_applies_and_the_run_trains(miti
         w["name"]: not per_thread for w in facts["workers"]}
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(200)
 def test_a_tracing_thread_kills_a_worker_with_the_patcher_race_and_isolate_fx_patches_lets_it_train():
     proc, doc = run_cli_json(*TINY, "--steps", "6", "--tracing-thread", timeout=90)

@@ -16,6 +16,7 @@ def _report(path):
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(240)
 def test_forced_leak_names_the_victim_and_the_holder_with_its_stack(cli, tmp_path):
     out, trace = tmp_path / "run.json", tmp_path / "trace.json"
@@ -38,6 +39,7 @@ def test_forced_leak_names_the_victim_and_the_holder_with_its_stack(cli, tmp_pat
     assert {"drafter-0", "fx-holder"} <= names
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(240)
 def test_fix_threadlocal_flag_stops_the_forced_leak(cli, tmp_path):
     out = tmp_path / "run.json"
@@ -129,6 +131,7 @@ def test_signals_reach_the_command_and_no_orphan_is_left(tmp_path, sent, marker,
     assert gone(child) and gone(grandchild)
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(300)
 def test_torchrun_gives_one_report_naming_each_rank(cli, tmp_path):
     out, trace = tmp_path / "run.json", tmp_path / "trace.json"
@@ -150,6 +153,7 @@ def test_torchrun_gives_one_report_naming_each_rank(cli, tmp_path):
         assert any(e["name"] == "process_name" and f"rank {rank}" in e["args"]["name"] for e in rows)
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 def test_a_per_thread_fix_is_entered_by_every_thread_started_after_torch(tmp_path):
     import os
