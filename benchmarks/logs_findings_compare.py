@@ -19,7 +19,7 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Iterator, Tuple
+from typing import Iterator, Set, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -34,6 +34,15 @@ PADDING = "".join(f"[drafter-{i % 4}] step={i // 4} loss=2.10 7.0 Ktok/s\n" for 
 
 
 def logs() -> Iterator[Tuple[str, bytes]]:
+    """(a unique name, the log) of every log named in the module's docstring."""
+    seen: Set[str] = set()
+    for name, data in _logs():
+        unique = name if name not in seen else f"{name}#{sum(1 for n in seen if n.startswith(name))}"
+        seen.add(unique)
+        yield unique, data
+
+
+def _logs() -> Iterator[Tuple[str, bytes]]:
     for path in sorted((REPO / "fixtures" / "logs").iterdir()):
         if path.is_file() and path.name != "README.md":
             yield f"fixtures/logs/{path.name}", path.read_bytes()
@@ -74,15 +83,18 @@ def main() -> int:
         args.out.write_text("\n".join(lines) + "\n", encoding="ascii")
         sys.stderr.write(f"{len(lines)} scans written to {args.out}\n")
         return 0
-    before = args.check.read_text(encoding="ascii").splitlines()
-    for index, (old, new) in enumerate(zip(before, lines)):
-        if old != new:
-            sys.stderr.write(f"scan {index} differs:\n- {old[:2000]}\n+ {new[:2000]}\n")
-            return 1
-    if len(before) != len(lines):
-        sys.stderr.write(f"{len(before)} scans before, {len(lines)} now\n")
+    # Compared by name: stand-ins added since the dump (new tests) have nothing to be compared with.
+    before = {json.loads(line)["name"]: line for line in args.check.read_text(encoding="ascii").splitlines()}
+    now = {json.loads(line)["name"]: line for line in lines}
+    missing = sorted(set(before) - set(now))
+    if missing:
+        sys.stderr.write(f"{len(missing)} logs of the dump are gone, the first: {missing[0]}\n")
         return 1
-    sys.stderr.write(f"{len(lines)} scans identical\n")
+    for name, old in before.items():
+        if now[name] != old:
+            sys.stderr.write(f"{name} differs:\n- {old[:2000]}\n+ {now[name][:2000]}\n")
+            return 1
+    sys.stderr.write(f"{len(before)} scans identical; {len(now) - len(before)} new logs not in the dump\n")
     return 0
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Tuple
 
 from dflash_doctor.logs import patterns
+from dflash_doctor.logs.frames import Frame, Stack
 
 MAX_FRAMES = 32
 MAX_CHAINED = 4
@@ -29,6 +30,10 @@ def _flush_left_frame(text: str) -> "Optional[re.Match[str]]":
     if not text.startswith("File "):
         return None
     return patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text)
+
+
+def _frame(match: "re.Match[str]") -> Frame:
+    return Frame(match.group("file"), int(match.group("line")), match.group("func") or "?")
 
 
 def _rich_pointer(text: str) -> bool:
@@ -48,7 +53,7 @@ class ExceptionBlock:
     thread: Optional[str]  # from 'Exception in thread NAME:' or 'Process NAME:'; None for a plain traceback
     stream: Optional[str]  # the '[rankN]:' prefix it came with, if any
     start_line: int
-    frames: Tuple[Tuple[str, int, str], ...]  # (file, line, function), innermost last
+    stack: Stack  # the innermost MAX_FRAMES frames
     exceptions: Tuple[ExceptionRecord, ...]  # chained ones first, the one that ended the block last
 
     process: bool = False  # the header was multiprocessing's 'Process NAME:' (a child process died)
@@ -65,7 +70,7 @@ class _Open:
     stream: Optional[str]
     start_line: int
     process: bool = False
-    frames: Deque[Tuple[str, int, str]] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
+    frames: Deque[Frame] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))  # as printed: innermost last
     exceptions: List[ExceptionRecord] = field(default_factory=list)
     started: bool = False  # a Traceback line or a frame came (a header alone has not started)
     ended: bool = False  # an exception line came; a chain marker or a new Traceback may still continue it
@@ -78,7 +83,7 @@ class _Open:
         exceptions = tuple(self.exceptions)
         if not exceptions and self.announced:
             exceptions = (ExceptionRecord(self.announced, "", self.start_line),)
-        return ExceptionBlock(self.thread, self.stream, self.start_line, tuple(self.frames), exceptions,
+        return ExceptionBlock(self.thread, self.stream, self.start_line, Stack(tuple(self.frames)), exceptions,
                               self.process, self.lead)
 
     def continue_message(self, text: str) -> None:
@@ -155,7 +160,7 @@ class _Stream:
             # frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one
             self.open = block = _Open(None, self.stream, lineno, started=True)
             if frame is not None:
-                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
+                block.frames.append(_frame(frame))
             return closed, True
         if not text.strip():
             if block.ended:
@@ -171,13 +176,13 @@ class _Stream:
                 return closed, True
             frame = patterns.FRAME.match(text)
             if frame:
-                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+                block.frames.append(_frame(frame))
                 block.started = True
             return closed, True
         if not block.ended and text.startswith("File "):
             frame = _flush_left_frame(text)
             if frame:
-                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
+                block.frames.append(_frame(frame))
                 return closed, True
         exc = patterns.EXCEPTION_LINE.match(text)
         if exc and (not block.ended or block.chained):

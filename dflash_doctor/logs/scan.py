@@ -558,7 +558,7 @@ class LogScanner:
         starts = {b.start_line for b in blocks if b.stream is not None}
         for block in blocks:
             self.exceptions += 1
-            if block.stream is None and block.thread is None and not block.frames and not block.exceptions \
+            if block.stream is None and block.thread is None and not block.stack.frames and not block.exceptions \
                     and block.start_line + 1 in starts:
                 continue  # a bare 'Traceback' header whose frames came behind a rank's prefix: that rank's block
             new += self._block(block)
@@ -585,14 +585,14 @@ class LogScanner:
                 new += self._cause(entry, details, worker, line, block)
                 cause = cause or (entry.rule.code, details)
                 break
-        dense = [f for f in block.frames if f[2] in ("sdpa_dense", "math_attention", "sdpa_dense_backward")]
+        dense = [f for f in block.stack.frames if f.function in ("sdpa_dense", "math_attention", "sdpa_dense_backward")]
         if dense:
             line = final.line if final else block.start_line
             new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
-                              f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
-                              dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
+                              f"{worker}: traceback through {dense[-1].function}, flex_attention's dense path", line,
+                              dict(thread=worker, via="traceback", frame=f"{dense[-1].file}:{dense[-1].line}",
                                    block_line=block.start_line))
-        if final is None and block.thread is None and (_launcher_files(file for file, _, _ in block.frames)
+        if final is None and block.thread is None and (_launcher_files(f.file for f in block.stack.frames)
                                                        or _launcher_files(_FLAT_FILES.findall(block.lead))):
             self._launcher_line = self._launcher_line or block.start_line
             return new  # torchrun's own traceback: its summary names the rank that failed
@@ -616,8 +616,7 @@ class LogScanner:
         self._death(worker, code, final.line if final else block.start_line, block.start_line, details,
                     exception=final.type if final else None, message=final.message if final else "",
                     kind="thread" if thread_death else "process",
-                    last_frame=(f"{block.frames[-1][0]}:{block.frames[-1][1]} in {block.frames[-1][2]}"
-                                if block.frames else None))
+                    last_frame=block.stack.innermost.where() if block.stack.innermost else None)
         return new
 
     def _explained(self, worker: str, line: int) -> bool:

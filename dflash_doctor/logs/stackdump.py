@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional
+
+from dflash_doctor.logs.frames import Frame, Stack
 
 MAX_THREADS = 128
 MAX_FRAMES = 64
@@ -51,7 +53,11 @@ class DumpedThread:
     name: str
     ident: int
     status: str  # idle / active / active+gil / 'most recent call first' (faulthandler: unknown)
-    frames: List[Tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
+    printed: List[Frame] = field(default_factory=list)  # as the dump prints them: innermost first
+
+    @property
+    def stack(self) -> Stack:
+        return Stack(tuple(reversed(self.printed)))
 
 
 class StackDumpParser:
@@ -90,8 +96,9 @@ class StackDumpParser:
             self.threads.append(DumpedThread("gdb-thread", 0, "unknown"))  # '(gdb) bt' of the selected thread
         current = self.threads[-1] if self.threads else None
         if frame is not None and current is not None:
-            if len(current.frames) < MAX_FRAMES:
-                current.frames.append((frame.group("file") or "?", int(frame.group("line") or 0), frame.group("func")))
+            if len(current.printed) < MAX_FRAMES:
+                current.printed.append(Frame(frame.group("file") or "?", int(frame.group("line") or 0),
+                                             frame.group("func")))
             return True
         if current is not None and (_NATIVE_FRAME.match(text) or _LOCALS.match(text) or not text.strip()
                                     or _HEADER.match(text)) or _GDB_CONTINUED.match(text):
@@ -102,16 +109,18 @@ class StackDumpParser:
     def diagnosis(self):
         """classify_hang's verdict on the dumped threads (imported here: only logs holding a dump pay for it)."""
         from dflash_doctor.runtime.deadlock import classify_hang
-        from dflash_doctor.runtime.stacks import Frame, ThreadStack
+        from dflash_doctor.runtime.stacks import Frame as RuntimeFrame, ThreadStack
 
-        stacks = [ThreadStack(t.name, t.ident, tuple(Frame(file, line, func) for file, line, func
-                                                     in reversed(t.frames))) for t in self.threads]
+        stacks = [ThreadStack(t.name, t.ident, tuple(RuntimeFrame(frame.file, frame.line, frame.function)
+                                                     for frame in t.stack.frames)) for t in self.threads]
         return classify_hang(stacks)
 
     def summary(self) -> List[dict]:
-        return [{"thread": t.name, "status": t.status,
-                 "at": f"{t.frames[0][2]} ({t.frames[0][0]}:{t.frames[0][1]})" if t.frames else None}
-                for t in self.threads]
+        return [{"thread": t.name, "status": t.status, "at": _at(t.stack.innermost)} for t in self.threads]
+
+
+def _at(frame: Optional[Frame]) -> Optional[str]:
+    return f"{frame.function} ({frame.file}:{frame.line})" if frame is not None else None
 
 
 def crash_context(recent: Optional[str]) -> bool:
