@@ -14,17 +14,92 @@ torch/distributed/elastic/multiprocessing/errors/__init__.py, Lib/threading.py),
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 from dflash_doctor.findings import Severity
 from dflash_doctor.rules.registry import Rule, register
 
 Details = Callable[["re.Match[str]", str], Dict[str, Any]]
 
+UNNAMED = "main"  # the worker of a line that names none
+ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its
+
 
 def _no_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     return {}
+
+
+def _per_worker(worker: str, details: Dict[str, Any]) -> tuple:
+    return (worker,)
+
+
+def _rule_severity(details: Dict[str, Any]) -> Optional[Severity]:
+    return None
+
+
+@dataclass
+class HeldLine:
+    """A matched line whose finding waits for what follows it, or for the end of the log."""
+
+    worker: str
+    lineno: int
+    body: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HeldRecompile(HeldLine):
+    """The recompile-limit warning, waiting up to RECOMPILE_LOOKAHEAD lines for its 'function:' line."""
+
+    function: Optional[str] = None
+    lines_seen: int = 0
+
+
+@dataclass
+class LineMemory:
+    """What the rules' line hooks remember from one line to the next; the scanner reports the held lines when they
+    are due (a later line, ABORT_LINES on, the end of the log)."""
+
+    last_timeout: int = -ABORT_LINES - 1  # line of the last collective timeout
+    last_abort: Optional[HeldLine] = None  # the last watchdog-abort line that named its worker
+    held_abort: Optional[HeldLine] = None  # a 'terminate called' line waiting for its rank
+    launcher_cut: Optional[HeldLine] = None  # DeepSpeed's launcher line, its return code cut off
+    held_recompile: Optional[HeldRecompile] = None
+    pyspy_header: Optional[HeldLine] = None  # py-spy's 'Process N:' line with no thread after it (yet)
+    fatal_error_line: Optional[int] = None  # 'Fatal Python error': a faulthandler dump after it is the crash's
+
+
+@dataclass(frozen=True)
+class RuleLine:
+    """A line that one rule's pattern matched, handed to that rule's hook."""
+
+    body: str
+    lineno: int
+    stream: Optional[str]  # the worker its prefix names, if any
+    worker: str
+    match: "re.Match[str]"
+
+
+class RuleScanner(Protocol):
+    """What a rule's hook may use of the scanner reading the line (dflash_doctor/logs/scan.py)."""
+
+    memory: LineMemory
+
+    def line_before(self) -> Optional[str]: ...
+
+    def start_dump(self, lineno: int, stream: Optional[str], text: str) -> None: ...
+
+    def report(self, rule: Rule, key: tuple, message: str, lineno: int, evidence: Dict[str, Any]) -> None: ...
+
+    def is_dead(self, worker: str) -> bool: ...
+
+
+# A rule's own handling of its line, before the scanner reports the usual finding (and the death, for a fatal rule):
+# `on_match` takes the line as it is (no finding of the usual kind follows); `on_line` sees it with its details and
+# its worker resolved, and returns the worker the finding goes to, or None when it held or dropped the line.
+MatchHook = Callable[[RuleScanner, RuleLine], None]
+LineHook = Callable[[RuleScanner, RuleLine, Dict[str, Any]], Optional[str]]
 
 
 @dataclass(frozen=True)
@@ -34,7 +109,10 @@ class LogRule:
     `fatal`: a match inside a traceback's exception, or on a bare exception line, names why a worker died (the
     rules are tried in LOG_RULES order, so a narrower kind declared first wins: the jit.trace message before the
     FX race, Triton's OutOfResources before CUDA OOM). `describe` turns the details into the finding's message
-    after 'WORKER: '."""
+    after 'WORKER: '. `line_is_death`: the matched line alone means the process is gone (no exception line needed),
+    of `death_kind`. `finding_key`: findings with the same key are one finding (repeats are counted).
+    `records_only`: judged on warning and error records only, never on a glog INFO record. `explains_cut_traceback`:
+    a traceback cut before its exception shortly after this rule's finding for a worker is that death's."""
 
     rule: Rule
     triggers: Tuple[str, ...] = ()
@@ -42,6 +120,14 @@ class LogRule:
     fatal: bool = False
     details: Details = _no_details
     describe: Optional[Callable[[Dict[str, Any]], str]] = None
+    on_match: Optional[MatchHook] = None
+    on_line: Optional[LineHook] = None
+    line_is_death: bool = False
+    death_kind: str = "process"
+    finding_key: Callable[[str, Dict[str, Any]], tuple] = _per_worker
+    severity_of: Callable[[Dict[str, Any]], Optional[Severity]] = _rule_severity
+    records_only: bool = False
+    explains_cut_traceback: bool = True
 
     def message(self, details: Dict[str, Any]) -> str:
         return self.describe(details) if self.describe is not None else self.rule.summary
@@ -235,6 +321,28 @@ def _abort_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     return {"rank": int(rank.group("rank")) if rank else None, "inner_cause": inner}
 
 
+_TAKEN_DOWN = re.compile(NCCL_TAKEN_DOWN)
+
+
+def _abort_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    """C++ prints 'terminate called ...' without a rank, before or after the line that names it."""
+    memory = scanner.memory
+    worker = line.worker
+    if worker == UNNAMED:
+        last = memory.last_abort
+        if last is not None and line.lineno - last.lineno <= ABORT_LINES:
+            worker = last.worker
+        elif _TAKEN_DOWN.search(line.body) and 0 <= line.lineno - memory.last_timeout <= ABORT_LINES:
+            return None  # older releases: the timeouts just reported take their processes down
+        else:
+            if memory.held_abort is None:
+                memory.held_abort = HeldLine(UNNAMED, line.lineno, line.body, details)
+            return None
+    memory.held_abort = None
+    memory.last_abort = HeldLine(worker, line.lineno)
+    return worker
+
+
 LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     code="DFD512",
     name="log-nccl-watchdog-abort",
@@ -291,7 +399,7 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        # a c10::Error's backtrace through the watchdog thread (printed when it terminated)
                        r"|frame #\d+: c10d::ProcessGroupNCCL::(?:ncclCommWatchdog|workCleanupLoop|watchdogHandler)\("
                        r"|" + NCCL_TAKEN_DOWN),
-    details=_abort_details,
+    details=_abort_details, on_line=_abort_line, line_is_death=True, records_only=True,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
 
@@ -306,6 +414,10 @@ def _oom_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     index = int(next(g for g in gpu.groups() if g is not None)) if gpu else gpu_in(text)
     tried = _OOM_TRIED.search(text)
     return {"gpu": index, "tried_to_allocate": tried.group("size") if tried else None}
+
+
+def _per_gpu(worker: str, details: Dict[str, Any]) -> tuple:
+    return (worker, details.get("gpu"))
 
 
 LOG_CUDA_OOM = declare(Rule(
@@ -354,7 +466,7 @@ LOG_CUDA_OOM = declare(Rule(
                        r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
                        # NCCL's own warning ('NCCL WARN Cuda failure 'out of memory''), MXNet's allocator
                        r"|Cuda failure 'out of memory'|cudaMalloc(?:Async)? failed: out of memory"),
-    details=_oom_details,
+    details=_oom_details, finding_key=_per_gpu,
     describe=lambda d: "CUDA out of memory" + _on_gpu(d)
     + (f" (tried to allocate {d['tried_to_allocate']})" if d.get("tried_to_allocate") else ""))
 
@@ -458,6 +570,11 @@ def _timeout_message(details: Dict[str, Any]) -> str:
     return "NCCL collective timed out"
 
 
+def _timeout_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    scanner.memory.last_timeout = line.lineno  # the abort lines that follow are this timeout's end
+    return line.worker
+
+
 LOG_NCCL_TIMEOUT = declare(Rule(
     code="DFD504",
     name="log-nccl-timeout",
@@ -488,7 +605,7 @@ LOG_NCCL_TIMEOUT = declare(Rule(
                        # (not the key-value store's 'store->get('0') got error: wait timeout' while a communicator
                        # is set up: a rank that never reached it, not a collective that ran too long)
                        r"|NCCL timeout|DistBackendError: (?!.*store->get).*?[Tt]imed? ?out"),
-    details=_timeout_details, describe=_timeout_message)
+    details=_timeout_details, describe=_timeout_message, on_line=_timeout_line, records_only=True)
 
 LOG_NCCL_ERROR = declare(Rule(
     code="DFD516",
@@ -529,7 +646,7 @@ LOG_NCCL_ERROR = declare(Rule(
                        # and nccl-tests' 'Test NCCL failure common.cu:1204 'unhandled cuda error''
                        r"|NCCL WARN Cuda failure '|NCCL WARN NET/IB ?: Got completion from peer .* with (?:error|status)"
                        r"|Test NCCL failure \S+ '"),
-    details=_gpu_details,
+    details=_gpu_details, records_only=True,
     describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
 
 # Releases before FailOnRecompileLimitHit raised torch._dynamo.exc.CacheLimitExceeded where the limit could not
@@ -556,6 +673,19 @@ def _recompile_message(details: Dict[str, Any]) -> str:
         return (f"Dynamo hit {limit}{where} and stopped the run: {why} (with fullgraph=True the limit is an "
                 "error, not an eager fallback)")
     return f"Dynamo hit {limit}{where}: later calls run it uncompiled (eagerly)"
+
+
+def _recompile_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    """The limit warning names its function on a line that follows: held until then (fatal: FailOnRecompileLimitHit
+    is reported at once)."""
+    if details.get("fatal"):
+        return line.worker
+    scanner.memory.held_recompile = HeldRecompile(line.worker, line.lineno, details=details)
+    return None
+
+
+def _recompile_severity(details: Dict[str, Any]) -> Optional[Severity]:
+    return Severity.ERROR if details.get("fatal") else None
 
 
 LOG_RECOMPILE_LIMIT = declare(Rule(
@@ -588,9 +718,16 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
     pattern=re.compile(r"(?:torch\._dynamo|torchdynamo) hit (?:config\.)?(?:accumulated_)?(?:recompile_limit"
                        r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"
                        r"|\bCacheLimitExceeded\b|Unsupported: Dynamo recompile limit exceeded"),
-    details=_recompile_details, describe=_recompile_message)
+    details=_recompile_details, describe=_recompile_message, on_line=_recompile_line,
+    severity_of=_recompile_severity)
 
 # -- events: no death by themselves ------------------------------------------------------------------------------
+
+def _dense_warning_line(scanner: RuleScanner, line: RuleLine) -> None:
+    scanner.report(LOG_RULES["DFD505"].rule, (), f"{line.worker}: flex_attention ran without torch.compile (dense "
+                   "path that materialises the full scores matrix)", line.lineno, dict(thread=line.worker,
+                                                                                         via="warning"))
+
 
 LOG_DENSE_ATTENTION_FALLBACK = declare(Rule(
     code="DFD505",
@@ -614,7 +751,7 @@ LOG_DENSE_ATTENTION_FALLBACK = declare(Rule(
         "[drafter-1] compiled flex_attention for seq_len=4096\n"
     ),
 ), triggers=("flex_attention called without",),
-    pattern=re.compile(r"flex_attention called without torch\.compile\(\)"))
+    pattern=re.compile(r"flex_attention called without torch\.compile\(\)"), on_match=_dense_warning_line)
 
 # Signal deaths: torchrun's summary ('Signal 9 (SIGKILL) received by PID 4242'), its agent ('failed (exitcode:
 # -9) local_rank: 0 (pid: 4242)'), torch.multiprocessing ('process 0 terminated with signal SIGSEGV'),
@@ -895,6 +1032,19 @@ def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     return details
 
 
+def _signal_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    if "Fatal Python error" in line.body or "received signal" in line.body:
+        scanner.memory.fatal_error_line = line.lineno  # faulthandler's (or gdb's) thread dump follows: the crash's
+    if details.get("cancelled") and scanner.is_dead(line.worker):
+        return None  # the scheduler's closing line for a job a line above already said it killed
+    return line.worker
+
+
+def _per_signal(worker: str, details: Dict[str, Any]) -> tuple:
+    # a DataLoader worker's crash is printed twice (by the worker, then by the loader with its pid)
+    return (worker, details.get("signal"), "DataLoader" if details.get("worker_kind") else details.get("pid"))
+
+
 LOG_KILLED_BY_SIGNAL = declare(Rule(
     code="DFD514",
     name="log-killed-by-signal",
@@ -928,10 +1078,21 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
              "exit code", "exit status", "已杀死",
              "段错误", "zsh: ", "(core dumped)"),
     fatal=True,
-    pattern=_SIGNAL_LINE, details=_signal_details,
+    pattern=_SIGNAL_LINE, details=_signal_details, on_line=_signal_line, line_is_death=True, death_kind="signal",
+    finding_key=_per_signal, explains_cut_traceback=False,
     describe=lambda d: (f"{d['worker_kind']} " if d.get("worker_kind") else "")
     + f"killed by {d.get('signal') or 'a signal'}"
     + (f" (pid {d['pid']})" if d.get("pid") else "") + (f": {d['meaning']}" if d.get("meaning") else ""))
+
+def _stack_dump_line(scanner: RuleScanner, line: RuleLine) -> None:
+    if line.match.group("pyspy_pid"):
+        # 'Process 12: ...' is py-spy's header only under its command; its threads may not have been pasted
+        if "py-spy" in (scanner.line_before() or "") and scanner.memory.pyspy_header is None:
+            scanner.memory.pyspy_header = HeldLine(line.stream or UNNAMED, line.lineno)
+        return
+    scanner.memory.pyspy_header = None
+    scanner.start_dump(line.lineno, line.stream, line.body[line.match.start():])  # glued to prose: '... stack:Thread 5'
+
 
 LOG_STACK_DUMP_HANG = declare(Rule(
     code="DFD515",
@@ -978,7 +1139,8 @@ LOG_STACK_DUMP_HANG = declare(Rule(
                        r"|^\s*Process (?P<pyspy_pid>\d+): \S"
                        # gdb's 'thread apply all bt' and pystack's dumps (logs/stackdump.py)
                        r"|^(?:Thread \d+|\[Switching to thread \d+) \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)"
-                       r"|^Traceback for thread \d+ \("))
+                       r"|^Traceback for thread \d+ \("),
+    on_match=_stack_dump_line)
 
 # -- deaths no rule above explains, and progress ---------------------------------------------------------------
 
@@ -1023,6 +1185,17 @@ def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     if match.group("ds_cut"):
         details["cut"] = True
     return details
+
+
+def _exit_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    if (details.get("exception") or "").endswith("ChildFailedError"):
+        return None  # torchrun's own exception: its summary, parsed from here on, names the rank that failed
+    if details.get("cut"):
+        # DeepSpeed's launcher line without its return code: a terminal may have wrapped the rest onto the next
+        # line; reported at the end unless that line comes
+        scanner.memory.launcher_cut = HeldLine(line.worker, line.lineno, details=details)
+        return None
+    return line.worker
 
 
 LOG_PROCESS_DIED = declare(Rule(
@@ -1070,7 +1243,7 @@ LOG_PROCESS_DIED = declare(Rule(
                        r"|^(?:\[\d+\] )?[\s>*`\x22\x27]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))"
                        r"(?:\*\*)?:"  # (a log viewer's '[13] ' line number before it)
                        r"(?P<said>.*)"),
-    details=_exit_details,
+    details=_exit_details, on_line=_exit_line, line_is_death=True,
     describe=lambda d: (f"died: {d['exception']}: {d['said']} (its traceback is not in the log)" if d.get("exception")
                         else f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)"
                         if d.get("exitcode") is not None
