@@ -109,81 +109,105 @@ class _Stream:
 
     def feed(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
         closed: List[ExceptionBlock] = []
+        if self._header(text, lineno, closed):
+            return closed, True
+        self._resume_suspended(text, closed)
+        if self._traceback_start(text, lineno, closed):
+            return closed, True
+        block = self.open
+        if block is None:
+            return closed, self._headless_frame(text, lineno)
+        return closed, self._inside(block, text, lineno, closed)
+
+    def _header(self, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
+        """'Exception in thread NAME:', 'Process NAME:', or a name whose header another thread's cut."""
         header = patterns.THREAD_EXCEPTION.match(text) if text.startswith(patterns.THREAD_HEADER_STARTS) else None
         if header is not None:
             self.names_to_come += max(0, header.group("repeat").count("Exception in thread ") - 1)
             self._start(_Open(header.group("thread"), self.stream, lineno), closed)
-            return closed, True
+            return True
         process = patterns.PROCESS_HEADER.match(text) if text.startswith("Process ") else None
         if process is not None:
             self._start(_Open(process.group("name"), self.stream, lineno, process=True), closed)
-            return closed, True
-        block = self.open
+            return True
         if self.names_to_come:
             bare = patterns.BARE_THREAD_NAME.match(text)
             if bare is not None:
                 self.names_to_come -= 1
                 self._start(_Open(bare.group("thread"), self.stream, lineno), closed)
-                return closed, True
-        if block is not None and self.suspended and (patterns.FRAME.match(text) or text.startswith("    ")):
-            # Traceback lines with no traceback of their own to go to: the interrupted one goes on.
-            if block.ended and not block.chained:
-                closed.append(block.close())
-                self.open = block = self.suspended.pop()
-            elif not block.started:
-                self.waiting.append(block)
-                self.open = block = self.suspended.pop()
+                return True
+        return False
+
+    def _resume_suspended(self, text: str, closed: List[ExceptionBlock]) -> None:
+        """Traceback lines with no traceback of their own to go to: the interrupted one goes on."""
+        block = self.open
+        if block is None or not self.suspended or not (patterns.FRAME.match(text) or text.startswith("    ")):
+            return
+        if block.ended and not block.chained:
+            closed.append(block.close())
+            self.open = self.suspended.pop()
+        elif not block.started:
+            self.waiting.append(block)
+            self.open = self.suspended.pop()
+
+    def _traceback_start(self, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
         ipython = patterns.IPYTHON_TRACEBACK.match(text) if "Traceback (most" in text else None
         start = patterns.TRACEBACK_START.search(text) if ipython is None else None
-        if ipython is not None or start is not None:
-            if block is None or (block.ended and not block.chained):
-                if block is not None:
-                    closed.append(block.close())
-                block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
-                self.open = block
-                if start is not None and (start.start() > 0 or start.end() < len(text.rstrip())):
-                    # vLLM: 'Exception in worker ... while processing method init_device: NCCL error: ...,
-                    # Traceback (most recent call last):', or a traceback flattened onto its header's line: read
-                    # when the traceback has no exception line of its own
-                    block.lead = (text[:start.start()][-500:] + " " + text[start.start():][:4000]).strip()
-            else:
-                block.ended = False  # the next section of a chained traceback
-                block.chained = False
-            block.started = True
-            if ipython is not None:
-                block.announced = ipython.group("type")
-            return closed, True
-        if block is None:
-            frame = patterns.FRAME.match(text) if text.startswith(" ") else _flush_left_frame(text)
-            if frame is None and not _rich_pointer(text):
-                return closed, False
-            # frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one
-            self.open = block = _Open(None, self.stream, lineno, started=True)
-            if frame is not None:
-                block.frames.append(_frame(frame))
-            return closed, True
+        if ipython is None and start is None:
+            return False
+        block = self.open
+        if block is None or (block.ended and not block.chained):
+            if block is not None:
+                closed.append(block.close())
+            block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
+            self.open = block
+            if start is not None and (start.start() > 0 or start.end() < len(text.rstrip())):
+                # vLLM: 'Exception in worker ... while processing method init_device: NCCL error: ...,
+                # Traceback (most recent call last):', or a traceback flattened onto its header's line: read
+                # when the traceback has no exception line of its own
+                block.lead = (text[:start.start()][-500:] + " " + text[start.start():][:4000]).strip()
+        else:
+            block.ended = False  # the next section of a chained traceback
+            block.chained = False
+        block.started = True
+        if ipython is not None:
+            block.announced = ipython.group("type")
+        return True
+
+    def _headless_frame(self, text: str, lineno: int) -> bool:
+        """Frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one."""
+        frame = patterns.FRAME.match(text) if text.startswith(" ") else _flush_left_frame(text)
+        if frame is None and not _rich_pointer(text):
+            return False
+        self.open = block = _Open(None, self.stream, lineno, started=True)
+        if frame is not None:
+            block.frames.append(_frame(frame))
+        return True
+
+    def _inside(self, block: _Open, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
+        """A line while `block` is open: a frame, the exception, its message going on, or the block's end."""
         if not text.strip():
             if block.ended:
                 block.continuation = -1
-            return closed, True
+            return True
         if patterns.CHAIN.match(text):
             block.chained = True
-            return closed, True
+            return True
         if text[0] in " \t":
             if block.ended and not block.chained:
                 if 0 <= block.continuation < MAX_CONTINUATION:
                     block.continue_message(text)
-                return closed, True
+                return True
             frame = patterns.FRAME.match(text)
             if frame:
                 block.frames.append(_frame(frame))
                 block.started = True
-            return closed, True
+            return True
         if not block.ended and text.startswith("File "):
             frame = _flush_left_frame(text)
             if frame:
                 block.frames.append(_frame(frame))
-                return closed, True
+                return True
         exc = patterns.EXCEPTION_LINE.match(text)
         if exc and (not block.ended or block.chained):
             if len(block.exceptions) >= MAX_CHAINED:
@@ -191,15 +215,15 @@ class _Stream:
             block.exceptions.append(ExceptionRecord(exc.group("type"), (exc.group("message") or "").strip(),
                                                     lineno))
             block.ended, block.chained, block.started, block.continuation = True, False, True, 0
-            return closed, True
+            return True
         if block.ended and 0 <= block.continuation < MAX_CONTINUATION and not patterns.RECORD_START.search(text):
             block.continue_message(text)
-            return closed, True
+            return True
         if block.ended:
             closed.append(block.close())
             self.open = None
         # An unrelated line (another thread's output interleaved, or the block's end): not consumed.
-        return closed, False
+        return False
 
     def _start(self, new: _Open, closed: List[ExceptionBlock]) -> None:
         current = self.open

@@ -75,36 +75,46 @@ class StackDumpParser:
         if self._lines > MAX_LINES:
             self.done = True
             return False
-        other = _GDB_THREAD.match(text) or _PYSTACK_THREAD.match(text)
-        if other is not None:
-            if len(self.threads) < MAX_THREADS:
-                ident = other.group("ident")
-                self.threads.append(DumpedThread(other.group("name") or f"thread-{ident}",
-                                                 int(ident, 16) if ident.startswith("0x") else int(ident), "unknown"))
+        if self._thread_header(text) or self._frame(text):
             return True
-        header = _THREAD.match(text)
-        if header is not None and (header.group("ident") or header.group("name") is not None):
-            ident = header.group("ident") or str(len(self.threads))
-            if len(self.threads) < MAX_THREADS:
-                self.threads.append(DumpedThread(header.group("name") or f"thread-{ident}",
-                                                 int(ident, 16) if ident.startswith("0x") else int(ident),
-                                                 header.group("status")))
-            return True
-        frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text) or _PYSTACK_FRAME.match(text) \
-            or _GDB_FRAME.match(text)
-        if frame is not None and not self.threads and text.startswith("#"):
-            self.threads.append(DumpedThread("gdb-thread", 0, "unknown"))  # '(gdb) bt' of the selected thread
         current = self.threads[-1] if self.threads else None
-        if frame is not None and current is not None:
-            if len(current.printed) < MAX_FRAMES:
-                current.printed.append(Frame(frame.group("file") or "?", int(frame.group("line") or 0),
-                                             frame.group("func")))
-            return True
         if current is not None and (_NATIVE_FRAME.match(text) or _LOCALS.match(text) or not text.strip()
                                     or _HEADER.match(text)) or _GDB_CONTINUED.match(text):
             return True
         self.done = True
         return False
+
+    def _thread_header(self, text: str) -> bool:
+        other = _GDB_THREAD.match(text) or _PYSTACK_THREAD.match(text)
+        if other is not None:
+            self._add_thread(other.group("name"), other.group("ident"), "unknown")
+            return True
+        header = _THREAD.match(text)
+        if header is not None and (header.group("ident") or header.group("name") is not None):
+            self._add_thread(header.group("name"), header.group("ident") or str(len(self.threads)),
+                             header.group("status"))
+            return True
+        return False
+
+    def _add_thread(self, name: Optional[str], ident: str, status: str) -> None:
+        if len(self.threads) < MAX_THREADS:
+            self.threads.append(DumpedThread(name or f"thread-{ident}",
+                                             int(ident, 16) if ident.startswith("0x") else int(ident), status))
+
+    def _frame(self, text: str) -> bool:
+        frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text) or _PYSTACK_FRAME.match(text) \
+            or _GDB_FRAME.match(text)
+        if frame is None:
+            return False
+        if not self.threads and text.startswith("#"):
+            self.threads.append(DumpedThread("gdb-thread", 0, "unknown"))  # '(gdb) bt' of the selected thread
+        if not self.threads:
+            return False
+        current = self.threads[-1]
+        if len(current.printed) < MAX_FRAMES:
+            current.printed.append(Frame(frame.group("file") or "?", int(frame.group("line") or 0),
+                                         frame.group("func")))
+        return True
 
     def diagnosis(self):
         """classify_hang's verdict on the dumped threads (imported here: only logs holding a dump pay for it)."""
