@@ -44,7 +44,7 @@ def logs() -> Iterator[Tuple[str, bytes]]:
 
 def _logs() -> Iterator[Tuple[str, bytes]]:
     for path in sorted((REPO / "fixtures" / "logs").iterdir()):
-        if path.is_file() and path.name != "README.md":
+        if path.is_file() and path.suffix == ".log":
             yield f"fixtures/logs/{path.name}", path.read_bytes()
     for code, entry in LOG_RULES.items():
         yield f"{code}.bad", entry.rule.bad.encode()

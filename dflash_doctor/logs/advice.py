@@ -10,6 +10,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 from dflash_doctor.findings import Finding
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.rules import lookup
+from dflash_doctor.rules.logs import LOG_RULES
 
 
 def fix_line(hazards: Iterable[Hazard]) -> Optional[str]:
@@ -76,6 +77,9 @@ def _steps_for(code: str, found: List[Finding], threads: Dict[str, dict], worker
         drop = found[0]
         return [f"read the log just before line {drop.evidence.get('from_line', drop.line)}: a worker that "
                 "died, a recompile or a fallback explains most drops"]
+    declared = LOG_RULES.get(code)
+    if declared is not None and declared.next_steps:
+        return list(declared.next_steps) + [_fix(code)]
     return [_fix(code)]
 
 

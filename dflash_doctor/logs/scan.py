@@ -540,7 +540,8 @@ class LogScanner:
             text = text.split(_SPECULATION, 1)[0]
             for entry in FATAL_RULES:
                 match = entry.pattern.search(text) if entry.pattern is not None else None
-                if match is None:
+                if match is None or (entry.explains_block is not None and not entry.explains_block(
+                        match, block.thread is not None, tuple(f.function for f in block.stack.frames))):
                     continue
                 details = entry.details(match, text)
                 worker = self._names.worker_for(worker, details, block.stream)

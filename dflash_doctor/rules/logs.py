@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Optional, Protocol, Tuple
 
 from dflash_doctor.findings import Severity
+from dflash_doctor.hazards import Hazard
+from dflash_doctor.mitigations import fix_text
 from dflash_doctor.rules.registry import Rule, register
 
 Details = Callable[["re.Match[str]", str], Dict[str, Any]]
@@ -128,6 +130,10 @@ class LogRule:
     severity_of: Callable[[Dict[str, Any]], Optional[Severity]] = _rule_severity
     records_only: bool = False
     explains_cut_traceback: bool = True
+    # Whether the rule explains a traceback whose exception it matched: (the match, whether the traceback is a
+    # thread's, its frames' functions outermost first). By default every match does.
+    explains_block: Optional[Callable[["re.Match[str]", bool, Tuple[str, ...]], bool]] = None
+    next_steps: Tuple[str, ...] = ()  # what to run or read next (logs' next_steps), before the rule's fix
 
     def message(self, details: Dict[str, Any]) -> str:
         return self.describe(details) if self.describe is not None else self.rule.summary
@@ -244,6 +250,68 @@ LOG_FX_TRACE_RACE = declare(Rule(
     details=_gpu_details,
     describe=lambda d: "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
     "function (the FX-tracing race between threads)")
+
+_PATCHER_RACE = re.compile(r"(?P<submodule>NameError: module is not installed as a submodule)"
+                           r"|(?P<patcher>CURRENT_PATCHER (?:is None in finally block|was changed during a "
+                           r"revert_all_patches))")
+_TRACING = ("trace", "symbolic_trace")  # Tracer.trace and torch.fx.symbolic_trace's frames
+
+
+def _patcher_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    return {"symptom": "a module call went through another thread's tracer" if match.group("submodule")
+            else "two traces overlapped"}
+
+
+def _patcher_explains(match: "re.Match[str]", thread: bool, functions: Tuple[str, ...]) -> bool:
+    # The NameError is also what one thread gets for tracing a module kept outside its parent (in a plain list):
+    # a main-thread traceback that traced for itself is that mistake, unless it is the patcher's own assertion.
+    return bool(match.group("patcher")) or thread or not any(f in _TRACING for f in functions)
+
+
+LOG_FX_PATCHER_RACE = declare(Rule(
+    code="DFD518",
+    name="log-fx-patcher-race",
+    severity=Severity.ERROR,
+    summary="a worker died of the FX patcher race: another thread's torch.fx trace patched nn.Module for every "
+    "thread",
+    rationale=(
+        "torch.fx.symbolic_trace (Tracer.trace) installs a patcher that replaces torch.nn.Module.__call__ and "
+        "__getattr__ on the classes, so for every thread of the process, and keeps it in the module global "
+        "CURRENT_PATCHER (torch/fx/_symbolic_trace.py, read in 2.13.0, 2.14.1 and 2.15.0). While one thread traces, "
+        "another thread's plain eager module call goes through the tracer's wrapper and raises 'NameError: module "
+        "is not installed as a submodule'; two traces that overlap restore each other's patches and one ends in "
+        "'AssertionError: CURRENT_PATCHER is None in finally block' (or 'CURRENT_PATCHER was changed during a "
+        "revert_all_patches'). It hits eager code as well as compiled code, without the FX RuntimeError of "
+        "DFD501, and the thread-local FX flag, non-lazy backward, warm-up and a first-call lock do not touch it. "
+        "A traceback of the main thread that traced for itself and got the NameError is a module kept outside "
+        "its parent (a plain list), not this race, and is reported as DFD513."
+    ),
+    fix=(
+        "Run torch.fx tracing (graph inspection, profiling) before the worker threads start or in another process, "
+        "or serialise it with the workers' steps under one lock. " + fix_text(Hazard.PATCHER_RACE)
+    ),
+    example_format="log",
+    bad=(
+        "Exception in thread drafter-1:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/job/train.py", line 58, in run\n'
+        "    out = self.model(batch)\n"
+        '  File "/usr/lib/python3.11/site-packages/torch/fx/_symbolic_trace.py", line 888, in module_call_wrapper\n'
+        "    return self.call_module(mod, forward, args, kwargs)\n"
+        '  File "/usr/lib/python3.11/site-packages/torch/fx/_symbolic_trace.py", line 516, in path_of_module\n'
+        '    raise NameError("module is not installed as a submodule")\n'
+        "NameError: module is not installed as a submodule\n"
+    ),
+    good=(
+        "[drafter-1] step=30 loss=0.41 6.8 Ktok/s\n"
+        "[profiler] traced 412 graphs\n"
+    ),
+), triggers=("NameError: module is not installed", "CURRENT_PATCHER"), fatal=True, pattern=_PATCHER_RACE,
+    details=_patcher_details, explains_block=_patcher_explains,
+    describe=lambda d: f"the FX patcher race: {d['symptom']} (torch.fx patches nn.Module for every thread "
+    "while one traces)",
+    next_steps=("dflash-doctor scan <trainer dir>: the torch.fx.symbolic_trace / Tracer().trace calls that run "
+                "next to the worker threads",))
 
 _TRITON_NEEDS = re.compile(r"out of resource: (?P<resource>[A-Za-z_ ]+?)(?:,|\.|$)(?:.*?Required: (?P<required>\d+))?"
                            r"(?:.*?Hardware limit:? (?P<limit>\d+))?")
