@@ -32,6 +32,23 @@ def _flush_left_frame(text: str) -> "Optional[re.Match[str]]":
     return patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text)
 
 
+# What a traceback line is, for telling two tracebacks printed at the same time apart: each writer's lines come in
+# their grammar's order (a frame after the header or a source line, a source line after a frame, the exception
+# after either), so a line goes to a traceback that expects it.
+_TRACEBACK, _FRAME, _SOURCE, _EXCEPTION = "traceback", "frame", "source", "exception"
+_EXPECTS = {_FRAME: (_TRACEBACK, _SOURCE, _FRAME), _SOURCE: (_FRAME, _SOURCE), _EXCEPTION: (_FRAME, _SOURCE)}
+
+
+def _line_kind(text: str) -> Optional[str]:
+    if text.startswith("  File ") and patterns.FRAME.match(text) or _flush_left_frame(text):
+        return _FRAME
+    if text.startswith(("    ", "\t")):
+        return _SOURCE
+    if patterns.EXCEPTION_LINE.match(text):
+        return _EXCEPTION
+    return None
+
+
 def _frame(match: "re.Match[str]") -> Frame:
     return Frame(match.group("file"), int(match.group("line")), match.group("func") or "?")
 
@@ -78,6 +95,8 @@ class _Open:
     continuation: int = 0  # message lines taken after the exception line; -1 once the message is closed
     announced: Optional[str] = None  # the type an IPython header gives up front, for a paste cut before its end
     lead: str = ""
+    last: str = ""  # the kind of the last line it took (_TRACEBACK, _FRAME, _SOURCE, _EXCEPTION)
+    taken: int = 0  # lines dispatched to it while printed at the same time as another (_Stream.parallel)
 
     def close(self) -> ExceptionBlock:
         exceptions = tuple(self.exceptions)
@@ -101,23 +120,49 @@ class _Stream:
         self.waiting: Deque[_Open] = deque(maxlen=MAX_WAITING)
         # Blocks whose printing another thread's interrupted: they resume after that thread's exception line.
         self.suspended: List[_Open] = []
+        # Tracebacks of other threads printed line by line at the same time as `open` (started, not ended): each
+        # line goes to the one that expects it (_dispatch).
+        self.parallel: List[_Open] = []
         self.names_to_come = 0  # headers cut by another thread's: their names come later, alone on a line
 
     @property
     def active(self) -> bool:
-        return self.open is not None or bool(self.waiting) or bool(self.suspended) or self.names_to_come > 0
+        return (self.open is not None or bool(self.waiting) or bool(self.suspended) or bool(self.parallel)
+                or self.names_to_come > 0)
 
     def feed(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
         closed: List[ExceptionBlock] = []
         if self._header(text, lineno, closed):
             return closed, True
+        if self.parallel:
+            self._dispatch(text, closed)
         self._resume_suspended(text, closed)
         if self._traceback_start(text, lineno, closed):
             return closed, True
         block = self.open
         if block is None:
             return closed, self._headless_frame(text, lineno)
-        return closed, self._inside(block, text, lineno, closed)
+        consumed = self._inside(block, text, lineno, closed)
+        if self.open is None and self.parallel:
+            self.open = self.parallel.pop(0)
+        return closed, consumed
+
+    def _dispatch(self, text: str, closed: List[ExceptionBlock]) -> None:
+        """Make `open` the traceback printed at the same time as others that expects this line: of those, the one
+        that took fewest lines (the writers take turns), the earliest started at a tie."""
+        kind = _line_kind(text)
+        if kind is None or self.open is None:
+            return
+        printing = [self.open] + self.parallel
+        expecting = [b for b in printing if not b.ended and b.last in _EXPECTS[kind]]
+        if not expecting:
+            return
+        chosen = min(expecting, key=lambda b: (b.taken, b.start_line))
+        chosen.taken += 1
+        rest = [b for b in printing if b is not chosen]
+        closed += [b.close() for b in rest if b.ended]  # its exception came: a parallel one takes no more lines
+        self.parallel = [b for b in rest if not b.ended]
+        self.open = chosen
 
     def _header(self, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
         """'Exception in thread NAME:', 'Process NAME:', or a name whose header another thread's cut."""
@@ -166,10 +211,15 @@ class _Stream:
                 # Traceback (most recent call last):', or a traceback flattened onto its header's line: read
                 # when the traceback has no exception line of its own
                 block.lead = (text[:start.start()][-500:] + " " + text[start.start():][:4000]).strip()
+        elif not block.chained and not block.exceptions and block.started and self.waiting:
+            # another thread's traceback starting before this one ended: both are printed at the same time
+            self.parallel.append(block)
+            block = self.open = self.waiting.popleft()
         else:
             block.ended = False  # the next section of a chained traceback
             block.chained = False
         block.started = True
+        block.last = _TRACEBACK
         if ipython is not None:
             block.announced = ipython.group("type")
         return True
@@ -182,6 +232,7 @@ class _Stream:
         self.open = block = _Open(None, self.stream, lineno, started=True)
         if frame is not None:
             block.frames.append(_frame(frame))
+            block.last = _FRAME
         return True
 
     def _inside(self, block: _Open, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
@@ -202,11 +253,13 @@ class _Stream:
             if frame:
                 block.frames.append(_frame(frame))
                 block.started = True
+            block.last = _FRAME if frame else _SOURCE
             return True
         if not block.ended and text.startswith("File "):
             frame = _flush_left_frame(text)
             if frame:
                 block.frames.append(_frame(frame))
+                block.last = _FRAME
                 return True
         exc = patterns.EXCEPTION_LINE.match(text)
         if exc and (not block.ended or block.chained):
@@ -215,6 +268,7 @@ class _Stream:
             block.exceptions.append(ExceptionRecord(exc.group("type"), (exc.group("message") or "").strip(),
                                                     lineno))
             block.ended, block.chained, block.started, block.continuation = True, False, True, 0
+            block.last = _EXCEPTION
             return True
         if block.ended and 0 <= block.continuation < MAX_CONTINUATION and not patterns.RECORD_START.search(text):
             block.continue_message(text)
@@ -250,11 +304,12 @@ class _Stream:
                 return []
             block, self.open = self.open.close(), None
             return [block]
-        blocks = [b.close() for b in ([self.open] if self.open is not None else []) + self.suspended
-                  + list(self.waiting)]
+        blocks = [b.close() for b in ([self.open] if self.open is not None else []) + self.parallel
+                  + self.suspended + list(self.waiting)]
         self.open = None
         self.waiting.clear()
         self.suspended.clear()
+        self.parallel.clear()
         self.names_to_come = 0
         return blocks
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO, Callable, Optional
 
-INPUT_CHUNK = 256 * 1024  # compressed bytes read at a time
+INPUT_CHUNK = 16 * 1024  # compressed bytes read at a time: the most that damage at their end can cost
 MAX_OUT = 4 * 1024 * 1024  # decompressed bytes made at a time: a highly compressed input stays bounded
 
 
