@@ -277,12 +277,16 @@ LOG_FX_PATCHER_RACE = declare(Rule(
     rationale=(
         "torch.fx.symbolic_trace (Tracer.trace) installs a patcher that replaces torch.nn.Module.__call__ and "
         "__getattr__ on the classes, so for every thread of the process, and keeps it in the module global "
-        "CURRENT_PATCHER (torch/fx/_symbolic_trace.py, read in 2.13.0, 2.14.1 and 2.15.0). While one thread traces, "
+        "CURRENT_PATCHER (torch/fx/_symbolic_trace.py of torch 2.13.0: _new_patcher, path_of_module). While one thread "
+        "traces, "
         "another thread's plain eager module call goes through the tracer's wrapper and raises 'NameError: module "
         "is not installed as a submodule'; two traces that overlap restore each other's patches and one ends in "
         "'AssertionError: CURRENT_PATCHER is None in finally block' (or 'CURRENT_PATCHER was changed during a "
         "revert_all_patches'). It hits eager code as well as compiled code, without the FX RuntimeError of "
-        "DFD501, and the thread-local FX flag, non-lazy backward, warm-up and a first-call lock do not touch it. "
+        "DFD501, and the fixes for that race (the thread-local FX flag, non-lazy backward, warm-up, a first-call lock) "
+        "do not touch it: they concern torch.compile, not torch.fx's patcher. A threaded trainer with three eager "
+        "drafters and two threads looping symbolic_trace lost threads to it in each of 4 runs on torch 2.13 "
+        "(fixtures/logs/README.md). "
         "A traceback of the main thread that traced for itself and got the NameError is a module kept outside "
         "its parent (a plain list), not this race, and is reported as DFD513."
     ),
