@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Optional, Protocol, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from dflash_doctor.findings import Severity
+from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import fix_text
 from dflash_doctor.rules.registry import Rule, register
 
 Details = Callable[["re.Match[str]", str], Dict[str, Any]]
+# What to do next about a rule's findings: (its findings, most severe first; the threads of the facts; how many
+# threads a repro should start) -> steps, or None for the rule's fix (logs/advice.py).
+NextSteps = Callable[[Sequence[Finding], Dict[str, dict], int], Optional[List[str]]]
 
 UNNAMED = "main"  # the worker of a line that names none
 ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its
@@ -133,7 +136,7 @@ class LogRule:
     # Whether the rule explains a traceback whose exception it matched: (the match, whether the traceback is a
     # thread's, its frames' functions outermost first). By default every match does.
     explains_block: Optional[Callable[["re.Match[str]", bool, Tuple[str, ...]], bool]] = None
-    next_steps: Tuple[str, ...] = ()  # what to run or read next (logs' next_steps), before the rule's fix
+    next_steps: Optional[NextSteps] = None  # what to run or read next; by default the rule's fix
 
     def message(self, details: Dict[str, Any]) -> str:
         return self.describe(details) if self.describe is not None else self.rule.summary
@@ -148,6 +151,50 @@ def declare(rule: Rule, **matcher: Any) -> Rule:
         raise ValueError(f"{rule.code}: log rules are written as log excerpts")
     LOG_RULES[rule.code] = LogRule(register(rule), **matcher)
     return rule
+
+
+def fix_step(rule: Rule) -> str:
+    return f"{rule.code}: {rule.fix}" if rule.fix else f"dflash-doctor explain {rule.code}"
+
+
+def fix_line(hazards: Sequence[Hazard]) -> List[str]:
+    """The mitigation registry's first complete recommendation for `hazards`, as one line (none when it has none)."""
+    from dflash_doctor.mitigations import recommend
+
+    recommended = recommend(set(hazards))
+    if not recommended:
+        return []
+    best = recommended[0]
+    return [f"fix ({best.label}): " + "; ".join(best.api)]
+
+
+def _workers(findings: Sequence[Finding]) -> List[str]:
+    return sorted({str(f.evidence.get("thread")) for f in findings if f.evidence.get("thread")})
+
+
+def _stopped_first(threads: Dict[str, dict]) -> Optional[str]:
+    ranked = [(t["last_step"], name) for name, t in threads.items()
+              if t.get("last_step") is not None and name != UNNAMED]
+    if len(ranked) < 2:
+        return None
+    step, name = min(ranked)
+    return f"{name}, last step {step}"
+
+
+def _after_a_timeout(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+    if not any(f.evidence.get("inner_cause") in (None, "collective timeout") for f in found):
+        return None
+    first = _stopped_first(threads)
+    where = f" ({first})" if first else ""
+    return [f"a collective timed out: find the rank that stopped first{where} and read its own error or stack; the "
+            "timeouts of the others follow from it"]
+
+
+def _scan_for_uncompiled(code: str) -> NextSteps:
+    def steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+        return ["dflash-doctor scan <trainer dir>: flex_attention reached uncompiled (DFD202) or the FX error "
+                "silenced (DFD301)", fix_step(LOG_RULES[code].rule)]
+    return steps
 
 
 def trigger_words() -> Tuple[str, ...]:
@@ -246,6 +293,12 @@ LOG_FX_TRACE_RACE = declare(Rule(
         "[drafter-1] step=120 loss=2.43 7.1 Ktok/s\n"
     ),
 ), triggers=("FX to symbolically",), fatal=True,
+    next_steps=lambda found, threads, count: [
+        "dflash-doctor guards: does the installed torch check a process-global FX-tracing flag on every compiled "
+        "call?",
+        f"dflash-doctor repro --threads {count} --matrix: which mitigation removes the race on this machine",
+        "dflash-doctor scan <trainer dir>: the compiled calls reached from threads (DFD201)"]
+    + fix_line((Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK)),
     pattern=re.compile(r"using FX to symbolically trace a dynamo-optimized function"),
     details=_gpu_details,
     describe=lambda d: "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
@@ -314,8 +367,9 @@ LOG_FX_PATCHER_RACE = declare(Rule(
     details=_patcher_details, explains_block=_patcher_explains,
     describe=lambda d: f"the FX patcher race: {d['symptom']} (torch.fx patches nn.Module for every thread "
     "while one traces)",
-    next_steps=("dflash-doctor scan <trainer dir>: the torch.fx.symbolic_trace / Tracer().trace calls that run "
-                "next to the worker threads",))
+    next_steps=lambda found, threads, count: [
+        "dflash-doctor scan <trainer dir>: the torch.fx.symbolic_trace / Tracer().trace calls that run next to the "
+        "worker threads", fix_step(LOG_RULES["DFD518"].rule)])
 
 _TRITON_NEEDS = re.compile(r"out of resource: (?P<resource>[A-Za-z_ ]+?)(?:,|\.|$)(?:.*?Required: (?P<required>\d+))?"
                            r"(?:.*?Hardware limit:? (?P<limit>\d+))?")
@@ -471,7 +525,7 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        # a c10::Error's backtrace through the watchdog thread (printed when it terminated)
                        r"|frame #\d+: c10d::ProcessGroupNCCL::(?:ncclCommWatchdog|workCleanupLoop|watchdogHandler)\("
                        r"|" + NCCL_TAKEN_DOWN),
-    details=_abort_details, on_line=_abort_line, line_is_death=True, records_only=True,
+    details=_abort_details, on_line=_abort_line, line_is_death=True, records_only=True, next_steps=_after_a_timeout,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
 
@@ -538,7 +592,7 @@ LOG_CUDA_OOM = declare(Rule(
                        r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
                        # NCCL's own warning ('NCCL WARN Cuda failure 'out of memory''), MXNet's allocator
                        r"|Cuda failure 'out of memory'|cudaMalloc(?:Async)? failed: out of memory"),
-    details=_oom_details, finding_key=_per_gpu,
+    details=_oom_details, finding_key=_per_gpu, next_steps=_scan_for_uncompiled("DFD502"),
     describe=lambda d: "CUDA out of memory" + _on_gpu(d)
     + (f" (tried to allocate {d['tried_to_allocate']})" if d.get("tried_to_allocate") else ""))
 
@@ -677,7 +731,8 @@ LOG_NCCL_TIMEOUT = declare(Rule(
                        # (not the key-value store's 'store->get('0') got error: wait timeout' while a communicator
                        # is set up: a rank that never reached it, not a collective that ran too long)
                        r"|NCCL timeout|DistBackendError: (?!.*store->get).*?[Tt]imed? ?out"),
-    details=_timeout_details, describe=_timeout_message, on_line=_timeout_line, records_only=True)
+    details=_timeout_details, describe=_timeout_message, on_line=_timeout_line, records_only=True,
+    next_steps=_after_a_timeout)
 
 LOG_NCCL_ERROR = declare(Rule(
     code="DFD516",
@@ -791,7 +846,7 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
                        r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"
                        r"|\bCacheLimitExceeded\b|Unsupported: Dynamo recompile limit exceeded"),
     details=_recompile_details, describe=_recompile_message, on_line=_recompile_line,
-    severity_of=_recompile_severity)
+    severity_of=_recompile_severity, next_steps=_scan_for_uncompiled("DFD506"))
 
 # -- events: no death by themselves ------------------------------------------------------------------------------
 
@@ -823,7 +878,8 @@ LOG_DENSE_ATTENTION_FALLBACK = declare(Rule(
         "[drafter-1] compiled flex_attention for seq_len=4096\n"
     ),
 ), triggers=("flex_attention called without",),
-    pattern=re.compile(r"flex_attention called without torch\.compile\(\)"), on_match=_dense_warning_line)
+    pattern=re.compile(r"flex_attention called without torch\.compile\(\)"), on_match=_dense_warning_line,
+    next_steps=_scan_for_uncompiled("DFD505"))
 
 # Signal deaths: torchrun's summary ('Signal 9 (SIGKILL) received by PID 4242'), its agent ('failed (exitcode:
 # -9) local_rank: 0 (pid: 4242)'), torch.multiprocessing ('process 0 terminated with signal SIGSEGV'),
@@ -1152,6 +1208,9 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
     fatal=True,
     pattern=_SIGNAL_LINE, details=_signal_details, on_line=_signal_line, line_is_death=True, death_kind="signal",
     finding_key=_per_signal, explains_cut_traceback=False,
+    next_steps=lambda found, threads, count: [
+        "dmesg -T | grep -i -e 'killed process' -e 'out of memory': SIGKILL is usually the host's OOM killer (host "
+        "RAM, not GPU memory)"] if any(f.evidence.get("signal") == "SIGKILL" for f in found) else None,
     describe=lambda d: (f"{d['worker_kind']} " if d.get("worker_kind") else "")
     + f"killed by {d.get('signal') or 'a signal'}"
     + (f" (pid {d['pid']})" if d.get("pid") else "") + (f": {d['meaning']}" if d.get("meaning") else ""))
@@ -1164,6 +1223,13 @@ def _stack_dump_line(scanner: RuleScanner, line: RuleLine) -> None:
         return
     scanner.memory.pyspy_header = None
     scanner.start_dump(line.lineno, line.stream, line.body[line.match.start():])  # glued to prose: '... stack:Thread 5'
+
+
+def _dump_steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+    if any(f.evidence.get("cycle") == "compile-lock-autograd" for f in found):
+        return [f"dflash-doctor repro --threads {count} --shapes per-thread: reproduce the deadlock here"] + fix_line(
+            (Hazard.DEADLOCK, Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG))
+    return ["py-spy dump --pid PID a second time: threads that have not moved are stuck where the dump shows"]
 
 
 LOG_STACK_DUMP_HANG = declare(Rule(
@@ -1212,7 +1278,7 @@ LOG_STACK_DUMP_HANG = declare(Rule(
                        # gdb's 'thread apply all bt' and pystack's dumps (logs/stackdump.py)
                        r"|^(?:Thread \d+|\[Switching to thread \d+) \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)"
                        r"|^Traceback for thread \d+ \("),
-    on_match=_stack_dump_line)
+    on_match=_stack_dump_line, next_steps=_dump_steps)
 
 # -- deaths no rule above explains, and progress ---------------------------------------------------------------
 
@@ -1347,7 +1413,9 @@ LOG_THROUGHPUT_DROP = declare(Rule(
         "step=6 21.5 Ktok/s\nstep=7 21.4 Ktok/s\nstep=8 21.6 Ktok/s\nstep=9 21.5 Ktok/s\nstep=10 21.5 Ktok/s\n"
         "step=11 9.1 Ktok/s\nstep=12 21.1 Ktok/s\nstep=13 21.3 Ktok/s\nstep=14 21.0 Ktok/s\nstep=15 21.2 Ktok/s\n"
     ),
-))
+), next_steps=lambda found, threads, count: [
+    f"read the log just before line {found[0].evidence.get('from_line', found[0].line)}: a worker that died, a "
+    "recompile or a fallback explains most drops"])
 
 LOG_THREAD_STALLED = declare(Rule(
     code="DFD507",
@@ -1371,7 +1439,9 @@ LOG_THREAD_STALLED = declare(Rule(
     good=(
         "".join(f"[drafter-0] step={n} 7.1 Ktok/s\n[drafter-1] step={n} 7.2 Ktok/s\n" for n in range(1, 60))
     ),
-))
+), next_steps=lambda found, threads, count: [
+    f"py-spy dump --pid PID: where {', '.join(_workers(found))} wait (a compile-lock deadlock shows "
+    "compile_fx_backward on one thread and autograd on another)"])
 
 # Which codes name why a worker died, for `status` and the views.
 DEATH_CODES = tuple(code for code, entry in LOG_RULES.items() if entry.fatal) + (
