@@ -116,14 +116,24 @@ class StackDumpParser:
                                          frame.group("func")))
         return True
 
+    def stacks(self, read_source: bool = False):
+        """The dumped threads as ThreadStacks (outermost first). `read_source`: fill in each frame's source line
+        and enclosing `with`s from its file, which a dump of a live process on this machine can (attach), so the
+        lock-cycle rule can see which lock a frame waits for; a pasted log's files are usually not here."""
+        from dflash_doctor.runtime.stacks import Frame as RuntimeFrame, ThreadStack, with_source
+
+        def runtime_frame(frame: Frame) -> RuntimeFrame:
+            plain = RuntimeFrame(frame.file, frame.line, frame.function)
+            return with_source(plain) if read_source else plain
+
+        return [ThreadStack(t.name, t.ident, tuple(runtime_frame(frame) for frame in t.stack.frames))
+                for t in self.threads]
+
     def diagnosis(self):
         """classify_hang's verdict on the dumped threads (imported here: only logs holding a dump pay for it)."""
         from dflash_doctor.runtime.deadlock import classify_hang
-        from dflash_doctor.runtime.stacks import Frame as RuntimeFrame, ThreadStack
 
-        stacks = [ThreadStack(t.name, t.ident, tuple(RuntimeFrame(frame.file, frame.line, frame.function)
-                                                     for frame in t.stack.frames)) for t in self.threads]
-        return classify_hang(stacks)
+        return classify_hang(self.stacks())
 
     def summary(self) -> List[dict]:
         return [{"thread": t.name, "status": t.status, "at": _at(t.stack.innermost)} for t in self.threads]

@@ -330,8 +330,8 @@ LOG_FX_PATCHER_RACE = declare(Rule(
     rationale=(
         "torch.fx.symbolic_trace (Tracer.trace) installs a patcher that replaces torch.nn.Module.__call__ and "
         "__getattr__ on the classes, so for every thread of the process, and keeps it in the module global "
-        "CURRENT_PATCHER (torch/fx/_symbolic_trace.py of torch 2.13.0: _new_patcher, path_of_module). While one thread "
-        "traces, "
+        "CURRENT_PATCHER (torch/fx/_symbolic_trace.py of torch 2.13.0: _new_patcher, path_of_module; docs/races.md, "
+        "'The FX patcher race'). While one thread traces, "
         "another thread's plain eager module call goes through the tracer's wrapper and raises 'NameError: module "
         "is not installed as a submodule'; two traces that overlap restore each other's patches and one ends in "
         "'AssertionError: CURRENT_PATCHER is None in finally block' (or 'CURRENT_PATCHER was changed during a "
