@@ -50,7 +50,7 @@ C)
     sleep 5
     timeout 60 $DD attach "$LOOP" --samples 2 --interval 2 -f json -o "$OUT/C_attach.json" 2>>"$OUT/C_attach.stderr"
     rc=$?; echo "C attach exit $rc after $(( $(date +%s) - started )) s" | tee -a "$OUT/steps.log"
-    [ "$rc" -ne 0 ] && break
+    [ "$rc" -eq 1 ] && break  # 1: findings (the cycle named); 4: not settled yet, attach again
   done
   kill -9 "$LOOP" 2>/dev/null; wait "$LOOP" 2>/dev/null ;;
 D)
