@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Seq
 from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.rules.scan import SCAN_RULES
 from dflash_doctor.scan.callgraph import COMPILE_WORDS, ModuleGraph
-from dflash_doctor.scan.context import FileCheck, FileContext, NoqaDirective, noqa_directives
+from dflash_doctor.scan.context import MAX_FINDINGS_PER_FILE, FileCheck, FileContext, NoqaDirective, noqa_directives
 from dflash_doctor.scan.fixes import AppliedFix
 from dflash_doctor.scan.scopes import SCOPE_NODES, Scope, walk
 
@@ -230,6 +230,8 @@ def analyse_tree(
         check.finish()
     if module_graph is None:
         ctx.table.release()
-    result = FileResult(path, ctx.findings, [], parsed=True, fixes=ctx.fixes, noqa=noqa_directives(text),
+    problems = [Problem(path, f"{ctx.unlisted:,} more findings not listed: a file lists at most "
+                        f"{MAX_FINDINGS_PER_FILE:,}", "generated code? exclude it with --exclude")] if ctx.unlisted else []
+    result = FileResult(path, ctx.findings, problems, parsed=True, fixes=ctx.fixes, noqa=noqa_directives(text),
                         noqa_used=ctx.used_noqa)
     return result, module_graph

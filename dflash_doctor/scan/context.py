@@ -42,6 +42,10 @@ def suppressed(code: str, codes: Optional[FrozenSet[str]]) -> bool:
     return codes is not None and (codes is ALL_CODES or code in codes)
 
 
+# Findings one file may list: a file with more was generated (240,000 calls on one line), and listing them all
+# cost a gigabyte and minutes. Past the cap they are counted, and the scan reports a problem saying how many.
+MAX_FINDINGS_PER_FILE = 1000
+
 NoqaDirective = Tuple[int, int, FrozenSet[str]]  # line, 1-based column of its "#", the DFD codes it names
 Located = Union[ast.expr, ast.stmt]  # a node with a line and column a finding can point at
 
@@ -111,6 +115,7 @@ class FileContext:
         self._has_noqa = has_noqa(text)  # once: asking per finding made big files quadratic
         self.used_noqa: Set[Tuple[int, str]] = set()  # (line, code) a noqa comment suppressed
         self.fixes: List["AppliedFix"] = []  # the mitigations this file applies (for DFD201)
+        self.unlisted = 0  # findings past MAX_FINDINGS_PER_FILE, counted only
 
     def on_candidate_line(self, node: Located) -> bool:
         """Whether `node` spans a candidate line: rules skip every other call without resolving names."""
@@ -134,6 +139,9 @@ class FileContext:
             return
         if suppressed(rule.code, self.noqa(node.lineno)):
             self.used_noqa.add((node.lineno, rule.code))
+            return
+        if len(self.findings) >= MAX_FINDINGS_PER_FILE:
+            self.unlisted += 1
             return
         self.findings.append(rule.finding(
             message, path=self.path, line=node.lineno, column=node.col_offset + 1, evidence=evidence,
