@@ -52,6 +52,10 @@ def _verbose_view(console, facts: dict) -> None:
     hidden = facts.get("skipped_folders_total", 0) - len(facts.get("skipped_folders", []))
     if hidden > 0:
         console.print(f"[dim]... and {hidden} more skipped folders (JSON facts list the first ones)[/]")
+    for followed in facts.get("followed_imports") or []:
+        console.print(f"[dim]followed import: {escape(followed)}[/]")
+    for entry in facts.get("entry_points") or []:
+        console.print(f"[dim]entry point {escape(entry['path'])} ({escape(entry['how'])})[/]")
     for fix in facts.get("mitigations_applied", []):
         console.print(f"[dim]mitigation {escape(fix['mitigation'])} applied at {escape(fix['path'])}:{fix['line']}[/]")
     if facts.get("baseline"):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from dflash_doctor.findings import Severity
+from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY
 from dflash_doctor.rules.registry import Rule, register
 
@@ -36,25 +37,34 @@ class ScanRule:
     table never does (they import it). `words`: names whose lines hold every call, assignment or dict the checks
     judge (names bound to them on such lines are followed too); no other line is looked at. `triggers`: the file
     is parsed for the rule when its bytes match any. `after_files`: judged by the engine once every file is read,
-    from what the other rules left (no checks, words or triggers of its own)."""
+    from what the other rules left (no checks, words or triggers of its own). `hazards`: for a rule about what
+    threads do, the hazards a program with such a finding has; its findings are judged against the fixes of that
+    program (scan/programs.py): mitigated only when those cover every hazard of the program."""
 
     rule: Rule
     checks: Tuple[str, ...] = ()
     words: Tuple[str, ...] = ()
     triggers: Tuple[ByteTrigger, ...] = ()
     after_files: bool = False
+    hazards: FrozenSet[Hazard] = frozenset()
 
 
 SCAN_RULES: Dict[str, ScanRule] = {}  # by code
 
 
 def declare(rule: Rule, *, checks: Tuple[str, ...] = (), words: Tuple[str, ...] = (),
-            triggers: Tuple[ByteTrigger, ...] = (), after_files: bool = False) -> Rule:
+            triggers: Tuple[ByteTrigger, ...] = (), after_files: bool = False,
+            hazards: FrozenSet[Hazard] = frozenset()) -> Rule:
     """Register `rule` and how the scanner finds it."""
     if rule.example_format != "python":
         raise ValueError(f"{rule.code}: scan rules are written as Python sources")
-    SCAN_RULES[rule.code] = ScanRule(register(rule), checks, words, triggers, after_files)
+    SCAN_RULES[rule.code] = ScanRule(register(rule), checks, words, triggers, after_files, hazards)
     return rule
+
+
+def thread_hazards() -> Dict[str, FrozenSet[Hazard]]:
+    """Code -> hazards, for the rules whose findings are judged per program."""
+    return {code: entry.hazards for code, entry in SCAN_RULES.items() if entry.hazards}
 
 
 # -- byte triggers -------------------------------------------------------------------------------------------
@@ -80,8 +90,14 @@ THREAD_SPAWN = ByteTrigger(
 # switch counts only when set to the literal True (assigned, setattr or config.patch), so a file that merely defines
 # or reads it (torch's own config and compiler) is not parsed for it.
 _SET_TO = rb"""['"]?\s*(?::\s*[\w.]+\s*)?[=,:]\s*\(*\s*"""  # `key = `, `key: bool = `, `"key", `, `key=`, `"key": `
-APPLIED_MITIGATION = ByteTrigger((b"dflash_doctor", b"force_non_lazy_backward_lowering"),
-                                 re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering" + _SET_TO + rb"True\b"))
+# torch's own functions that apply a registry fix when called with one literal (their name is the entry's source
+# marker): single-threaded autograd is `set_multithreading_enabled(False)`; True, or a variable, is not the fix.
+TORCH_SWITCHES: Dict[str, object] = {"set_multithreading_enabled": False}
+APPLIED_MITIGATION = ByteTrigger(
+    (b"dflash_doctor", b"force_non_lazy_backward_lowering") + tuple(name.encode() for name in TORCH_SWITCHES),
+    re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering" + _SET_TO + rb"True\b" + b"".join(
+        rb"|" + name.encode() + rb"\s*\(\s*(?:mode\s*=\s*)?" + repr(value).encode() + rb"\b"
+        for name, value in TORCH_SWITCHES.items())))
 # The function itself: not the module (`flex_attention.noop_mask`, `flex_attention import X`), not a longer name;
 # torch's flex_attention resolves only through an import that names its module (absolute or relative).
 FLEX_CALL = ByteTrigger(
@@ -254,7 +270,9 @@ COMPILED_CALL_IN_THREAD = declare(Rule(
     ),
 ), checks=("threads.SpawnCollector", "fixes.FixCollector"),
     words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MITIGATION_MARKERS,
-    triggers=(THREAD_SPAWN, APPLIED_MITIGATION))
+    triggers=(THREAD_SPAWN, APPLIED_MITIGATION),
+    # a compiled call in a worker: the FX flag leak, the stuck flag and the compile-lock deadlock (docs/races.md)
+    hazards=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}))
 
 FLEX_ATTENTION_UNCOMPILED = declare(Rule(
     code="DFD202",

@@ -29,6 +29,8 @@ class FileResult:
     fixes: List[AppliedFix] = field(default_factory=list)  # mitigations this file applies (for DFD201)
     noqa: List[NoqaDirective] = field(default_factory=list)  # its `# noqa: DFDxxx` comments
     noqa_used: Set[Tuple[int, str]] = field(default_factory=set)  # (line, code) they suppressed
+    # per thread finding's (line, column): the functions its thread runs, as (absolute path, qualname)
+    thread_reach: Dict[Tuple[int, int], FrozenSet[Tuple[str, str]]] = field(default_factory=dict)
 
 
 def _check_class(name: str) -> Type[FileCheck]:

@@ -13,6 +13,7 @@ from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.scan import (
     COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, HF_GRADIENT_CHECKPOINTING_IMPLICIT, SCAN_RULES, UNUSED_NOQA,
+    thread_hazards,
 )
 from dflash_doctor.scan import baseline as baseline_file
 from dflash_doctor.scan import config as config_file
@@ -20,9 +21,11 @@ from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.config import ScanConfig
 from dflash_doctor.scan.context import noqa_directives, suppressed
 from dflash_doctor.scan.discovery import discover
-from dflash_doctor.scan.fixes import AppliedFix, collect, judge
+from dflash_doctor.scan.fixes import PER_THREAD, AppliedFix, collect
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
+from dflash_doctor.scan import programs as program_files
+from dflash_doctor.scan.programs import Imports, Programs, Reach, describe, program_verdicts
 from dflash_doctor.scan.resolve import FuncRef
 from dflash_doctor.scan.source import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -137,10 +140,11 @@ def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[st
             problems: List[Problem] = []
             linker = Linker(
                 dict(graphs), index,
-                load=lambda path: _load_graph(path, index.packages.get(path), problems, max_bytes),
+                load=lambda path: _load_graph(path, index.package(path), problems, max_bytes),
             )
             for graph in spawning:
-                results[graph.path].findings.extend(link_spawns(graph, linker, results[graph.path].noqa_used))
+                result = results[graph.path]
+                result.findings.extend(link_spawns(graph, linker, result.noqa_used, result.thread_reach))
             loaded = list(linker.loaded)
             if problems:
                 results[spawning[0].path].problems.extend(problems)
@@ -247,9 +251,11 @@ def _describe(ref: FuncRef, linker: Linker) -> str:
     return f"{ref.qualname} ({ref.path}:{linker.function_line(ref)})"
 
 
-def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None) -> List[Finding]:
+def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None,
+                reach: Optional[Dict[Tuple[int, int], Reach]] = None) -> List[Finding]:
     """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain.
-    Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`."""
+    Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`; `reach` gets, per finding's (line,
+    column), every function its thread runs (a per-thread fix counts only there)."""
     findings = []
     for spawn in graph.spawns:
         if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
@@ -274,25 +280,52 @@ def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = N
                 "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
             },
         ))
+        if reach is not None and PER_THREAD:
+            reach[(spawn.line, spawn.column)] = thread_reach(spawn.refs, linker)
     return findings
 
 
-def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix]) -> List[Finding]:
-    """DFD201 under the mitigations the scanned program applies: info with "mitigated by ..." when they cover
-    every hazard, otherwise the same error saying what the applied fixes leave open."""
-    verdict = judge(fixes)
-    if not verdict.note:
+def thread_reach(refs, linker: Linker) -> Reach:
+    """Every function a thread started on `refs` runs, as (absolute path, qualname)."""
+    return frozenset((os.path.abspath(ref.path), ref.qualname) for ref in linker.reachable(refs))
+
+
+def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix],
+               reach: Optional[Dict[Tuple[str, int, int], Reach]] = None,
+               programs: Optional[Programs] = None) -> List[Finding]:
+    """The thread rules' findings (DFD201, DFD203) under the mitigations their program applies: info with
+    "mitigated by ..." when those cover every hazard of the program, otherwise the same severity saying what the
+    fixes leave open or why a fix elsewhere does not count. Without `programs`, the findings' source is one
+    program (scan_source)."""
+    codes = thread_hazards()
+    threads = [f for f in findings if f.code in codes and f.path is not None]
+    thread_ids = {id(f) for f in threads}
+    if not fixes or not threads:
         return findings
+    located = [(os.path.abspath(f.path or ""), codes[f.code]) for f in threads]
+
+    def hazards_of(closure: Optional[FrozenSet[str]]) -> FrozenSet:
+        return frozenset(h for where, hazards in located if closure is None or where in closure for h in hazards)
+
     changed = []
     for finding in findings:
-        if finding.code == COMPILED_CALL_IN_THREAD.code:
-            finding = COMPILED_CALL_IN_THREAD.finding(
-                f"{finding.message}; {verdict.note}", path=finding.path, line=finding.line, column=finding.column,
-                evidence={**finding.evidence, "mitigations": {
-                    "applied": [f.to_dict() for f in fixes], "mitigated": verdict.mitigated}},
-                severity=Severity.INFO if verdict.mitigated else None,
-            )
-        changed.append(finding)
+        if id(finding) not in thread_ids:
+            changed.append(finding)
+            continue
+        key = (finding.path or "", finding.line or 0, finding.column or 0)
+        verdicts = program_verdicts(finding.path or "", hazards_of, fixes, (reach or {}).get(key), programs)
+        note, mitigated = describe(verdicts, named=programs is not None)
+        if not note:
+            changed.append(finding)
+            continue
+        applied = sorted({fix for v in verdicts for fix in v.fixes}, key=lambda f: (f.path, f.line))
+        changed.append(SCAN_RULES[finding.code].rule.finding(
+            f"{finding.message}; {note}", path=finding.path, line=finding.line, column=finding.column,
+            evidence={**finding.evidence, "mitigations": {
+                "applied": [f.to_dict() for f in applied], "mitigated": mitigated,
+                "programs": [v.to_dict() for v in verdicts]}},
+            severity=Severity.INFO if mitigated else None,
+        ))
     return changed
 
 
@@ -342,7 +375,7 @@ def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: Mod
     anchors = {ref.qualname.split(".")[0].encode() for _, ref in pending}
     anchors |= {os.fsencode(os.path.splitext(os.path.basename(ref.path))[0]) for _, ref in pending}
     problems: List[Problem] = []
-    linker = Linker({}, index, load=lambda p: _load_graph(p, index.packages.get(p), problems, max_bytes, roots=True))
+    linker = Linker({}, index, load=lambda p: _load_graph(p, index.package(p), problems, max_bytes, roots=True))
     roots = []
     for path in files:
         data = read_bytes(path)
@@ -388,8 +421,17 @@ def scan_paths(
                            ignore if ignore is not None else config.ignore)
     known = baseline_file.load(baseline) if baseline is not None else None
     found = discover(paths, exclude, anchored=(config.root, config.exclude))
-    files = found.files
-    index = ModuleIndex(files)
+    root = program_files.project_root(paths, config.path)
+    index = ModuleIndex(found.files, root)
+    imports = Imports(index, max_bytes)
+    # A file named on the command line is a program: the project files it imports are part of what is scanned
+    # (`scan train.py` reads the src/model.py it imports). Folders are scanned as they are; their threads' call
+    # chains still follow imports into the rest of the project.
+    followed = _followed_imports([p for p in paths if not os.path.isdir(p)], found.files, imports)
+    files = found.files + followed
+    if followed:
+        index = ModuleIndex(files, root)
+        imports.index = index
     jobs = jobs or default_jobs()
     workers = jobs if len(files) >= parallel_min_files else 1
     items = [(p, index.packages[p]) for p in files]
@@ -411,7 +453,16 @@ def scan_paths(
                 seen_problems.add((problem.subject, problem.reason))
                 report.problems.append(problem)
     fixes = collect(r.fixes for r in results)
-    findings = apply_fixes(findings, fixes)
+    reach = {(r.path, line, column): functions for r in results for (line, column), functions in r.thread_reach.items()}
+    codes = thread_hazards()
+    programs = None
+    if fixes and any(f.code in codes for f in findings):
+        programs = Programs(imports, _entry_points(paths, files, config, root, index), files)
+    findings = apply_fixes(findings, fixes, reach, programs)
+    for problem in imports.problems:
+        if (problem.subject, problem.reason) not in seen_problems:
+            seen_problems.add((problem.subject, problem.reason))
+            report.problems.append(problem)
     findings, loaded_for_flex = compiled_elsewhere(findings, files, index, max_bytes)
     per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
     stamped = baseline_file.add_fingerprints(per_file)
@@ -434,11 +485,43 @@ def scan_paths(
             "file": baseline, "matched": matched, "new": len(report.findings),
             "fixed": sum(known.values()) - matched},
         "mitigations_applied": [f.to_dict() for f in fixes],
+        "followed_imports": followed,
+        "project_root": root,
+        "entry_points": None if programs is None else [
+            {"path": e.path, "how": e.how} for e in programs.entries],
         "transformers": transformers_version,
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),
     }
     return report
+
+
+def _followed_imports(named: Sequence[str], files: Sequence[str], imports: Imports) -> List[str]:
+    """The project files the named files import, transitively, that the scan does not already read."""
+    scanned = {os.path.abspath(p) for p in files}
+    followed: Dict[str, str] = {}
+    for path in named:
+        for absolute, spelled in imports.closure(path).items():
+            if absolute not in scanned and absolute not in followed:
+                followed[absolute] = spelled
+    return sorted(followed.values())
+
+
+def _entry_points(paths: Sequence[str], files: Sequence[str], config: ScanConfig, root: str,
+                  index: ModuleIndex) -> List[program_files.EntryPoint]:
+    """The programs' entry points (scan/programs.py says in which order they are believed)."""
+    if config.entry_points:
+        return program_files.declared(config.entry_points, root, index, config.path or "pyproject.toml")
+    named = [program_files.EntryPoint(p, "named on the command line") for p in paths if not os.path.isdir(p)]
+    scripts = program_files.console_scripts(root, index)
+    guarded = []
+    for path in files:
+        data = read_bytes(path)
+        if os.path.basename(path) == "__main__.py":
+            guarded.append(program_files.EntryPoint(path, "a package's __main__.py"))
+        elif isinstance(data, bytes) and program_files.main_guarded(data):
+            guarded.append(program_files.EntryPoint(path, "__main__ guard"))
+    return named + scripts + guarded
 
 
 def _syntax_problems(path: str, max_bytes: int) -> List[Problem]:
@@ -468,8 +551,10 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     enabled = frozenset(scan_codes())
     result, graph = analyse_tree(path, parsed.text, parsed.tree, enabled)
     # every rule is enabled, so the graph is always built
-    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used) if graph is not None else []
-    findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes)
+    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used, result.thread_reach) \
+        if graph is not None else []
+    reach = {(path, line, column): functions for (line, column), functions in result.thread_reach.items()}
+    findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes, reach)
     return sorted(findings, key=Finding.sort_key)
 
 
