@@ -304,6 +304,51 @@ FLEX_ATTENTION_UNCOMPILED = declare(Rule(
 ), checks=("flex.FlexAttentionRule",),
     words=("flex_attention",), triggers=(FLEX_CALL,))
 
+_PATCHER_FIXES = tuple(m.name for m in REGISTRY if Hazard.PATCHER_RACE in m.covers and m.recommended)
+
+FX_TRACE_IN_THREAD = declare(Rule(
+    code="DFD203",
+    name="fx-trace-in-thread",
+    severity=Severity.ERROR,
+    summary="an FX trace runs while other threads run: torch.fx patches nn.Module for every thread",
+    rationale=(
+        "torch.fx's Tracer.trace (behind torch.fx.symbolic_trace, Tracer().trace, every Tracer subclass and "
+        "make_fx) replaces torch.nn.Module.__call__ and __getattr__ on the classes, so for every thread, and keeps "
+        "the active patcher in the module global CURRENT_PATCHER (torch 2.13, 2.14.1 and 2.15.0 alike). While one "
+        "thread traces, an eager module call in another thread raises 'NameError: module is not installed as a "
+        "submodule'; two traces that overlap end in 'AssertionError: CURRENT_PATCHER is None in finally block'. "
+        "Reported where a thread's target reaches such a trace (the call chain is followed across the scanned "
+        "modules and Tracer subclasses' bases), and where code that started threads traces before joining them. "
+        "A trainer with such a trace is mitigated only by fixes that also stop this race: the thread-local FX flag "
+        "and non-lazy backward do not touch it."
+    ),
+    fix=("Trace before the workers start or after they join, or hold the workers' lock while tracing"
+         + (f"; or apply {', '.join(_PATCHER_FIXES)} (`dflash-doctor explain mitigations`)" if _PATCHER_FIXES
+            else "") + "."),
+    bad=(
+        "import threading\n"
+        "import torch.fx\n"
+        "\n"
+        "def profile(model):\n"
+        "    return torch.fx.symbolic_trace(model)\n"
+        "\n"
+        "threading.Thread(target=profile, args=(None,)).start()  # DFD203\n"
+    ),
+    good=(
+        "import threading\n"
+        "import torch.fx\n"
+        "\n"
+        "def profile(model):\n"
+        "    return torch.fx.symbolic_trace(model)\n"
+        "\n"
+        "graph = profile(None)\n"
+        "threading.Thread(target=print, args=(graph,)).start()\n"
+    ),
+), checks=("threads.SpawnCollector", "threads.TraceCollector"),
+    words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool", "symbolic_trace", "make_fx", "trace"),
+    triggers=(THREAD_SPAWN,),
+    hazards=frozenset({Hazard.PATCHER_RACE}))
+
 NESTED_FX_TRACE_SILENCED = declare(Rule(
     code="DFD301",
     name="nested-fx-trace-silenced",

@@ -12,8 +12,8 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.scan import (
-    COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, HF_GRADIENT_CHECKPOINTING_IMPLICIT, SCAN_RULES, UNUSED_NOQA,
-    thread_hazards,
+    COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, FX_TRACE_IN_THREAD, HF_GRADIENT_CHECKPOINTING_IMPLICIT,
+    SCAN_RULES, UNUSED_NOQA, thread_hazards,
 )
 from dflash_doctor.scan import baseline as baseline_file
 from dflash_doctor.scan import config as config_file
@@ -253,35 +253,90 @@ def _describe(ref: FuncRef, linker: Linker) -> str:
 
 def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None,
                 reach: Optional[Dict[Tuple[int, int], Reach]] = None) -> List[Finding]:
-    """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain.
+    """DFD201 and DFD203: the spawn sites of one file whose target reaches a compiled callable or an FX trace, with
+    the call chain, and the traces its threads' starter runs while they run.
     Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`; `reach` gets, per finding's (line,
     column), every function its thread runs (a per-thread fix counts only there)."""
     findings = []
+    enabled = graph.ctx.enabled
     for spawn in graph.spawns:
         if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
             continue
-        hit = linker.find_compiled(spawn.refs)
-        if hit is None:
+        found = []
+        if COMPILED_CALL_IN_THREAD.code in enabled:
+            found.extend(_compiled_in_thread(graph, spawn, linker))
+        if FX_TRACE_IN_THREAD.code in enabled:
+            found.extend(_trace_in_thread(graph, spawn, linker))
+        for finding in found:
+            if suppressed(finding.code, spawn.noqa):
+                if used_noqa is not None:
+                    used_noqa.add((spawn.line, finding.code))
+                continue
+            findings.append(finding)
+            if reach is not None and PER_THREAD and (spawn.line, spawn.column) not in reach:
+                reach[(spawn.line, spawn.column)] = thread_reach(spawn.refs, linker)
+    if FX_TRACE_IN_THREAD.code in enabled:
+        findings.extend(_traced_while_threads_run(graph, linker, used_noqa))
+    return findings
+
+
+def _compiled_in_thread(graph: ModuleGraph, spawn, linker: Linker) -> List[Finding]:
+    hit = linker.find_compiled(spawn.refs)
+    if hit is None:
+        return []
+    chain, compiled = hit
+    where = f"{compiled.path}:{compiled.line}"
+    return [COMPILED_CALL_IN_THREAD.finding(
+        f"{spawn.kind} runs {spawn.target}, which calls torch.compile'd {compiled.name} (compiled at "
+        f"{where}) from a worker thread",
+        path=graph.path, line=spawn.line, column=spawn.column,
+        evidence={
+            "spawn": spawn.kind,
+            "target": spawn.target,
+            "chain": [_describe(ref, linker) for ref in chain] + [f"{compiled.name} ({where})"],
+            "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
+        },
+    )]
+
+
+def _trace_in_thread(graph: ModuleGraph, spawn, linker: Linker) -> List[Finding]:
+    """DFD203 at a spawn site whose thread reaches an FX trace."""
+    hit = linker.find_call(spawn.refs, linker.fx_trace)
+    if hit is None:
+        return []
+    chain, traced = hit
+    return [FX_TRACE_IN_THREAD.finding(
+        f"{spawn.kind} runs {spawn.target}, which FX-traces with {traced} in "
+        f"{_describe(chain[-1], linker) if chain else spawn.target}: while it traces, nn.Module calls in every "
+        "other thread go through its patcher",
+        path=graph.path, line=spawn.line, column=spawn.column,
+        evidence={"spawn": spawn.kind, "target": spawn.target, "trace": traced,
+                  "chain": [_describe(ref, linker) for ref in chain]},
+    )]
+
+
+def _traced_while_threads_run(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set]) -> List[Finding]:
+    """DFD203 at an FX trace that the code which started threads runs after starting them, with no `.join()`
+    between: the workers run while it traces."""
+    findings = []
+    for site in graph.traces:
+        started = [s for s in graph.spawns if s.scope == site.scope and s.line < site.line and s.thread_class is None]
+        if not started:
             continue
-        if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
+        traced = linker.fx_trace(site.callee)
+        first = started[0]
+        if traced is None or graph.joins_between(site.scope, first.line, site.line):
+            continue
+        if suppressed(FX_TRACE_IN_THREAD.code, site.noqa):
             if used_noqa is not None:
-                used_noqa.add((spawn.line, COMPILED_CALL_IN_THREAD.code))
+                used_noqa.add((site.line, FX_TRACE_IN_THREAD.code))
             continue
-        chain, compiled = hit
-        where = f"{compiled.path}:{compiled.line}"
-        findings.append(COMPILED_CALL_IN_THREAD.finding(
-            f"{spawn.kind} runs {spawn.target}, which calls torch.compile'd {compiled.name} (compiled at "
-            f"{where}) from a worker thread",
-            path=graph.path, line=spawn.line, column=spawn.column,
-            evidence={
-                "spawn": spawn.kind,
-                "target": spawn.target,
-                "chain": [_describe(ref, linker) for ref in chain] + [f"{compiled.name} ({where})"],
-                "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
-            },
+        findings.append(FX_TRACE_IN_THREAD.finding(
+            f"{traced} runs in the code that started threads at line {first.line}, before any join: while it "
+            "traces, their nn.Module calls go through its patcher",
+            path=graph.path, line=site.line, column=site.column,
+            evidence={"spawn": first.kind, "target": first.target, "trace": traced, "spawned_at": first.line},
         ))
-        if reach is not None and PER_THREAD:
-            reach[(spawn.line, spawn.column)] = thread_reach(spawn.refs, linker)
     return findings
 
 

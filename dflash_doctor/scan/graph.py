@@ -7,7 +7,7 @@ import ast
 import os
 import re
 from collections import deque
-from typing import Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.scan.resolve import (
     COMPILE_FUNCTIONS,
@@ -19,6 +19,7 @@ from dflash_doctor.scan.resolve import (
     MethodRef,
     ClassRef,
     ParamRef,
+    Ref,
     Target,
 )
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -26,6 +27,15 @@ from dflash_doctor.scan.scopes import STAR_EXPORTS, Scope
 from dflash_doctor.scan.summary import ClassInfo, FuncInfo
 
 MAX_CHAIN_DEPTH = 8  # calls between a thread's target and the compiled callable
+# What runs an FX trace, and so installs torch.fx's process-wide patcher (docs/races.md, "The FX patcher race"):
+# symbolic_trace and make_fx (its PythonKeyTracer is a Tracer), and `trace` of any Tracer or subclass of one.
+FX_TRACE_FUNCTIONS = frozenset({
+    "torch.fx.symbolic_trace", "torch.fx._symbolic_trace.symbolic_trace",
+    "torch.fx.experimental.proxy_tensor.make_fx",
+})
+FX_TRACER_CLASSES = frozenset({
+    "torch.fx.Tracer", "torch.fx._symbolic_trace.Tracer", "torch.fx.experimental.proxy_tensor.PythonKeyTracer",
+})
 _MAX_HOPS = 6  # re-exports, base classes, attribute aliases followed while resolving one reference
 
 
@@ -393,7 +403,52 @@ class Linker:
         info = found[1]
         return name in info.methods or any(self._has_method(b, name, hops + 1) for b in info.bases)
 
+    def derives_from(self, cls: ClassRef, dotted: FrozenSet[str], hops: int = 0) -> bool:
+        """Whether `cls` is, or has among its bases (followed across files), one of the classes `dotted`."""
+        if isinstance(cls, ExtRef) and cls.dotted in dotted:
+            return True
+        found = self.class_info(cls)
+        if found is None or hops > _MAX_HOPS:
+            return False
+        return any(self.derives_from(base, dotted, hops + 1) for base in found[1].bases)
+
+    def fx_trace(self, ref: Ref) -> Optional[str]:
+        """The FX trace calling `ref` runs (its name), or None."""
+        if isinstance(ref, ExtRef) and ref.dotted in FX_TRACE_FUNCTIONS:
+            return ref.dotted
+        if isinstance(ref, MethodRef) and ref.attr == "trace" and self.derives_from(ref.cls, FX_TRACER_CLASSES):
+            owner = ref.cls.dotted if isinstance(ref.cls, ExtRef) else ref.cls.qualname
+            return f"{owner}.trace"
+        return None
+
     # -- searches -------------------------------------------------------------------------------------------
+
+    def find_call(self, starts: Iterable[Target], is_target: Callable[[Ref], Optional[str]],
+                  max_depth: int = MAX_CHAIN_DEPTH) -> Optional[Tuple[List[FuncRef], str]]:
+        """The shortest call chain from `starts` to a call that `is_target` names (breadth first, bounded, through
+        compiled functions too), with that name; None when there is none."""
+        parent: Dict[FuncRef, Optional[FuncRef]] = {}
+        queue: Deque[Tuple[FuncRef, int]] = deque()
+        for start in starts:
+            for item in self._functions_run(start):
+                if item not in parent:
+                    parent[item] = None
+                    queue.append((item, 0))
+        while queue:
+            node, depth = queue.popleft()
+            info = self.function_info(node)
+            if info is None:
+                continue
+            for ref in info.refs:
+                hit = is_target(ref)
+                if hit is not None:
+                    return self._chain(parent, node), hit
+                if depth + 1 < max_depth:
+                    for item in self._functions_run(ref):
+                        if item not in parent:
+                            parent[item] = node
+                            queue.append((item, depth + 1))
+        return None
 
     def find_compiled(self, starts: Iterable[Target], max_depth: int = MAX_CHAIN_DEPTH
                       ) -> Optional[Tuple[List[FuncRef], CompiledRef]]:

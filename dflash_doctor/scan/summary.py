@@ -37,3 +37,16 @@ class Spawn:
     refs: Tuple[Ref, ...]
     noqa: Optional[FrozenSet[str]] = None
     thread_class: Optional[LocalClass] = None  # for Thread subclasses: confirmed by the linker (bases may be imported)
+    scope: str = ""  # qualname of the function (or "" the module) whose code starts the thread
+
+
+@dataclass(frozen=True)
+class TraceSite:
+    """A call that may run an FX trace (symbolic_trace, Tracer().trace, make_fx), judged by the linker."""
+
+    line: int
+    column: int
+    scope: str  # qualname of the function it is in ("" at module level)
+    callee: Ref
+    spelled: str
+    noqa: Optional[FrozenSet[str]] = None
