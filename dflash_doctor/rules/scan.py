@@ -115,6 +115,8 @@ DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",), re.compile(
 
 CHECKPOINT_CALLS = ("checkpoint", "checkpoint_sequential")
 HF_KWARGS = ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")
+# torch.distributed's checkpoint_wrapper and its CheckpointImpl (often handed to apply_activation_checkpointing)
+CHECKPOINT_WRAPPERS = ("checkpoint_wrapper", "CheckpointImpl")
 # Every marker of the mitigation registry: scan/fixes.py looks for their calls on these lines.
 MITIGATION_MARKERS = tuple(sorted({marker for entry in REGISTRY for marker in entry.source_markers}))
 
@@ -146,7 +148,7 @@ CHECKPOINT_USE_REENTRANT_TRUE = declare(Rule(
         "    return tuc.checkpoint(fn, x, use_reentrant=False)\n"
     ),
 ), checks=("checkpointing.CheckpointRule",),
-    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction"),
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction") + CHECKPOINT_WRAPPERS,
     triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
 
 CHECKPOINT_USE_REENTRANT_IMPLICIT = declare(Rule(
@@ -198,7 +200,8 @@ CHECKPOINT_USE_REENTRANT_UNKNOWN = declare(Rule(
         "    return cp.checkpoint(layer, h, use_reentrant=False)\n"
     ),
 ), checks=("checkpointing.CheckpointRule",),
-    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",), triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",) + CHECKPOINT_WRAPPERS,
+    triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
 
 HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
     code="DFD104",

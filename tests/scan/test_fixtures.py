@@ -67,7 +67,7 @@ def test_fixture_scan_reports_exactly_the_markers(jobs, parallel_min_files):
     loaded = report.facts["loaded_for_call_chains"]
     assert loaded == 6 if jobs == 1 else loaded >= 6
     assert report.facts["loaded_for_flex_coverage"] >= 2
-    assert report.facts["files"] == 30
+    assert report.facts["files"] == 31
 
 
 def test_weight_checkpointing_trainer_is_clean():
@@ -142,3 +142,14 @@ def test_cli_fail_on_and_select(cli):
     run = cli("scan", f"{FIXTURES}/aliases.py", "--select", "DFD101", "--format", "json")
     assert {f["code"] for f in json.loads(run.stdout)["findings"]} == {"DFD101"}
     assert run.returncode == 1
+
+
+def test_library_shapes_are_judged_on_supported_releases():
+    report = scan_paths([f"{FIXTURES}/library_shapes.py"], jobs=1, transformers=lambda: None)
+    assert [(f.line, f.code, f.severity.value) for f in report.findings] == [
+        (22, "DFD102", "info"), (36, "DFD102", "warning"), (44, "DFD101", "warning"), (48, "DFD101", "warning"),
+        (59, "DFD104", "warning")]
+    old = report.findings[0]
+    assert old.evidence["old_torch_only"] == (
+        "in the else of `if is_torch_version('>=', '1.11.0')`, which needs torch < 1.11.0")
+    assert old.message.endswith("torch.compile, and so the race, needs 2.0)")
