@@ -78,11 +78,13 @@ _LEFT = re.compile(r"^[\w\s,.\[\]*]+$")  # assignment targets; no "(" so `f(x=1)
 _NOT_ALIASES = frozenset({"self", "cls"})
 
 
-# What an alias's right-hand side looks like: a plain (dotted) name, a partial of something, or an instance of a
-# thread pool or thread (whose methods start threads). `y = checkpoint(f, x)` binds a result, not an alias: taking
+# What an alias's right-hand side looks like: a plain (dotted) name, a partial of something, an instance of a
+# thread pool or thread (whose methods start threads), or a choice between two names. `y = checkpoint(f, x)` binds a result, not an alias: taking
 # such names made the candidate search grow with every call of a big file.
 _ALIAS_VALUE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:#.*)?$|(?:functools\s*\.\s*)?partial\s*\("
-                          r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\()")
+                          r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\("
+                          # `attend = flex_attention if use_flex else sdpa`: an alias on one of its paths
+                          r"|[A-Za-z_][\w.]*\s+if\s+[^=]+?\s+else\s+[A-Za-z_][\w.]*\s*(?:#.*)?$)")
 
 
 def _assigned_names(line: str) -> List[str]:
