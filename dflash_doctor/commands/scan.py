@@ -22,7 +22,8 @@ EPILOG = (
     "dflash-doctor scan . --exclude 'tests/*' --select DFD1 --format sarif -o scan.sarif  ·  "
     "dflash-doctor scan . --ignore DFD202 --fail-on error  ·  "
     "dflash-doctor scan . --format json -o baseline.json, later: dflash-doctor scan . --baseline baseline.json.  "
-    "Settings: [tool.dflash-doctor] in pyproject.toml (select, ignore, exclude, fail-on, per-file-ignores), "
+    "Settings: [tool.dflash-doctor] in pyproject.toml (select, ignore, exclude, fail-on, per-file-ignores, "
+    "entry-points), "
     "found from the scanned paths upward; options win over it.  "
     "Silence one line with `# noqa: DFD102`; DFD302 reports noqa codes that silence nothing.  " + EXIT_CODES_HELP
 )
