@@ -69,6 +69,7 @@ class ModuleIndex:
         self.root = os.path.abspath(root) if root else None
         self._package_dirs: Dict[str, bool] = {}
         self._on_disk: Dict[Tuple[str, str], Optional[str]] = {}
+        self._inside_folders: Dict[str, bool] = {}
         self.packages: Dict[str, Optional[str]] = {}
         for path in paths:
             package, module = package_of(path, self._is_package_dir)
@@ -137,23 +138,29 @@ class ModuleIndex:
         return False
 
     def inside(self, path: str) -> bool:
-        """Below the project root, and not inside an installed-package store or environment on the way."""
+        """Below the project root, and not inside an installed-package store or environment on the way (decided
+        once per folder: every lookup of a big tree's imports asks again)."""
         if self.root is None:
             return False
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in self._inside_folders:
+            self._inside_folders[folder] = self._folder_inside(folder)
+        return self._inside_folders[folder]
+
+    def _folder_inside(self, folder: str) -> bool:
+        assert self.root is not None
         try:
-            relative = os.path.relpath(os.path.abspath(path), self.root)
+            relative = os.path.relpath(folder, self.root)
         except ValueError:  # another Windows drive
             return False
+        if relative == os.curdir:
+            return True
         if relative == os.pardir or relative.startswith(os.pardir + os.sep) or os.path.isabs(relative):
             return False
         from dflash_doctor.scan.discovery import skip_reason
 
-        folder = self.root
-        for part in relative.split(os.sep)[:-1]:
-            if skip_reason(folder, part):
-                return False
-            folder = os.path.join(folder, part)
-        return True
+        parent, name = os.path.split(folder)
+        return self.inside(folder) and not skip_reason(parent, name) if parent != folder else False
 
     def _module_file(self, folder: str, dotted: str) -> Optional[str]:
         base = os.path.join(folder, *dotted.split("."))
