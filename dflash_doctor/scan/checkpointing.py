@@ -21,6 +21,7 @@ from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.context import FileCheck, FileContext, Located
 from dflash_doctor.scan.resolve import LocalClass, describe
 from dflash_doctor.scan.scopes import Binding, Scope
+from dflash_doctor.scan.versions import supported_branches
 
 CHECKPOINT_FUNCTIONS = frozenset({
     "torch.utils.checkpoint.checkpoint",
@@ -179,7 +180,8 @@ class CheckpointRule(FileCheck):
             if depth > _MAX_EXPANSION:
                 return [None]
             if isinstance(node, ast.IfExp):
-                return expand(node.body, depth + 1) + expand(node.orelse, depth + 1)
+                # `{...} if is_torch_version(">=", "1.11") else {}`: only the branches a supported torch takes
+                return [path for branch in supported_branches(node) for path in expand(branch, depth + 1)]
             if not isinstance(node, (ast.Name, ast.Attribute)):
                 return [node]
             binding = resolver.value_binding(node, scope, line)
@@ -191,6 +193,12 @@ class CheckpointRule(FileCheck):
             # version test) is not a value the name has on any supported release
             supported = [b for b in siblings if self.ctx.old_torch_only(b.line) is None]
             for sibling in supported or siblings:
+                later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
+                if sibling.kind == "param" and later and all(key is not None for key, _ in later):
+                    # `**kwargs` given `kwargs.setdefault("use_reentrant", True)` or `kwargs[...] = ...`: what the
+                    # function sets is the value unless a caller passes the key (no caller is visible here)
+                    paths.append(ast.Dict(keys=[ast.Constant(key) for key, _ in later], values=[v for _, v in later]))
+                    continue
                 if sibling.kind != "assign":
                     paths.append(None)
                     continue
@@ -257,6 +265,12 @@ class CheckpointRule(FileCheck):
             return
         resolver = self.ctx.resolver
         line = node.lineno
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "setdefault" and isinstance(func.value, ast.Name) \
+                and len(node.args) == 2:
+            # `kwargs.setdefault("use_reentrant", True)`: part of the mapping's value, like a subscript assignment
+            self._record_subscript(func.value, _constant_key(node.args[0]), node.args[1], scope, line)
+            return
         literal = self._literal_in(scope, line)
         if isinstance(node.func, ast.Attribute) and node.func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT):
             if not self._project_method(node.func.value, node.func.attr, scope, line):

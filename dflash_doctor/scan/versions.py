@@ -127,6 +127,16 @@ def _statements(body: List[ast.stmt]) -> Iterator[ast.stmt]:
             stack.extend(reversed(case.body))
 
 
+def supported_branches(node: ast.IfExp) -> List[ast.expr]:
+    """The branches of `a if <torch-version test> else b` that a torch with torch.compile can take."""
+    cond = condition(node.test)
+    if cond is not None and _always(cond):
+        return [node.body]
+    if cond is not None and _never(cond):
+        return [node.orelse]
+    return [node.body, node.orelse]
+
+
 def old_torch_branches(tree: ast.Module) -> List[Tuple[int, int, str]]:
     """(first line, last line, why) of every branch that only a torch older than the first compile release
     takes."""
