@@ -139,7 +139,8 @@ class ModuleGraph:
 
     def _function_info(self, scope: Scope, node: FunctionNode) -> FuncInfo:
         info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.enclosing),
-                        decorators=self._imported_decorators(node, scope.enclosing))
+                        decorators=self._imported_decorators(node, scope.enclosing),
+                        is_property=self._is_property(node, scope.enclosing))
         body: List[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
         seen: Set[Ref] = set()
@@ -152,8 +153,21 @@ class ModuleGraph:
                 continue
             if isinstance(current, ast.Call):
                 self._add_refs(info.refs, seen, current, scope)
+            elif isinstance(current, ast.Return) and current.value is not None and info.is_property:
+                returned = self.ctx.resolver.value_callee(current.value, scope, current.lineno, scope.qualname)
+                if returned is not None and returned not in info.returns:
+                    info.returns.append(returned)
             stack.extend(reversed(list(ast.iter_child_nodes(current))))
         return info
+
+    def _is_property(self, node: FunctionNode, outer: Scope) -> bool:
+        """`@property` / `@functools.cached_property` (a lazily built, often lazily compiled, attribute)."""
+        for decorator in getattr(node, "decorator_list", ()):
+            if isinstance(decorator, ast.Name) and decorator.id in ("property", "cached_property"):
+                return True
+            if self.ctx.resolver.dotted(decorator, outer, node.lineno) == "functools.cached_property":
+                return True
+        return False
 
     def _add_refs(self, refs: List[Ref], seen: Set[Ref], node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver

@@ -329,7 +329,16 @@ class Linker:
                     steps.extend(self.expand(item, through_compiled, hops + 1))
                 return steps
             if ref.attr in info.methods:
-                return self.expand(FuncRef(cls.path, info.methods[ref.attr]), through_compiled, hops + 1)
+                method = FuncRef(cls.path, info.methods[ref.attr])
+                function = self.function_info(method)
+                if function is not None and function.is_property:
+                    # `self.model(x)` with `model` a property: the call runs what the property returns (a
+                    # compiled module built on first access, say), after the property itself
+                    steps = [method] if not function.compiled else []
+                    for returned in function.returns:
+                        steps.extend(self.expand(returned, through_compiled, hops + 1))
+                    return steps
+                return self.expand(method, through_compiled, hops + 1)
             steps = []
             for base in info.bases:
                 steps.extend(self.expand(MethodRef(base, ref.attr), through_compiled, hops + 1))

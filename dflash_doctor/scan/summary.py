@@ -14,6 +14,9 @@ class FuncInfo:
     refs: List[Ref] = field(default_factory=list)  # callees and callbacks, in source order
     compiled: bool = False  # decorated with @torch.compile / @torch.compile(...)
     decorators: Tuple[ExtRef, ...] = ()  # imported decorators: the linker checks whether one is torch.compile
+    # a @property (or cached_property): reading it runs the function, so calling it calls what it returns
+    is_property: bool = False
+    returns: List[Ref] = field(default_factory=list)  # what its return statements hand back, when callable
 
 
 @dataclass
