@@ -241,10 +241,13 @@ COMPILED_CALL_IN_THREAD = declare(Rule(
         "while another thread compiles raises 'Detected that you are using FX to symbolically trace a "
         "dynamo-optimized function', or deadlocks on Dynamo's compile lock against the autograd device thread. "
         "The call chain is followed across the scanned modules, through constructor arguments stored on self, "
-        "containers and decorators rebound to torch.compile. When the scanned program applies fixes that together "
-        "stop every hazard (the mitigation registry's markers, e.g. runtime.install_threadlocal_fx_flag() with "
-        "runtime.enable_non_lazy_backward()), the finding is info, 'mitigated by ...'; a partial fix keeps it an "
-        "error and says what it leaves open."
+        "containers, properties and decorators rebound to torch.compile. When the thread's program (its entry "
+        "point: a __main__ guard, a named file, a console script or a declared entry point, and the project "
+        "files it imports) applies fixes that together stop every hazard of that program (the mitigation "
+        "registry's markers, e.g. runtime.install_threadlocal_fx_flag() with runtime.enable_non_lazy_backward(); "
+        "the FX patcher race too where a thread traces with FX, DFD203), the finding is info, 'mitigated by ...' "
+        "naming where the fixes are and the program; a partial fix keeps it an error and says what it leaves "
+        "open, and a fix in another program, or a per-thread switch the worker never enters, does not count."
     ),
     fix=(
         "Warm every shape and device in one thread before starting workers, serialise compiled steps with one "
