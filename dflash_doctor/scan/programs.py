@@ -245,6 +245,7 @@ class Programs:
         self.entries = list({os.path.abspath(e.path): e for e in entries}.values())
         self._candidates = list(candidates)  # files that may import a thread's file (the scanned ones)
         self._closures: Dict[str, FrozenSet[str]] = {}
+        self._tops: Dict[str, List[str]] = {}
 
     def closure(self, path: str) -> FrozenSet[str]:
         """Absolute paths of `path` and the project files it imports."""
@@ -266,7 +267,14 @@ class Programs:
         return [EntryPoint(path, "its own file (nothing scanned imports it)")]
 
     def _importers(self, path: str) -> List[str]:
-        """Scanned files whose closure holds `path` and that no other such file imports (the tops)."""
+        """Scanned files whose closure holds `path` and that no other such file imports (the tops); once per
+        file, however many threads it starts."""
+        key = os.path.abspath(path)
+        if key not in self._tops:
+            self._tops[key] = self._find_importers(path)
+        return self._tops[key]
+
+    def _find_importers(self, path: str) -> List[str]:
         key = os.path.abspath(path)
         stem = os.path.splitext(os.path.basename(path))[0]
         if stem == "__init__":
