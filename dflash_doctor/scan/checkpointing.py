@@ -354,16 +354,23 @@ class CheckpointRule(FileCheck):
                                 via_trainer=True)
 
     def _project_method(self, receiver: ast.AST, name: str, scope: Scope, line: int) -> bool:
-        """Whether `receiver.name(...)` calls a method this file defines (a framework's own
-        gradient_checkpointing_enable that sets flags or forwards to Hugging Face's, where the forwarded call is
-        judged): `self.` in a class that defines it, or an instance of such a class built here. `super().` is
-        the parent's."""
+        """Whether `receiver.name(...)` calls a method this file defines that is not Hugging Face's (a framework's
+        own gradient_checkpointing_enable that sets flags or forwards to Hugging Face's, where the forwarded call
+        is judged): `self.` in a class that defines it, or an instance of such a class built here, without a
+        gradient_checkpointing_kwargs parameter. `super().` is the parent's."""
         table = self.ctx.table
         owner = table.self_class(receiver, scope, line)
         if owner is None:
             cls = self.ctx.resolver.instance_class(receiver, scope, line)
             owner = table.by_qualname.get(cls.qualname) if isinstance(cls, LocalClass) else None
-        return owner is not None and any(b.kind == "def" for b in table.bindings(owner).get(name, ()))
+        if owner is None:
+            return False
+        defs = [b.node for b in table.bindings(owner).get(name, ()) if b.kind == "def"]
+        # Hugging Face's own implementation (PreTrainedModel calling self.gradient_checkpointing_enable(), a model
+        # overriding it with the same signature) takes gradient_checkpointing_kwargs: that one is judged.
+        return bool(defs) and not any(
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                arg.arg in HF_KWARGS_KEYS for arg in node.args.args + node.args.kwonlyargs) for node in defs)
 
     def _training_arguments_call(self, node: ast.Call, target: str, literal: Expand) -> None:
         """gradient_checkpointing=True with no kwargs reaches gradient_checkpointing_enable(None) in Trainer."""

@@ -148,7 +148,7 @@ def test_library_shapes_are_judged_on_supported_releases():
     report = scan_paths([f"{FIXTURES}/library_shapes.py"], jobs=1, transformers=lambda: None)
     assert [(f.line, f.code, f.severity.value) for f in report.findings] == [
         (22, "DFD102", "info"), (36, "DFD102", "warning"), (44, "DFD101", "warning"), (48, "DFD101", "warning"),
-        (59, "DFD104", "warning"), (78, "DFD101", "warning")]
+        (59, "DFD104", "warning"), (78, "DFD101", "warning"), (88, "DFD104", "warning")]
     old = report.findings[0]
     assert old.evidence["old_torch_only"] == (
         "in the else of `if is_torch_version('>=', '1.11.0')`, which needs torch < 1.11.0")
