@@ -21,7 +21,7 @@ from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.config import ScanConfig
 from dflash_doctor.scan.context import noqa_directives, suppressed
 from dflash_doctor.scan.discovery import discover
-from dflash_doctor.scan.fixes import PER_THREAD, AppliedFix, collect
+from dflash_doctor.scan.fixes import AROUND_TRACE, PER_THREAD, AppliedFix, collect
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan import programs as program_files
@@ -273,10 +273,16 @@ def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = N
                     used_noqa.add((spawn.line, finding.code))
                 continue
             findings.append(finding)
-            if reach is not None and PER_THREAD and (spawn.line, spawn.column) not in reach:
+            if reach is not None and (PER_THREAD or AROUND_TRACE) and (spawn.line, spawn.column) not in reach:
                 reach[(spawn.line, spawn.column)] = thread_reach(spawn.refs, linker)
     if FX_TRACE_IN_THREAD.code in enabled:
-        findings.extend(_traced_while_threads_run(graph, linker, used_noqa))
+        traced = _traced_while_threads_run(graph, linker, used_noqa)
+        findings.extend(traced)
+        if reach is not None:
+            for finding in traced:
+                # the code that traces is the function holding the trace (a lock it takes there counts)
+                reach[(finding.line or 0, finding.column or 0)] = frozenset(
+                    {(os.path.abspath(graph.path), finding.evidence.get("scope", ""))})
     return findings
 
 
@@ -335,7 +341,8 @@ def _traced_while_threads_run(graph: ModuleGraph, linker: Linker, used_noqa: Opt
             f"{traced} runs in the code that started threads at line {first.line}, before any join: while it "
             "traces, their nn.Module calls go through its patcher",
             path=graph.path, line=site.line, column=site.column,
-            evidence={"spawn": first.kind, "target": first.target, "trace": traced, "spawned_at": first.line},
+            evidence={"spawn": first.kind, "target": first.target, "trace": traced, "spawned_at": first.line,
+                      "scope": site.scope},
         ))
     return findings
 
@@ -368,7 +375,8 @@ def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix],
             changed.append(finding)
             continue
         key = (finding.path or "", finding.line or 0, finding.column or 0)
-        verdicts = program_verdicts(finding.path or "", hazards_of, fixes, (reach or {}).get(key), programs)
+        verdicts = program_verdicts(finding.path or "", hazards_of, fixes, (reach or {}).get(key), programs,
+                                    traces=finding.code == FX_TRACE_IN_THREAD.code)
         note, mitigated = describe(verdicts, named=programs is not None)
         if not note:
             changed.append(finding)

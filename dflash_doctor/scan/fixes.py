@@ -27,6 +27,9 @@ CONFIG_MARKERS = frozenset(marker for marker in MARKERS if marker.startswith("fo
 DFD201_HAZARDS: FrozenSet[Hazard] = SCAN_RULES[COMPILED_CALL_IN_THREAD.code].hazards
 # Fixes a worker thread must enter itself (a thread-local switch): they count only inside what a thread runs.
 PER_THREAD = frozenset(m.name for m in REGISTRY if m.in_each_thread is not None)
+# Fixes that stop a foreign FX trace's race only when the tracing thread holds them around its trace (global-lock's
+# fx_trace_lock): for an FX-trace finding they count only inside what that thread runs.
+AROUND_TRACE = frozenset(m.name for m in REGISTRY if getattr(m, "around_foreign_trace", None) is not None)
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,10 @@ class AppliedFix:
     @property
     def per_thread(self) -> bool:
         return self.mitigation in PER_THREAD
+
+    @property
+    def around_trace(self) -> bool:
+        return self.mitigation in AROUND_TRACE
 
     def to_dict(self) -> dict:
         return {"mitigation": self.mitigation, "path": self.path, "line": self.line, "marker": self.spelled}

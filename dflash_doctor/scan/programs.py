@@ -311,26 +311,38 @@ class ProgramVerdict:
                 "applied": [f.to_dict() for f in self.fixes]}
 
 
-def left_out(fix: AppliedFix, closure: Optional[FrozenSet[str]], reach: Optional[Reach]) -> str:
+def left_out(fix: AppliedFix, closure: Optional[FrozenSet[str]], reach: Optional[Reach], traces: bool = False) -> str:
     """Why an applied fix does not count for a thread ("" when it does): it is in a file outside the thread's
-    program, or it is a per-thread switch that the thread never enters (a call in the main thread)."""
+    program, it is a per-thread switch that the thread never enters (a call in the main thread), or, for a
+    finding about an FX trace (`traces`), a lock the tracing code must hold around its trace and does not."""
     where = os.path.abspath(fix.path)
     if closure is not None and where not in closure:
         return "not part of this program"
-    if fix.per_thread and (reach is None or (where, fix.enclosing) not in reach):
+    inside = reach is not None and (where, fix.enclosing) in reach
+    if fix.per_thread and not inside:
         return "a per-thread switch this thread does not enter"
+    if traces and fix.around_trace and not inside:
+        return "not held around this FX trace"
     return ""
 
 
 def program_verdicts(path: str, hazards_of: HazardsOf, fixes: Sequence[AppliedFix], reach: Optional[Reach],
-                     programs: Optional[Programs]) -> List[ProgramVerdict]:
+                     programs: Optional[Programs], traces: bool = False) -> List[ProgramVerdict]:
     """The verdict in each program that holds the thread found in `path` (one pseudo-program, the scanned
     source, without `programs`)."""
     entries = programs.of(path) if programs is not None else [EntryPoint(path, "the scanned source")]
     verdicts = []
     for entry in entries:
         closure = programs.closure(entry.path) if programs is not None else None
-        reasons = [(fix, left_out(fix, closure, reach)) for fix in fixes]
+        reasons = [(fix, left_out(fix, closure, reach, traces)) for fix in fixes]
+        if traces:
+            # a lock held around the trace stops the race only if the workers' steps take it too: the same fix
+            # applied, with another of its markers, elsewhere in the program
+            in_program = [f for f in fixes if left_out(f, closure, None) in ("", "not held around this FX trace")]
+            reasons = [(fix, why or ("" if not fix.around_trace or any(
+                other.mitigation == fix.mitigation and other.spelled != fix.spelled for other in in_program)
+                else f"held around this FX trace, but nothing else in the program takes it ({fix.mitigation})"))
+                if not why else (fix, why) for fix, why in reasons]
         applied = tuple(fix for fix, why in reasons if not why)
         verdicts.append(ProgramVerdict(entry, applied, tuple((f, why) for f, why in reasons if why),
                                        judge(applied, hazards_of(closure))))

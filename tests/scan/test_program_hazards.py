@@ -67,6 +67,11 @@ def test_every_registry_fix_is_judged_by_what_it_covers(entry, marker, traced):
             assert applied == [] and finding.severity is Severity.ERROR
             assert "a per-thread switch this thread does not enter" in finding.message
             continue
+        if getattr(entry, "around_foreign_trace", None) is not None and code == FX_TRACE_IN_THREAD.code:
+            # applied at module level: the profiler does not hold it around its trace
+            assert applied == [] and finding.severity is Severity.ERROR
+            assert "not held around this FX trace" in finding.message
+            continue
         assert applied == [entry.name]
         if not gaps and entry.recommended:
             assert finding.severity is Severity.INFO
@@ -150,3 +155,41 @@ def test_single_threaded_autograd_in_the_main_thread_or_switched_on_is_no_fix(mo
     assert f"leaves open: {Hazard.DEADLOCK.label}" in finding.message
     assert why in finding.message
     assert [a["mitigation"] for a in finding.evidence["mitigations"]["applied"]] == ["threadlocal-flag"]
+
+
+AROUND_TRACE = [m for m in REGISTRY if getattr(m, "around_foreign_trace", None) is not None
+                and "fx_trace_lock" in m.source_markers]
+LOCKED = """\
+import threading
+
+import torch.fx
+from dflash_doctor import runtime
+
+{step_lock}def step(x):
+    return x
+
+
+def profiler(module):
+{trace_lock}    return torch.fx.symbolic_trace(module)
+
+
+threading.Thread(target=step, args=(1,)).start()
+threading.Thread(target=profiler, args=(None,)).start()
+"""
+
+
+@pytest.mark.skipif(not AROUND_TRACE, reason="no registry fix is held around a foreign trace yet")
+@pytest.mark.parametrize("step_lock,trace_lock,severity,why", [
+    ("@runtime.global_lock\n", "    with runtime.fx_trace_lock():\n        pass\n", Severity.INFO, ""),
+    ("@runtime.global_lock\n", "", Severity.ERROR, "not held around this FX trace"),
+    ("", "    with runtime.fx_trace_lock():\n        pass\n", Severity.ERROR,
+     "held around this FX trace, but nothing else in the program takes it"),
+])
+def test_a_lock_counts_for_a_tracing_thread_only_when_both_the_trace_and_the_steps_take_it(
+        step_lock, trace_lock, severity, why):
+    [finding] = [f for f in scan_source(LOCKED.format(step_lock=step_lock, trace_lock=trace_lock))
+                 if f.code == FX_TRACE_IN_THREAD.code]
+    assert finding.severity is severity
+    assert why in finding.message
+    if severity is Severity.INFO:
+        assert f"mitigated by {AROUND_TRACE[0].name} (<string>:" in finding.message
