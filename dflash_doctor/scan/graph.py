@@ -441,12 +441,13 @@ class Linker:
 
     def find_call(self, starts: Iterable[Target], is_target: Callable[[Ref], Optional[str]],
                   max_depth: int = MAX_CHAIN_DEPTH) -> Optional[Tuple[List[FuncRef], str]]:
-        """The shortest call chain from `starts` to a call that `is_target` names (breadth first, bounded, through
-        compiled functions too), with that name; None when there is none."""
+        """The shortest call chain from `starts` to a call that `is_target` names (breadth first, bounded), with
+        that name; None when there is none. It does not enter torch.compile'd functions (Dynamo traces those; the
+        compiled-call search stops there too, so both searches load the same files)."""
         parent: Dict[FuncRef, Optional[FuncRef]] = {}
         queue: Deque[Tuple[FuncRef, int]] = deque()
         for start in starts:
-            for item in self._functions_run(start):
+            for item in self._eager_functions(start):
                 if item not in parent:
                     parent[item] = None
                     queue.append((item, 0))
@@ -460,7 +461,7 @@ class Linker:
                 if hit is not None:
                     return self._chain(parent, node), hit
                 if depth + 1 < max_depth:
-                    for item in self._functions_run(ref):
+                    for item in self._eager_functions(ref):
                         if item not in parent:
                             parent[item] = node
                             queue.append((item, depth + 1))
@@ -511,6 +512,10 @@ class Linker:
                     next_frontier.extend(self._functions_run(ref))
             frontier = next_frontier
         return seen
+
+    def _eager_functions(self, ref: Target) -> List[FuncRef]:
+        """The functions calling `ref` runs, stopping at torch.compile'd ones."""
+        return [item for item in self.expand(ref) if isinstance(item, FuncRef)]
 
     def _functions_run(self, ref: Target) -> List[FuncRef]:
         """The functions calling `ref` runs, through torch.compile'd wrappers too."""
