@@ -25,8 +25,8 @@ EPILOG = epilog(
      "dflash-doctor scan . --format json -o baseline.json",
      "dflash-doctor scan . --baseline baseline.json"],
     "The last two: record today's findings once, then report only new ones.",
-    "Settings: [tool.dflash-doctor] in pyproject.toml (select, ignore, exclude, fail-on, per-file-ignores), "
-    "found from the scanned paths upward; options win over it.",
+    "Settings: [tool.dflash-doctor] in pyproject.toml (select, ignore, exclude, fail-on, per-file-ignores, "
+    "entry-points), found from the scanned paths upward; options win over it.",
     "Silence one line with `# noqa: DFD102`; DFD302 reports noqa codes that silence nothing.",
     EXIT_CODES_HELP,
 )
@@ -56,6 +56,10 @@ def _verbose_view(console, facts: dict) -> None:
     hidden = facts.get("skipped_folders_total", 0) - len(facts.get("skipped_folders", []))
     if hidden > 0:
         console.print(f"[dim]... and {hidden} more skipped folders (JSON facts list the first ones)[/]")
+    for followed in facts.get("followed_imports") or []:
+        console.print(f"[dim]followed import: {escape(followed)}[/]")
+    for entry in facts.get("entry_points") or []:
+        console.print(f"[dim]entry point {escape(entry['path'])} ({escape(entry['how'])})[/]")
     for fix in facts.get("mitigations_applied", []):
         console.print(f"[dim]mitigation {escape(fix['mitigation'])} applied at {escape(fix['path'])}:{fix['line']}[/]")
     if facts.get("baseline"):
