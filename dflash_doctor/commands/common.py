@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 
-from dflash_doctor.errors import finite  # the check lives with the errors it raises; commands import it from here
+from dflash_doctor.errors import UsageError, finite  # the check lives with the errors; commands import it from here
 from dflash_doctor.findings import EXIT_PROBLEMS, FailOn, Problem, Report
 from dflash_doctor.outputs import check_output, write_atomically
 from dflash_doctor.render import FactsView, OutputFormat, emit, formatter_for
@@ -157,6 +157,32 @@ class Terminated(KeyboardInterrupt):
     Ctrl-C path runs for it too: children stopped, temporary folders removed, partial reports written."""
 
 
+# Options that are durations, with the factor that turns their unit into seconds. Each is capped at
+# MAX_DURATION_S: a timeout of 1e300 s is no timeout (pass a large one), and past about 3e11 s the deadline
+# `time.monotonic() + timeout` no longer fits a C timestamp (OverflowError inside a wait).
+DURATION_OPTIONS: Dict[str, float] = {
+    "--timeout": 1.0, "--hang-after": 1.0, "--interval": 1.0, "--max-seconds": 1.0, "--stall-timeout": 1.0,
+    "--amplify-ms": 1e-3,
+}
+MAX_DURATION_S = 7 * 24 * 3600.0  # a week
+
+
+def bounded_duration(value: Optional[float], option: str) -> None:
+    """A duration option within MAX_DURATION_S (in its own unit), else a UsageError naming the cap."""
+    factor = DURATION_OPTIONS[option]
+    if value is not None and abs(value) * factor > MAX_DURATION_S:
+        limit = MAX_DURATION_S / factor
+        raise UsageError(f"{option} must be at most {limit:g} ({MAX_DURATION_S / 86400:g} days), got {value:g}")
+
+
+def preflight_inputs(command, values: Dict[str, object]) -> None:
+    """Every declared input the command was given, checked (inputs.preflight) and noted before the body runs."""
+    from dflash_doctor.inputs import declared_inputs, preflight
+
+    for option, spec, value in declared_inputs(command, values):
+        preflight(value, spec, option)
+
+
 def _float_options(command) -> Dict[str, str]:
     """{parameter: option name} for every float option of a typer command function."""
     import inspect
@@ -205,11 +231,14 @@ def quiet_exit_on_broken_pipe(fds: Sequence[int]) -> None:
 def guarded(command):
     """Run a command body: its int return is the exit code; domain errors become one line and their exit code.
 
-    Before the body runs, every float option is checked to be finite (NaN passes click's range checks). Anything
-    unexpected is one line too (exit 3); --debug adds the traceback above the line, with the same exit code.
+    Before the body runs, every float option is checked to be finite (NaN passes click's range checks), every
+    duration to be within MAX_DURATION_S, and every declared input (inputs.py) to be something it can read.
+    Anything unexpected is one line too (exit 3); --debug adds the traceback above the line, with the same exit
+    code. On every way out (return, error, Ctrl-C, SIGTERM) the children it started are stopped.
     """
     import functools
 
+    from dflash_doctor import children
     from dflash_doctor.errors import DoctorError
 
     def fail(message: str, code: int) -> None:
@@ -225,6 +254,9 @@ def guarded(command):
         try:
             for name, option in _float_options(command).items():  # here: only the command that runs pays
                 finite(kwargs.get(name), option)
+                if option in DURATION_OPTIONS:
+                    bounded_duration(kwargs.get(name), option)
+            preflight_inputs(command, kwargs)
             code = command(*args, **kwargs)
         except typer.Exit:
             raise
@@ -241,6 +273,8 @@ def guarded(command):
         except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback, unless --debug
             fail(f"internal error: {exc.__class__.__name__}: {exc} (rerun with --debug for the traceback)",
                  EXIT_INTERNAL)
+        finally:
+            children.stop_all(reopen=True)
         raise typer.Exit(code or 0)
 
     return wrapper

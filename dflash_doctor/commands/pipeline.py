@@ -13,6 +13,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
+from dflash_doctor.inputs import SAVE_FOLDER, SOURCE_FOLDER, input_option
 from dflash_doctor.vocabularies import Checkpoint, FailHow, Transport
 from dflash_doctor.render import OutputFormat
 
@@ -85,12 +86,12 @@ def register(app: typer.Typer) -> None:
             Transport.AUTO, "--transport", case_sensitive=False,
             help="--workers processes: how batches go from target to drafter. auto: CUDA IPC (shared memory on a "
             "CPU) between workers on one device, NCCL between GPUs, gloo on a CPU; ipc or p2p to force one."),
-        save: Optional[Path] = typer.Option(None, "--save", file_okay=False,
+        save: Optional[Path] = input_option(SAVE_FOLDER, None, "--save", file_okay=False,
                                             help="Save the drafter to DIR/drafter.pt (atomically) at the end."),
         resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint in --save DIR."),
         seed: int = typer.Option(0, "--seed", help="Seed for weights, data and anchors (0 .. 2^63-1)."),
-        target_checkpoint: Optional[Path] = typer.Option(
-            None, "--target-checkpoint", file_okay=False,
+        target_checkpoint: Optional[Path] = input_option(
+            SOURCE_FOLDER, None, "--target-checkpoint", file_okay=False,
             help="A local Hugging Face checkpoint folder for the target (needs transformers; never downloads)."),
         fail_worker: Optional[str] = typer.Option(
             None, "--fail-worker", help="For testing the shutdown and the findings: fail this worker (e.g. "
