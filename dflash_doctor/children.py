@@ -18,17 +18,19 @@ one multiprocessing started), and `stop_all` kills every registered group. `comm
 on every way out of a command, and cli.py's SIGINT/SIGTERM handlers call it before the command unwinds, so a
 thread still waiting on a probe cannot keep it alive; after `stop_all` no new child starts.
 """
-from __future__ import annotations
-
+# Only os and sys, which the interpreter has loaded before it searches any path entry: __main__.py imports this
+# module while the working folder is still first on sys.path, so any other import (typing, pathlib, even
+# __future__) could run a file of that name from there. Hence the quoted annotations, and MYPY for
+# typing.TYPE_CHECKING (mypy takes it as always true).
 import os
-import signal
-import subprocess
 import sys
-import threading
-from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+MYPY = False
+if MYPY:
+    import subprocess
+    from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 _BOOTSTRAP = (
     "import runpy, sys; sys.path[0] = {root!r}; {keep}"
@@ -36,20 +38,22 @@ _BOOTSTRAP = (
 )
 
 
-def python_argv(module: str, *args: str, python: Optional[str] = None, keep_working_folder: bool = False) -> List[str]:
+def python_argv(module: str, *args: str, python: "Optional[str]" = None,
+                keep_working_folder: bool = False) -> "List[str]":
     """argv running `module` as __main__ in a fresh interpreter that cannot import from the working folder."""
     keep = "sys.path.insert(1, __import__('os').getcwd()); " if keep_working_folder else ""
     code = _BOOTSTRAP.format(root=PACKAGE_ROOT, module=module, keep=keep)
     return [python or sys.executable, "-c", code, *map(str, args)]
 
 
-def _safe_python_path(value: str) -> List[str]:
+def _safe_python_path(value: str) -> "List[str]":
     """PYTHONPATH's entries without the empty and relative ones (each means a folder below the working one)."""
     cwd = os.getcwd()
     return [p for p in value.split(os.pathsep) if p and os.path.isabs(p) and os.path.normpath(p) != cwd]
 
 
-def child_env(base: Optional[Mapping[str, str]] = None, extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+def child_env(base: "Optional[Mapping[str, str]]" = None,
+              extra: "Optional[Mapping[str, str]]" = None) -> "Dict[str, str]":
     """The child's environment: this package importable first, no working-folder entries, unbuffered output."""
     env = dict(os.environ if base is None else base)
     kept = _safe_python_path(env.get("PYTHONPATH", ""))
@@ -60,7 +64,7 @@ def child_env(base: Optional[Mapping[str, str]] = None, extra: Optional[Mapping[
     return env
 
 
-_USER_ENV: Optional[Dict[str, str]] = None  # the environment before isolate_process, for user code
+_USER_ENV: "Optional[Dict[str, str]]" = None  # the environment before isolate_process, for user code
 
 
 def isolate_process() -> None:
@@ -72,16 +76,20 @@ def isolate_process() -> None:
     os.environ["PYTHONSAFEPATH"] = "1"
 
 
-def user_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """The environment the user started dflash-doctor with (their PYTHONPATH as given), for their own code."""
+def user_env(extra: "Optional[Mapping[str, str]]" = None) -> "Dict[str, str]":
+    """For a child that runs the user's own code (`repro --model`, a user's command): the environment the user
+    started dflash-doctor with, their PYTHONPATH as given (relative entries too), this package importable."""
     env = dict(os.environ if _USER_ENV is None else _USER_ENV)
+    given = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT] + ([given] if given else []))
+    env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
     return env
 
 
 # -- the registry of running children -------------------------------------------------------------------------
-_LIVE: Dict[int, bool] = {}  # pid -> whether it leads a process group of its own (kill the group)
-_LOCK = threading.Lock()
+_LIVE: "Dict[int, bool]" = {}  # pid -> whether it leads a process group of its own (kill the group)
+_LOCK = __import__("_thread").allocate_lock()  # threading would be imported from the working folder (above)
 _STOPPED = False
 
 
@@ -89,8 +97,10 @@ class ChildrenStopped(RuntimeError):
     """A child was to start after stop_all: the command is ending."""
 
 
-def popen(argv: Sequence[str], **kwargs: Any) -> "subprocess.Popen[Any]":
+def popen(argv: "Sequence[str]", **kwargs: "Any") -> "subprocess.Popen[Any]":
     """subprocess.Popen in a new session (so the child and what it starts are one group), registered."""
+    import subprocess
+
     with _LOCK:
         if _STOPPED:
             raise ChildrenStopped("the command is stopping; no new child is started")
@@ -114,12 +124,14 @@ def release(pid: int) -> None:
         _LIVE.pop(pid, None)
 
 
-def live() -> List[int]:
+def live() -> "List[int]":
     with _LOCK:
         return list(_LIVE)
 
 
 def _kill(pid: int, group: bool) -> None:
+    import signal
+
     try:
         if group:
             os.killpg(pid, signal.SIGKILL)

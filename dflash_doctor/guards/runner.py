@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+from dflash_doctor import children
 from dflash_doctor.children import child_env, python_argv
 from dflash_doctor.guards.isolation import can_fork
 from dflash_doctor.outcomes import ProbeOutcome
@@ -41,10 +42,11 @@ def run_child(argv: Sequence[str], timeout: float) -> ChildResult:
     """Run `argv` in a new session with children.child_env(); past `timeout` the whole process group (the forked
     probes too) is killed."""
     began = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, errors="replace", start_new_session=True, env=child_env())
+    proc = children.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          text=True, errors="replace", env=child_env())
     try:
         out, err = proc.communicate(timeout=timeout)
+        _kill_group(proc)  # the host is done; a forked probe it left behind is not
         return ChildResult(proc.returncode, out, err, time.monotonic() - began)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
@@ -53,6 +55,8 @@ def run_child(argv: Sequence[str], timeout: float) -> ChildResult:
         except subprocess.TimeoutExpired:  # something still holds the pipes open: give up on the output
             out, err = "", ""
         return ChildResult(proc.returncode, out or "", err or "", time.monotonic() - began, timed_out=True)
+    finally:
+        children.release(proc.pid)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

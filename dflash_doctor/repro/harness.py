@@ -131,7 +131,8 @@ class Harness:
         self._phase_counter += 1
         phase_dir = root / f"{self._phase_counter:03d}-{label}"
         spec_path = write_spec(phase_dir, phase_spec)
-        env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads)
+        env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads,
+                        user_code=self.spec.model is not None)
         child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt",
                                   user_code=self.spec.model is not None)
         return phase_dir, child
