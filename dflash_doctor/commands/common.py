@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 
-from dflash_doctor.errors import UsageError, finite  # the check lives with the errors; commands import it from here
+from dflash_doctor.errors import Terminated, UsageError, finite  # they live with the errors; commands import here
 from dflash_doctor.findings import EXIT_PROBLEMS, FailOn, Problem, Report
 from dflash_doctor.outputs import check_output, write_atomically
 from dflash_doctor.render import FactsView, OutputFormat, emit, formatter_for
@@ -79,7 +79,8 @@ def _deliver(text: str, fallback: Optional[str]) -> str:
 def _note_unwritten(report: Report, option: str, path: Path, exc: OSError, where: str) -> None:
     report.problems.append(Problem(f"{option} {path}", f"could not be written ({_reason(exc)})",
                                    f"it is in {where} instead"))
-    if report.exit_code_override is not None:  # repro's own scheme: keep its verdict, add the problems bit
+    if report.exit_code_override is not None and report.stopped_by is None:  # repro's own scheme: keep its
+        # verdict, add the problems bit (a signal's 130/143 stays as it is)
         report.exit_code_override |= EXIT_PROBLEMS
 
 
@@ -96,7 +97,9 @@ def finish(
     FIFO) is not lost: it goes to a temporary file (else stdout) with a problem saying so, which sets exit bit 4.
     """
     if output is None:
-        return emit(report, fmt, fail_on, facts_view=facts_view)
+        code = emit(report, fmt, fail_on, facts_view=facts_view)
+        _say_stopped(report)
+        return code
     out, err = io.StringIO(), _StderrBuffer()
     code = emit(report, fmt, fail_on, facts_view=facts_view, out=out, err=err)
     try:
@@ -108,7 +111,15 @@ def finish(
         code = emit(report, fmt, fail_on, facts_view=facts_view, out=out, err=err)
         _deliver(out.getvalue(), fallback)
     sys.stderr.write(err.getvalue())
+    _say_stopped(report)
     return code
+
+
+def _say_stopped(report: Report) -> None:
+    """The one line a signal ends a command with, after the partial report it wrote."""
+    if report.stopped_by is not None:
+        error_line(f"{'terminated' if report.stopped_by == 'SIGTERM' else 'interrupted'}: the report holds what "
+                   "had finished (marked partial)")
 
 
 def write_artifact(report: Report, option: str, path: Optional[Path], write: Callable[[Path], None],
@@ -152,9 +163,6 @@ def error_line(message: str) -> None:
     sys.stderr.write(f"dflash-doctor: error: {printable(message)}\n")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the main thread is (cli.py installs the handler), so every `finally` and every
-    Ctrl-C path runs for it too: children stopped, temporary folders removed, partial reports written."""
 
 
 # Options that are durations, with the factor that turns their unit into seconds. Each is capped at

@@ -131,7 +131,8 @@ def register(app: typer.Typer) -> None:
         err = console_for(sys.stderr)
         report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro {message}[/]",
                                                                                  highlight=False))
-        if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
+        stopped = report.stopped_by is not None  # a signal: the partial report keeps its 130/143
+        if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE and not stopped:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
         from dflash_doctor.runtime.chrome_trace import write_chrome_trace
@@ -139,5 +140,6 @@ def register(app: typer.Typer) -> None:
         write_artifact(report, "--trace", trace, lambda path: write_chrome_trace(path, trace_phases(report.facts)))
         from dflash_doctor.report.last_repro import remember_repro
 
-        remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
+        if not stopped:  # a partial run is no result to bundle later
+            remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
         return finish(report, fmt, output=output, facts_view=render_repro_facts)
