@@ -170,11 +170,17 @@ class ThreadRun:
 
         thread = self.thread_factory(target=body, name="set-up", daemon=True)
         thread.start()
-        while thread.is_alive():
+        deadline = float("inf")
+        while thread.is_alive() and self.clock() < deadline:
             thread.join(self.plan.poll_s)
-            if self.stop.requested:
+            if self.stop.requested and deadline == float("inf"):
+                # set-up checks the stop between its phases only, and one phase (building or compiling the
+                # target) can take longer than the stop bound: give it the grace, then leave it (a daemon)
                 self.log.stop.set()
+                deadline = self.clock() + self.plan.stop_grace_s
         self.setup_s = self.clock() - self.started
+        if thread.is_alive():
+            return False
         if "error" in done:
             error, trace = done["error"]
             self.setup_error = WorkerOutcome("set-up", "set-up", self.plan.target_devices[0], Outcome.ERROR,
