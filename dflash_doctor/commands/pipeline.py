@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
 
         finite(stall_timeout, "--stall-timeout", minimum=0.0, inclusive_minimum=False)
         require_torch("the reference pipeline")
-        from dflash_doctor.reference.findings import findings_from_facts
+        from dflash_doctor.reference.findings import findings_from_facts, problems_from_facts
         from dflash_doctor.reference.pipeline import PipelineOptions, make_plan, resolve_mitigations, run_plan
         from dflash_doctor.reference.signals import StopRequest, exit_code_for
         from dflash_doctor.runtime import MitigationUnavailable
@@ -159,7 +159,8 @@ def register(app: typer.Typer) -> None:
             logger.removeHandler(handler)
 
         facts = result.facts()
-        report = Report("pipeline", findings=findings_from_facts(facts), facts=facts)
+        report = Report("pipeline", findings=findings_from_facts(facts), facts=facts,
+                        problems=problems_from_facts(facts, options.save_dir))
         if result.interrupted:
             report.exit_code_override = exit_code_for(result.interrupted)
         elif not result.ok:

@@ -74,6 +74,7 @@ class WorkerOutcome:
     traceback: Optional[str] = None
     phase: str = "starting"  # what it was doing last (set-up phases, then training)
     wait_s: float = 0.0  # time blocked on its peers: a drafter waiting for batches, a target for queue room
+    save_error: Optional[str] = None  # --save: why the trained drafter could not be written (disk full...)
 
     def to_dict(self) -> dict:
         doc = asdict(self)

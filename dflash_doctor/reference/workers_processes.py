@@ -552,7 +552,7 @@ class ProcessRun:
             mitigation_facts=self.mitigation_facts, hang=hang.to_dict() if hang else None, stacks=[s.to_dict() for s in self.hang_stacks],
             blame=self.blame, interrupted=self.stop.signal_name, corpus=self.facts.get("corpus"),
             target_forward=self.facts.get("target_forward"),
-            saved_to=saved_path(plan, failed or self.stop.signal_name), transport=self.transport(),
+            saved_to=saved_path(plan, failed or self.stop.signal_name, outcomes), transport=self.transport(),
         )
 
     def transport(self) -> str:
