@@ -291,12 +291,17 @@ def plant(folder: Path, names: Sequence[str] = ("torch", "numpy", "typer", "rich
     return folder / "PLANTED_RAN"
 
 
-def run_until_a_child_has_torch(args: Sequence[str], cwd: Path, timeout: float) -> Tuple[Optional[int], bool]:
-    """Start the command in `cwd`; stop it as soon as one of its children has loaded the real torch (the
-    question is answered: that child did not import the planted one), or when it exits. Returns (exit code or
-    None when stopped early, whether a child with the real torch was seen)."""
+def run_until_a_child_has_torch(args: Sequence[str], cwd: Path, timeout: float,
+                                extra_path: Optional[str] = None) -> Tuple[Optional[int], bool]:
+    """Start the command in `cwd` (with `extra_path` appended to PYTHONPATH as given, relative or not); stop it
+    as soon as one of its children has loaded the real torch (the question is answered: that child did not
+    import the planted one), or when it exits. Returns (exit code or None when stopped early, whether a child
+    with the real torch was seen)."""
     argv = [sys.executable, "-m", "dflash_doctor", *map(str, args)]
-    proc = subprocess.Popen(argv, cwd=cwd, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    env = cli_env()
+    if extra_path is not None:
+        env["PYTHONPATH"] += os.pathsep + extra_path
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
@@ -305,7 +310,7 @@ def run_until_a_child_has_torch(args: Sequence[str], cwd: Path, timeout: float) 
                 return None, True
             if proc.poll() is not None:
                 return proc.returncode, False
-            if (cwd / "PLANTED_RAN").exists():
+            if any(path.exists() for path in (cwd / "PLANTED_RAN", cwd / (extra_path or ".") / "PLANTED_RAN")):
                 return None, False
             time.sleep(0.05)
         raise AssertionError(f"{' '.join(map(str, args))} neither finished nor started torch in {timeout:g}s")
