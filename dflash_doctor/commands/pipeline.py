@@ -170,9 +170,13 @@ def register(app: typer.Typer) -> None:
             from dflash_doctor.render.pipeline_view import stopped_summary
 
             sys.stderr.write(f"dflash-doctor: {stopped_summary(facts)}\n")
-        if _threads_left(result):
+        if _threads_left(result) or result.interrupted:
             # A thread stuck inside torch can never be joined, and interpreter shutdown with it inside torch can
-            # abort (exit 134): the report is written, so leave now with its exit code.
+            # abort (exit 134); after a signal, the interpreter's final garbage collection of torch's state took
+            # 4-5 s on the 2-core box, past the 5 s stop bound. The report is written: leave now with its code.
+            from dflash_doctor import children
+
+            children.stop_all()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
