@@ -176,10 +176,10 @@ def preflight(path: str, spec: InputSpec, option: str) -> None:
         info = os.stat(path)
     except FileNotFoundError:
         if spec.must_exist:
-            raise UsageError(f"{option} {path}: no such {'folder' if spec.folder else 'file'}") from None
+            raise UsageError(f"{option} {path}: cannot read: no such {'folder' if spec.folder else 'file'}") from None
         return
     except OSError as exc:
-        raise UsageError(f"{option} {path}: {exc.strerror or exc}") from exc
+        raise UsageError(f"{option} {path}: cannot read: {exc.strerror or exc}") from exc
     why = _refusal(info, spec)
     if why:
         raise UsageError(f"{option} {path} {why}")
