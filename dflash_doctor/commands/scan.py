@@ -106,7 +106,8 @@ def register(app: typer.Typer) -> None:
             None, "--jobs", "-j", help="Worker processes for large trees (default: one per CPU core).",
         ),
         config: Optional[Path] = input_option(
-            PYPROJECT, None, "--config", help="Read [tool.dflash-doctor] from this pyproject.toml instead of searching upward.",
+            PYPROJECT, None, "--config",
+            help="Read [tool.dflash-doctor] from this pyproject.toml instead of searching upward.",
             dir_okay=False,
         ),
         no_config: bool = typer.Option(False, "--no-config", help="Ignore every pyproject.toml."),
