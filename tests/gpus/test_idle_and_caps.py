@@ -14,7 +14,7 @@ from dflash_doctor.gpus.processes import ProcessInfo
 from dflash_doctor.gpus.readings import GpuReading
 from dflash_doctor.gpus.roles import parse_roles
 from dflash_doctor.gpus.sources import report_from_csv, report_from_nvml
-from tests.conftest import REPO, run_cli, run_cli_json
+from tests.conftest import REPO, run_cli
 from tests.gpus.fakes import FakePynvml
 
 
