@@ -246,7 +246,7 @@ class Harness:
                          f"{'cold' if self.spec.cache == 'cold' else 'warm'} compile cache")
                 running.append(_Trial(self, root, None, "single"))
                 if self.spec.effective_jobs == 1:  # nothing fits beside it: wait; a broken step stops the run
-                    control = self.control = self._wait(running[0])
+                    control = self._wait(running[0])
                     running.clear()
                     if control.get("outcome") != ThreadOutcome.OK:
                         return control, results
@@ -287,14 +287,16 @@ class Harness:
                     if result.get("outcome") != ThreadOutcome.OK:
                         return control, results
                     continue
-                outcome = self._trial_result(trial, result)
+                outcome, line = self._trial_result(trial, result)
                 by_row[trial.task.row].record(outcome)
                 results.append(outcome)
+                self.say(line)  # once recorded: what it announces is in the report, should a signal come now
 
     def _wait(self, trial: _Trial) -> dict:
         while True:
             result = trial.poll()
             if result is not None:
+                self.control = result  # kept before it is announced, for a partial report
                 self._control_ended(result)
                 return result
             time.sleep(POLL_S)
@@ -302,7 +304,8 @@ class Harness:
     def _control_ended(self, result: dict) -> None:
         self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
 
-    def _trial_result(self, trial: _Trial, result: dict) -> ladder.TrialResult:
+    def _trial_result(self, trial: _Trial, result: dict) -> Tuple[ladder.TrialResult, str]:
+        """The trial's result, and the progress line that announces it."""
         task = trial.task
         assert task is not None, "the control is not a trial"
         if result.get("usage_error"):
@@ -329,11 +332,11 @@ class Harness:
             phase["processes"] = result["processes"]
         seconds = float(result.get("seconds") or 0.0)
         said = kind or ("no verdict" if no_verdict else f"not reproduced ({result.get('outcome')})")
-        self.say(f"{task.stress.value} trial {task.index + 1} (mitigation {registry.label(task.row)}): {said} "
-                 f"in {seconds:.1f} s")
+        line = f"{task.stress.value} trial {task.index + 1} (mitigation {registry.label(task.row)}): {said} " \
+               f"in {seconds:.1f} s"
         outcome = ThreadOutcome(result.get("outcome", ThreadOutcome.ERROR))
         return ladder.TrialResult(task, kind, outcome, seconds, self.elapsed(), phase,
-                                  tuple(blame), tuple(problems), no_verdict)
+                                  tuple(blame), tuple(problems), no_verdict), line
 
     # -- facts -------------------------------------------------------------------------------------------
     def _base_facts(self, control: Optional[dict], caps: Capabilities) -> dict:
