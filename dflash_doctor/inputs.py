@@ -174,7 +174,7 @@ def preflight(path: str, spec: InputSpec, option: str) -> None:
         return
     try:
         info = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a file where a folder on the way should be)
         if spec.must_exist:
             raise UsageError(f"{option} {path}: cannot read: no such {'folder' if spec.folder else 'file'}") from None
         return
