@@ -15,8 +15,9 @@ to .whl/torch-releases/ (ignored by git; about 1 GB of wheels and 520 MB of sour
 Checks (exit 1 when one fails): every file:line a verdict cites holds the name it cites; the release table
 (dflash_doctor/guards/releases.py) agrees with each wheel's source; no release whose backward compile takes
 compile_lock is called safe; upgrade advice from a release whose backward compile takes no lock says the upgrade
-adds the deadlock; non-lazy backward is offered exactly where its switch exists, and the thread-local shim
-exactly where the FX flag is a module global. Anchor for the seconds: `python -m dflash_doctor --help`, same run.
+adds the deadlock; non-lazy backward is offered exactly where its switch exists, the thread-local shim exactly
+where the FX flag is a module global, single-thread-autograd wherever the deadlock is present, and
+isolate-fx-patches wherever the FX patcher race is (or the reason it cannot apply, on 2.4). Anchor for the seconds: `python -m dflash_doctor --help`, same run.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ PLATFORMS = (
                      "macosx_15_0_arm64")),
     ("manylinux aarch64", ("manylinux_2_28_aarch64", "manylinux2014_aarch64")),
 )
-HAZARDS = ("fx-flag-leak", "stuck-flag", "is-compiling-leak", "deadlock")
+HAZARDS = ("fx-flag-leak", "stuck-flag", "is-compiling-leak", "deadlock", "fx-patcher-race")
 
 
 def fetch(version: str, cache: Path) -> Tuple[Path, dict]:
@@ -112,6 +113,8 @@ def _line(path: str, number: int) -> str:
 def citations(facts: dict) -> List[Tuple[str, int, str]]:
     """(file, line, name) for every line the verdicts and the guard facts cite."""
     cited = [(c["file"], c["line"], c["what"]) for h in facts["hazards"].values() for c in h["cited"]]
+    for site in facts["fx_patches"]["class_patches"] + facts["fx_patches"]["name_errors"]:
+        cited.append((site["file"], site["line"], site["what"]))
     guard, flag = facts["guard"], facts["fx_flag"]
     if guard.get("file"):
         cited.append((guard["file"], guard["line"], "raise"))
@@ -143,6 +146,11 @@ def check(version: str, document: dict) -> Tuple[List[str], int]:
     if hazards["deadlock"]["state"] != "absent" and non_lazy_offered != bool(backward["non_lazy_backward_available"]):
         failures.append(f"{version}: non-lazy backward offered={non_lazy_offered}, switch exists="
                         f"{backward['non_lazy_backward_available']}")
+    if hazards["deadlock"]["state"] == "present" and "single-thread-autograd" not in hazards["deadlock"]["fixes"]:
+        failures.append(f"{version}: single-thread-autograd not offered for the deadlock")
+    patcher = hazards["fx-patcher-race"]
+    if patcher["state"] == "present" and "isolate-fx-patches" not in patcher["fixes"] + list(patcher["unavailable"]):
+        failures.append(f"{version}: isolate-fx-patches neither offered nor said to be unavailable")
     shim_offered = "threadlocal-flag" in hazards["fx-flag-leak"]["fixes"]
     if shim_offered != (facts["fx_flag_storage"] == "module-global"):
         failures.append(f"{version}: thread-local shim offered={shim_offered}, FX flag {facts['fx_flag_storage']}")
@@ -157,7 +165,8 @@ def _where(site: Optional[dict], root: str) -> str:
 
 def _fix_label(fix: dict) -> str:
     if fix["kind"] == "mitigation":
-        return fix["mitigation"] + ("" if fix["complete"] else f" (leaves {', '.join(fix['gaps'])})")
+        return fix["mitigation"] + ("" if fix["complete"] else f" (leaves {', '.join(fix['gaps'])})") + (
+            f" [{fix['evidence_label']}]" if fix.get("evidence_label") else "")
     return fix["kind"] + (f" to {fix['to']}" if fix["kind"] == "upgrade" else "")
 
 
@@ -169,8 +178,8 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
            "Source: each release's wheel from PyPI (`PIP_CONFIG_FILE=/dev/null pip download --no-deps`), only "
            "`torch/**/*.py` unpacked; every row is `dflash-doctor guards --torch-root <wheel>/torch --format json`.",
            "", "## Verdict per hazard", "",
-           "| torch | FX-flag leak | stuck flag | is-compiling leak | compile-lock deadlock | headline (worst) | "
-           "guards s |", "|---|---|---|---|---|---|---|"]
+           "| torch | FX-flag leak | stuck flag | is-compiling leak | compile-lock deadlock | FX patcher race "
+           "(conditional) | headline (worst) | guards s |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         facts = row["facts"]
         cells = [("**present**" if facts["hazards"][h]["state"] == "present" else facts["hazards"][h]["state"])
@@ -182,8 +191,9 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
             "the tool's start-up.", "",
             "## What decided it (file:line in each wheel)", "",
             "| torch | guard raise (wrapper, predicate) | FX flag | is_compiling set by a Dynamo compile | "
-            "backward compile takes compile_lock | lazy backward compile | non-lazy switch |",
-            "|---|---|---|---|---|---|---|"]
+            "backward compile takes compile_lock | lazy backward compile | non-lazy switch | nn.Module patched "
+            "on the class, patcher |",
+            "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         facts, root = row["facts"], row["root"]
         guard, flag, compiling, backward = (facts["guard"], facts["fx_flag"], facts["compiling_flag"],
@@ -195,10 +205,16 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
         lock_cell = (f"yes: {' -> '.join(backward['path'])} {_where(lock, root)}" if lock
                      else f"no: {backward['path'][0]} {_where(backward['compiler'], root)}")
         lazy = backward["lazy"]
+        patches = facts["fx_patches"]
+        patched = patches["class_patches"]
+        patcher_cell = (f"{', '.join(s['what'] for s in patched)} {_where(patched[0] if patched else None, root)}; "
+                        f"{patches['patcher_storage'] or ('each trace its own (no CURRENT_PATCHER)' if patched else 'unknown')} "
+                        f"{_where(patches['patcher'], root) if patches['patcher'] else ''}").strip()
         out.append(f"| {row['version']} | `{guard['function']}` {_where(guard, root)} `{guard['predicate']}()` | "
                    f"{flag_cell} | "
                    f"{masking_cell} | {lock_cell} | {lazy['function'] if lazy else '-'} {_where(lazy, root)} | "
-                   f"{_where(backward['non_lazy_option'], root) if backward['non_lazy_option'] else 'none'} |")
+                   f"{_where(backward['non_lazy_option'], root) if backward['non_lazy_option'] else 'none'} | "
+                   f"{patcher_cell} |")
     holders = [(r["version"], r["facts"]["backward_compile"]["holder"]) for r in rows]
     functions = sorted({holder["function"] for _, holder in holders if holder})
     out += ["", "The Dynamo compile holding the lock on the other side of the cycle, in "
@@ -208,7 +224,11 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
             "From `dflash_doctor.mitigations.recommend(hazards, release)` (the advice `repro`, `explain` and the "
             "README share), with restart/config advice first when the live state calls for it (never, from a "
             "source tree) "
-            "and the upgrade placed after the complete fixes, or last when it trades one hazard for another.", "",
+            "and the upgrade placed after the complete fixes, or last when it trades one hazard for another. "
+            "Each fix says whether it was measured on that release (`measured (2.11, H200)`) or is inferred from a "
+            "measurement on another release and this release's source. The FX patcher race is conditional (it "
+            "needs a thread running its own FX trace), so it is not in these rankings; every fix that leaves it "
+            "open says so in its caveats, and with a tracing thread `recommend` adds isolate-fx-patches.", "",
             "| torch | ranked fixes | upgrade advice |", "|---|---|---|"]
     for row in rows:
         facts = row["facts"]
@@ -223,7 +243,9 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
             "- No release whose backward compile takes compile_lock is called safe; the upgrade advice from a "
             "release whose backward compile takes no lock says that the upgrade adds the deadlock; non-lazy backward "
             "is offered exactly where `torch._functorch.config.force_non_lazy_backward_lowering` exists, the "
-            "thread-local shim exactly where the FX flag is a module global.",
+            "thread-local shim exactly where the FX flag is a module global, single-thread-autograd wherever the "
+            "deadlock is present, isolate-fx-patches wherever the FX patcher race is (on 2.4 with the reason it cannot "
+            "apply there).",
             "- Failures: " + ("none" if not failures else "; ".join(failures)), ""]
     out += [NOTES]
     return "\n".join(out)
@@ -234,7 +256,8 @@ NOTES = """## The hazards, and how `guards` decides each
 Each is decided from the source that was read (`dflash_doctor/guards/verdict.py`); where the installed torch is
 probed live, a probe can add to it (a reproduction makes a hazard present; a probe that does not reproduce settles
 one the source left unknown). The headline is `vulnerable` when any hazard is present, `unknown` when none is but
-one could not be told, and `safe` only when every hazard is absent.
+one could not be told, and `safe` only when every hazard is absent. A conditional hazard (the FX patcher race)
+is decided the same way but left out of the headline: it needs a thread running its own FX trace.
 
 - **FX-flag leak across threads.** Every call of a `torch.compile`d function goes through the compile wrapper in
   `torch/_dynamo/eval_frame.py` (`_fn` up to 2.7, `compile_wrapper` from 2.8), which raises "Detected that you are
@@ -259,6 +282,15 @@ one could not be told, and `safe` only when every hazard is absent.
   tensors is the autograd engine's device thread. Then thread B, compiling under the lock, reaches AOTAutograd's
   joint trace, which calls `torch.autograd.grad` and waits for that device thread, while the device thread runs
   thread A's first backward and waits for the lock. Absent in 2.4-2.5, whose backward compiler takes no lock.
+- **FX patcher race across threads (conditional).** `Tracer.trace` opens `_new_patcher()` and calls
+  `patcher.patch_method(torch.nn.Module, "__getattr__" | "__call__", ...)`: the methods are replaced on the class,
+  so for every thread, for the length of the trace, and the active patcher is the module global
+  `CURRENT_PATCHER` (`dflash_doctor/guards/patcher.py`). While one thread traces, another thread's eager module
+  call runs the tracer's wrapper and raises `NameError: module is not installed as a submodule` (the cited
+  `path_of_module` lines); two overlapping traces restore each other's patches and end in `AssertionError:
+  CURRENT_PATCHER is None in finally block`. Present where the class is patched and the patcher is a module global
+  (every release read), absent where the patcher is per thread. The live probe runs the minimal case: an eager
+  `nn.Linear` in one thread while another sits inside `symbolic_trace`.
 
 ### The deadlock, as measured
 

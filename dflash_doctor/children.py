@@ -76,10 +76,15 @@ def isolate_process() -> None:
     os.environ["PYTHONSAFEPATH"] = "1"
 
 
+def user_environ() -> "Dict[str, str]":
+    """The environment exactly as the user started dflash-doctor with, for their own command (`run`)."""
+    return dict(os.environ if _USER_ENV is None else _USER_ENV)
+
+
 def user_env(extra: "Optional[Mapping[str, str]]" = None) -> "Dict[str, str]":
-    """For a child that runs the user's own code (`repro --model`, a user's command): the environment the user
-    started dflash-doctor with, their PYTHONPATH as given (relative entries too), this package importable."""
-    env = dict(os.environ if _USER_ENV is None else _USER_ENV)
+    """For a child that runs the user's own code through this package (`repro --model`): user_environ(), their
+    PYTHONPATH as given (relative entries too), this package importable."""
+    env = user_environ()
     given = env.get("PYTHONPATH")
     env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT] + ([given] if given else []))
     env["PYTHONUNBUFFERED"] = "1"

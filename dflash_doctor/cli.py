@@ -38,7 +38,8 @@ app = typer.Typer(
 )
 
 # Each command lives in dflash_doctor/commands/<name>.py and registers itself.
-COMMANDS = ("scan", "explain", "guards", "repro", "pipeline", "gpus", "logs", "status", "check", "report")
+COMMANDS = ("scan", "explain", "guards", "repro", "pipeline", "gpus", "logs", "status", "check", "report", "run",
+            "attach")
 
 
 def _version(value: bool) -> None:

@@ -45,6 +45,32 @@ def _setup_non_lazy_backward() -> dict:
     return {"non_lazy_backward_was": previous}
 
 
+def _setup_isolate_fx_patches() -> dict:
+    from dflash_doctor import runtime
+
+    status = runtime.isolate_fx_patches()
+    facts = {"fx_patches": status.to_dict()}
+    if status.state == "unknown-layout":
+        raise MitigationFailed("this torch's FX patcher is not a layout isolate-fx-patches knows: " + status.detail)
+    ok, detail = runtime.verify_isolated_fx_patches()
+    facts["fx_patches_check"] = {"ok": ok, "detail": detail}
+    if not ok:
+        raise MitigationFailed("isolate-fx-patches is installed but not effective: " + detail)
+    return facts
+
+
+def _single_thread_autograd() -> ContextManager[object]:
+    from dflash_doctor import runtime
+
+    return runtime.single_thread_autograd()
+
+
+def _fx_trace_lock() -> ContextManager[object]:
+    from dflash_doctor import runtime
+
+    return runtime.fx_trace_lock()
+
+
 def _wrap_first_call_lock(step: Callable) -> Callable:
     from dflash_doctor import runtime
 
@@ -64,6 +90,14 @@ class MitigationFailed(RuntimeError):
 def _needs_global_flag(release: Release) -> Optional[str]:
     if release.fx_flag_thread_local:
         return "this release's FX flag is already thread-local (torch >= 2.14)"
+    return None
+
+
+def _needs_shared_patches(release: Release) -> Optional[str]:
+    if release.fx_patches_isolated:
+        return "this release already keeps torch.fx's patches to the tracing thread"
+    if release_series(release.version) == "2.4":
+        return "torch 2.4's _Patcher writes its patches itself, with nothing to redirect per thread (2.5 and later)"
     return None
 
 
@@ -95,6 +129,10 @@ class Mitigation:
     # Entered by each worker thread around all of its steps (a thread-local switch such as single-threaded
     # autograd): repro's child and the pipeline enter it in every worker, `run --fix` through a thread-start hook.
     in_each_thread: Optional[Callable[[], ContextManager[object]]] = None
+    # Entered by a thread that runs its own FX trace (a profiler's symbolic_trace) around each trace, for a fix
+    # that needs the tracing thread's help (a lock it shares with the workers): repro's foreign-trace stress and
+    # the pipeline's --tracing-thread enter it. Not an apply kind: the fix is applied by its own hook.
+    around_foreign_trace: Optional[Callable[[], ContextManager[object]]] = None
     warm_up: bool = False  # every worker's step runs once, serially, before the workers start
     separate_processes: bool = False  # one process per worker instead of threads
     # Names a trainer's source contains once it applies the fix (scan's mitigation-aware DFD201 reads them).
@@ -120,8 +158,15 @@ class Mitigation:
 
     @property
     def ladder(self) -> Tuple[Stress, ...]:
+        """Natural and amplified always; forced and stuck for a fix claiming flag safety; the foreign trace for
+        one that claims to stop the patcher race."""
         extra = (Stress.FORCED, Stress.STUCK) if self.claims_flag_safety else ()
-        return (Stress.NATURAL, Stress.AMPLIFIED) + extra
+        foreign = (Stress.FOREIGN_TRACE,) if Hazard.PATCHER_RACE in self.covers else ()
+        return (Stress.NATURAL, Stress.AMPLIFIED) + extra + foreign
+
+    @property
+    def leaves_open(self) -> FrozenSet[Hazard]:
+        return frozenset(Hazard) - self.covers
 
 
 REGISTRY: Tuple[Mitigation, ...] = (
@@ -140,14 +185,20 @@ REGISTRY: Tuple[Mitigation, ...] = (
     ),
     Mitigation(
         name="global-lock",
-        summary="hold one process-wide lock around every step",
-        api="step = dflash_doctor.runtime.global_lock(step)",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
+        summary="hold one process-wide lock around every step (and around your own FX traces: fx_trace_lock)",
+        api="step = dflash_doctor.runtime.global_lock(step); a thread tracing with torch.fx: "
+            "`with dflash_doctor.runtime.fx_trace_lock(): torch.fx.symbolic_trace(m)`",
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK,
+                          Hazard.PATCHER_RACE}),
         caveats=("the workers stop overlapping: throughput of one worker",
-                 "an FX trace outside the locked step (your own symbolic_trace, another library) still leaks"),
-        cost="60 steps of 3 threads took 15.8 s under the lock against 0.27 s after a warm-up (H200, torch 2.11)",
+                 "an FX trace outside the locked step (your own symbolic_trace, another library's Tracer) still "
+                 "leaks the FX flag and patches nn.Module for every thread unless that thread holds "
+                 "dflash_doctor.runtime.fx_trace_lock() (the same lock) around it"),
+        cost="60 steps of 3 threads took 15.8 s under the lock against 0.27 s after a warm-up (H200, torch 2.11); "
+             "a tracing thread waits for the steps too",
         wrap_step=_wrap_global_lock,
-        source_markers=("global_lock",),
+        around_foreign_trace=_fx_trace_lock,
+        source_markers=("global_lock", "fx_trace_lock"),
     ),
     Mitigation(
         name="warmup",
@@ -193,11 +244,50 @@ REGISTRY: Tuple[Mitigation, ...] = (
         source_markers=("enable_non_lazy_backward", "force_non_lazy_backward_lowering"),
     ),
     Mitigation(
+        name="single-thread-autograd",
+        summary="run each worker's backward on the worker itself: torch.autograd.set_multithreading_enabled(False) "
+                "entered in every worker thread (stops the deadlock, not the leak; any torch >= 2.0)",
+        api="with dflash_doctor.runtime.single_thread_autograd(): ...  # in each worker thread, around its steps",
+        covers=frozenset({Hazard.DEADLOCK}),
+        caveats=("the switch is thread-local: enter it in every thread that calls backward; a call in the main "
+                 "thread covers no worker",
+                 "a backward whose graph spans several devices runs them one after another on the calling "
+                 "thread instead of on each device's autograd thread"),
+        cost="none measurable in the plain loop: 146 / 138 / 275 steps/s per thread against 233 / 138 / 136 for "
+             "threadlocal-flag,non-lazy-backward and 78 / 79 / 88 under one global lock (H200, torch 2.11, one "
+             "run each)",
+        pair_with="threadlocal-flag",
+        pair_reason="alone it leaves the FX-flag leak where the flag is a module global (torch < 2.14): a warm "
+                    "thread still raised the FX error while another thread compiled (H200, torch 2.11, 2 of 2)",
+        in_each_thread=_single_thread_autograd,
+        source_markers=("set_multithreading_enabled", "single_thread_autograd"),
+    ),
+    Mitigation(
+        name="isolate-fx-patches",
+        summary="keep torch.fx's nn.Module patches and CURRENT_PATCHER to the tracing thread (stops the patcher "
+                "race only)",
+        api="dflash_doctor.runtime.isolate_fx_patches()",
+        covers=frozenset({Hazard.PATCHER_RACE}),
+        caveats=("call it before any thread starts tracing: a trace already running keeps its process-wide "
+                 "patches until it ends",
+                 "two threads tracing at once each get their own patcher, but torch.fx keeps other state per "
+                 "process (the FX flag: threadlocal-flag)"),
+        cost="nothing while no thread traces; while one does, each eager module call and module attribute "
+             "lookup of the other threads goes through a dispatcher (about +10 us per nn.Linear(8, 8) call and +1.6 "
+             "us per attribute lookup on a loaded 2-core box: benchmarks/results/fx_patches.md)",
+        unavailable=_needs_shared_patches,
+        setup=_setup_isolate_fx_patches,
+        source_markers=("isolate_fx_patches",),
+    ),
+    Mitigation(
         name="processes",
         summary="run each worker in a process of its own (own Dynamo and FX state)",
         api="torch.multiprocessing workers instead of threads (dflash-doctor pipeline --workers processes)",
-        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK}),
-        caveats=("the hand-off between workers needs IPC (CUDA IPC on one GPU, NCCL across GPUs)",),
+        covers=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK, Hazard.IS_COMPILING_LEAK,
+                          Hazard.PATCHER_RACE}),
+        caveats=("the hand-off between workers needs IPC (CUDA IPC on one GPU, NCCL across GPUs)",
+                 "a tracing thread inside a worker's process still races with that worker: run your own FX "
+                 "tracing in a process of its own"),
         cost="one CUDA context and one compile per worker, more host memory",
         claims_flag_safety=True,
         separate_processes=True,
@@ -208,10 +298,38 @@ REGISTRY: Tuple[Mitigation, ...] = (
 
 BY_NAME: Dict[str, Mitigation] = {m.name: m for m in REGISTRY}
 NAMES: Tuple[str, ...] = tuple(m.name for m in REGISTRY)
-# The --matrix rows: the baseline, every fix alone, then the combination that let three threads compile
-# concurrently with no error and no hang on the H200.
-MATRIX: Tuple[Tuple[str, ...], ...] = ((),) + tuple((name,) for name in NAMES) + (
-    ("threadlocal-flag", "non-lazy-backward"),)
+
+
+@dataclass(frozen=True)
+class Combination:
+    """A ranked choice of fixes for the unconditional hazards, in the order advice prefers them, with where it
+    was measured. `recommend` keeps only the parts a release needs and adds the fix for any conditional hazard
+    the caller names, so one entry serves every release."""
+
+    names: Tuple[str, ...]
+    measured_on: Tuple[str, ...] = ()  # the releases (major.minor) whose runs showed exactly these parts holding
+    measured_where: str = ""  # the machine and the run, for the evidence line
+    why: str = ""
+
+
+# Preference when several fixes cover what a release needs: keep the workers concurrent first, then the cheap
+# warm-up (breaks on a new shape), then serialising, then a rewrite into processes. What each measurement was:
+# docs/races.md ("What held", "Single-threaded autograd").
+COMBINATIONS: Tuple[Combination, ...] = (
+    Combination(("threadlocal-flag", "non-lazy-backward"), ("2.11",), "H200",
+                "the only configuration in which three threads compiled flex_attention concurrently in repro's "
+                "replay with no error and no hang"),
+    Combination(("threadlocal-flag", "single-thread-autograd"), ("2.11",), "H200",
+                "held every case of the plain loop tried (same and different shapes, amplified, a warm thread "
+                "beside a compiling one); the only concurrent deadlock fix where non-lazy backward does not exist "
+                "(2.6-2.9)"),
+    Combination(("warmup",), ("2.11",), "H200", "held in repro's matrix"),
+    Combination(("global-lock",), ("2.11",), "H200", "held in repro's matrix"),
+    Combination(("processes",), ("2.11",), "H200", "held in repro's matrix"),
+)
+# The --matrix rows: the baseline, every fix alone, then every ranked combination of several fixes.
+MATRIX: Tuple[Tuple[str, ...], ...] = ((),) + tuple((name,) for name in NAMES) + tuple(
+    c.names for c in COMBINATIONS if len(c.names) > 1)
 
 
 def get(name: str) -> Mitigation:
@@ -260,6 +378,9 @@ def help_text() -> str:
             "`dflash-doctor explain mitigations` says what each stops and leaves open.")
 
 
+MEASURED, INFERRED = "measured", "inferred"
+
+
 @dataclass(frozen=True)
 class Recommendation:
     mitigations: Tuple[str, ...]
@@ -268,6 +389,8 @@ class Recommendation:
     caveats: Tuple[str, ...]
     api: Tuple[str, ...]
     cost: str
+    evidence: str = INFERRED  # MEASURED: these exact parts were run on this release; INFERRED otherwise
+    evidence_detail: str = ""
 
     @property
     def label(self) -> str:
@@ -279,45 +402,94 @@ class Recommendation:
         count against it)."""
         return not any(not hazard.minor for hazard in self.gaps)
 
+    @property
+    def evidence_label(self) -> str:
+        """`measured (2.11, H200)` or `inferred`, as guards and the docs show it."""
+        return self.evidence_detail if self.evidence == MEASURED else INFERRED
+
     def to_dict(self) -> dict:
         return {"mitigation": self.label, "covers": sorted(h.value for h in self.covers),
                 "gaps": sorted(h.value for h in self.gaps), "caveats": list(self.caveats), "api": list(self.api),
-                "cost": self.cost, "complete": self.complete}
+                "cost": self.cost, "complete": self.complete, "evidence": self.evidence,
+                "evidence_label": self.evidence_label, "evidence_detail": self.evidence_detail}
 
 
-# Preference when several fixes cover what a release needs: keep the workers concurrent first, then the cheap
-# warm-up (breaks on a new shape), then serialising, then a rewrite into processes.
-_PREFERENCE = (("threadlocal-flag", "non-lazy-backward"), ("warmup",), ("global-lock",), ("processes",))
+def _ordered(names: Iterable[str]) -> Tuple[str, ...]:
+    wanted = set(names)
+    return tuple(name for name in NAMES if name in wanted)
+
+
+def _fix_for(hazard: Hazard, release: Release) -> Optional[str]:
+    """The narrowest recommended fix for a conditional hazard that applies on `release` (isolate-fx-patches for
+    the patcher race): what a combination gains when the caller says the trainer meets the condition."""
+    usable = [m for m in REGISTRY if m.recommended and hazard in m.covers and not m.solo
+              and m.unavailable(release) is None]
+    return min(usable, key=lambda m: len(m.covers)).name if usable else None
 
 
 def recommend(hazards: Iterable[Hazard], release: Release = Release()) -> List[Recommendation]:
     """Fixes for `hazards` on `release`, complete ones first, each with what it leaves open.
 
-    The concurrent combination keeps only the parts the release needs (no shim where the flag is already
-    thread-local, no non-lazy backward where the backward compile takes no lock) and drops parts the release
-    lacks. `first-call-lock` is never recommended.
+    A combination keeps only the parts the release needs (no shim where the flag is already thread-local, no
+    deadlock fix where the backward compile takes no lock) and drops parts the release lacks. A conditional
+    hazard (Hazard.condition) in `hazards` adds its narrowest fix to every combination that leaves it open:
+    pass Hazard.PATCHER_RACE when the trainer has a thread running its own FX trace. `first-call-lock` is never
+    recommended.
     """
     needed = frozenset(hazards)
     if not needed:
         return []
-    recommendations = []
-    for names in _PREFERENCE:
-        usable = tuple(name for name in names if BY_NAME[name].unavailable(release) is None
-                       and (len(names) == 1 or BY_NAME[name].covers & needed))
+    recommendations: List[Recommendation] = []
+    seen = set()
+    for combination in COMBINATIONS:
+        parts = combination.names
+        usable = tuple(name for name in parts if BY_NAME[name].unavailable(release) is None
+                       and (len(parts) == 1 or BY_NAME[name].covers & needed))
         if not usable:
             continue
-        recommendations.append(_recommendation(usable, needed))
+        for hazard in sorted(needed - covers(usable), key=list(Hazard).index):
+            extra = _fix_for(hazard, release) if hazard.conditional else None
+            if extra is not None and not any(BY_NAME[name].solo for name in usable):
+                usable += (extra,)
+        usable = _ordered(usable)
+        if usable in seen:
+            continue
+        seen.add(usable)
+        recommendations.append(_recommendation(usable, needed, release, combination))
     recommendations.sort(key=lambda r: (not r.complete, sum(not h.minor for h in r.gaps)))
     return recommendations
 
 
-def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> Recommendation:
+def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard], release: Release,
+                    combination: Combination) -> Recommendation:
     entries = [BY_NAME[name] for name in names]
     covered = covers(names)
     caveats = tuple(c for entry in entries for c in entry.caveats) + tuple(
-        entry.pairing_caveat() for entry in entries if _pairing_needed(entry, names, needed))
+        entry.pairing_caveat() for entry in entries if _pairing_needed(entry, names, needed)) + open_conditions(
+        names, release)
+    evidence, detail = _evidence(names, release, combination, needed)
     return Recommendation(names, covered & needed, needed - covered, caveats, tuple(e.api for e in entries),
-                          "; ".join(e.cost for e in entries))
+                          "; ".join(e.cost for e in entries), evidence, detail)
+
+
+def _evidence(names: Tuple[str, ...], release: Release, combination: Combination,
+              needed: FrozenSet[Hazard]) -> Tuple[str, str]:
+    """Measured only where these exact parts ran on this release against these hazards (the measurements had no
+    thread running its own FX trace, so a conditional hazard makes it inferred); otherwise inferred from the
+    measurement of the combination it derives from and this release's traits."""
+    from_release = release_series(release.version)
+    if names == combination.names and from_release in combination.measured_on and not any(
+            h.conditional for h in needed):
+        return MEASURED, f"measured ({from_release}, {combination.measured_where})"
+    ran = "; ".join(f"{r}, {combination.measured_where}" for r in combination.measured_on)
+    source = f"{label(combination.names)} measured ({ran})" if ran else "not measured"
+    return INFERRED, f"inferred from {source} and this release's traits"
+
+
+def release_series(version: Optional[str]) -> Optional[str]:
+    """'2.11.0+cu130' -> '2.11'."""
+    parts = (version or "").split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 and all(p.isdigit() for p in parts[:1]) else None
 
 
 def _pairing_needed(entry: Mitigation, names: Tuple[str, ...], needed: FrozenSet[Hazard]) -> bool:
@@ -327,26 +499,83 @@ def _pairing_needed(entry: Mitigation, names: Tuple[str, ...], needed: FrozenSet
     return partner is not None and partner.name not in names and bool(partner.covers & needed)
 
 
+def open_conditions(names: Iterable[str], release: Release = Release()) -> Tuple[str, ...]:
+    """A caveat for each conditional hazard a fix (or combination) leaves open on `release`, naming when it
+    bites, what it looks like and the fixes in the registry that stop it, so no fix is read as covering it."""
+    names = tuple(names)
+    covered = covers(names)
+    lines = []
+    for hazard in Hazard:
+        if not hazard.conditional or hazard in covered or hazard not in release.hazards(including=(hazard,)):
+            continue
+        fixes = [m.name for m in REGISTRY if m.recommended and hazard in m.covers]
+        lines.append(f"it leaves the {hazard.label} open: where {hazard.condition}, {hazard.symptom}"
+                     + (f" (stopped by {', '.join(fixes)})" if fixes else ""))
+    return tuple(lines)
+
+
 def fix_text(*hazards: Hazard, release: Release = Release()) -> str:
     """A rule's fix, in the registry's words: the complete recommendations for `hazards`, best first. A severe
     hazard brings every other severe hazard the release can have along, because a fix for one that opens another
-    (non-lazy backward alone turning the deadlock into the FX error) is no fix."""
+    (non-lazy backward alone turning the deadlock into the FX error) is no fix. A conditional hazard is advised on
+    only when named (Hazard.PATCHER_RACE for a trainer with a thread running its own FX trace); every fix listed
+    names the hazards it leaves open."""
     needed = set(hazards)
     if any(not h.minor for h in needed):
-        needed |= {h for h in release.hazards() if not h.minor}
+        needed |= {h for h in release.hazards(including=needed) if not h.minor}
     ranked = [r for r in recommend(needed, release) if r.complete]
-    listed = "; ".join(f"{r.label} ({'; '.join(BY_NAME[n].summary for n in r.mitigations)})" for r in ranked)
+    listed = "; ".join(f"{r.label} ({'; '.join(BY_NAME[n].summary for n in r.mitigations)}"
+                       + (f"; leaves open: {_open_titles(r.mitigations, release)}"
+                          if _open_titles(r.mitigations, release) else "") + ")" for r in ranked)
     return f"One of, best first: {listed}. `dflash-doctor guards` ranks them for the installed release."
 
 
-def caveats_for(names: Iterable[str]) -> Tuple[str, ...]:
-    """What a fix, or a combination, leaves open as applied: each part's caveats, and a pairing unless the
-    partner is part of it."""
+def _open_titles(names: Tuple[str, ...], release: Release) -> str:
+    """The severe hazards a combination leaves open that it was not asked about: conditional ones, by name."""
+    covered = covers(names)
+    # The condition's first clause is enough here ("a thread runs its own torch.fx trace"); the caveats say more.
+    return ", ".join(f"the {h.label} (where {(h.condition or '').split(' (')[0]})" for h in Hazard
+                     if h.conditional and h not in covered and h in release.hazards(including=(h,)))
+
+
+def caveats_for(names: Iterable[str], release: Release = Release()) -> Tuple[str, ...]:
+    """What a fix, or a combination, leaves open as applied: each part's caveats, a pairing unless the partner
+    is part of it, and every conditional hazard it does not stop."""
     names = tuple(names)
     entries = [BY_NAME[name] for name in names]
     return tuple(c for entry in entries for c in entry.caveats) + tuple(
-        entry.pairing_caveat() for entry in entries if entry.pair_with and entry.pair_with not in names)
+        entry.pairing_caveat() for entry in entries if entry.pair_with and entry.pair_with not in names) + \
+        open_conditions(names, release)
 
 
-__all__ = ["BY_NAME", "MATRIX", "caveats_for", "fix_text", "NAMES", "NONE", "REGISTRY", "Mitigation", "MitigationFailed", "Recommendation",
-           "covers", "get", "help_text", "label", "ladder", "parse", "recommend"]
+def in_each_thread(names: Iterable[str]) -> Callable[[], ContextManager[object]]:
+    """One context manager factory entering every per-thread switch of `names` (each worker enters it around
+    all of its steps; nothing when none of them has one)."""
+    factories = [BY_NAME[name].in_each_thread for name in names if BY_NAME[name].in_each_thread is not None]
+    return _entering(factories)
+
+
+def around_foreign_trace(names: Iterable[str]) -> Callable[[], ContextManager[object]]:
+    """What a thread running its own FX trace enters around each trace under `names` (the shared lock of
+    global-lock; nothing for the other fixes)."""
+    factories = [BY_NAME[name].around_foreign_trace for name in names
+                 if BY_NAME[name].around_foreign_trace is not None]
+    return _entering(factories)
+
+
+def _entering(factories) -> Callable[[], ContextManager[object]]:
+    import contextlib
+
+    def enter_all() -> ContextManager[object]:
+        stack = contextlib.ExitStack()
+        for factory in factories:
+            stack.enter_context(factory())
+        return stack
+
+    return enter_all
+
+
+__all__ = ["BY_NAME", "COMBINATIONS", "MATRIX", "Combination", "INFERRED", "MEASURED", "NAMES", "NONE", "REGISTRY",
+           "Mitigation", "MitigationFailed", "Recommendation", "around_foreign_trace", "caveats_for", "covers",
+           "fix_text", "get", "help_text", "in_each_thread", "label", "ladder", "open_conditions", "parse",
+           "recommend", "release_series"]

@@ -21,6 +21,9 @@ class FailureKind(WireEnum):
     FX_FLAG_LEAK = "fx-flag-leak"  # a thread raised the FX-tracing error while another held the flag
     STUCK_FLAG = "stuck-flag"  # the FX flag stayed set after every trace ended
     DEADLOCK = "deadlock"  # a hang whose stacks show a lock cycle
+    # a thread's eager module call met another thread's torch.fx patches (NameError), or two traces' patchers
+    # crossed (the CURRENT_PATCHER AssertionError)
+    PATCHER_RACE = "fx-patcher-race"
     OTHER_ERROR = "other-error"  # anything else: an unrelated error, or a hang without a cycle
 
 

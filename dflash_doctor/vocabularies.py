@@ -18,6 +18,7 @@ class Mode(str, enum.Enum):
     AMPLIFIED = "amplified"
     FORCED = "forced"
     STUCK = "stuck"
+    FOREIGN_TRACE = "foreign-trace"  # a thread loops torch.fx.symbolic_trace next to the workers (the patcher race)
 
 
 class Shapes(str, enum.Enum):
@@ -57,3 +58,16 @@ class Transport(str, enum.Enum):
     AUTO = "auto"  # IPC between workers that share a device, torch.distributed between devices
     IPC = "ipc"  # a torch.multiprocessing queue: CUDA IPC on one GPU, shared memory on a CPU
     P2P = "p2p"  # torch.distributed send/recv: NCCL between GPUs, gloo on a CPU (and host-staged on one GPU)
+
+
+class OnHang(str, enum.Enum):
+    """run --on-hang: what happens once the watchdog names a hang in the user's run."""
+
+    REPORT = "report"  # say it at once on stderr and keep the run alive (the user decides)
+    KILL = "kill"  # kill the command's whole process tree, then report
+
+
+class RunExpect(str, enum.Enum):
+    """run --expect: a CI assertion on the run's findings."""
+
+    CLEAN = "clean"  # any finding makes the exit code fail (1 when the command itself exited 0)

@@ -15,7 +15,9 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.hazards import Hazard, Release
 from tests.conftest import REPO, run_cli
 
-APPLY_HOOKS = ("setup", "wrap_step", "warm_up", "separate_processes")
+APPLY_HOOKS = ("setup", "wrap_step", "in_each_thread", "warm_up", "separate_processes")
+# Markers that are torch's own names (scan finds them in user code that applies the fix without our runtime).
+TORCH_MARKERS = ("force_non_lazy_backward_lowering", "set_multithreading_enabled")
 
 
 @pytest.mark.parametrize("entry", registry.REGISTRY, ids=lambda e: e.name)
@@ -27,7 +29,10 @@ def test_every_entry_is_complete(entry):
     if entry.pair_with:
         assert entry.pair_with in registry.BY_NAME and entry.pair_reason
     for marker in entry.source_markers:  # what scan looks for: a runtime call or a torch config name
-        assert hasattr(runtime, marker) or marker == "force_non_lazy_backward_lowering", marker
+        assert hasattr(runtime, marker) or marker in TORCH_MARKERS, marker
+    for hazard in entry.leaves_open:  # every fix names the conditional hazards it leaves open, by name
+        if hazard.conditional:
+            assert any(hazard.label in caveat for caveat in registry.caveats_for((entry.name,))), hazard
     if entry.api.startswith("dflash_doctor.runtime.") or "= dflash_doctor.runtime." in entry.api:
         function = entry.api.split("dflash_doctor.runtime.")[1].split("(")[0]
         assert callable(getattr(runtime, function)), entry.api
@@ -39,7 +44,8 @@ def test_docs_and_help_are_generated_from_the_registry():
     assert (REPO / "docs" / "mitigations.md").read_text(encoding="utf-8") == render(), (
         "regenerate: python -m dflash_doctor.render.mitigations_doc > docs/mitigations.md")
     proc = run_cli("repro", "--help", timeout=60)
-    help_text = " ".join(proc.stdout.split())
+    # rich wraps long names at their hyphens ("single-" / "thread-autograd"): join those back
+    help_text = " ".join(proc.stdout.split()).replace("- ", "-")
     assert all(name in help_text for name in registry.NAMES)
 
 
@@ -106,6 +112,8 @@ def test_each_setup_hook_really_applies_in_a_fresh_process(entry):
         assert state["shim_ok"] and state["facts"]["shim"]["state"] == "installed"
     if entry.name == "non-lazy-backward":
         assert state["non_lazy"] is True and state["facts"] == {"non_lazy_backward_was": False}
+    if entry.name == "isolate-fx-patches":
+        assert state["facts"]["fx_patches"]["state"] == "installed" and state["facts"]["fx_patches_check"]["ok"]
 
 
 @pytest.mark.timeout(60)
@@ -139,3 +147,91 @@ def test_each_step_wrapper_serialises_what_it_says_with_real_threads(name):
     assert peak["first"] == 1  # both serialise the threads' first steps
     if name == "global-lock":
         assert peak["any"] == 1  # and the global lock every step
+
+
+def test_ladders_and_the_matrix_follow_what_each_entry_claims():
+    for entry in registry.REGISTRY:
+        assert (Hazard.PATCHER_RACE in entry.covers) == ("foreign-trace" in {s.value for s in entry.ladder}), entry.name
+        assert entry.leaves_open == frozenset(Hazard) - entry.covers
+    for combination in registry.COMBINATIONS:
+        assert all(name in registry.BY_NAME for name in combination.names)
+        if len(combination.names) > 1:
+            assert combination.names in registry.MATRIX, combination.names
+    assert all((name,) in registry.MATRIX for name in registry.NAMES)
+
+
+def test_naming_a_conditional_hazard_adds_its_narrowest_fix_to_every_combination_that_leaves_it_open():
+    for release in (Release("2.8", False, False, True), Release("2.11", False, True, True),
+                    Release("2.14.1", True, True, True)):
+        plain = registry.recommend(release.hazards(), release)
+        for hazard in (h for h in Hazard if h.conditional):
+            told = registry.recommend(release.hazards(including=(hazard,)), release)
+            assert all(r.complete for r in told if r.label in {p.label for p in plain if p.complete} or
+                       any(r.label.startswith(p.label) for p in plain if p.complete))
+            narrowest = min((m for m in registry.REGISTRY if hazard in m.covers and m.recommended and not m.solo),
+                            key=lambda m: len(m.covers))
+            for rec in told:
+                assert hazard in rec.covers or hazard in rec.gaps
+                if hazard not in registry.covers(tuple(n for n in rec.mitigations if n != narrowest.name)):
+                    assert narrowest.name in rec.mitigations, rec.label
+            # not told: no combination grows the conditional fix, and each leaving it open says so
+            assert not any(narrowest.name in r.mitigations for r in plain)
+            for rec in plain:
+                if hazard not in registry.covers(rec.mitigations):
+                    assert any(hazard.label in caveat for caveat in rec.caveats), rec.label
+
+
+def test_evidence_is_measured_only_for_the_exact_parts_on_the_release_they_ran_on():
+    on_211 = {r.label: r for r in registry.recommend(Release("2.11.0", False, True, True).hazards(),
+                                                     Release("2.11.0", False, True, True))}
+    assert on_211["threadlocal-flag,non-lazy-backward"].evidence == registry.MEASURED
+    assert on_211["threadlocal-flag,non-lazy-backward"].to_dict()["evidence_label"] == "measured (2.11, H200)"
+    on_214 = registry.recommend(Release("2.14.1", True, True, True).hazards(), Release("2.14.1", True, True, True))
+    assert all(r.evidence == registry.INFERRED for r in on_214)  # the parts dropped there were never run alone
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("entry", [e for e in registry.REGISTRY if e.in_each_thread], ids=lambda e: e.name)
+def test_each_per_thread_switch_is_entered_in_a_real_worker_thread_and_left_again(entry):
+    torch = pytest.importorskip("torch")
+    seen, inside, leave = {}, threading.Event(), threading.Event()
+
+    def worker():
+        with registry.in_each_thread((entry.name,))():
+            seen["inside"] = torch.autograd.is_multithreading_enabled()
+            inside.set()
+            leave.wait(20)
+        seen["after"] = torch.autograd.is_multithreading_enabled()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert inside.wait(20)
+    seen["main"] = torch.autograd.is_multithreading_enabled()
+    leave.set()
+    thread.join(20)
+    # the only per-thread switch so far is autograd's; a new kind of switch adds its own observable here
+    assert seen == {"inside": False, "main": True, "after": True}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("entry", [e for e in registry.REGISTRY if e.around_foreign_trace], ids=lambda e: e.name)
+def test_what_a_tracing_thread_enters_keeps_every_wrapped_step_out_until_it_leaves(entry):
+    inside, leave, stepped = threading.Event(), threading.Event(), []
+    step = entry.wrap_step(lambda: stepped.append(inside.is_set() and not leave.is_set()))
+
+    def tracer():
+        with registry.around_foreign_trace((entry.name,))():
+            inside.set()
+            leave.wait(5)  # a worker's step tried meanwhile waits here
+
+    thread = threading.Thread(target=tracer)
+    thread.start()
+    assert inside.wait(20)
+    worker = threading.Thread(target=step)
+    worker.start()
+    worker.join(0.3)
+    assert stepped == [] and worker.is_alive(), "a step ran inside the tracing thread's trace"
+    leave.set()
+    thread.join(20)
+    worker.join(20)
+    assert stepped == [False]

@@ -5,7 +5,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import typer
 
@@ -90,14 +90,16 @@ def finish(
     fail_on: FailOn = FailOn.WARNING,
     output: Optional[Path] = None,
     facts_view: Optional[FactsView] = None,
+    report_stream: Optional[TextIO] = None,
 ) -> int:
-    """Render `report` to stdout or `output` and return the exit code the command should end with.
+    """Render `report` to stdout (or `report_stream`: `run` keeps stdout for the user's command) or `output` and
+    return the exit code the command should end with.
 
     A report that cannot be written to `output` at the end of a run (folder gone, disk full, no reader on a
     FIFO) is not lost: it goes to a temporary file (else stdout) with a problem saying so, which sets exit bit 4.
     """
     if output is None:
-        code = emit(report, fmt, fail_on, facts_view=facts_view)
+        code = emit(report, fmt, fail_on, facts_view=facts_view, out=report_stream)
         _say_stopped(report)
         return code
     out, err = io.StringIO(), _StderrBuffer()

@@ -22,6 +22,7 @@ EPILOG = (
     "dflash-doctor pipeline --preset seeds --device cuda --steps 20 --stall-timeout 60  ·  "
     "dflash-doctor pipeline --preset seeds --device cuda --steps 20 --mitigation threadlocal-flag,non-lazy-backward  ·  "
     "dflash-doctor pipeline --preset small --device cuda --workers processes  ·  "
+    "dflash-doctor pipeline --tracing-thread --mitigation isolate-fx-patches  ·  "
     "dflash-doctor pipeline --preset seeds --device cuda --target-devices 0,1,2,3,4 --drafter-devices 5,6,7  ·  "
     "dflash-doctor pipeline --save runs/d1 && dflash-doctor pipeline --save runs/d1 --resume  ·  "
     "dflash-doctor pipeline --fail-worker drafter-1 --fail-at-step 3 --format json   "
@@ -99,6 +100,9 @@ def register(app: typer.Typer) -> None:
         fail_at_step: int = typer.Option(1, "--fail-at-step", help="... at its Nth step of this run (N >= 1) ..."),
         fail_how: FailHow = typer.Option(FailHow.KILL, "--fail-how", case_sensitive=False,
                                          help="... by being killed, raising an error, or deadlocking (hang)."),
+        tracing_thread: bool = typer.Option(
+            False, "--tracing-thread", help="Run a thread that loops torch.fx.symbolic_trace beside the workers, as "
+            "trainers that profile or inspect graphs do (the FX patcher race; --mitigation isolate-fx-patches)."),
         stall_timeout: float = typer.Option(
             600.0, "--stall-timeout", help="Seconds with no drafter step, no compile event and no CPU use, after "
             "set-up, before the run is declared hung: the stacks are dumped, the cycle named, the run stopped."),
@@ -131,6 +135,7 @@ def register(app: typer.Typer) -> None:
             fail_at_step=fail_at_step, fail_how=FailHow(fail_how).value,
             hf_checkpoint=str(target_checkpoint) if target_checkpoint else None, stall_timeout_s=stall_timeout,
             mitigation=mitigation, transport=Transport(transport).value, batch_size=batch_size,
+            tracing_thread=tracing_thread,
         )
         try:
             plan = make_plan(options)

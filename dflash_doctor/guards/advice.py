@@ -94,7 +94,8 @@ def upgrade(hazards: frozenset, later: Sequence, hazards_of: Callable[..., froze
 def release_from_row(row) -> Release:
     return Release(version=row.read_from, fx_flag_thread_local=row.fx_flag_storage == "thread-local",
                    non_lazy_backward_available=row.non_lazy_backward_available,
-                   backward_compile_takes_compile_lock=row.backward_compile_takes_compile_lock)
+                   backward_compile_takes_compile_lock=row.backward_compile_takes_compile_lock,
+                   fx_patches_isolated=row.fx_patches_isolated)
 
 
 def rank_fixes(needed: frozenset, release: Release, fx_flag_now: Optional[bool], config: Mapping[str, object],

@@ -9,7 +9,8 @@ Steps, each from the AST (nothing is imported, no version table is consulted):
 3. where `torch.compiler.is_compiling()`'s flag lives (the predicate's own call when it makes one, 2.9+), and
    whether Dynamo's per-frame compile (`_dynamo/convert_frame.py`) enters a context manager that sets it True
    for the whole compile (2.13+: it masks the guard, and every thread sees it);
-4. the backward compile and Dynamo's compile_lock (backward.py): the compile-lock deadlock's ingredients.
+4. the backward compile and Dynamo's compile_lock (backward.py): the compile-lock deadlock's ingredients;
+5. torch.fx's tracing patches (patcher.py): nn.Module patched on the class, the patcher a module global.
 
 Anything not found leaves the corresponding part None/unknown and says so in `notes`.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.guards.backward import BackwardCompile, read_backward
+from dflash_doctor.guards.patcher import FxPatches, read_fx_patches
 from dflash_doctor.guards.pyindex import FUNCTION_DEFS, FunctionNode, Index, Module, Variable, dotted, own_nodes
 from dflash_doctor.guards.sources import DirectoryTree, MappingTree, SourceTree, parse_bundle
 
@@ -87,6 +89,7 @@ class Layout:
     # Whether a Dynamo compile sets the compiling flag True (None: convert_frame.py or the flag not readable).
     compile_sets_compiling_flag: Optional[bool] = None
     backward: BackwardCompile = field(default_factory=BackwardCompile)
+    fx_patches: FxPatches = field(default_factory=FxPatches)
     notes: Tuple[str, ...] = field(default_factory=tuple)
     unknown_reason: Optional[str] = None  # why the FX flag's storage could not be told, when it could not
 
@@ -150,13 +153,15 @@ class _Analysis:
         flag = self._compiling_flag(compiling_reader)
         masking, compile_sets_flag = self._masking(flag) if flag is not None else (None, None)
         backward = read_backward(self.index)
+        fx_patches = read_fx_patches(self.index)
         for relpath in self.index.unreadable:
             if relpath != EVAL_FRAME:  # _guard already said so
                 self.notes.append(f"{self.tree.display_path(relpath)} does not parse")
         return Layout(
             root=self.tree.label, torch_version=version, cuda=cuda, hip=hip, guard=guard, fx_flag=fx_flag,
             consults_is_compiling=consults_is_compiling, compiling_flag=flag, masking=masking,
-            compile_sets_compiling_flag=compile_sets_flag, backward=backward, notes=tuple(self.notes),
+            compile_sets_compiling_flag=compile_sets_flag, backward=backward, fx_patches=fx_patches,
+            notes=tuple(self.notes),
             unknown_reason=None if fx_flag else (self.unknown_reason or "the FX-tracing flag was not found"),
         )
 

@@ -144,6 +144,26 @@ def is_compiling_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Op
     return _outcome(ProbeOutcome.NOT_REPRODUCED, "thread B saw torch.compiler.is_compiling() == False during thread A's compile")
 
 
+def patcher_race(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+    """Thread A is inside symbolic_trace; does thread B's plain eager nn.Linear call meet A's patches?"""
+    entered, release = threading.Event(), threading.Event()
+    failures: list = []
+    tracer = _start_trace(torch, entered, release, wait_s, "thread A", failures)
+    try:
+        if not entered.wait(wait_s):
+            return _outcome(ProbeOutcome.ERROR, "the tracing thread never reached its forward")
+        try:
+            torch.nn.Linear(2, 2)(torch.ones(1, 2))
+        except NameError as exc:
+            return _outcome(ProbeOutcome.REPRODUCED, f"thread B's eager nn.Linear raised while thread A traced: "
+                                                     f"NameError: {exc}")
+        return _outcome(ProbeOutcome.NOT_REPRODUCED, "thread B's eager nn.Linear ran while thread A was inside "
+                                                     "symbolic_trace")
+    finally:
+        release.set()
+        tracer.join(wait_s)
+
+
 def _failure_text(failure: list) -> str:
     return f": {failure[0].__class__.__name__}: {failure[0]}" if failure else ""
 
@@ -161,6 +181,7 @@ PROBES: Tuple[Probe, ...] = (
     Probe("cross_thread_leak", Hazard.FX_FLAG_LEAK, rules.PROBE_CROSS_THREAD_LEAK, cross_thread_leak),
     Probe("stuck_flag", Hazard.STUCK_FLAG, rules.PROBE_STUCK_FLAG, stuck_flag),
     Probe("is_compiling_leak", Hazard.IS_COMPILING_LEAK, rules.PROBE_IS_COMPILING_LEAK, is_compiling_leak),
+    Probe("patcher_race", Hazard.PATCHER_RACE, rules.PROBE_PATCHER_RACE, patcher_race),
 )
 PROBE_NAMES: Tuple[str, ...] = tuple(probe.name for probe in PROBES)
 BY_NAME: Dict[str, Probe] = {probe.name: probe for probe in PROBES}

@@ -29,6 +29,7 @@ class ReleaseRow:
     backward_compile_takes_compile_lock: bool
     lazy_backward: bool  # AOTAutograd compiles the backward at the first backward call
     non_lazy_backward_available: bool  # torch._functorch.config.force_non_lazy_backward_lowering
+    fx_patches_isolated: bool = False  # Tracer.trace's nn.Module patches kept to the tracing thread (patcher.py)
 
 
 def release_of(version: Optional[str]) -> Optional[str]:
@@ -38,8 +39,8 @@ def release_of(version: Optional[str]) -> Optional[str]:
 
 def _row(read_from: str, predicate: str, storage: str, masked: bool, compile_sets: bool, takes_lock: bool,
          non_lazy: bool) -> ReleaseRow:
-    # Constant across 2.4-2.15 as read: save/set/restore in Tracer.trace, a module-global compiling flag, and
-    # a backward compiled on first use.
+    # Constant across 2.4-2.15 as read: save/set/restore in Tracer.trace, a module-global compiling flag, a
+    # backward compiled on first use, and nn.Module patched on the class with a module-global CURRENT_PATCHER.
     return ReleaseRow(release_of(read_from) or read_from, read_from, predicate, storage, True, masked,
                       MODULE_GLOBAL, compile_sets, takes_lock, True, non_lazy)
 
@@ -61,7 +62,7 @@ TABLE: Tuple[ReleaseRow, ...] = (
 )
 _COMPARED = ("predicate", "fx_flag_storage", "fx_flag_restores_saved_value", "masked_during_compile",
              "compiling_flag_storage", "compile_sets_compiling_flag", "backward_compile_takes_compile_lock",
-             "lazy_backward", "non_lazy_backward_available")
+             "lazy_backward", "non_lazy_backward_available", "fx_patches_isolated")
 
 
 def release_key(release: str) -> Tuple[int, ...]:
@@ -94,6 +95,7 @@ def read_values(layout: Layout) -> dict:
         "backward_compile_takes_compile_lock": backward.takes_lock,
         "lazy_backward": backward.lazy_backward,
         "non_lazy_backward_available": backward.non_lazy_available,
+        "fx_patches_isolated": layout.fx_patches.isolated,
     }
 
 

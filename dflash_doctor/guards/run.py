@@ -22,8 +22,8 @@ from dflash_doctor.guards.state import (
     read_env, read_versions, torch_build, triton_cache_dir,
 )
 from dflash_doctor.guards.verdict import (
-    ABSENT, UNKNOWN, HazardVerdict, decide_hazards, evidence_of_row, headline, present_hazards, release_of,
-    verdict_reasons,
+    ABSENT, UNKNOWN, HazardVerdict, advised_hazards, advised_present, decide_hazards, evidence_of_row, headline,
+    release_of, verdict_reasons,
 )
 
 PURPOSE = "dflash-doctor guards"
@@ -84,9 +84,9 @@ def run_guards(
     verdicts = decide_hazards(layout, outcomes, live["fx_flag_now"])
     verdict, worst = headline(verdicts)
     release = release_of(layout)
-    needed = frozenset(v.hazard for v in verdicts if v.state != ABSENT)
+    needed = advised_hazards(verdicts)
     upgrade_advice = upgrade(needed, later_rows(layout.torch_version),
-                             lambda row: present_hazards(evidence_of_row(row)))
+                             lambda row: advised_present(evidence_of_row(row)))
     if tree_only:
         versions = {"torch": layout.torch_version, **torch_build(layout.cuda, layout.hip)}
     else:
@@ -108,12 +108,14 @@ def run_guards(
                     for v in verdicts},
         "release": {"version": release.version, "fx_flag_thread_local": release.fx_flag_thread_local,
                     "non_lazy_backward_available": release.non_lazy_backward_available,
-                    "backward_compile_takes_compile_lock": release.backward_compile_takes_compile_lock},
+                    "backward_compile_takes_compile_lock": release.backward_compile_takes_compile_lock,
+                    "fx_patches_isolated": release.fx_patches_isolated},
         "fixes": rank_fixes(needed, release, live["fx_flag_now"], live["config"], CONFIG_DEFAULTS, upgrade_advice),
         "versions": versions,
         "fx_flag": _flag_facts(layout.fx_flag),
         "compiling_flag": _compiling_facts(layout),
         "backward_compile": layout.backward.to_dict(),
+        "fx_patches": layout.fx_patches.to_dict(),
         "corroboration": corroborate(layout),
         "probe_details": probe_details,
         "state_source": state_source,

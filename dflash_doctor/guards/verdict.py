@@ -3,7 +3,10 @@ then the headline, which is the worst of them.
 
 A hazard is `present`, `absent` or `unknown` (the source did not say and no probe settled it: reported, never
 guessed). The headline is `vulnerable` when any hazard is present, `unknown` when none is present but one is
-unknown, and `safe` only when every hazard is absent. docs/guards-releases.md shows what each release decides.
+unknown, and `safe` only when every hazard is absent. A conditional hazard (Hazard.condition: the FX patcher
+race needs a thread running its own FX trace) is decided and reported like the others, but the headline is
+about the hazards every threaded trainer meets, so it is left out of it. docs/guards-releases.md shows what each
+release decides.
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ PRESENT, ABSENT, UNKNOWN = "present", "absent", "unknown"
 VULNERABLE, SAFE = "vulnerable", "safe"
 # The headline names the worst present hazard: a silent hang first, then a process that can never run compiled
 # code again, then the error, then the changed code path.
-WORST_FIRST = (Hazard.DEADLOCK, Hazard.STUCK_FLAG, Hazard.FX_FLAG_LEAK, Hazard.IS_COMPILING_LEAK)
+WORST_FIRST = (Hazard.DEADLOCK, Hazard.STUCK_FLAG, Hazard.FX_FLAG_LEAK, Hazard.PATCHER_RACE,
+               Hazard.IS_COMPILING_LEAK)
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ class HazardVerdict:
 
     def to_dict(self) -> dict:
         return {"hazard": self.hazard.value, "title": self.hazard.label, "state": self.state, "reason": self.reason,
-                "cited": [c.to_dict() for c in self.cited], "probe": self.probe}
+                "cited": [c.to_dict() for c in self.cited], "probe": self.probe,
+                "condition": self.hazard.condition}
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class Evidence:
     backward_takes_lock: Optional[bool]
     lazy_backward: Optional[bool]
     lock_holder: Optional[bool]  # a Dynamo compile holds the same lock
+    fx_patches_isolated: Optional[bool] = None  # torch.fx's patches kept to the tracing thread (patcher.py)
 
 
 def evidence_of(layout: Layout) -> Evidence:
@@ -69,6 +75,7 @@ def evidence_of(layout: Layout) -> Evidence:
         compile_sets_compiling_flag=layout.compile_sets_compiling_flag,
         backward_takes_lock=backward.takes_lock, lazy_backward=backward.lazy_backward,
         lock_holder=True if backward.holder is not None else None,
+        fx_patches_isolated=layout.fx_patches.isolated,
     )
 
 
@@ -78,7 +85,7 @@ def evidence_of_row(row: ReleaseRow) -> Evidence:
                     compiling_flag_storage=row.compiling_flag_storage,
                     compile_sets_compiling_flag=row.compile_sets_compiling_flag,
                     backward_takes_lock=row.backward_compile_takes_compile_lock, lazy_backward=row.lazy_backward,
-                    lock_holder=True)
+                    lock_holder=True, fx_patches_isolated=row.fx_patches_isolated)
 
 
 def source_states(evidence: Evidence) -> Dict[Hazard, str]:
@@ -90,6 +97,7 @@ def source_states(evidence: Evidence) -> Dict[Hazard, str]:
         Hazard.IS_COMPILING_LEAK: _by_storage(evidence.compiling_flag_storage or "",
                                               _known(evidence.compile_sets_compiling_flag, PRESENT, ABSENT)),
         Hazard.DEADLOCK: _deadlock(evidence),
+        Hazard.PATCHER_RACE: _known(evidence.fx_patches_isolated, ABSENT, PRESENT),
     }
 
 
@@ -113,13 +121,25 @@ def present_hazards(evidence: Evidence) -> frozenset:
     return frozenset(h for h, state in source_states(evidence).items() if state == PRESENT)
 
 
+def advised_hazards(verdicts: Sequence["HazardVerdict"]) -> frozenset:
+    """The hazards the ranked fixes are for: every one not absent, but no conditional one (the patcher race is in
+    each fix's caveats and its own hazard entry's fixes, not in every combination)."""
+    return frozenset(v.hazard for v in verdicts if v.state != ABSENT and not v.hazard.conditional)
+
+
+def advised_present(evidence: Evidence) -> frozenset:
+    """`present_hazards` without the conditional ones: what the upgrade advice compares between releases."""
+    return frozenset(h for h in present_hazards(evidence) if not h.conditional)
+
+
 def release_of(layout: Layout) -> Release:
     """The release traits the mitigation registry's advice reads, from the source alone."""
     storage = layout.fx_flag_storage
     return Release(version=layout.torch_version,
                    fx_flag_thread_local={MODULE_GLOBAL: False, THREAD_LOCAL: True}.get(storage),
                    non_lazy_backward_available=layout.backward.non_lazy_available,
-                   backward_compile_takes_compile_lock=layout.backward.takes_lock)
+                   backward_compile_takes_compile_lock=layout.backward.takes_lock,
+                   fx_patches_isolated=layout.fx_patches.isolated)
 
 
 def decide_hazards(layout: Layout, probes: Mapping[str, Optional[str]],
@@ -151,6 +171,8 @@ def decide_hazards(layout: Layout, probes: Mapping[str, Optional[str]],
 
 
 def _source_reason(hazard: Hazard, state: str, layout: Layout) -> Tuple[str, Tuple[Citation, ...]]:
+    if hazard is Hazard.PATCHER_RACE:
+        return _patcher_reason(state, layout)
     if hazard is Hazard.DEADLOCK:
         return _deadlock_reason(state, layout.backward)
     if hazard is Hazard.IS_COMPILING_LEAK:
@@ -173,6 +195,30 @@ def _source_reason(hazard: Hazard, state: str, layout: Layout) -> Tuple[str, Tup
     cited = cited[1:] + ((Citation(flag.file, flag.writer_line, flag.name),) if flag.writer_line else ())
     return (f"{writer} saves, sets and restores the module global {flag.name}: two traces that exit out of "
             "order leave it True for good"), cited
+
+
+def _patcher_reason(state: str, layout: Layout) -> Tuple[str, Tuple[Citation, ...]]:
+    patches = layout.fx_patches
+    patcher, writer = patches.patcher, patches.patcher_writer
+    condition = f" (it bites only where {Hazard.PATCHER_RACE.condition})"
+    if state == ABSENT and patcher is not None:
+        return (f"torch.fx keeps its active patcher per thread ({patcher.what}, {patcher.file}:{patcher.line})",
+                (Citation(patcher.file, patcher.line, patcher.what.split(".")[0]),))
+    if state == PRESENT and patches.class_patches:
+        first = patches.class_patches[0]
+        cited = tuple(Citation(s.file, s.line, s.what) for s in patches.class_patches) + (
+            (Citation(patcher.file, patcher.line, patcher.what),) if patcher else ()) + tuple(
+            Citation(s.file, s.line, "NameError") for s in patches.name_errors)
+        where = f", set by {writer.what} ({writer.file}:{writer.line})" if writer else ""
+        kept = (f" and keeps its patcher in the module global {patcher.what} ({patcher.file}:{patcher.line}{where})"
+                if patcher else "")
+        errors = ", ".join(f"{s.file}:{s.line}" for s in patches.name_errors)
+        return (f"Tracer.trace patches torch.nn.Module.{' and '.join(s.what for s in patches.class_patches)} on "
+                f"the class ({first.file}:{first.line}){kept}: while one thread traces, other threads' eager module "
+                "calls run the tracer's wrapper and raise NameError" + (f" ({errors})" if errors else "")
+                + ", and overlapping traces restore each other's patches" + condition), cited
+    missing = "; ".join(note for note in patches.notes if note.startswith("no "))
+    return f"the source does not say: {missing or 'the FX patcher was not recognised'}", ()
 
 
 def _compiling_reason(state: str, layout: Layout) -> Tuple[str, Tuple[Citation, ...]]:
@@ -213,8 +259,8 @@ def _deadlock_reason(state: str, backward: BackwardCompile) -> Tuple[str, Tuple[
 
 
 def headline(verdicts: Sequence[HazardVerdict]) -> Tuple[str, Optional[Hazard]]:
-    """(verdict, worst present hazard)."""
-    states = {v.hazard: v.state for v in verdicts}
+    """(verdict, worst present hazard), over the hazards every threaded trainer can meet (not conditional ones)."""
+    states = {v.hazard: v.state for v in verdicts if not v.hazard.conditional}
     worst = next((h for h in WORST_FIRST if states.get(h) == PRESENT), None)
     if worst is not None:
         return VULNERABLE, worst

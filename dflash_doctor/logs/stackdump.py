@@ -99,14 +99,24 @@ class StackDumpParser:
         self.done = True
         return False
 
+    def stacks(self, read_source: bool = False):
+        """The dumped threads as ThreadStacks (outermost first). `read_source`: fill in each frame's source line
+        and enclosing `with`s from its file, which a dump of a live process on this machine can (attach), so the
+        lock-cycle rule can see which lock a frame waits for; a pasted log's files are usually not here."""
+        from dflash_doctor.runtime.stacks import Frame, ThreadStack, with_source
+
+        def frame(file: str, line: int, func: str) -> Frame:
+            plain = Frame(file, line, func)
+            return with_source(plain) if read_source else plain
+
+        return [ThreadStack(t.name, t.ident, tuple(frame(file, line, func) for file, line, func
+                                                   in reversed(t.frames))) for t in self.threads]
+
     def diagnosis(self):
         """classify_hang's verdict on the dumped threads (imported here: only logs holding a dump pay for it)."""
         from dflash_doctor.runtime.deadlock import classify_hang
-        from dflash_doctor.runtime.stacks import Frame, ThreadStack
 
-        stacks = [ThreadStack(t.name, t.ident, tuple(Frame(file, line, func) for file, line, func
-                                                     in reversed(t.frames))) for t in self.threads]
-        return classify_hang(stacks)
+        return classify_hang(self.stacks())
 
     def summary(self) -> List[dict]:
         return [{"thread": t.name, "status": t.status,

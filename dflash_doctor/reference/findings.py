@@ -11,6 +11,7 @@ from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.reference.results import Outcome
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
+from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 from dflash_doctor.rules import pipeline as rules
 
@@ -86,6 +87,20 @@ def is_fx_error(error: Optional[str]) -> bool:
     return error is not None and FX_ERROR_PREFIX in error
 
 
+def is_patcher_error(error: Optional[str]) -> bool:
+    return error is not None and any(mark in error for mark in PATCHER_ERROR_MARKS)
+
+
+def _patcher_finding(facts: dict, worker: dict) -> Finding:
+    tracers = [w["name"] for w in facts.get("workers") or [] if w.get("role") == "tracer"]
+    by = f" while {', '.join(tracers)} traced" if tracers else ""
+    message = (f"{worker['name']} ({worker.get('role')} on {worker.get('device')}) met another thread's torch.fx "
+               f"patches in {worker.get('phase')}{by}: {worker.get('error')}")
+    evidence = {**_where(facts), "worker": _worker_evidence(worker), "tracers": tracers,
+                "stopped": _stopped(facts, worker["name"])}
+    return rules.FX_PATCHER_RACE.finding(message, evidence=evidence)
+
+
 def findings_from_facts(facts: dict) -> List[Finding]:
     """The findings of one pipeline run (empty for a healthy or interrupted-but-healthy run)."""
     workers = facts.get("workers") or []
@@ -94,6 +109,8 @@ def findings_from_facts(facts: dict) -> List[Finding]:
     for worker in workers:
         if worker.get("outcome") == Outcome.ERROR and is_fx_error(worker.get("error")):
             findings.append(_fx_finding(facts, worker))
+        elif worker.get("outcome") == Outcome.ERROR and is_patcher_error(worker.get("error")):
+            findings.append(_patcher_finding(facts, worker))
         elif worker.get("outcome") in (Outcome.ERROR, Outcome.KILLED):
             findings.append(_death_finding(facts, worker))
     if hung or facts.get("hang"):

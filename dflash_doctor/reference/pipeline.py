@@ -37,6 +37,7 @@ class PipelineOptions:
     mitigation: str = "none"  # names from dflash_doctor.mitigations, comma-separated
     transport: str = Transport.AUTO.value
     batch_size: Optional[int] = None  # sequences per drafter step; default: the preset's
+    tracing_thread: bool = False  # threads only: a thread looping torch.fx.symbolic_trace beside the workers
 
 
 def parse_devices(spec: str, device_type: str, available: int) -> List[str]:
@@ -173,6 +174,9 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
             raise ValueError(f"--batch-size must be in 1..{MAX_BATCH}, got {options.batch_size}")
         cfg = replace(cfg, batch_size=options.batch_size)
     names, workers = resolve_mitigations(options)
+    if options.tracing_thread and workers != "threads":
+        raise ValueError("--tracing-thread runs beside thread workers (it is the race between threads of one "
+                         "process); it cannot be combined with --workers processes")
     if options.checkpoint not in CHECKPOINT_MODES:
         raise ValueError(f"--checkpoint must be one of {CHECKPOINT_MODES}, not {options.checkpoint!r}")
     if options.device not in ("cpu", "cuda"):
@@ -212,7 +216,7 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
         seed=options.seed, start_step=start, resume_state=state, save_dir=options.save_dir,
         fail_worker=options.fail_worker, fail_at_step=options.fail_at_step, fail_how=fail_how,
         hf_checkpoint=options.hf_checkpoint, stall_timeout_s=options.stall_timeout_s, mitigations=names,
-        transport=transport,
+        transport=transport, tracing_thread=options.tracing_thread,
     )
 
 

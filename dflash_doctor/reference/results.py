@@ -40,6 +40,7 @@ class RunPlan:
     fail_how: FailHow = FailHow.KILL
     hf_checkpoint: Optional[str] = None
     mitigations: Tuple[str, ...] = ()  # names from dflash_doctor.mitigations, applied in set-up
+    tracing_thread: bool = False  # a thread loops torch.fx.symbolic_trace next to the workers (reference/tracing.py)
     transport: Transport = Transport.AUTO
     join_timeout_s: float = 30.0  # after the last step or a failure: workers inside a cold compile need a while
     stall_timeout_s: float = 600.0  # no drafter step for this long after set-up (first step: compile) = hung
@@ -74,6 +75,9 @@ class WorkerOutcome:
     traceback: Optional[str] = None
     phase: str = "starting"  # what it was doing last (set-up phases, then training)
     wait_s: float = 0.0  # time blocked on its peers: a drafter waiting for batches, a target for queue room
+    # torch.autograd.is_multithreading_enabled() read inside the worker thread, under the mitigations' per-thread
+    # switches (single-thread-autograd turns it off there); None where it was not read (processes, set-up)
+    autograd_multithreading: Optional[bool] = None
     save_error: Optional[str] = None  # --save: why the trained drafter could not be written (disk full...)
 
     def to_dict(self) -> dict:

@@ -222,6 +222,13 @@ class ThreadRun:
                 report=self.records.put, average=partial(averager.average, index) if drafters > 1 else None,
                 compute=wrap_step(plan.mitigations, drafter.compute), recorder=self.recorder,
                 inject=FailureHook(plan, outcome.name), clock=self.clock).run)
+        if plan.tracing_thread:
+            from dflash_doctor import mitigations
+            from dflash_doctor.reference.tracing import NAME, ROLE, TracingLoop
+
+            tracer = WorkerOutcome(NAME, ROLE, "cpu")
+            self.outcomes.append(tracer)
+            bodies.append(TracingLoop(plan, tracer, run.stop, mitigations.around_foreign_trace(plan.mitigations)).run)
         for outcome, body in zip(self.outcomes, bodies):
             thread = self.thread_factory(target=self._guarded, args=(outcome, body), name=outcome.name, daemon=True)
             self.threads.append(thread)
@@ -229,6 +236,18 @@ class ThreadRun:
             thread.start()
 
     def _guarded(self, outcome: WorkerOutcome, body: Callable[[], None]) -> None:
+        """A worker thread: the mitigations' per-thread switches (single-thread-autograd) held around all of its
+        work, as in a trainer's own worker; what it died of is kept."""
+        from dflash_doctor import mitigations
+
+        with mitigations.in_each_thread(self.plan.mitigations)():
+            import torch
+
+            # Read here, inside the worker: the switch is thread-local.
+            outcome.autograd_multithreading = bool(torch.autograd.is_multithreading_enabled())
+            self._run_body(outcome, body)
+
+    def _run_body(self, outcome: WorkerOutcome, body: Callable[[], None]) -> None:
         from dflash_doctor.reference.roles import InjectedFailure
 
         try:
@@ -262,10 +281,10 @@ class ThreadRun:
         self.run.fail(culprit)
 
     def drafter_outcomes(self) -> List[WorkerOutcome]:
-        return self.outcomes[len(self.plan.target_devices):]
+        return [o for o in self.outcomes if o.role == "drafter"]
 
     def drafter_threads(self) -> List[threading.Thread]:
-        return self.threads[len(self.plan.target_devices):]
+        return [t for t, o in zip(self.threads, self.outcomes) if o.role == "drafter"]
 
     def supervise(self) -> None:
         from dflash_doctor import runtime

@@ -241,7 +241,8 @@ def _fixes(console, fixes: list) -> None:
         return
     console.print("\n[bold]Fixes[/] (best first)")
     for fix in fixes:
-        console.print(f"  {fix['rank']}. {escape(fix['fix'])}")
+        console.print(f"  {fix['rank']}. {escape(fix['fix'])}"
+                      + (f"  [dim]({escape(fix['evidence_label'])})[/]" if fix.get("evidence_label") else ""))
         for api in fix.get("api") or []:
             console.print(f"     [cyan]{escape(api)}[/]")
         if fix.get("kind") == "mitigation" and fix.get("gaps"):

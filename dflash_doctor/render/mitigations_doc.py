@@ -15,7 +15,7 @@ from dflash_doctor.hazards import Hazard, Release
 RELEASE_FAMILIES: Tuple[Tuple[str, Release], ...] = (
     ("2.4, 2.5", Release("2.5", fx_flag_thread_local=False, non_lazy_backward_available=False,
                          backward_compile_takes_compile_lock=False)),
-    ("2.6 - 2.9", Release("2.9", fx_flag_thread_local=False, non_lazy_backward_available=False,
+    ("2.6 - 2.9", Release("2.8", fx_flag_thread_local=False, non_lazy_backward_available=False,
                           backward_compile_takes_compile_lock=True)),
     ("2.10 - 2.13", Release("2.11", fx_flag_thread_local=False, non_lazy_backward_available=True,
                             backward_compile_takes_compile_lock=True)),
@@ -30,8 +30,14 @@ def _titles(hazards) -> str:
 
 def entry_lines(entry: registry.Mitigation) -> List[str]:
     """One mitigation as text: what it stops, what it leaves open, its cost, the call, the stresses it faces."""
+    how = ("process-wide set-up" if entry.setup else "wraps each step" if entry.wrap_step else
+           "entered by each worker thread around its steps" if entry.in_each_thread else
+           "a serial warm-up first" if entry.warm_up else "one process per worker")
     lines = [f"### `{entry.name}`" + ("  (not a fix)" if not entry.recommended else ""), "", entry.summary + ".", "",
              f"- stops: {_titles(entry.covers)}",
+             f"- does not stop: {_titles(entry.leaves_open)}",
+             f"- applied by repro and the pipeline as: {how}"
+             + ("; a thread running its own FX trace enters its lock too" if entry.around_foreign_trace else ""),
              f"- apply: `{entry.api}`",
              f"- cost: {entry.cost}",
              f"- repro puts it through: {', '.join(s.value for s in entry.ladder)} stress"]
@@ -39,12 +45,20 @@ def entry_lines(entry: registry.Mitigation) -> List[str]:
     return lines + [""]
 
 
+def _ranked(hazards, release: Release) -> str:
+    return "; ".join(f"**{r.label}**" + (f" (leaves {_titles(r.gaps)})" if r.gaps else "")
+                     + f" _{r.evidence_label}_" for r in registry.recommend(hazards, release))
+
+
 def ranking_lines() -> List[str]:
-    lines = ["| torch | hazards | fixes, best first (what each leaves open) |", "|---|---|---|"]
+    """Per release family: the ranking for any threaded trainer, then for one with a thread running its own FX
+    trace (the conditional hazards named, as scan and repro do when they see one)."""
+    conditional = tuple(h for h in Hazard if h.conditional)
+    lines = ["| torch | hazards | fixes, best first (what each leaves open; measured or inferred) | with a thread "
+             "running its own FX trace |", "|---|---|---|---|"]
     for family, release in RELEASE_FAMILIES:
-        ranked = registry.recommend(release.hazards(), release)
-        cells = "; ".join(f"**{r.label}**" + (f" (leaves {_titles(r.gaps)})" if r.gaps else "") for r in ranked)
-        lines.append(f"| {family} | {_titles(release.hazards())} | {cells} |")
+        lines.append(f"| {family} | {_titles(release.hazards())} | {_ranked(release.hazards(), release)} | "
+                     f"{_ranked(release.hazards(including=conditional), release)} |")
     return lines
 
 
@@ -64,7 +78,11 @@ def render() -> str:
         "",
         "Complete fixes first (every severe hazard of the release stopped), in this order of preference: keep the "
         "workers concurrent, then the cheap warm-up, then serialising, then processes. `guards` ranks for the "
-        "installed (or `--torch-root`) release with the same function.",
+        "installed (or `--torch-root`) release with the same function. _measured_ means those exact fixes ran on "
+        "that release (the H200 runs in docs/gpu-results.md); _inferred_ means they derive from a measurement on "
+        "another release and the release's source. The FX patcher race is conditional: it needs a thread running "
+        "its own FX trace (a profiler's symbolic_trace), so only the last column, for such a trainer, ranks fixes "
+        "for it (`mitigations.recommend` given `Hazard.PATCHER_RACE`); every fix that leaves it open says so below.",
         "",
         *ranking_lines(),
         "",

@@ -6,10 +6,11 @@ misread most: the race is timing-dependent, so the lines say what this run could
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from dflash_doctor import mitigations as registry
-from dflash_doctor.hazards import Release
+from dflash_doctor.hazards import Hazard, Release, Stress
+from dflash_doctor.outcomes import FailureKind
 
 
 def release_from_facts(facts: dict) -> Release:
@@ -19,10 +20,19 @@ def release_from_facts(facts: dict) -> Release:
                    fx_flag_thread_local=None if storage is None else storage == "thread-local")
 
 
+def conditional_hazards(facts: dict) -> Tuple[Hazard, ...]:
+    """The conditional hazards this run showed the trainer can meet: a foreign trace was part of it (the
+    foreign-trace stress, or the patcher race reproduced), so the advice must stop the patcher race too."""
+    foreign = facts.get("mode") == Stress.FOREIGN_TRACE.value or facts.get("kind") == FailureKind.PATCHER_RACE or any(
+        (row.get("stresses") or {}).get(Stress.FOREIGN_TRACE.value, {}).get("ran") for row in facts.get("matrix") or [])
+    return (Hazard.PATCHER_RACE,) if foreign else ()
+
+
 def fix_line(facts: dict) -> Optional[str]:
     """The best complete fix for every hazard this release has, then the alternatives."""
     release = release_from_facts(facts)
-    ranked = [r for r in registry.recommend(release.hazards(), release) if r.complete]
+    ranked = [r for r in registry.recommend(release.hazards(including=conditional_hazards(facts)), release)
+              if r.complete]
     if not ranked:
         return None
     best, others = ranked[0], ranked[1:]

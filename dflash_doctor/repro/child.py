@@ -88,6 +88,22 @@ class PhaseChild:
         return self._first_steps_pending > 0 and self.clock() - own_steps_done_at < self.spec.hang_after_s
 
     def worker(self, index: int, step, barrier: threading.Barrier) -> None:
+        """One worker thread: every per-thread switch of the mitigations (mitigations.in_each_thread) held
+        around all of its steps, as a trainer's worker would."""
+        from dflash_doctor import mitigations as registry
+
+        with registry.in_each_thread(self.spec.mitigation)():
+            self.record_thread_switches(self.thread_results[index])
+            self.work(index, step, barrier)
+
+    @staticmethod
+    def record_thread_switches(record: dict) -> None:
+        import torch
+
+        # Read inside the worker: the switch is thread-local, so the main thread's value says nothing.
+        record["autograd_multithreading"] = bool(torch.autograd.is_multithreading_enabled())
+
+    def work(self, index: int, step, barrier: threading.Barrier) -> None:
         record = self.thread_results[index]
         try:
             barrier.wait(60.0)
@@ -189,17 +205,31 @@ class PhaseChild:
         watchdog.stop()
         if disturbance is not None:
             disturbance.stop()
-        ok = all(r["outcome"] == ThreadOutcome.OK for r in self.thread_results)
+            self.keep_tracing_thread(disturbance)
+        ok = all(r["outcome"] == ThreadOutcome.OK for r in self.thread_results) and not (
+            (self.result.get("tracing_thread") or {}).get("outcome") == ThreadOutcome.ERROR)
         outcome = ThreadOutcome.OK if ok else ThreadOutcome.ERROR
         self.finish(outcome)
 
+    def keep_tracing_thread(self, disturbance) -> None:
+        """The foreign-trace stress's thread is the user's (a profiler): how it ended is part of the result."""
+        if disturbance.traces is None:
+            return
+        self.result["tracing_thread"] = {
+            "name": disturbance.threads[0].name if disturbance.threads else "fx-profiler",
+            "outcome": ThreadOutcome.ERROR if disturbance.errors else ThreadOutcome.OK,
+            "error": disturbance.errors[0] if disturbance.errors else None, "traces": disturbance.traces[0]}
+
     def make_disturbance(self, hold_s: float):
+        from dflash_doctor import mitigations as registry
         from dflash_doctor.repro import disturb
 
         if self.spec.mode == "forced":
             return disturb.hold_fx_flag(hold_s)
         if self.spec.mode == "stuck":
             return disturb.leave_fx_flag_stuck()
+        if self.spec.mode == "foreign-trace":
+            return disturb.trace_alongside(hold_s, around=registry.around_foreign_trace(self.spec.mitigation))
         return None
 
     def start_disturbance(self):

@@ -4,11 +4,16 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
+from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 
 
 def is_fx_error_text(error: Optional[str]) -> bool:
     return error is not None and FX_ERROR_PREFIX in error
+
+
+def is_patcher_error_text(error: Optional[str]) -> bool:
+    return error is not None and any(mark in error for mark in PATCHER_ERROR_MARKS)
 
 
 def classify_phase(result: dict) -> Tuple[Optional[FailureKind], List[dict]]:
@@ -21,21 +26,28 @@ def classify_phase(result: dict) -> Tuple[Optional[FailureKind], List[dict]]:
         hang = result.get("hang") or {}
         return (FailureKind.DEADLOCK if hang.get("kind") == FailureKind.DEADLOCK else FailureKind.OTHER_ERROR), []
     errors = [t.get("error") for t in result.get("threads", []) if t.get("outcome") == ThreadOutcome.ERROR]
+    tracer = result.get("tracing_thread") or {}
+    if tracer.get("outcome") == ThreadOutcome.ERROR:
+        errors.append(tracer.get("error"))
     if any(is_fx_error_text(e) for e in errors):
         if any(b.get("kind") == BlameKind.STUCK_FLAG for b in blame):
             return FailureKind.STUCK_FLAG, blame
         return FailureKind.FX_FLAG_LEAK, blame
+    if any(is_patcher_error_text(e) for e in errors):
+        return FailureKind.PATCHER_RACE, blame
     return FailureKind.OTHER_ERROR, blame
 
 
 def phase_facts(result: dict) -> dict:
     """The contract's phase object ({outcome, seconds, threads}) plus what the views and the trace need."""
-    threads = [{"name": t["name"], "outcome": t["outcome"], "error": t.get("error"), "steps": t.get("steps", 0)}
+    threads = [{"name": t["name"], "outcome": t["outcome"], "error": t.get("error"), "steps": t.get("steps", 0),
+                **({"autograd_multithreading": t["autograd_multithreading"]}
+                   if "autograd_multithreading" in t else {})}
                for t in result.get("threads", [])]
     facts = {"outcome": result.get("outcome", ThreadOutcome.ERROR), "seconds": result.get("seconds", 0.0), "threads": threads}
     # stacks: every thread's frames at the hang, so a cycle the classifier did not name can still be read.
     for key in ("run_s", "setup_s", "warmup_s", "hang", "stacks", "disturbance", "crash", "log_tail", "shim",
-                "shim_check"):
+                "shim_check", "fx_patches", "fx_patches_check", "tracing_thread"):
         if result.get(key):
             facts[key] = result[key]
     facts["steps_per_s"] = steps_per_second(result)

@@ -6,14 +6,18 @@
   an Event) while the workers call their compiled step.
 - stuck: two traces exit out of order (A enters, B enters, A leaves, B leaves restoring the True it saw), so
   the module-global flag stays True with no trace running.
+- foreign-trace: a thread loops `torch.fx.symbolic_trace` with the default tracer, as a profiler or a graph
+  inspection would, while the workers run: its patches of nn.Module reach their eager module calls (the
+  FX patcher race, docs/races.md).
 """
 from __future__ import annotations
 
 import functools
 import threading
 import time
+import contextlib
 from dataclasses import dataclass, field
-from typing import Callable, List
+from typing import Callable, ContextManager, List, Optional
 
 
 def install_amplifier(sleep_ms: float, sleep: Callable[[float], None] = time.sleep,
@@ -57,6 +61,7 @@ class Disturbance:
     release: threading.Event = field(default_factory=threading.Event)
     description: str = ""
     errors: List[str] = field(default_factory=list)  # what the tracing threads themselves raised
+    traces: Optional[List[int]] = None  # foreign-trace: how many traces the looping thread finished
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self.release.set()
@@ -133,3 +138,63 @@ def leave_fx_flag_stuck(*, names=("fx-trace-a", "fx-trace-b"), timeout_s: float 
     if errors:
         description += f" (the traces themselves raised: {'; '.join(errors)})"
     return Disturbance([], description=description, errors=errors)
+
+
+# A trace of the profiled module stays this long inside Tracer.trace with the GIL released, as a real model's
+# trace (hundreds of modules) lasts, so the workers run while the patches are in place; between traces the
+# tracer sleeps, as a profiler does, which also lets a worker waiting for a lock the tracer shares (global-lock)
+# in and keeps the tracer from taking the GIL from the workers' compiles.
+TRACE_PAUSE_S = 0.002
+BETWEEN_TRACES_S = 0.02
+
+
+def _profiled_module(pause_s: float):
+    import torch
+
+    class Profiled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            time.sleep(pause_s)
+            return self.proj(x).relu()
+
+    return Profiled()
+
+
+def trace_alongside(hold_s: float, *, around: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+                    name: str = "fx-profiler", pause_s: float = TRACE_PAUSE_S, timeout_s: float = 30.0,
+                    thread_factory=threading.Thread) -> Disturbance:
+    """foreign-trace: return once a thread has started looping `torch.fx.symbolic_trace` (the default tracer),
+    each trace inside `around()` (what the mitigations ask of a tracing thread), until stop() or `hold_s`.
+
+    The thread stops at its first error, as a user's profiler thread would die of it; the error is kept."""
+    import torch.fx
+
+    disturbance = Disturbance(description=f"{name} loops torch.fx.symbolic_trace next to the workers", traces=[0])
+    module = _profiled_module(pause_s)
+    started = threading.Event()
+    deadline = time.monotonic() + hold_s
+
+    def loop() -> None:
+        counts = disturbance.traces
+        assert counts is not None
+        while not disturbance.release.is_set() and time.monotonic() < deadline:
+            try:
+                with around():
+                    started.set()
+                    torch.fx.symbolic_trace(module)
+            except Exception as exc:  # noqa: BLE001 - the race's evidence, kept for the classifier
+                disturbance.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                started.set()
+                return
+            counts[0] += 1
+            time.sleep(BETWEEN_TRACES_S)
+
+    thread = thread_factory(target=loop, name=name, daemon=True)
+    disturbance.threads.append(thread)
+    thread.start()
+    if not started.wait(timeout_s):
+        raise RuntimeError(f"{name} never started tracing")
+    return disturbance

@@ -43,6 +43,13 @@ def findings_from_facts(facts: dict) -> List[Finding]:
         rule = rules.COMPILE_LOCK_DEADLOCK if hang.get("cycle") == DYNAMO_CYCLE else rules.THREAD_DEADLOCK
         message = f"{len(victims)} thread(s) hung: {'; '.join(chain[:2]) or 'no progress'}"
         return [rule.finding(message, evidence={**evidence, "chain": chain, "cycle": hang.get("cycle")})]
+    if kind == FailureKind.PATCHER_RACE:
+        tracer = (facts.get("multi_thread") or {}).get("tracing_thread") or {}
+        if not error and tracer.get("error"):
+            victims, error = [tracer.get("name", "the tracing thread")], tracer["error"]
+        message = (f"{', '.join(victims) or 'a worker'} met another thread's torch.fx patches: "
+                   f"{error or 'the FX patcher race'}")
+        return [rules.FX_PATCHER_RACE.finding(message, evidence={**evidence, "victims": victims, "error": error})]
     message = f"{', '.join(victims) or 'a worker'} failed only when threaded: {error or 'hung without a lock cycle'}"
     return [rules.THREADED_STEP_FAILED.finding(message, evidence=evidence)]
 

@@ -63,7 +63,7 @@ class _Trial:
 
     def _start_processes(self, root: Path, task: ladder.Task) -> None:
         harness = self.harness
-        if task.stress in (Stress.FORCED, Stress.STUCK):
+        if task.stress in (Stress.FORCED, Stress.STUCK, Stress.FOREIGN_TRACE):
             spec = harness.phase_spec("disturb", 0, (), [], task.stress)
             self.disturber = (spec, *harness.start_child(root, f"{self.label}-disturb", spec))
         calm = Stress.AMPLIFIED if task.stress is Stress.AMPLIFIED else Stress.NATURAL
@@ -167,7 +167,10 @@ class Harness:
         wanted = list(registry.MATRIX[1:]) if matrix else []
         if spec.mitigation and spec.mitigation not in wanted:
             wanted.insert(0, spec.mitigation)
-        rows = [ladder.mitigation_row(names, spec.trials, skipped) for names in wanted]
+        # A pinned stress is what the user asked every row to face, in its ladder or not (`--mode foreign-trace
+        # --mitigation threadlocal-flag` shows that the shim leaves the patcher race open).
+        rows = [ladder.mitigation_row(names, spec.trials, skipped, (pinned,) if pinned else None)
+                for names in wanted]
         if matrix:  # longest ladders first, so the slowest rows do not start last (longest-processing-time order)
             rows.sort(key=lambda row: -ladder.expected_cost(row))
         needed = {stress for row in rows for stress in row.stresses}

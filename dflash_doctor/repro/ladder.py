@@ -37,8 +37,9 @@ class Outcome(str, enum.Enum):
 
 
 def trials_per_stress(trials: int) -> Dict[Stress, int]:
-    """--trials is the natural count; amplification needs fewer; forced and stuck settle in one."""
-    return {Stress.NATURAL: trials, Stress.AMPLIFIED: max(1, trials - 1), Stress.FORCED: 1, Stress.STUCK: 1}
+    """--trials is the natural count; amplification needs fewer; forced, stuck and a foreign trace settle in one."""
+    return {Stress.NATURAL: trials, Stress.AMPLIFIED: max(1, trials - 1), Stress.FORCED: 1, Stress.STUCK: 1,
+            Stress.FOREIGN_TRACE: 1}
 
 
 @dataclass(frozen=True)
@@ -159,8 +160,10 @@ def qualifying_baseline(stresses: Iterable[Stress], trials: int, skipped: Dict[S
     return Row((), RowKind.QUALIFY, tuple(stresses), trials_per_stress(trials), dict(skipped))
 
 
-def mitigation_row(names: Tuple[str, ...], trials: int, skipped: Dict[Stress, str]) -> Row:
-    stresses = registry.ladder(names)
+def mitigation_row(names: Tuple[str, ...], trials: int, skipped: Dict[Stress, str],
+                   stresses: Optional[Tuple[Stress, ...]] = None) -> Row:
+    """A fix's row: its whole ladder, or the `stresses` asked for by name."""
+    stresses = stresses or registry.ladder(names)
     return Row(names, RowKind.LADDER, stresses, trials_per_stress(trials),
                {s: why for s, why in skipped.items() if s in stresses})
 

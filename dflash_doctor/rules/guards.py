@@ -343,3 +343,24 @@ BACKWARD_COMPILE_TAKES_COMPILE_LOCK = register(Rule(
         + _LAZY_BACKWARD
     ),
 ))
+
+PROBE_PATCHER_RACE = register(Rule(
+    code="DFD610",
+    name="probe-fx-patcher-race",
+    severity=Severity.WARNING,
+    summary="reproduced: an eager module call raised NameError in one thread while another thread was inside "
+            "symbolic_trace (only where a thread runs its own FX trace)",
+    rationale=(
+        "The probe ran, in a child process, torch.fx.symbolic_trace in thread A on a module whose forward waits, "
+        "and called a plain eager torch.nn.Linear in thread B meanwhile. B raised 'NameError: module is not "
+        "installed as a submodule': Tracer.trace replaces nn.Module.__call__ and __getattr__ on the classes, for "
+        "every thread, and keeps its patcher in the module global CURRENT_PATCHER, so two overlapping traces also "
+        "end in 'AssertionError: CURRENT_PATCHER is None in finally block'. It needs a thread that runs its own "
+        "FX trace (a profiler, a graph inspection, a Tracer subclass) beside threads that run modules; compiles "
+        "alone do not trip it. It is a warning, not an error, for that reason."
+    ),
+    fix=fix_text(Hazard.PATCHER_RACE),
+    example_format="guards-state",
+    bad='{"probes": {"patcher_race": "reproduced"}}\n',
+    good='{"probes": {"patcher_race": "not-reproduced"}}\n',
+))

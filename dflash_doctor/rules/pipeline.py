@@ -161,3 +161,35 @@ WORKERS_HUNG = register(Rule(
                     '"chain": ["no progress for 30.0 s and no lock cycle in the stacks"], "stalled_s": 30.0}'),
     good=_GOOD,
 ))
+
+_NAME_ERROR = "NameError: module is not installed as a submodule"
+
+
+def _patcher_fix() -> str:
+    """The registry's first complete fix for a pipeline with a tracing thread (the patcher race named)."""
+    best = mitigations.recommend({Hazard.DEADLOCK, Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.PATCHER_RACE})[0]
+    return (f"Run with --mitigation {best.label} (in your trainer: {'; '.join(best.api)}), or hold "
+            "dflash_doctor.runtime.fx_trace_lock() around the tracing thread's traces under --mitigation "
+            "global-lock. `dflash-doctor explain isolate-fx-patches` says what it leaves open.")
+
+
+FX_PATCHER_RACE = register(Rule(
+    code="DFD807",
+    name="pipeline-fx-patcher-race",
+    severity=Severity.ERROR,
+    summary="a worker met another thread's torch.fx patches (NameError / CURRENT_PATCHER): the FX patcher race",
+    rationale=(
+        "A thread ran its own torch.fx trace (the pipeline's --tracing-thread, a profiler's symbolic_trace) while "
+        "the workers ran modules. Tracer.trace replaces nn.Module.__call__ and __getattr__ on the classes for the "
+        "whole trace, for every thread, and keeps its patcher in the module global CURRENT_PATCHER: a worker's "
+        "eager module call raises 'NameError: module is not installed as a submodule', and a trace overlapping "
+        "another (a compile's make_fx) ends in 'AssertionError: CURRENT_PATCHER is None in finally block'. The "
+        "thread-local FX flag does not touch it."
+    ),
+    fix=_patcher_fix(),
+    example_format="pipeline-facts",
+    bad=_facts(", ".join([_worker("target-0", "error", 0, f'"{_NAME_ERROR}"', role="target"),
+                          _worker("drafter-0", "stopped", 0), _worker("fx-tracer", "ok", 12, role="tracer")]),
+               failed='"target-0"', mitigation="threadlocal-flag,non-lazy-backward"),
+    good=_GOOD,
+))

@@ -123,3 +123,28 @@ THREADED_STEP_FAILED = register(Rule(
                '{"name": "drafter-2", "outcome": "error", "steps": 1, "error": "KeyError: \'cache\'"}', mode="natural"),
     good=_GOOD,
 ))
+
+_NAME_ERROR = "NameError: module is not installed as a submodule"
+
+FX_PATCHER_RACE = register(Rule(
+    code="DFD706",
+    name="fx-patcher-race-reproduced",
+    severity=Severity.ERROR,
+    summary="another thread's torch.fx trace patched nn.Module under this thread's eager module call (FX patcher "
+            "race reproduced)",
+    rationale=(
+        "torch.fx's Tracer.trace replaces torch.nn.Module.__call__ and __getattr__ on the classes for the whole "
+        "trace and keeps its patcher in the module global CURRENT_PATCHER. While one thread traces (a profiler's "
+        "symbolic_trace, a Tracer subclass), every other thread's eager module call goes through the tracer and "
+        "raises 'NameError: module is not installed as a submodule'; two traces that overlap end in "
+        "'AssertionError: CURRENT_PATCHER is None in finally block'. It breaks eager code as well as compiled "
+        "code, and the thread-local FX flag (threadlocal-flag, torch 2.14) does not touch it."
+    ),
+    fix=fix_text(Hazard.PATCHER_RACE) + " `dflash-doctor repro --mode foreign-trace --mitigation NAME` shows which "
+        "holds on your install.",
+    example_format="repro-facts",
+    bad=_facts("threadlocal-flag", "reproduced", '"fx-patcher-race"', "error",
+               '{"name": "drafter-0", "outcome": "error", "steps": 0, "error": "' + _NAME_ERROR + '"}',
+               mode="foreign-trace"),
+    good=_GOOD,
+))

@@ -4,6 +4,9 @@
 
     runtime.install_threadlocal_fx_flag()      # before any torch.compile wrapper is created
     runtime.enable_non_lazy_backward()         # the backward compiles with the forward: no lock cycle
+    runtime.isolate_fx_patches()               # a thread's symbolic_trace patches nn.Module for that thread only
+    with runtime.single_thread_autograd():     # or: in each worker thread, its backward runs on that thread
+        ...
     recorder = runtime.install()               # FX traces, compiles, recompile reasons, exceptions per thread
     ...
     with recorder.step():                      # in each worker thread
@@ -20,11 +23,19 @@ from dflash_doctor.runtime.fx_flag import (
     thread_is_fx_tracing,
     verify_threadlocal_fx_flag,
 )
+from dflash_doctor.runtime.fx_patches import (
+    PatchIsolation,
+    isolate_fx_patches,
+    thread_has_fx_patches,
+    verify_isolated_fx_patches,
+)
 from dflash_doctor.runtime.mitigations import (
     MitigationUnavailable,
     enable_non_lazy_backward,
     first_call_lock,
+    fx_trace_lock,
     global_lock,
+    single_thread_autograd,
     warmup,
 )
 from dflash_doctor.runtime.recorder import Blame, Event, FlightRecorder, active_recorder, install, uninstall
@@ -32,9 +43,10 @@ from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks, parse_faul
 from dflash_doctor.runtime.watchdog import HangReport, Watchdog, arm_faulthandler
 
 __all__ = [
-    "Blame", "Event", "FlightRecorder", "HangDiagnosis", "HangReport", "MitigationUnavailable", "ShimStatus",
+    "Blame", "Event", "FlightRecorder", "HangDiagnosis", "HangReport", "MitigationUnavailable", "PatchIsolation",
+    "ShimStatus", "fx_trace_lock", "isolate_fx_patches", "thread_has_fx_patches", "verify_isolated_fx_patches",
     "ThreadStack", "Watchdog", "active_recorder", "arm_faulthandler", "capture_stacks", "chrome_trace",
     "classify_hang", "enable_non_lazy_backward", "first_call_lock", "global_lock", "install",
-    "install_threadlocal_fx_flag", "parse_faulthandler", "thread_is_fx_tracing", "uninstall",
+    "install_threadlocal_fx_flag", "parse_faulthandler", "single_thread_autograd", "thread_is_fx_tracing", "uninstall",
     "verify_threadlocal_fx_flag", "warmup", "write_chrome_trace",
 ]

@@ -11,13 +11,16 @@ each stops and leaves open is declared in dflash_doctor/mitigations.py.
 - `enable_non_lazy_backward()`: compile the backward together with the forward, so the autograd device thread
   never waits for compile_lock. Combined with the shim, the only configuration that let three threads compile
   concurrently with no error and no hang.
+- `single_thread_autograd()`: a context manager each worker thread enters around its steps, so its backward runs
+  on the worker itself instead of the autograd device thread: no device thread to wait for, no lock cycle.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
-from typing import Callable, Iterable, List, Optional
+from typing import Callable, Iterable, Iterator, List, Optional
 
 # Shared by every wrapper that is not given its own lock, so separate threads' steps serialise on one lock.
 FIRST_CALL_LOCK = threading.Lock()
@@ -88,3 +91,32 @@ def enable_non_lazy_backward() -> bool:
     previous = bool(functorch_config.force_non_lazy_backward_lowering)
     functorch_config.force_non_lazy_backward_lowering = True
     return previous
+
+
+@contextlib.contextmanager
+def single_thread_autograd() -> Iterator[None]:
+    """Run this thread's backward passes on this thread (`torch.autograd.set_multithreading_enabled(False)`).
+
+    The switch is thread-local (documented since torch 2.0): every worker thread that calls backward must enter
+    it itself, around its steps; entering it in the main thread covers no worker. With it the autograd engine
+    does not hand the backward to its per-device thread, which is the thread the lazy backward compile waited on
+    for compile_lock in the deadlock (docs/races.md, "Single-threaded autograd").
+    """
+    from dflash_doctor.errors import require_torch
+
+    require_torch("single-threaded autograd")
+    import torch
+
+    with torch.autograd.set_multithreading_enabled(False):
+        yield
+
+
+@contextlib.contextmanager
+def fx_trace_lock(lock: Optional[threading.RLock] = None) -> Iterator[None]:
+    """Hold `global_lock`'s lock around your own FX trace (a profiler's symbolic_trace) in any thread.
+
+    With every worker step under `global_lock`, a trace under this lock never overlaps a step, so its
+    process-wide nn.Module patches and FX flag never meet another thread's module or compiled call."""
+    lock = lock if lock is not None else GLOBAL_STEP_LOCK
+    with lock:
+        yield

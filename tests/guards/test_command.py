@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from dflash_doctor import mitigations as registry
 from dflash_doctor.guards.probes import PROBE_NAMES as PROBES
 from dflash_doctor.guards.sources import installed_torch_root
 from tests.conftest import REPO, run_cli, run_cli_json
 
 FIXTURES = REPO / "fixtures" / "guards"
-HAZARDS = ("fx-flag-leak", "stuck-flag", "is-compiling-leak", "deadlock")
+HAZARDS = ("fx-flag-leak", "stuck-flag", "is-compiling-leak", "deadlock", "fx-patcher-race")
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +59,28 @@ def test_real_torch_2_13_is_vulnerable_with_both_races_reproduced(real_run, cach
     assert {name: h["state"] for name, h in facts["hazards"].items()} == dict.fromkeys(HAZARDS, "present")
     # each probe bore on its own hazard; the deadlock has no probe (it needs a GPU's autograd thread)
     assert {name: h["probe"] for name, h in facts["hazards"].items()} == {
-        "fx-flag-leak": "reproduced", "stuck-flag": "reproduced", "is-compiling-leak": "reproduced", "deadlock": None}
+        "fx-flag-leak": "reproduced", "stuck-flag": "reproduced", "is-compiling-leak": "reproduced", "deadlock": None,
+        "fx-patcher-race": "reproduced"}
+    patcher = facts["hazards"]["fx-patcher-race"]
+    assert patcher["condition"] and [c["what"] for c in patcher["cited"]] == [
+        "__getattr__", "__call__", "CURRENT_PATCHER", "NameError", "NameError"]
+    assert facts["fx_patches"]["isolated"] is False and facts["fx_patches"]["patcher_storage"] == "module-global"
     assert facts["corroboration"]["agrees"] is True and facts["corroboration"]["read_from"] == "2.13.0"
     assert facts["release"] == {"version": facts["torch_version"], "fx_flag_thread_local": False,
-                                "non_lazy_backward_available": True, "backward_compile_takes_compile_lock": True}
+                                "non_lazy_backward_available": True, "backward_compile_takes_compile_lock": True,
+                                "fx_patches_isolated": False}
+    # The conditional patcher race is not in the ranking (no fix grows isolate-fx-patches), but every fix that
+    # leaves it open says so; each ranking says it was inferred (measured on 2.11, not on 2.13).
     assert [f.get("mitigation") or f["kind"] for f in facts["fixes"]] == [
-        "threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes", "upgrade"]
+        "threadlocal-flag,non-lazy-backward", "threadlocal-flag,single-thread-autograd", "warmup", "global-lock",
+        "processes", "upgrade"]
+    for fix in facts["fixes"]:
+        if fix["kind"] == "mitigation":
+            assert fix["evidence_label"] == "inferred" and fix["evidence"] == "inferred"
+            named = any("FX patcher race" in caveat for caveat in fix["caveats"])
+            assert named is ("fx-patcher-race" not in registry.covers(registry.parse(fix["mitigation"]))), fix
     assert sorted(f["code"] for f in doc["findings"]) == ["DFD601", "DFD604", "DFD605", "DFD606", "DFD607",
-                                                          "DFD608", "DFD609"]
+                                                          "DFD608", "DFD609", "DFD610"]
     assert doc["problems"] == [] and proc.returncode == doc["exit_code"] == 1
     for name in PROBES:
         assert 0 <= facts["probe_details"][name]["seconds"] < 60

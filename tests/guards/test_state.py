@@ -74,13 +74,15 @@ def test_unknown_layout_is_a_problem_per_hazard_and_verdict_unknown(tmp_path):
     assert [(p.subject, p.reason) for p in report.problems[:2]] == [
         ("hazard fx-flag-leak", f"could not tell whether the FX-flag leak across threads is possible here: {reason}"),
         ("hazard stuck-flag", f"could not tell whether the stuck FX flag is possible here: {reason}")]
-    assert [p.subject for p in report.problems[2:]] == ["hazard is-compiling-leak", "hazard deadlock"]
+    assert [p.subject for p in report.problems[2:]] == ["hazard is-compiling-leak", "hazard deadlock",
+                                                        "hazard fx-patcher-race"]
     # worst first: the deadlock, the stuck flag, the leak, the is-compiling leak
     assert report.facts["verdict_reasons"][1:3] == [f"stuck FX flag: unknown: {reason}",
                                                     f"FX-flag leak across threads: unknown: {reason}"]
     # every hazard may be there: the concurrent pair stops every severe one (the is-compiling leak is minor)
     assert [fix["mitigation"] for fix in report.facts["fixes"]] == [
-        "threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes"]
+        "threadlocal-flag,non-lazy-backward", "threadlocal-flag,single-thread-autograd", "warmup", "global-lock",
+        "processes"]
 
 
 @pytest.mark.timeout(120)

@@ -12,13 +12,15 @@ from dflash_doctor.mitigations import fix_text
 from dflash_doctor.guards.releases import TABLE, corroborate, later_rows, row_for
 from dflash_doctor.guards.state import CONFIG_DEFAULTS
 from dflash_doctor.guards.verdict import (
-    ABSENT, PRESENT, UNKNOWN, decide_hazards, evidence_of_row, headline, present_hazards, release_of, source_states,
+    ABSENT, PRESENT, UNKNOWN, advised_hazards, advised_present, decide_hazards, evidence_of_row, headline,
+    present_hazards, release_of, source_states,
 )
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import BY_NAME
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "guards"
 F, S, I, D = Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.IS_COMPILING_LEAK, Hazard.DEADLOCK
+P = Hazard.PATCHER_RACE
 PROBE_OF = {probe.hazard: probe.name for probe in PROBES}  # the probe that tests each hazard
 
 
@@ -28,12 +30,12 @@ def _states(folder, probes=None, flag_now=None):
 
 
 @pytest.mark.parametrize("folder, states, verdict, worst", [
-    ("torch-2.4", {F: PRESENT, S: PRESENT, I: ABSENT, D: ABSENT}, "vulnerable", S),
-    ("torch-2.6", {F: PRESENT, S: PRESENT, I: ABSENT, D: PRESENT}, "vulnerable", D),
-    ("torch-2.13", {F: PRESENT, S: PRESENT, I: PRESENT, D: PRESENT}, "vulnerable", D),
+    ("torch-2.4", {F: PRESENT, S: PRESENT, I: ABSENT, D: ABSENT, P: PRESENT}, "vulnerable", S),
+    ("torch-2.6", {F: PRESENT, S: PRESENT, I: ABSENT, D: PRESENT, P: PRESENT}, "vulnerable", D),
+    ("torch-2.13", {F: PRESENT, S: PRESENT, I: PRESENT, D: PRESENT, P: PRESENT}, "vulnerable", D),
     # the FX flag is thread-local, but the lazy backward still takes compile_lock: not safe
-    ("torch-2.14", {F: ABSENT, S: ABSENT, I: PRESENT, D: PRESENT}, "vulnerable", D),
-    ("torch-unknown", {F: UNKNOWN, S: UNKNOWN, I: UNKNOWN, D: UNKNOWN}, "unknown", None),
+    ("torch-2.14", {F: ABSENT, S: ABSENT, I: PRESENT, D: PRESENT, P: PRESENT}, "vulnerable", D),
+    ("torch-unknown", {F: UNKNOWN, S: UNKNOWN, I: UNKNOWN, D: UNKNOWN, P: UNKNOWN}, "unknown", None),
 ])
 def test_hazards_from_the_source(folder, states, verdict, worst):
     assert _states(folder) == (states, (verdict, worst))
@@ -42,7 +44,8 @@ def test_hazards_from_the_source(folder, states, verdict, worst):
 def test_probes_settle_what_the_source_leaves_unknown_and_add_to_what_it_says():
     probes = {PROBE_OF[F]: "not-reproduced", PROBE_OF[S]: "reproduced", PROBE_OF[I]: "error"}
     states, (verdict, worst) = _states("torch-unknown", probes)
-    assert states == {F: ABSENT, S: PRESENT, I: UNKNOWN, D: UNKNOWN} and (verdict, worst) == ("vulnerable", S)
+    assert states == {F: ABSENT, S: PRESENT, I: UNKNOWN, D: UNKNOWN, P: UNKNOWN} and (verdict, worst) == (
+        "vulnerable", S)
     # a reproduction overrides a thread-local reading (a patched build, a backport)
     states, _ = _states("torch-2.14", {PROBE_OF[F]: "reproduced"})
     assert states[F] == PRESENT
@@ -59,6 +62,16 @@ def test_safe_only_when_every_hazard_is_absent():
     assert {v.hazard: v.state for v in verdicts}[I] == PRESENT  # the source says a compile sets it for all
     assert headline(verdicts)[0] == "vulnerable"
     assert headline([v for v in verdicts if v.state == ABSENT]) == ("safe", None)
+
+
+def test_the_conditional_patcher_race_is_decided_but_stays_out_of_the_headline_and_the_ranking():
+    verdicts = decide_hazards(read_layout(FIXTURES / "torch-2.14"), {PROBE_OF[I]: "not-reproduced"}, False)
+    by_hazard = {v.hazard: v for v in verdicts}
+    assert by_hazard[P].state == PRESENT and by_hazard[P].to_dict()["condition"] == P.condition
+    assert [c.what for c in by_hazard[P].cited] == ["__getattr__", "__call__", "CURRENT_PATCHER"]
+    only_patcher = [v for v in verdicts if v.state == ABSENT or v.hazard is P]
+    assert headline(only_patcher) == ("safe", None)
+    assert P not in advised_hazards(verdicts)
 
 
 @pytest.mark.parametrize("row", TABLE, ids=lambda row: row.release)
@@ -82,8 +95,8 @@ def test_a_release_outside_the_table_is_not_consulted():
 
 def _ranked(folder, flag_now=False, config=CONFIG_DEFAULTS):
     layout = read_layout(FIXTURES / folder)
-    needed = frozenset(v.hazard for v in decide_hazards(layout, {}, flag_now) if v.state != ABSENT)
-    advice = upgrade(needed, later_rows(layout.torch_version), lambda r: present_hazards(evidence_of_row(r)))
+    needed = advised_hazards(decide_hazards(layout, {}, flag_now))
+    advice = upgrade(needed, later_rows(layout.torch_version), lambda r: advised_present(evidence_of_row(r)))
     fixes = rank_fixes(needed, release_of(layout), flag_now, config, CONFIG_DEFAULTS, advice)
     assert [f["rank"] for f in fixes] == list(range(1, len(fixes) + 1))
     return fixes
@@ -96,14 +109,19 @@ def _labels(fixes):
 @pytest.mark.parametrize("folder, labels", [
     # no deadlock on 2.4/2.5: the shim alone is complete, and upgrading trades hazards, so it comes last
     ("torch-2.4", ["threadlocal-flag", "warmup", "global-lock", "processes", "upgrade"]),
-    # 2.6-2.9: no non-lazy switch, so the shim alone leaves the deadlock
-    ("torch-2.6", ["warmup", "global-lock", "processes", "threadlocal-flag", "upgrade"]),
+    # 2.6-2.9: no non-lazy switch: single-threaded autograd with the shim is the only concurrent fix, and the
+    # shim alone leaves the deadlock
+    ("torch-2.6", ["threadlocal-flag,single-thread-autograd", "warmup", "global-lock", "processes",
+                   "threadlocal-flag", "upgrade"]),
     # 2.10-2.12: the shim with non-lazy backward is complete and keeps the workers concurrent
-    ("torch-2.11", ["threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes", "upgrade"]),
-    # 2.13: the concurrent pair still ranks first: it leaves only the minor is-compiling leak open
-    ("torch-2.13", ["threadlocal-flag,non-lazy-backward", "warmup", "global-lock", "processes", "upgrade"]),
-    # 2.14: no shim (the flag is thread-local), no upgrade (no later release fixes the deadlock)
-    ("torch-2.14", ["non-lazy-backward", "warmup", "global-lock", "processes"]),
+    ("torch-2.11", ["threadlocal-flag,non-lazy-backward", "threadlocal-flag,single-thread-autograd", "warmup",
+                    "global-lock", "processes", "upgrade"]),
+    # 2.13: the concurrent pairs still rank first: they leave only the minor is-compiling leak open
+    ("torch-2.13", ["threadlocal-flag,non-lazy-backward", "threadlocal-flag,single-thread-autograd", "warmup",
+                    "global-lock", "processes", "upgrade"]),
+    # 2.14: no shim (the flag is thread-local), no upgrade (no later release fixes the deadlock); single-threaded
+    # autograd alone is enough for the deadlock and the flag there
+    ("torch-2.14", ["non-lazy-backward", "single-thread-autograd", "warmup", "global-lock", "processes"]),
 ])
 def test_fixes_are_ranked_for_the_release(folder, labels):
     assert _labels(_ranked(folder)) == labels
@@ -133,12 +151,12 @@ def test_the_shim_on_2_4_carries_no_deadlock_caveat_but_on_2_6_it_does():
 def test_upgrade_advice_is_true_for_the_release_it_starts_from(folder, removes, adds, keeps):
     [advice] = [f for f in _ranked(folder) if f["kind"] == "upgrade"]
     assert (advice["to"], advice["removes"], advice["adds"], advice["keeps"]) == ("2.14.1", removes, adds, keeps)
-    assert advice["then"] == ["non-lazy-backward", "warmup", "global-lock", "processes"]
+    assert advice["then"] == ["non-lazy-backward", "single-thread-autograd", "warmup", "global-lock", "processes"]
 
 
 def test_no_upgrade_is_offered_from_a_thread_local_release_or_past_the_table():
-    assert upgrade(frozenset({D, I}), later_rows("2.14.1"), lambda r: present_hazards(evidence_of_row(r))) is None
-    assert upgrade(frozenset({F, S}), later_rows("2.16.0"), lambda r: present_hazards(evidence_of_row(r))) is None
+    assert upgrade(frozenset({D, I}), later_rows("2.14.1"), lambda r: advised_present(evidence_of_row(r))) is None
+    assert upgrade(frozenset({F, S}), later_rows("2.16.0"), lambda r: advised_present(evidence_of_row(r))) is None
     assert later_rows(None) == () and row_for("2.15.0").read_from == "2.15.0"
 
 
@@ -155,7 +173,10 @@ def test_rule_fix_texts_come_from_the_registry():
     assert lookup("DFD609").fix == fix_text(D)
     # the deadlock's fix keeps the leak shut too: non-lazy backward comes paired, never alone
     assert lookup("DFD609").fix.startswith("One of, best first: threadlocal-flag,non-lazy-backward (")
-    assert all(f"{name} ({BY_NAME[name].summary})" in lookup("DFD609").fix
+    assert all(f"{name} ({BY_NAME[name].summary}" in lookup("DFD609").fix
                for name in ("global-lock", "warmup", "processes"))
+    # a fix that leaves the conditional patcher race open says so; one that stops it does not
+    assert "warmup (" + BY_NAME["warmup"].summary + "; leaves open: the FX patcher race" in lookup("DFD609").fix
+    assert "global-lock (" + BY_NAME["global-lock"].summary + ")" in lookup("DFD609").fix
     assert "first-call-lock" not in lookup("DFD601").fix and "first-call-lock" not in lookup("DFD609").fix
     assert lookup("DFD602").fix.startswith(RESTART.fix) and lookup("DFD603").fix == RESTORE_CONFIG.fix

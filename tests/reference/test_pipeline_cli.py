@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("torch")
 psutil = pytest.importorskip("psutil")
 
+from dflash_doctor import mitigations as registry  # noqa: E402
 from tests.conftest import REPO, run_cli, run_cli_json  # noqa: E402
 
 TINY = ("pipeline", "--preset", "tiny", "--device", "cpu")
@@ -127,7 +128,7 @@ def test_a_hung_worker_process_is_diagnosed_from_its_faulthandler_stacks():
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mitigation, setup_part", [
     ("threadlocal-flag,non-lazy-backward", None), ("warmup", "warm-up"), ("global-lock", None),
-    ("first-call-lock", None),
+    ("first-call-lock", None), ("threadlocal-flag,single-thread-autograd", None), ("isolate-fx-patches", None),
 ])
 def test_every_thread_mitigation_of_the_registry_applies_and_the_run_trains(mitigation, setup_part):
     proc, doc = run_cli_json(*TINY, "--steps", "6", "--mitigation", mitigation, timeout=80)
@@ -138,7 +139,31 @@ def test_every_thread_mitigation_of_the_registry_applies_and_the_run_trains(miti
         assert setup_part in facts["setup"]
     if "threadlocal-flag" in mitigation:
         assert facts["mitigation_facts"]["threadlocal-flag"]["shim_check"]["ok"] is True
+    if "non-lazy-backward" in mitigation:
         assert facts["mitigation_facts"]["non-lazy-backward"] == {"non_lazy_backward_was": False}
+    if "isolate-fx-patches" in mitigation:
+        assert facts["mitigation_facts"]["isolate-fx-patches"]["fx_patches_check"]["ok"] is True
+    # single-threaded autograd is entered in every worker thread (read there), and nowhere without it
+    per_thread = "single-thread-autograd" in mitigation
+    assert {w["name"]: w["autograd_multithreading"] for w in facts["workers"]} == {
+        w["name"]: not per_thread for w in facts["workers"]}
+
+
+@pytest.mark.timeout(200)
+def test_a_tracing_thread_kills_a_worker_with_the_patcher_race_and_isolate_fx_patches_lets_it_train():
+    proc, doc = run_cli_json(*TINY, "--steps", "6", "--tracing-thread", timeout=90)
+    facts = doc["facts"]
+    assert proc.returncode == 1 and facts["ok"] is False
+    dead = [w for w in facts["workers"] if w["outcome"] == "error"]
+    assert dead and all("module is not installed as a submodule" in w["error"] or "CURRENT_PATCHER" in w["error"]
+                        for w in dead), dead
+    assert {f["code"] for f in doc["findings"]} == {"DFD807"} and facts["failed_worker"] == dead[0]["name"]
+    proc, doc = run_cli_json(*TINY, "--steps", "6", "--tracing-thread", "--mitigation", "isolate-fx-patches",
+                             timeout=90)
+    facts = doc["facts"]
+    assert proc.returncode == 0 and doc["findings"] == [] and facts["steps"] == 6, proc.stderr[-2000:]
+    [tracer] = [w for w in facts["workers"] if w["role"] == "tracer"]
+    assert tracer["outcome"] == "ok" and tracer["steps"] > 0  # it traced the whole run, next to the workers
 
 
 @pytest.mark.timeout(150)
@@ -209,9 +234,11 @@ def test_a_stop_signal_stops_every_worker_quickly_and_writes_the_partial_report(
     (("--fail-worker", "drafter-1", "--fail-at-step", "0"),
      "--fail-at-step must be at least 1 (a worker's first step is 1), got 0"),
     (("--seed", "-5"), "--seed must be in 0..9223372036854775807, got -5"),
-    (("--mitigation", "thread-local"), "unknown mitigation thread-local; choose from none, first-call-lock, "
-                                       "global-lock, warmup, threadlocal-flag, non-lazy-backward, processes "
-                                       "(combine with commas)"),
+    (("--mitigation", "thread-local"), "unknown mitigation thread-local; choose from none, "
+                                       + ", ".join(registry.NAMES) + " (combine with commas)"),
+    (("--tracing-thread", "--workers", "processes"), "--tracing-thread runs beside thread workers (it is the race "
+                                                     "between threads of one process); it cannot be combined with "
+                                                     "--workers processes"),
     (("--mitigation", "processes", "--workers", "threads"), "--mitigation processes runs every worker in a process "
                                                              "of its own; it cannot be combined with --workers threads"),
 ])

@@ -1,0 +1,81 @@
+"""repro's foreign-trace stress end to end through the real CLI (JSON), on CPU: a thread looping symbolic_trace
+next to the workers reproduces the FX patcher race (DFD706); threadlocal-flag and single-thread-autograd do not
+stop it (and single-thread-autograd is entered in every worker, read from inside them); threadlocal-flag with
+isolate-fx-patches holds under it; the advice then includes the patcher fix.
+
+The runs share one warm inductor cache (the first fills it) and run one step per thread.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+COMMON = ("repro", "--threads", "2", "--device", "cpu", "--cache", "warm", "--steps", "1", "--hang-after", "60",
+          "--timeout", "300", "--preset", "tiny", "--trials", "1", "--mode", "foreign-trace", "--format", "json")
+BASELINE = ()
+SHIM = ("--mitigation", "threadlocal-flag")
+SINGLE = ("--mitigation", "single-thread-autograd")
+ISOLATED = ("--mitigation", "threadlocal-flag,isolate-fx-patches")
+PATCHER_ERRORS = ("module is not installed as a submodule", "CURRENT_PATCHER")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = tmp_path_factory.mktemp("inductor-cache")
+
+    def run(extra):
+        proc = run_cli(*COMMON, *extra, timeout=580, env={"TORCHINDUCTOR_CACHE_DIR": str(cache)})
+        try:
+            return proc, json.loads(proc.stdout)
+        except json.JSONDecodeError as exc:
+            raise AssertionError(f"rc={proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}") from exc
+
+    done = {BASELINE: run(BASELINE)}
+    rest = (SHIM, SINGLE, ISOLATED)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done.update(zip(rest, pool.map(run, rest)))
+    return done
+
+
+def _errors(facts) -> list:
+    multi = facts["multi_thread"]
+    tracer = multi.get("tracing_thread") or {}
+    return [t["error"] for t in multi["threads"] if t["error"]] + ([tracer["error"]] if tracer.get("error") else [])
+
+
+@pytest.mark.timeout(1200)  # includes the module fixture: four runs on a shared 2-core machine
+def test_a_foreign_trace_reproduces_the_patcher_race(runs):
+    proc, doc = runs[BASELINE]
+    facts = doc["facts"]
+    assert proc.returncode == 1 and facts["verdict"] == "reproduced" and facts["kind"] == "fx-patcher-race"
+    assert facts["levels"]["foreign-trace"] == {"ran": 1, "reproduced": 1, "kinds": {"fx-patcher-race": 1}}
+    assert any(mark in error for error in _errors(facts) for mark in PATCHER_ERRORS)
+    assert [f["code"] for f in doc["findings"]] == ["DFD706"]
+    assert "isolate-fx-patches" in facts["next_steps"][0], "the advice for a trainer with a tracing thread"
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("extra", [SHIM, SINGLE], ids=["threadlocal-flag", "single-thread-autograd"])
+def test_fixes_that_leave_the_patcher_race_open_fail_under_it_and_say_so(runs, extra):
+    proc, doc = runs[extra]
+    facts = doc["facts"]
+    assert facts["outcome"] == "fails" and facts["kind"] == "fx-patcher-race", facts.get("outcome_reason")
+    assert any("FX patcher race" in line for line in facts["next_steps"])
+    on = extra is SINGLE
+    assert [t["autograd_multithreading"] for t in facts["multi_thread"]["threads"]] == [not on, not on]
+
+
+@pytest.mark.timeout(1200)
+def test_threadlocal_flag_with_isolate_fx_patches_holds_under_a_foreign_trace(runs):
+    proc, doc = runs[ISOLATED]
+    facts = doc["facts"]
+    assert proc.returncode == 0 and facts["verdict"] == "not-reproduced" and facts["outcome"] == "holds"
+    multi = facts["multi_thread"]
+    assert multi["tracing_thread"]["outcome"] == "ok" and multi["tracing_thread"]["traces"] > 0
+    assert multi["fx_patches"]["state"] == "installed" and multi["fx_patches_check"]["ok"] is True
+    assert _errors(facts) == []
