@@ -42,7 +42,7 @@ class InputSpec:
     folder: bool = False  # the option names a folder, not a file
     must_exist: bool = True  # False: a folder the command creates (--save DIR)
     # False: the reader itself reports a FIFO or device as a problem in its report (logs FILE), so the
-    # check here only refuses what no reader can handle (a missing file, a closed stdin).
+    # check here only refuses what no reader can handle (a missing file, a kernel pseudo-file, a closed stdin).
     regular_only: bool = True
 
 
@@ -149,14 +149,14 @@ def _refusal(info: os.stat_result, spec: InputSpec) -> Optional[str]:
     """Why a file of this kind cannot be this input (None: it can)."""
     if spec.folder:
         return None if stat.S_ISDIR(info.st_mode) else f"is {_kind(info.st_mode)}, not a folder"
+    pseudo = pseudo_file_system(info)
+    if pseudo and not stat.S_ISDIR(info.st_mode):  # no reader can handle one, not even one taking any kind
+        return f"is a kernel interface on {pseudo}, not a regular file (it is never read)"
     if not spec.regular_only:
         return None
     if not stat.S_ISREG(info.st_mode):
         hint = "; pipe it to `-` instead" if spec.stdin and stat.S_ISFIFO(info.st_mode) else ""
         return f"is {_kind(info.st_mode)}, not a regular file (it is never read){hint}"
-    pseudo = pseudo_file_system(info)
-    if pseudo:
-        return f"is a kernel interface on {pseudo}, not a regular file (it is never read)"
     limit = cap(spec)
     if limit is not None and info.st_size > limit:
         return (f"is {_shown_size(info.st_size)}, over the {_shown_size(limit)} cap for {spec.what} "
@@ -269,7 +269,8 @@ def declared_inputs(command: Any, values: Dict[str, Any]) -> List[Tuple[str, Inp
         if spec is None or value is None:
             continue
         declared = [d for d in getattr(parameter.default, "param_decls", ()) or () if d.startswith("--")]
-        option = declared[0] if declared else name.upper()
+        metavar = (getattr(parameter.default, "metavar", None) or name.upper()).split("|")[0]
+        option = declared[0] if declared else metavar  # an argument is named as its help shows it: FILE
         for item in value if isinstance(value, (list, tuple)) else [value]:
             found.append((option, spec, os.fspath(item)))
     return found

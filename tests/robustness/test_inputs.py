@@ -74,6 +74,14 @@ def test_a_sparse_file_over_the_cap_is_refused_without_reading_it(tmp_path, decl
     assert_one_error_line(result, 2, str(huge), "--max-input-size")
 
 
+@pytest.mark.parametrize("declared", [d for d in DECLARED if not d.spec.folder], ids=str)
+def test_a_kernel_pseudo_file_is_refused_by_every_file_input(tmp_path, declared: DeclaredInput):
+    """Even where the reader takes any kind of file (logs FILE): /proc/kmsg reports size 0 and blocks."""
+    path = _hostile("proc-kmsg", tmp_path)
+    result = run(declared.command, *declared.argv(tmp_path, path), cwd=tmp_path, timeout=BOUND_S)
+    assert_one_error_line(result, 2, path, "kernel interface")
+
+
 @pytest.mark.parametrize("declared", STDIN, ids=str)
 def test_dash_with_stdin_closed_is_one_line(tmp_path, declared: DeclaredInput):
     result = run(declared.command, *declared.argv(tmp_path, "-"), cwd=tmp_path, timeout=BOUND_S, closed=(0,))
