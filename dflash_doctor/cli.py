@@ -8,14 +8,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import typer
 import typer.core
 
-from dflash_doctor import TOOL_NAME, __version__
+from dflash_doctor import TOOL_NAME, __version__, children
 from dflash_doctor.commands import common
 from dflash_doctor.render.help import HelpCommand, HelpGroup, epilog
+from dflash_doctor.errors import UsageError
+from dflash_doctor.findings import EXIT_USAGE
 
 EPILOG = epilog(["dflash-doctor scan src/", "dflash-doctor guards", "dflash-doctor repro --threads 3",
                   "dflash-doctor explain DFD201"])
@@ -51,9 +53,21 @@ def _version(value: bool) -> None:
 def _root(
     debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one-line errors."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    max_input_size: Optional[str] = typer.Option(
+        None, "--max-input-size", metavar="SIZE",
+        help="Raise the size cap of every file an option names (a baseline: 64MiB, a repro result: 16MiB, a "
+             "pyproject.toml: 1MiB), e.g. --max-input-size 1GiB."),
 ) -> None:
     """Diagnose PyTorch compile thread races in multi-threaded, multi-GPU training."""
     common.DEBUG = debug
+    if max_input_size is not None:
+        from dflash_doctor import inputs
+
+        try:
+            inputs.LIMIT_OVERRIDE = inputs.parse_size(max_input_size)
+        except UsageError as exc:
+            common.error_line(str(exc))
+            raise typer.Exit(exc.exit_code)
 
 
 _registered: List[str] = []
@@ -100,26 +114,64 @@ def _sane_terminal() -> None:
             reconfigure(errors="backslashreplace")
 
 
-def _terminate_on_sigterm() -> None:
-    """SIGTERM ends a command as Ctrl-C does (its cleanup runs), with exit 143; a second one kills at once."""
+def _stop_on_signals() -> None:
+    """SIGTERM ends a command as Ctrl-C does (its cleanup runs), with exit 143; a second one kills at once.
+    Both first kill every registered child (children.stop_all): a thread of ours waiting on a probe or a
+    phase would otherwise hold the command until that child's own timeout."""
     import signal
 
-    def handler(signum, frame):
+    def terminate(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        children.stop_all()
         raise common.Terminated()
 
+    def interrupt(signum, frame):
+        children.stop_all()
+        raise KeyboardInterrupt()
+
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGTERM, terminate)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupt)
+
+
+def _standard_streams() -> None:
+    """A standard stream the process was started without (`>&-`, `<&-`, `2>&-`) is reopened on /dev/null, so
+    no file opened later takes its number (a report would land in it) and nothing writes to None. A closed
+    stdout is a usage error (exit 2): the report could go nowhere. A closed stdin makes `-` a usage error
+    (inputs.preflight); a closed stderr only loses the error lines, the exit code still says what happened."""
+    from dflash_doctor import inputs
+
+    closed = inputs.closed_standard_streams()
+    for fd in sorted(closed):
+        devnull = os.open(os.devnull, os.O_RDWR)
+        if devnull != fd:
+            os.dup2(devnull, fd, inheritable=True)
+            os.close(devnull)
+        else:
+            os.set_inheritable(fd, True)
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if fd in closed or getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
+    inputs.STDIN_CLOSED = 0 in closed
+    if 1 in closed:
+        common.error_line("standard output is closed (>&-): the report could go nowhere; redirect it to a file "
+                          "or /dev/null instead")
+        sys.exit(EXIT_USAGE)
 
 
 def main() -> None:
+    children.drop_working_folder_from_path()  # again for the console script, which skips __main__.py
+    children.isolate_process()
+    _standard_streams()
     _sane_terminal()
-    _terminate_on_sigterm()
+    _stop_on_signals()
     # Not standalone: click's own usage errors come back here as exceptions, to be shown as one line like every
     # other error instead of click's usage block. Typer vendors click in some releases, so match by attributes.
     register_commands(commands_for(sys.argv[1:]))
     try:
         code = app(prog_name=TOOL_NAME, standalone_mode=False)
+        children.stop_all()
         sys.stdout.flush()
     except BrokenPipeError:  # the final flush, after the command (inside one, `guarded` handles it)
         common.quiet_exit_on_broken_pipe(common.streams_without_reader() or [sys.stdout.fileno()])

@@ -16,6 +16,16 @@ class UsageError(DoctorError):
     exit_code = EXIT_USAGE
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the main thread is (cli.py installs the handler), so every `finally` and every
+    Ctrl-C path runs for it too: children stopped, temporary folders removed, partial reports written."""
+
+
+def stop_signal(exc: KeyboardInterrupt) -> str:
+    """The signal a KeyboardInterrupt stands for: SIGTERM for Terminated, else SIGINT (Ctrl-C)."""
+    return "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+
+
 def finite(value: Optional[float], option: str, *, minimum: Optional[float] = None,
            maximum: Optional[float] = None, inclusive_minimum: bool = True) -> Optional[float]:
     """`value` if it is a finite number in range (None passes through), else a UsageError naming `option`.

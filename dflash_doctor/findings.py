@@ -89,6 +89,18 @@ class Report:
     exit_code_override: Optional[int] = None
     # The closing line's words in place of the finding counts, where the command has a verdict to say (repro).
     summary: Optional[str] = None
+    stopped_by: Optional[str] = None  # "SIGINT" / "SIGTERM" when a signal ended the run early (mark_stopped)
+
+    def mark_stopped(self, signal_name: str, unfinished: str) -> None:
+        """A signal ended a multi-phase run early: what finished stays in the report, `facts.partial` says what
+        did not, and the exit code is the shell's 128 + the signal (130 SIGINT, 143 SIGTERM)."""
+        import signal
+
+        self.stopped_by = signal_name
+        self.facts["partial"] = {"stopped_by": signal_name, "unfinished": unfinished}
+        self.problems.append(Problem(self.command, f"stopped by {signal_name} before the end: {unfinished}",
+                                     "what had finished is reported; run it again to complete it"))
+        self.exit_code_override = 128 + int(signal.Signals[signal_name])
 
     def extend(self, other: "Report") -> None:
         self.findings.extend(other.findings)

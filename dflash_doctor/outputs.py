@@ -13,6 +13,11 @@ What a write does depends on what the path is when it happens:
 `check_output` is called when a command's options are parsed, before any long work: it refuses a path that is
 one of the command's inputs (same file, even through a link) or one of those kinds, and proves the folder is
 writable by creating (and removing) a file in it.
+
+The inputs are the ones a command passes and every file noted with `note_input` (each declared input option,
+checked by `inputs.preflight`, and each file `inputs.read_bytes` read), compared by device and inode, so a hard
+link to the baseline is the baseline. `atomic_file` checks them again when it writes: a path that became an
+input since the options were parsed is refused then, and the report goes where a failed write sends it.
 """
 from __future__ import annotations
 
@@ -22,13 +27,30 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import IO, Iterable, Iterator, Optional, Tuple, Union
+from typing import IO, Dict, Iterable, Iterator, Optional, Tuple, Union
 
 from dflash_doctor.errors import UsageError
 
 PathLike = Union[str, "os.PathLike[str]"]
 FIFO_READER_WAIT_S = 10.0
 _POLL_S = 0.05
+_INPUTS: Dict[Tuple[int, int], str] = {}  # (st_dev, st_ino) -> the path it was named by
+
+
+def note_input(path: PathLike) -> None:
+    """Remember a regular file the command reads, so no output of this process replaces it."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(found.st_mode):
+        _INPUTS.setdefault((found.st_dev, found.st_ino), os.fspath(path))
+
+
+def _noted_input(found: Optional[os.stat_result]) -> Optional[str]:
+    if found is None or not stat.S_ISREG(found.st_mode):
+        return None
+    return _INPUTS.get((found.st_dev, found.st_ino))
 
 
 def _stat(path: PathLike) -> Optional[os.stat_result]:
@@ -111,6 +133,10 @@ def check_output(path: Optional[PathLike], inputs: Iterable[Optional[PathLike]] 
         how = _read_through(path, found, source, read_suffixes)
         if how:
             raise UsageError(f"{option} {shown} {how}; refusing to overwrite an input (name another file)")
+    noted = _noted_input(found)
+    if noted is not None:
+        raise UsageError(f"{option} {shown} is the same file as {noted}; refusing to overwrite an input "
+                         "(name another file)")
     if found is not None:
         why = refusal(found.st_mode)
         if why:
@@ -159,6 +185,9 @@ def atomic_file(path: PathLike, mode: str = "w", *, encoding: str = "utf-8", err
         raise ValueError(f"atomic_file writes only, mode 'w' or 'wb', not {mode!r}")
     text = mode == "w"
     found = _stat(path)
+    noted = _noted_input(found)
+    if noted is not None:
+        raise OSError(errno.EEXIST, f"it is the same file as the input {noted}", os.fspath(path))
     if found is not None:
         why = refusal(found.st_mode)
         if why:

@@ -120,8 +120,15 @@ def run_check(
     parts = default_parts(plan, progress, lambda: clock() - began) if parts is None else parts
     merged = Report("check", facts={"parts": [], "seconds": {}})
     by_part: Dict[str, Report] = {}
-    for name in sorted(parts, key=lambda n: PART_ORDER.index(n) if n in PART_ORDER else len(PART_ORDER)):
-        report, ran, seconds = _run_part(name, parts[name], clock)
+    order = sorted(parts, key=lambda n: PART_ORDER.index(n) if n in PART_ORDER else len(PART_ORDER))
+    for index, name in enumerate(order):
+        try:
+            report, ran, seconds = _run_part(name, parts[name], clock)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the parts that finished are the report
+            from dflash_doctor.errors import stop_signal
+
+            merged.mark_stopped(stop_signal(exc), f"part {', '.join(order[index:])} did not finish")
+            break
         by_part[name] = report
         merged.facts["seconds"][name] = round(seconds, 3)
         if ran:

@@ -9,7 +9,7 @@ from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import typer
 
-from dflash_doctor.errors import finite  # the check lives with the errors it raises; commands import it from here
+from dflash_doctor.errors import Terminated, UsageError, finite  # they live with the errors; commands import here
 from dflash_doctor.findings import EXIT_PROBLEMS, FailOn, Problem, Report
 from dflash_doctor.outputs import check_output, write_atomically
 from dflash_doctor.render import FactsView, OutputFormat, emit, formatter_for
@@ -80,7 +80,8 @@ def _deliver(text: str, fallback: Optional[str]) -> str:
 def _note_unwritten(report: Report, option: str, path: Path, exc: OSError, where: str) -> None:
     report.problems.append(Problem(f"{option} {path}", f"could not be written ({_reason(exc)})",
                                    f"it is in {where} instead"))
-    if report.exit_code_override is not None:  # repro's own scheme: keep its verdict, add the problems bit
+    if report.exit_code_override is not None and report.stopped_by is None:  # repro's own scheme: keep its
+        # verdict, add the problems bit (a signal's 130/143 stays as it is)
         report.exit_code_override |= EXIT_PROBLEMS
 
 
@@ -99,7 +100,9 @@ def finish(
     FIFO) is not lost: it goes to a temporary file (else stdout) with a problem saying so, which sets exit bit 4.
     """
     if output is None:
-        return emit(report, fmt, fail_on, facts_view=facts_view, out=report_stream)
+        code = emit(report, fmt, fail_on, facts_view=facts_view, out=report_stream)
+        _say_stopped(report)
+        return code
     out, err = io.StringIO(), _StderrBuffer()
     code = emit(report, fmt, fail_on, facts_view=facts_view, out=out, err=err)
     try:
@@ -111,7 +114,15 @@ def finish(
         code = emit(report, fmt, fail_on, facts_view=facts_view, out=out, err=err)
         _deliver(out.getvalue(), fallback)
     sys.stderr.write(err.getvalue())
+    _say_stopped(report)
     return code
+
+
+def _say_stopped(report: Report) -> None:
+    """The one line a signal ends a command with, after the partial report it wrote."""
+    if report.stopped_by is not None:
+        error_line(f"{'terminated' if report.stopped_by == 'SIGTERM' else 'interrupted'}: the report holds what "
+                   "had finished (marked partial)")
 
 
 def write_artifact(report: Report, option: str, path: Optional[Path], write: Callable[[Path], None],
@@ -155,9 +166,32 @@ def error_line(message: str) -> None:
     sys.stderr.write(f"dflash-doctor: error: {printable(message)}\n")
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the main thread is (cli.py installs the handler), so every `finally` and every
-    Ctrl-C path runs for it too: children stopped, temporary folders removed, partial reports written."""
+
+
+# Options that are durations, with the factor that turns their unit into seconds. Each is capped at
+# MAX_DURATION_S: a timeout of 1e300 s is no timeout (pass a large one), and past about 3e11 s the deadline
+# `time.monotonic() + timeout` no longer fits a C timestamp (OverflowError inside a wait).
+DURATION_OPTIONS: Dict[str, float] = {
+    "--timeout": 1.0, "--hang-after": 1.0, "--interval": 1.0, "--max-seconds": 1.0, "--stall-timeout": 1.0,
+    "--amplify-ms": 1e-3,
+}
+MAX_DURATION_S = 7 * 24 * 3600.0  # a week
+
+
+def bounded_duration(value: Optional[float], option: str) -> None:
+    """A duration option within MAX_DURATION_S (in its own unit), else a UsageError naming the cap."""
+    factor = DURATION_OPTIONS[option]
+    if value is not None and abs(value) * factor > MAX_DURATION_S:
+        limit = MAX_DURATION_S / factor
+        raise UsageError(f"{option} must be at most {limit:g} ({MAX_DURATION_S / 86400:g} days), got {value:g}")
+
+
+def preflight_inputs(command, values: Dict[str, object]) -> None:
+    """Every declared input the command was given, checked (inputs.preflight) and noted before the body runs."""
+    from dflash_doctor.inputs import declared_inputs, preflight
+
+    for option, spec, value in declared_inputs(command, values):
+        preflight(value, spec, option)
 
 
 def _float_options(command) -> Dict[str, str]:
@@ -208,11 +242,14 @@ def quiet_exit_on_broken_pipe(fds: Sequence[int]) -> None:
 def guarded(command):
     """Run a command body: its int return is the exit code; domain errors become one line and their exit code.
 
-    Before the body runs, every float option is checked to be finite (NaN passes click's range checks). Anything
-    unexpected is one line too (exit 3); --debug adds the traceback above the line, with the same exit code.
+    Before the body runs, every float option is checked to be finite (NaN passes click's range checks), every
+    duration to be within MAX_DURATION_S, and every declared input (inputs.py) to be something it can read.
+    Anything unexpected is one line too (exit 3); --debug adds the traceback above the line, with the same exit
+    code. On every way out (return, error, Ctrl-C, SIGTERM) the children it started are stopped.
     """
     import functools
 
+    from dflash_doctor import children
     from dflash_doctor.errors import DoctorError
 
     def fail(message: str, code: int) -> None:
@@ -228,6 +265,9 @@ def guarded(command):
         try:
             for name, option in _float_options(command).items():  # here: only the command that runs pays
                 finite(kwargs.get(name), option)
+                if option in DURATION_OPTIONS:
+                    bounded_duration(kwargs.get(name), option)
+            preflight_inputs(command, kwargs)
             code = command(*args, **kwargs)
         except typer.Exit:
             raise
@@ -244,6 +284,8 @@ def guarded(command):
         except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback, unless --debug
             fail(f"internal error: {exc.__class__.__name__}: {exc} (rerun with --debug for the traceback)",
                  EXIT_INTERNAL)
+        finally:
+            children.stop_all(reopen=True)
         raise typer.Exit(code or 0)
 
     return wrapper

@@ -18,6 +18,7 @@ from dflash_doctor.commands.common import (
 )
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import FailOn
+from dflash_doctor.inputs import GPU_CSV, input_option
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
 
@@ -34,8 +35,8 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG)
     @guarded
     def gpus(
-        source: Optional[str] = typer.Option(
-            None, "--from", metavar="FILE|-",
+        source: Optional[str] = input_option(
+            GPU_CSV, None, "--from", metavar="FILE|-",
             help="Read nvidia-smi --query-gpu CSV (with or without header) instead of sampling NVML live."),
         columns: Optional[str] = typer.Option(
             None, "--columns", help="Field names of a headerless CSV, e.g. index,memory.used,memory.total,"

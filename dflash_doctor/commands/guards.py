@@ -10,6 +10,7 @@ from dflash_doctor.commands.common import (
     EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, QUIET_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
+from dflash_doctor.inputs import SOURCE_FOLDER, input_option
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
 
@@ -34,8 +35,8 @@ def register(app: typer.Typer) -> None:
             help="Seconds the probes may take in all (one torch import, then the probes side by side); a probe "
                  "still running then is killed and reported as an error.",
         ),
-        torch_root: Optional[Path] = typer.Option(
-            None, "--torch-root", file_okay=False,
+        torch_root: Optional[Path] = input_option(
+            SOURCE_FOLDER, None, "--torch-root", file_okay=False,
             help="Read another torch source tree (e.g. an unpacked wheel) instead of the installed one; "
                  "sources only: no probes, and nothing about this host (caches, environment) is reported.",
         ),

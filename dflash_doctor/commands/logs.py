@@ -18,6 +18,7 @@ from dflash_doctor.commands.common import (
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.logs.options import DEFAULTS, THREAD_PATTERN_HELP
+from dflash_doctor.inputs import LOG_ANY_KIND, input_argument
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
 
@@ -34,7 +35,7 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG)
     @guarded
     def logs(
-        path: str = typer.Argument(..., metavar="FILE|-", help="The training log, or - for stdin."),
+        path: str = input_argument(LOG_ANY_KIND, ..., metavar="FILE|-", help="The training log, or - for stdin."),
         follow: bool = typer.Option(False, "--follow", "-F", help="Keep reading as the file grows, like tail -F "
                                     "(rotation and truncation included; Ctrl-C or --max-seconds ends it and "
                                     "prints the report)."),

@@ -13,6 +13,7 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
+from dflash_doctor.inputs import SAVE_FOLDER, SOURCE_FOLDER, input_option
 from dflash_doctor.vocabularies import Checkpoint, FailHow, Transport
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
@@ -87,12 +88,12 @@ def register(app: typer.Typer) -> None:
             Transport.AUTO, "--transport", case_sensitive=False,
             help="--workers processes: how batches go from target to drafter. auto: CUDA IPC (shared memory on a "
             "CPU) between workers on one device, NCCL between GPUs, gloo on a CPU; ipc or p2p to force one."),
-        save: Optional[Path] = typer.Option(None, "--save", file_okay=False,
+        save: Optional[Path] = input_option(SAVE_FOLDER, None, "--save", file_okay=False,
                                             help="Save the drafter to DIR/drafter.pt (atomically) at the end."),
         resume: bool = typer.Option(False, "--resume", help="Continue from the checkpoint in --save DIR."),
         seed: int = typer.Option(0, "--seed", help="Seed for weights, data and anchors (0 .. 2^63-1)."),
-        target_checkpoint: Optional[Path] = typer.Option(
-            None, "--target-checkpoint", file_okay=False,
+        target_checkpoint: Optional[Path] = input_option(
+            SOURCE_FOLDER, None, "--target-checkpoint", file_okay=False,
             help="A local Hugging Face checkpoint folder for the target (needs transformers; never downloads)."),
         fail_worker: Optional[str] = typer.Option(
             None, "--fail-worker", help="For testing the shutdown and the findings: fail this worker (e.g. "
@@ -123,7 +124,7 @@ def register(app: typer.Typer) -> None:
 
         finite(stall_timeout, "--stall-timeout", minimum=0.0, inclusive_minimum=False)
         require_torch("the reference pipeline")
-        from dflash_doctor.reference.findings import findings_from_facts
+        from dflash_doctor.reference.findings import findings_from_facts, problems_from_facts
         from dflash_doctor.reference.pipeline import PipelineOptions, make_plan, resolve_mitigations, run_plan
         from dflash_doctor.reference.signals import StopRequest, exit_code_for
         from dflash_doctor.runtime import MitigationUnavailable
@@ -164,7 +165,8 @@ def register(app: typer.Typer) -> None:
             logger.removeHandler(handler)
 
         facts = result.facts()
-        report = Report("pipeline", findings=findings_from_facts(facts), facts=facts)
+        report = Report("pipeline", findings=findings_from_facts(facts), facts=facts,
+                        problems=problems_from_facts(facts, options.save_dir))
         if result.interrupted:
             report.exit_code_override = exit_code_for(result.interrupted)
         elif not result.ok:
@@ -174,9 +176,13 @@ def register(app: typer.Typer) -> None:
             from dflash_doctor.render.pipeline_view import stopped_summary
 
             sys.stderr.write(f"dflash-doctor: {stopped_summary(facts)}\n")
-        if _threads_left(result):
+        if _threads_left(result) or result.interrupted:
             # A thread stuck inside torch can never be joined, and interpreter shutdown with it inside torch can
-            # abort (exit 134): the report is written, so leave now with its exit code.
+            # abort (exit 134); after a signal, the interpreter's final garbage collection of torch's state took
+            # 4-5 s on the 2-core box, past the 5 s stop bound. The report is written: leave now with its code.
+            from dflash_doctor import children
+
+            children.stop_all()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

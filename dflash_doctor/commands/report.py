@@ -10,6 +10,7 @@ import typer
 from dflash_doctor.commands.common import check_output, error_line, guarded, write_document
 from dflash_doctor.errors import UsageError
 from dflash_doctor.render.help import epilog
+from dflash_doctor.inputs import REPRO_JSON, input_option
 
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
 EPILOG = epilog(
@@ -32,8 +33,8 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(
             None, "--out", help="Write to FILE.md or FILE.html (default: Markdown on stdout).", dir_okay=False
         ),
-        repro_json: Optional[Path] = typer.Option(
-            None, "--repro-json",
+        repro_json: Optional[Path] = input_option(
+            REPRO_JSON, None, "--repro-json",
             help="A repro result (`repro --format json` output) to include instead of the last one.",
             dir_okay=False,
         ),

@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
         with reporting("repro", quiet=quiet) as progress:
             report = run_repro(spec, matrix=matrix, progress=progress)
         report.facts["made"] = made_here(started, utc_now())  # so `report` can say which run it bundles
-        if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
+        stopped = report.stopped_by is not None  # a signal: the partial report keeps its 130/143
+        if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE and not stopped:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
         from dflash_doctor.runtime.chrome_trace import write_chrome_trace
@@ -140,6 +141,7 @@ def register(app: typer.Typer) -> None:
         write_artifact(report, "--trace", trace, lambda path: write_chrome_trace(path, trace_phases(report.facts)))
         from dflash_doctor.report.last_repro import remember_repro
 
-        remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
-        report.summary = verdict_words(report.facts)  # the closing line reads as the verdict, not a count
+        if not stopped:  # a partial run is no result to bundle later, and has no verdict to close with
+            remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
+            report.summary = verdict_words(report.facts)  # the closing line reads as the verdict, not a count
         return finish(report, fmt, output=output, facts_view=render_repro_facts)

@@ -15,6 +15,7 @@ from dflash_doctor.commands.common import (
     guarded,
 )
 from dflash_doctor.findings import FailOn, Report
+from dflash_doctor.inputs import BASELINE, PYPROJECT, input_option
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
 
@@ -112,13 +113,14 @@ def register(app: typer.Typer) -> None:
         jobs: Optional[int] = typer.Option(
             None, "--jobs", "-j", help="Worker processes for large trees (default: one per CPU core).",
         ),
-        config: Optional[Path] = typer.Option(
-            None, "--config", help="Read [tool.dflash-doctor] from this pyproject.toml instead of searching upward.",
+        config: Optional[Path] = input_option(
+            PYPROJECT, None, "--config",
+            help="Read [tool.dflash-doctor] from this pyproject.toml instead of searching upward.",
             dir_okay=False,
         ),
         no_config: bool = typer.Option(False, "--no-config", help="Ignore every pyproject.toml."),
-        baseline: Optional[Path] = typer.Option(
-            None, "--baseline", dir_okay=False,
+        baseline: Optional[Path] = input_option(
+            BASELINE, None, "--baseline", dir_okay=False,
             help="An earlier `scan --format json` report: findings it holds are left out (matched by fingerprint, "
                  "robust to line moves).",
         ),

@@ -17,6 +17,7 @@ from dflash_doctor.commands.common import (
     guarded,
 )
 from dflash_doctor.findings import FailOn
+from dflash_doctor.inputs import GPU_CSV, LOG, input_option
 from dflash_doctor.logs.options import THREAD_PATTERN_HELP
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
@@ -34,8 +35,8 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG)
     @guarded
     def status(
-        log: str = typer.Option(..., "--log", metavar="FILE|-", help="The training log, or - for stdin."),
-        source: Optional[str] = typer.Option(None, "--from", metavar="FILE|-", help="nvidia-smi CSV snapshot; "
+        log: str = input_option(LOG, ..., "--log", metavar="FILE|-", help="The training log, or - for stdin."),
+        source: Optional[str] = input_option(GPU_CSV, None, "--from", metavar="FILE|-", help="nvidia-smi CSV snapshot; "
                                              "without it NVML is sampled live."),
         columns: Optional[str] = typer.Option(None, "--columns", help="Field names of a headerless CSV."),
         roles: Optional[str] = typer.Option(None, "--roles", help="GPU roles: target=0-4,drafter=5-7."),

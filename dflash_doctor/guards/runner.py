@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
+from dflash_doctor import children
 from dflash_doctor.children import child_env, python_argv
 from dflash_doctor.guards.isolation import can_fork
 from dflash_doctor.outcomes import ProbeOutcome
@@ -48,8 +49,8 @@ def run_child(argv: Sequence[str], timeout: float,
     """Run `argv` in a new session with children.child_env(); past `timeout` the whole process group (the forked
     probes too) is killed. `on_stderr_line` sees each stderr line as the child writes it (its progress)."""
     began = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, errors="replace", start_new_session=True, env=child_env())
+    proc = children.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                          text=True, errors="replace", env=child_env())
     out: List[str] = []
     err: List[str] = []
 
@@ -70,24 +71,29 @@ def run_child(argv: Sequence[str], timeout: float,
         reader.start()
     timed_out = False
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
         try:
-            proc.wait(timeout=_KILL_WAIT_S)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            pass
-    # The child's own children can hold the pipes open after it exits: they get what is left of `timeout`,
-    # then the group is killed, as when the child itself overran.
-    for reader in readers:
-        reader.join(max(0.0, timeout - (time.monotonic() - began)))
-    if any(reader.is_alive() for reader in readers):
-        timed_out = True
-        _kill_group(proc)
-    for reader in readers:  # something still holding the pipes open: give up on the rest of the output
-        reader.join(_KILL_WAIT_S)
-    return ChildResult(proc.returncode, "".join(out), "".join(err), time.monotonic() - began, timed_out=timed_out)
+            timed_out = True
+            _kill_group(proc)
+            try:
+                proc.wait(timeout=_KILL_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        # The child's own children can hold the pipes open after it exits: they get what is left of `timeout`,
+        # then the group is killed, as when the child itself overran.
+        for reader in readers:
+            reader.join(max(0.0, timeout - (time.monotonic() - began)))
+        if any(reader.is_alive() for reader in readers):
+            timed_out = True
+            _kill_group(proc)
+        for reader in readers:  # something still holding the pipes open: give up on the rest of the output
+            reader.join(_KILL_WAIT_S)
+        _kill_group(proc)  # the host is done; a forked probe it left behind is not
+        return ChildResult(proc.returncode, "".join(out), "".join(err), time.monotonic() - began,
+                           timed_out=timed_out)
+    finally:
+        children.release(proc.pid)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

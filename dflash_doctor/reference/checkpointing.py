@@ -1,13 +1,20 @@
-"""Drafter checkpoints: written atomically (temp file + rename), so a crash mid-save never leaves a torn file."""
+"""Drafter checkpoints: written atomically (temp file + rename), so a crash mid-save never leaves a torn file.
+
+A temporary is named after the process writing it (`.drafter.pt.PID.XXXX.tmp`): one that a kill -9 left behind
+is removed by the next start that saves there (`remove_stale_temporaries`), while a live run's is left alone.
+"""
 from __future__ import annotations
 
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import IO, BinaryIO, List, Optional, cast
 
 FILENAME = "drafter.pt"
 FORMAT = 1
+_TEMPORARY = re.compile(rf"\.{re.escape(FILENAME)}\.(?:(\d+)\.)?[^/]*$")  # ours (PID) or an older release's
 
 
 def checkpoint_path(folder: str) -> Path:
@@ -20,10 +27,16 @@ def save_drafter(folder: str, state: dict, preset: str) -> str:
 
     target = checkpoint_path(folder)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{FILENAME}.", dir=str(target.parent))
+    fd, tmp = tempfile.mkstemp(prefix=f".{FILENAME}.{os.getpid()}.", suffix=".tmp", dir=str(target.parent))
     try:
         with os.fdopen(fd, "wb") as handle:
-            torch.save({"format": FORMAT, "preset": preset, **state}, handle)
+            sink = _Sink(handle)
+            try:
+                torch.save({"format": FORMAT, "preset": preset, **state}, cast(IO[bytes], sink))  # write, flush
+            except RuntimeError as exc:
+                if sink.error is not None:
+                    raise sink.error from exc
+                raise
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -32,6 +45,56 @@ def save_drafter(folder: str, state: dict, preset: str) -> str:
             os.unlink(tmp)
         raise
     return str(target)
+
+
+class _Sink:
+    """The file torch.save writes through, keeping the OSError a write raised: torch turns it into a
+    RuntimeError ("unexpected pos 39232 vs 39184") that no longer says the disk was full."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+        self.error: Optional[OSError] = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str) -> List[str]:
+    """Delete the temporaries of saves that never finished (their process is gone); returns what was removed."""
+    removed: List[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TEMPORARY.match(name)
+        if match is None or (match.group(1) and _alive(int(match.group(1)))):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def load_drafter(folder: str, preset: str) -> Optional[dict]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from dflash_doctor.findings import Finding
+from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.reference.results import Outcome
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
@@ -120,6 +120,14 @@ def findings_from_facts(facts: dict) -> List[Finding]:
         worker = next((w for w in workers if w["name"] == failed), {"name": failed, "outcome": Outcome.ERROR})
         findings.append(_death_finding(facts, worker))
     return findings
+
+
+def problems_from_facts(facts: dict, save_dir: Optional[str]) -> List[Problem]:
+    """What the run could not do that was asked of it: a --save whose write failed (a full disk, `ulimit -f`).
+    A problem (exit bit 4), not a finding: the training itself ended well."""
+    return [Problem(f"--save {save_dir}", f"the trained drafter could not be saved: {worker['save_error']}",
+                    "free space (or raise the file-size limit) and run again; no checkpoint was written")
+            for worker in facts.get("workers") or [] if worker.get("save_error")]
 
 
 def example_findings(text: str) -> List[Finding]:

@@ -161,7 +161,15 @@ class DrafterLoop:
         if self.index == 0 and self.plan.save_dir:
             from dflash_doctor.reference.checkpointing import save_drafter
 
-            save_drafter(self.plan.save_dir, self.role.state(last), self.plan.cfg.name)
+            self._phase("saving")
+            try:
+                save_drafter(self.plan.save_dir, self.role.state(last), self.plan.cfg.name)
+            except Exception as exc:  # noqa: BLE001 - the training finished: a failed save is that, not a death
+                self.outcome.save_error = (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                                           else f"{exc.__class__.__name__}: {exc}")
+                LOG.error("saving the drafter to %s failed: %s", self.plan.save_dir, self.outcome.save_error)
+                return
+            self._phase("saved")
 
     def _recording(self, step: int):
         import contextlib

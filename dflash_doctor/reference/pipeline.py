@@ -107,9 +107,16 @@ def resolve_mitigations(options: PipelineOptions) -> Tuple[Tuple[str, ...], str]
 
 
 def check_save_folder(path: str) -> None:
-    """Fail before training, not after it: the folder must exist or be creatable, and be writable."""
+    """Fail before training, not after it: the folder must exist or be creatable and be writable, and a
+    drafter.pt already there must be a file the checkpoint can replace. Temporaries of saves a kill -9 cut
+    short are removed here, on the next start."""
+    import os
+    import stat
     import tempfile
     from pathlib import Path
+
+    from dflash_doctor.outputs import file_kind
+    from dflash_doctor.reference.checkpointing import checkpoint_path, remove_stale_temporaries
 
     folder = Path(path)
     try:
@@ -118,6 +125,16 @@ def check_save_folder(path: str) -> None:
             pass
     except OSError as exc:
         raise ValueError(f"--save {path}: cannot write there ({exc.strerror or exc.__class__.__name__})") from None
+    target = checkpoint_path(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise ValueError(f"--save {path}: {target}: {exc.strerror or exc}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ValueError(f"--save {path}: {target} is {file_kind(mode)}; the checkpoint cannot replace it")
+    remove_stale_temporaries(path)
 
 
 def _check_failure_hook(options: PipelineOptions, names: List[str]) -> FailHow:

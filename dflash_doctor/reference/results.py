@@ -44,7 +44,9 @@ class RunPlan:
     transport: Transport = Transport.AUTO
     join_timeout_s: float = 30.0  # after the last step or a failure: workers inside a cold compile need a while
     stall_timeout_s: float = 600.0  # no drafter step for this long after set-up (first step: compile) = hung
-    stop_grace_s: float = 4.0  # after SIGINT/SIGTERM, how long workers get before they are killed
+    # After SIGINT/SIGTERM, how long workers (or the set-up) get before they are left or killed: the command's
+    # bound is 5 s (docs/robustness.md), and the report still has to be written and the interpreter to exit.
+    stop_grace_s: float = 3.0
     poll_s: float = 0.2
 
     def target_names(self) -> List[str]:
@@ -76,6 +78,7 @@ class WorkerOutcome:
     # torch.autograd.is_multithreading_enabled() read inside the worker thread, under the mitigations' per-thread
     # switches (single-thread-autograd turns it off there); None where it was not read (processes, set-up)
     autograd_multithreading: Optional[bool] = None
+    save_error: Optional[str] = None  # --save: why the trained drafter could not be written (disk full...)
 
     def to_dict(self) -> dict:
         doc = asdict(self)

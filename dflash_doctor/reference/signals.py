@@ -50,8 +50,11 @@ def stop_signals(request: StopRequest) -> Iterator[StopRequest]:
 
     def handler(signum, frame) -> None:
         if request.requested:
+            from dflash_doctor import children
+
             for stop in request.hard_stop:
                 stop()
+            children.stop_all()
             os._exit(128 + signum)
         request.request(signal.Signals(signum).name)
 

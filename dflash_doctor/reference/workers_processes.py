@@ -296,9 +296,11 @@ def _exit_reason(code: int) -> str:
 
 @contextmanager
 def _children_cannot_import_from_here() -> Iterator[None]:
-    """While ranks are spawned: their interpreters start with this package first on the import path and without
-    the working folder (PYTHONSAFEPATH; on Python < 3.11, which ignores it, the working folder is a fresh empty
-    one while they start), so a torch.py where the user runs dflash-doctor is never imported by a worker."""
+    """While multiprocessing starts its children (the ranks, the resource tracker): their interpreters start with
+    this package first on the import path and without the working folder (PYTHONSAFEPATH; on Python < 3.11,
+    which ignores it, the working folder is a fresh empty one while they start), so a torch.py where the user
+    runs dflash-doctor is never imported by a worker. The CLI's whole environment is already so
+    (children.isolate_process); this holds when the pipeline runs as a library too."""
     import sys
 
     from dflash_doctor.children import child_env
@@ -351,21 +353,28 @@ class ProcessRun:
     def start(self) -> None:
         import torch.multiprocessing as mp
 
-        ctx = mp.get_context("spawn")
-        self.outbox = ctx.Queue()
-        # Kept for the whole run: a queue the parent drops is unlinked before the ranks have opened it.
-        self.ipc_queues = {key: ctx.Queue(maxsize=self.plan.cfg.queue_depth) for key in ipc_queue_keys(self.plan)}
-        init_method = f"tcp://127.0.0.1:{_free_port()}"
-        world = len(self.names)
-        # Not daemonic: a rank's inductor compiles start processes of their own, which a daemon may not.
-        self.procs = [ctx.Process(target=_rank_entry, name=name,
-                                  args=(rank, world, self.plan, self.outbox, init_method, LOG.getEffectiveLevel(),
-                                        self.ipc_queues, self.stack_file(name), os.getpid()))
-                      for rank, name in enumerate(self.names)]
-        self.stop.hard_stop.append(self.kill_all)
+        from dflash_doctor import children
+
+        # Everything multiprocessing starts, not only the ranks: the first queue starts its resource tracker,
+        # a `python -c` child that would put the working folder first on its path (a threading.py there ran).
         with _children_cannot_import_from_here():
+            ctx = mp.get_context("spawn")
+            self.outbox = ctx.Queue()
+            # Kept for the whole run: a queue the parent drops is unlinked before the ranks have opened it.
+            self.ipc_queues = {key: ctx.Queue(maxsize=self.plan.cfg.queue_depth)
+                               for key in ipc_queue_keys(self.plan)}
+            init_method = f"tcp://127.0.0.1:{_free_port()}"
+            world = len(self.names)
+            # Not daemonic: a rank's inductor compiles start processes of their own, which a daemon may not.
+            self.procs = [ctx.Process(target=_rank_entry, name=name,
+                                      args=(rank, world, self.plan, self.outbox, init_method,
+                                            LOG.getEffectiveLevel(), self.ipc_queues, self.stack_file(name),
+                                            os.getpid()))
+                          for rank, name in enumerate(self.names)]
+            self.stop.hard_stop.append(self.kill_all)
             for proc in self.procs:
                 proc.start()
+                children.adopt(proc.pid)  # killed with every other child on any way out of the command
 
     def stack_file(self, name: str) -> str:
         return str(Path(self.workdir) / f"{name}.stacks")
@@ -471,6 +480,8 @@ class ProcessRun:
     def shut_down(self) -> None:
         """Ranks still running are ended now (they may wait in a collective for a dead peer): SIGTERM, and
         SIGKILL for any that has not gone after the grace."""
+        from dflash_doctor import children
+
         for proc in self.procs:
             if proc.exitcode is None:
                 proc.terminate()
@@ -484,6 +495,8 @@ class ProcessRun:
             if proc.exitcode is None:
                 proc.kill()
                 proc.join(timeout=5)
+            if proc.exitcode is not None:
+                children.release(proc.pid)
         while self.take(0.05):  # late messages (a step finished just before the end)
             pass
 
@@ -539,7 +552,7 @@ class ProcessRun:
             mitigation_facts=self.mitigation_facts, hang=hang.to_dict() if hang else None, stacks=[s.to_dict() for s in self.hang_stacks],
             blame=self.blame, interrupted=self.stop.signal_name, corpus=self.facts.get("corpus"),
             target_forward=self.facts.get("target_forward"),
-            saved_to=saved_path(plan, failed or self.stop.signal_name), transport=self.transport(),
+            saved_to=saved_path(plan, failed or self.stop.signal_name, outcomes), transport=self.transport(),
         )
 
     def transport(self) -> str:

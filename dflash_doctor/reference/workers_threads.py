@@ -114,10 +114,13 @@ def _take(run: Run, batches: queue.Queue, handoff: "StreamHandoff", device) -> "
     return handoff.receive(run.get(batches), device)
 
 
-def saved_path(plan: RunPlan, failed_worker) -> "str | None":
+def saved_path(plan: RunPlan, failed_worker, workers: List[WorkerOutcome]) -> "str | None":
+    """Where the drafter was saved: nowhere when a worker failed, a signal came, or the save itself failed."""
     from dflash_doctor.reference.checkpointing import checkpoint_path
 
-    return str(checkpoint_path(plan.save_dir)) if plan.save_dir and failed_worker is None else None
+    if not plan.save_dir or failed_worker is not None or any(w.save_error for w in workers):
+        return None
+    return str(checkpoint_path(plan.save_dir))
 
 
 class ThreadRun:
@@ -170,11 +173,17 @@ class ThreadRun:
 
         thread = self.thread_factory(target=body, name="set-up", daemon=True)
         thread.start()
-        while thread.is_alive():
+        deadline = float("inf")
+        while thread.is_alive() and self.clock() < deadline:
             thread.join(self.plan.poll_s)
-            if self.stop.requested:
+            if self.stop.requested and deadline == float("inf"):
+                # set-up checks the stop between its phases only, and one phase (building or compiling the
+                # target) can take longer than the stop bound: give it the grace, then leave it (a daemon)
                 self.log.stop.set()
+                deadline = self.clock() + self.plan.stop_grace_s
         self.setup_s = self.clock() - self.started
+        if thread.is_alive():
+            return False
         if "error" in done:
             error, trace = done["error"]
             self.setup_error = WorkerOutcome("set-up", "set-up", self.plan.target_devices[0], Outcome.ERROR,
@@ -366,7 +375,7 @@ class ThreadRun:
             stacks=[s.to_dict() for s in hang.stacks] if hang else [],
             blame=[b.to_dict() for b in self.recorder.blames] if self.recorder else [], interrupted=self.stop.signal_name,
             corpus=world.corpus_facts if world else None, target_forward=world.target_forward if world else None,
-            saved_to=saved_path(plan, failed or self.stop.signal_name), transport="queue",
+            saved_to=saved_path(plan, failed or self.stop.signal_name, workers), transport="queue",
         )
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 LAST_REPRO_NAME = "last-repro.json"
-MAX_REPRO_BYTES = 16 * 2**20
 
 
 def utc_now() -> _dt.datetime:
@@ -90,27 +89,20 @@ class RefusedRepro(UnreadableRepro):
     """The path is not something a repro result can be read from at all: a FIFO, a device, a huge file."""
 
 
-def _read_bounded(path: Path) -> str:
-    """The text of a regular file of at most MAX_REPRO_BYTES. Opened without blocking, so a FIFO in its place
-    cannot hang the report, and never read past the cap, so /dev/zero or a huge file cannot fill memory."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise RefusedRepro(f"{path} is not a regular file (a FIFO, device or socket is never read)")
-        data = handle.read(MAX_REPRO_BYTES + 1)
-    if len(data) > MAX_REPRO_BYTES:
-        raise RefusedRepro(f"{path} is larger than {MAX_REPRO_BYTES // 2**20} MiB; a repro result is a few KiB")
-    return data.decode("utf-8")
-
-
 def load_repro(path: Path) -> Optional[dict]:
-    """The envelope at `path`; None when there is no file; UnreadableRepro when it is not a repro envelope."""
-    try:
-        text = _read_bounded(Path(path))
-    except FileNotFoundError:
+    """The envelope at `path`; None when there is no file; UnreadableRepro when it is not a repro envelope.
+
+    Read through inputs.read_text (REPRO_JSON: a regular file of at most 16 MiB, opened without blocking), so a
+    FIFO, a device or a huge file in its place is a RefusedRepro, never a hang or a full memory."""
+    from dflash_doctor.errors import UsageError
+    from dflash_doctor.inputs import REPRO_JSON, read_text
+
+    if not os.path.lexists(path):
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UnreadableRepro(f"cannot read {path}: {exc.__class__.__name__}: {exc}") from exc
+    try:
+        text = read_text(os.fspath(path), REPRO_JSON, "")
+    except UsageError as exc:
+        raise RefusedRepro(str(exc).strip()) from exc
     try:
         document = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:

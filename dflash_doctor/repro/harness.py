@@ -116,6 +116,8 @@ class Harness:
         self.capabilities = capabilities
         self._phase_counter = 0
         self.started = clock()
+        self.control: Optional[dict] = None  # the control's result once it ended
+        self.results: List[ladder.TrialResult] = []  # the trials that ended, in order
         # Trials side by side share the cores: each child's inductor worker pool gets its share, not all of them.
         jobs = spec.effective_jobs
         self.compile_threads = max(2, (os.cpu_count() or 2) // jobs) if jobs > 1 else None
@@ -135,7 +137,8 @@ class Harness:
         self._phase_counter += 1
         phase_dir = root / f"{self._phase_counter:03d}-{label}"
         spec_path = write_spec(phase_dir, phase_spec)
-        env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads)
+        env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads,
+                        user_code=self.spec.model is not None)
         child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt",
                                   user_code=self.spec.model is not None)
         return phase_dir, child
@@ -196,7 +199,13 @@ class Harness:
             self.tell(EventKind.NOTE, "note", f"note: {line}")
         baseline, rows, headline = self.plan(matrix, caps)
         needs_control = any(s in (Stress.NATURAL, Stress.AMPLIFIED) for row in rows for s in row.runnable())
-        control, results = self._execute(root, rows, needs_control)
+        stopped: Optional[str] = None
+        try:
+            control, results = self._execute(root, rows, needs_control)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the report is made of the trials that had ended
+            from dflash_doctor.errors import stop_signal
+
+            stopped, control, results = stop_signal(exc), self.control, self.results
         report = Report(command="repro")
         facts = self._base_facts(control, caps)
         report.facts = facts
@@ -211,11 +220,11 @@ class Harness:
                 return self._control_failed(report, control)
         else:
             facts["single_thread"] = None
+        if stopped is not None:
+            return self._stopped(report, stopped, rows, baseline, headline, matrix)
         self._headline_facts(facts, headline, baseline)
         if matrix:
-            order = [(), *registry.MATRIX[1:]]
-            facts["matrix"] = [self._matrix_row(row, baseline)
-                               for row in sorted(rows, key=lambda r: order.index(r.names) if r.names in order else -1)]
+            facts["matrix"] = [self._matrix_row(row, baseline) for row in self._matrix_order(rows)]
         report.problems.extend(Problem(p["subject"], p["reason"], p.get("hint", ""))
                                for result in results for p in result.problems)
         from dflash_doctor.repro.advice import next_steps
@@ -235,9 +244,10 @@ class Harness:
         return report
 
     def _execute(self, root: Path, rows: List[ladder.Row], needs_control: bool):
-        """Run the control and every trial the rows ask for, `jobs` at a time; returns (control, trial results)."""
+        """Run the control and every trial the rows ask for, `jobs` at a time; returns (control, trial results).
+        Both are kept on self as they arrive, for the partial report should a signal stop the run."""
         running: List[_Trial] = []
-        results: List[ladder.TrialResult] = []
+        results: List[ladder.TrialResult] = self.results
         control: Optional[dict] = None
         try:
             if needs_control:
@@ -282,19 +292,22 @@ class Harness:
                     continue
                 running.remove(trial)
                 if trial.task is None:
-                    control = result
+                    control = self.control = result
                     self._control_ended(result)
                     if result.get("outcome") != ThreadOutcome.OK:
                         return control, results
                     continue
-                outcome = self._trial_result(trial, result)
+                outcome, said = self._trial_result(trial, result)
                 by_row[trial.task.row].record(outcome)
                 results.append(outcome)
+                # announced once recorded: what it says is in the report, should a signal come now
+                self.tell(EventKind.FINISHED, trial.key, said, at_s=outcome.finished_at_s)
 
     def _wait(self, trial: _Trial) -> dict:
         while True:
             result = trial.poll()
             if result is not None:
+                self.control = result  # kept before it is announced, for a partial report
                 self._control_ended(result)
                 return result
             time.sleep(POLL_S)
@@ -302,7 +315,8 @@ class Harness:
     def _control_ended(self, result: dict) -> None:
         self.tell(EventKind.FINISHED, CONTROL, str(result.get("outcome")))
 
-    def _trial_result(self, trial: _Trial, result: dict) -> ladder.TrialResult:
+    def _trial_result(self, trial: _Trial, result: dict) -> Tuple[ladder.TrialResult, str]:
+        """The trial's result, and the words that announce its end."""
         task = trial.task
         assert task is not None, "the control is not a trial"
         if result.get("usage_error"):
@@ -331,10 +345,9 @@ class Harness:
         said = f"reproduced ({kind})" if kind else ("no verdict" if no_verdict else
                                                      f"not reproduced ({result.get('outcome')})")
         finished_at = self.elapsed()  # the one time this trial's end is given: progress, verdict and JSON
-        self.tell(EventKind.FINISHED, trial.key, said, at_s=finished_at)
         outcome = ThreadOutcome(result.get("outcome", ThreadOutcome.ERROR))
         return ladder.TrialResult(task, kind, outcome, seconds, finished_at, phase,
-                                  tuple(blame), tuple(problems), no_verdict)
+                                  tuple(blame), tuple(problems), no_verdict), said
 
     # -- facts -------------------------------------------------------------------------------------------
     def _base_facts(self, control: Optional[dict], caps: Capabilities) -> dict:
@@ -385,6 +398,12 @@ class Harness:
             outcome, reason = ladder.judge(row, baseline)
             facts.update(outcome=outcome.value, outcome_reason=reason, baseline_levels=baseline.tally())
 
+    @staticmethod
+    def _matrix_order(rows: List[ladder.Row]) -> List[ladder.Row]:
+        """The matrix as it is shown: no mitigation first, then the registry's order."""
+        order = [(), *registry.MATRIX[1:]]
+        return sorted(rows, key=lambda r: order.index(r.names) if r.names in order else -1)
+
     def _matrix_row(self, row: ladder.Row, baseline: ladder.Row) -> dict:
         first = row.failed()
         clean = next((r for s in STRESS_ORDER for r in row.done_at(s) if not r.reproduced and not r.no_verdict),
@@ -404,6 +423,24 @@ class Harness:
                          reason=f"{first.kind} under {level.value}" if first and level else
                          "the race did not show under any stress that ran")
         return entry
+
+    def _stopped(self, report: Report, signal_name: str, rows: List[ladder.Row], baseline: ladder.Row,
+                 headline: ladder.Row, matrix: bool) -> Report:
+        """The report of a run a signal ended: the verdict so far, its findings and, for the matrix, the rows
+        with a trial that ended (each says whether all of its trials did); no advice drawn from a part-run."""
+        from dflash_doctor.repro.findings import findings_from_facts
+
+        facts = report.facts
+        self._headline_facts(facts, headline, baseline)
+        if matrix:  # the rows with a trial that ended, each saying whether all of its trials did
+            ended = {result.task.row for result in self.results}
+            facts["matrix"] = [{**self._matrix_row(row, baseline), "finished": row.finished()}
+                               for row in self._matrix_order(rows) if row.names in ended]
+        report.findings.extend(findings_from_facts(facts))
+        unfinished = [row.label for row in rows if not row.finished()]
+        report.mark_stopped(signal_name, f"{len(self.results)} trial(s) had ended; not finished: "
+                            + (", ".join(unfinished) if unfinished else "none"))
+        return report
 
     def _control_failed(self, report: Report, control: dict) -> Report:
         failed = [t for t in control.get("threads", []) if t.get("error")]

@@ -77,12 +77,15 @@ class ChildProcess:
 
     def kill(self) -> None:
         """Kill the whole group (the child and anything it started); reap the child."""
+        from dflash_doctor import children
+
         try:
             os.killpg(self._popen.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         try:
             self._popen.wait(10)
+            children.release(self._popen.pid)
         except subprocess.TimeoutExpired:
             pass
 
@@ -98,21 +101,27 @@ class ProcessRunner:
               user_code: bool = False) -> ChildProcess:
         """Start a phase child in the phase folder. Only a `--model` child (`user_code`) may import from the
         user's working folder, which is where their model module lives."""
-        from dflash_doctor.children import python_argv
+        from dflash_doctor import children
 
         log = open(log_path, "wb")
-        argv = python_argv("dflash_doctor.repro.child", str(spec_path), str(result_path), python=self.python,
-                           keep_working_folder=user_code)
-        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True, cwd=os.getcwd() if user_code else str(spec_path.parent))
+        argv = children.python_argv("dflash_doctor.repro.child", str(spec_path), str(result_path),
+                                    python=self.python, keep_working_folder=user_code)
+        try:
+            popen = children.popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                   cwd=os.getcwd() if user_code else str(spec_path.parent))
+        except BaseException:
+            log.close()
+            raise
         return ChildProcess(popen, log, self.clock)
 
 
 def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None,
-              compile_threads: Optional[int] = None) -> Dict[str, str]:
-    """The child's environment (children.child_env): for a cold cache fresh inductor/triton caches, and with
-    trials side by side a share of the cores for inductor's compile workers (unless the user set it)."""
+              compile_threads: Optional[int] = None, user_code: bool = False) -> Dict[str, str]:
+    """The child's environment (children.child_env; children.user_env for a --model child, which keeps the
+    user's path): for a cold cache fresh inductor/triton caches, and with trials side by side a share of the
+    cores for inductor's compile workers (unless the user set it)."""
     from dflash_doctor.children import child_env as clean_env
+    from dflash_doctor.children import user_env
 
     extra = {}
     source = os.environ if base is None else base
@@ -121,6 +130,8 @@ def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] 
     if cold_cache:
         extra = {"TORCHINDUCTOR_CACHE_DIR": str(phase_dir / "inductor-cache"),
                  "TRITON_CACHE_DIR": str(phase_dir / "triton-cache")}
+    if user_code and base is None:
+        return user_env(extra)
     return clean_env(base, extra)
 
 

@@ -71,15 +71,9 @@ def add_fingerprints(findings: List[Finding]) -> List[Finding]:
 
 def load(path: str) -> Counter:
     """Fingerprints (with multiplicity) from a baseline file: a `scan --format json` (or `check`) document."""
-    import json  # here: only --baseline reads JSON, and a one-file scan's start-up is a target
+    from dflash_doctor.inputs import BASELINE, load_json
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            document = json.load(handle)
-    except OSError as exc:
-        raise UsageError(f"--baseline {path}: cannot read: {exc.strerror or exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--baseline {path}: not a dflash-doctor JSON report ({exc})") from exc
+    document = load_json(path, BASELINE, "--baseline")  # bounded, regular files only, one line if it is not JSON
     findings = document.get("findings") if isinstance(document, dict) else None
     if not isinstance(findings, list):
         raise UsageError(f"--baseline {path}: not a dflash-doctor JSON report (no findings list); write one with "

@@ -61,7 +61,8 @@ class ScanConfig:
                 "entry_points": list(self.entry_points)}
 
 
-def _load_toml(path: str) -> dict:
+def _load_toml(path: str, option: str = "configuration") -> dict:
+    """The TOML document in `path`; `option` names it in errors (--config, or the one found upward)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - Python 3.9 and 3.10
@@ -69,13 +70,15 @@ def _load_toml(path: str) -> dict:
             import tomli as tomllib
         except ImportError as exc:
             raise UsageError(f"{path}: reading it needs tomli on Python < 3.11 (pip install tomli)") from exc
+    from dflash_doctor.inputs import PYPROJECT, read_text
+
+    text = read_text(path, PYPROJECT, option)  # bounded, regular files only; binary or not UTF-8 is one line
     try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path} is not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise UsageError(f"{path} is not valid TOML: nested too deeply to read") from None
 
 
 def _section(document: dict) -> Optional[dict]:
@@ -94,7 +97,9 @@ def find(paths: Sequence[str]) -> Optional[str]:
         folder = os.path.dirname(folder)
     while True:
         candidate = os.path.join(folder, FILENAME)
-        if os.path.isfile(candidate) and _section(_load_toml(candidate)) is not None:
+        # lexists, not isfile: a FIFO, a link to /dev/zero or a link loop in its place is refused in one line
+        # by the reader, never passed over in silence (the settings it should have held would be lost)
+        if os.path.lexists(candidate) and _section(_load_toml(candidate)) is not None:
             return candidate
         parent = os.path.dirname(folder)
         if parent == folder:
@@ -108,9 +113,9 @@ def _strings(path: str, key: str, value) -> Tuple[str, ...]:
     return tuple(value)
 
 
-def load(path: str) -> ScanConfig:
+def load(path: str, option: str = "configuration") -> ScanConfig:
     """Read and validate one pyproject.toml's [tool.dflash-doctor] table."""
-    section = _section(_load_toml(path))
+    section = _section(_load_toml(path, option))
     if section is None:
         return ScanConfig(path=path)
     if not isinstance(section, dict):
@@ -146,9 +151,7 @@ def resolve(paths: Sequence[str], config_path: Optional[str] = None, isolated: b
     if isolated:
         return ScanConfig()
     if config_path is not None:
-        if not os.path.isfile(config_path):
-            raise UsageError(f"--config {config_path}: no such file")
-        return load(config_path)
+        return load(config_path, "--config")
     found = find(paths)
     return load(found) if found else ScanConfig()
 

@@ -43,7 +43,11 @@ def child_environment(session: Path, base: Optional[Mapping[str, str]] = None,
                       cache_dir: Optional[Path] = None) -> Dict[str, str]:
     """The user's environment plus the bootstrap first on PYTHONPATH (the bootstrap takes itself off sys.path
     again, so the user's import path is what it would be without the tool)."""
-    env = dict(os.environ if base is None else base)
+    from dflash_doctor.children import user_environ
+
+    # The user's, not this process's: the CLI's own environment is cleaned for its helpers (PYTHONSAFEPATH would
+    # keep `python train.py` from importing modules beside train.py)
+    env = dict(user_environ() if base is None else base)
     existing = env.get("PYTHONPATH")
     env["PYTHONPATH"] = BOOTSTRAP_DIR + (os.pathsep + existing if existing else "")
     env[SESSION_ENV] = str(session)

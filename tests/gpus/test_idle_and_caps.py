@@ -14,7 +14,7 @@ from dflash_doctor.gpus.processes import ProcessInfo
 from dflash_doctor.gpus.readings import GpuReading
 from dflash_doctor.gpus.roles import parse_roles
 from dflash_doctor.gpus.sources import report_from_csv, report_from_nvml
-from tests.conftest import REPO, run_cli, run_cli_json
+from tests.conftest import REPO, run_cli
 from tests.gpus.fakes import FakePynvml
 
 
@@ -96,8 +96,9 @@ def test_a_ten_thousand_row_snapshot_is_read_and_malformed_lines_are_capped():
 def test_dev_zero_and_an_endless_stdin_stop_at_once():
     if not os.path.exists("/dev/zero"):
         pytest.skip("no /dev/zero")
-    proc, doc = run_cli_json("gpus", "--from", "/dev/zero", timeout=30)
-    assert proc.returncode == 4 and doc["problems"][0]["reason"] == "not read: a character device"
+    # A device named by --from is refused before any reading (docs/robustness.md: exit 2, one line)
+    proc = run_cli("gpus", "--from", "/dev/zero", timeout=30)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "is a character device" in proc.stderr
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with open("/dev/zero", "rb") as zeros:
         piped = subprocess.run([sys.executable, "-m", "dflash_doctor", "gpus", "--from", "-"], stdin=zeros,

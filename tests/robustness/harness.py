@@ -16,6 +16,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from tests.conftest import REPO
 
+if typing.TYPE_CHECKING:
+    from dflash_doctor.inputs import InputSpec
+
 # Enough address space for any command that does not import torch; a read of /dev/zero hits it in seconds
 # instead of taking the machine's memory.
 MEMORY_LIMIT = 2 * 2**30
@@ -66,15 +69,31 @@ def kill_tree(pid: int) -> None:
     psutil.wait_procs(family, timeout=5)
 
 
+def _child_setup(limit_memory: bool, closed: Sequence[int], file_size: Optional[int]):
+    """What runs in the child before exec: the memory limit, a file-size limit (`ulimit -f`), and the standard
+    streams the command is to start without (`<&-`, `>&-`, `2>&-`)."""
+    def setup() -> None:
+        import resource
+
+        if limit_memory:
+            _limit_memory()
+        if file_size is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+        for fd in closed:
+            os.close(fd)
+
+    return setup
+
+
 def run(*args, cwd=None, env=None, timeout: float = 20, stdin=None, limit_memory: bool = True,
-        binary_stdout: bool = False) -> Run:
+        binary_stdout: bool = False, closed: Sequence[int] = (), file_size: Optional[int] = None) -> Run:
     """`python -m dflash_doctor ARGS`; fails the test (AssertionError) if it is still running after `timeout`,
-    after killing it and everything it started."""
+    after killing it and everything it started. `closed`: standard streams (0, 1, 2) it starts without."""
     argv = [sys.executable, "-m", "dflash_doctor", *map(str, args)]
     started = time.monotonic()
     proc = subprocess.Popen(argv, cwd=cwd or REPO, env=cli_env(env), stdin=subprocess.PIPE if stdin else
                             subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=_limit_memory if limit_memory else None, start_new_session=True)
+                            preexec_fn=_child_setup(limit_memory, closed, file_size), start_new_session=True)
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -143,6 +162,66 @@ def output_options() -> List[Tuple[str, str]]:
 
 # Options besides --output that name a file the command writes.
 WRITTEN_FILE_OPTIONS = ("--out", "--trace")
+
+
+@dataclass(frozen=True)
+class DeclaredInput:
+    command: str
+    option: str  # --baseline; for an argument, its name in capitals (PATH)
+    spec: "InputSpec"
+
+    @property
+    def positional(self) -> bool:
+        return not self.option.startswith("--")
+
+    def argv(self, folder: Path, value: object) -> List[str]:
+        """The command's least arguments with `value` given to this input (replacing what they gave it)."""
+        args = required_args(self.command, folder)
+        if self.positional:
+            return [str(value)] + args[1:]
+        if self.option in args:
+            index = args.index(self.option)
+            return args[:index] + [self.option, str(value)] + args[index + 2:]
+        return args + [self.option, str(value)]
+
+    def __str__(self) -> str:
+        return f"{self.command} {self.option}"
+
+
+def input_options() -> List[DeclaredInput]:
+    """Every option and argument of every command declared as an input (dflash_doctor/inputs.py)."""
+    from dflash_doctor.inputs import spec_of
+
+    found = []
+    for name, callback in commands().items():
+        for parameter in inspect.signature(callback).parameters.values():
+            spec = spec_of(parameter.default)
+            if spec is not None:
+                option = _option_name(parameter) if getattr(parameter.default, "param_decls", None) else \
+                    parameter.name.upper()
+                found.append(DeclaredInput(name, option, spec))
+    return found
+
+
+def duration_options() -> List[Tuple[str, str]]:
+    """(command, --option) for every float option that is a duration (capped, commands/common.py)."""
+    from dflash_doctor.commands.common import DURATION_OPTIONS
+
+    return [(command, option) for command, option in float_options() if option in DURATION_OPTIONS]
+
+
+def processes_in(folder: Path) -> List[int]:
+    """Live processes whose working folder is `folder` (the command's children keep it, orphaned or not)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cwd", "status"]):
+        try:
+            if process.info["cwd"] == str(folder) and process.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(process.pid)
+        except psutil.Error:
+            continue
+    return found
 
 
 def required_args(command: str, folder: Path) -> List[str]:
@@ -214,12 +293,17 @@ def plant(folder: Path, names: Sequence[str] = ("torch", "numpy", "typer", "rich
     return folder / "PLANTED_RAN"
 
 
-def run_until_a_child_has_torch(args: Sequence[str], cwd: Path, timeout: float) -> Tuple[Optional[int], bool]:
-    """Start the command in `cwd`; stop it as soon as one of its children has loaded the real torch (the
-    question is answered: that child did not import the planted one), or when it exits. Returns (exit code or
-    None when stopped early, whether a child with the real torch was seen)."""
+def run_until_a_child_has_torch(args: Sequence[str], cwd: Path, timeout: float,
+                                extra_path: Optional[str] = None) -> Tuple[Optional[int], bool]:
+    """Start the command in `cwd` (with `extra_path` appended to PYTHONPATH as given, relative or not); stop it
+    as soon as one of its children has loaded the real torch (the question is answered: that child did not
+    import the planted one), or when it exits. Returns (exit code or None when stopped early, whether a child
+    with the real torch was seen)."""
     argv = [sys.executable, "-m", "dflash_doctor", *map(str, args)]
-    proc = subprocess.Popen(argv, cwd=cwd, env=cli_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    env = cli_env()
+    if extra_path is not None:
+        env["PYTHONPATH"] += os.pathsep + extra_path
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
@@ -228,7 +312,7 @@ def run_until_a_child_has_torch(args: Sequence[str], cwd: Path, timeout: float) 
                 return None, True
             if proc.poll() is not None:
                 return proc.returncode, False
-            if (cwd / "PLANTED_RAN").exists():
+            if any(path.exists() for path in (cwd / "PLANTED_RAN", cwd / (extra_path or ".") / "PLANTED_RAN")):
                 return None, False
             time.sleep(0.05)
         raise AssertionError(f"{' '.join(map(str, args))} neither finished nor started torch in {timeout:g}s")

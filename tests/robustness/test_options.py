@@ -10,7 +10,9 @@ import pytest
 from tests.robustness.harness import (
     assert_one_error_line,
     commands,
+    duration_options,
     float_options,
+    processes_in,
     required_args,
     run,
 )
@@ -71,3 +73,14 @@ def test_debug_adds_the_traceback_and_keeps_the_exit_code(tmp_path):
     assert plain.returncode == debug.returncode == 2
     assert "Traceback" not in plain.stderr and "Traceback (most recent call last)" in debug.stderr
     assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("command, option", duration_options())
+def test_every_duration_is_bounded(tmp_path, command, option):
+    """1e300 s (or 1e19) is no timeout but an overflow in the deadline arithmetic: one line naming the cap,
+    before any probe or child starts."""
+    from dflash_doctor.commands.common import DURATION_OPTIONS, MAX_DURATION_S
+
+    result = run(command, *required_args(command, tmp_path), option, "1e300", cwd=tmp_path, timeout=30)
+    assert_one_error_line(result, 2, option, f"at most {MAX_DURATION_S / DURATION_OPTIONS[option]:g}")
+    assert not processes_in(tmp_path), "a child was started"

@@ -158,3 +158,38 @@ def test_a_report_that_cannot_be_written_after_the_run_goes_to_a_temp_file(input
     assert document["exit_code"] == proc.returncode
     assert any(p["subject"] == f"--output {out / 'report.json'}" and "instead" in p["hint"]
                for p in document["problems"]), document["problems"]
+
+
+def _input_output_pairs():
+    """(declared input, output option) for every command with both: read from the app, like the rest."""
+    from tests.robustness.harness import input_options
+
+    outputs = output_options()
+    return [(declared, option) for declared in input_options() if not declared.spec.folder
+            for command, option in outputs if command == declared.command]
+
+
+@pytest.mark.parametrize("how", ["same path", "hard link"])
+@pytest.mark.parametrize("declared, output", _input_output_pairs(), ids=lambda p: str(p))
+def test_no_output_option_ever_replaces_a_declared_input(tmp_path, declared, output, how):
+    """`scan t.py --baseline b.json -f json -o b.json` and the like: inode, not path, so a hard link counts."""
+    victim = tmp_path / "input.md"  # .md: report's --out takes nothing else
+    victim.write_text('{"findings": []}\n', encoding="utf-8")
+    target = victim
+    if how == "hard link":
+        target = tmp_path / "other-name.md"
+        os.link(victim, target)
+    before = victim.read_bytes()
+    result = run(declared.command, *declared.argv(tmp_path, victim), output, target, cwd=tmp_path, timeout=30)
+    assert_one_error_line(result, 2, "refusing to overwrite an input")
+    assert victim.read_bytes() == before and victim.stat().st_nlink == (2 if how == "hard link" else 1)
+
+
+def test_the_baseline_survives_being_named_as_the_output(inputs):
+    first = run("scan", inputs / "train.py", "-f", "json", "-o", inputs / "b.json", cwd=inputs)
+    assert first.returncode == 1, first
+    before = (inputs / "b.json").read_bytes()
+    again = run("scan", inputs / "train.py", "--baseline", inputs / "b.json", "-f", "json", "-o", inputs / "b.json",
+                cwd=inputs)
+    assert_one_error_line(again, 2, "b.json", "refusing to overwrite an input")
+    assert (inputs / "b.json").read_bytes() == before

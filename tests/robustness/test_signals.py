@@ -17,6 +17,7 @@ import pytest
 from tests.robustness.harness import (
     cli_env,
     descendants_with_real_torch,
+    processes_in,
     wait_for,
 )
 
@@ -99,3 +100,77 @@ def test_a_signal_to_repro_stops_its_child_and_removes_its_folder(tmp_path, sign
     assert not alive, f"orphans: {alive}"
     assert returncode == code and "Traceback" not in stderr, stderr
     assert not list(tmp_path.glob("dflash-repro-*")), "temporary folder left behind"
+
+
+def _start_json(args, tmp_path: Path) -> subprocess.Popen:
+    (tmp_path / "train.py").write_text("import torch\ntorch.utils.checkpoint.checkpoint(f, x)\n", encoding="utf-8")
+    return _start(args, tmp_path)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_to_check_leaves_no_probe_and_writes_the_parts_that_finished(tmp_path, signum, code):
+    """The probe host and the probes it forked run in a session of their own: a signal to check reaches none of
+    them, so check must end them (children.py's registry), even while a thread of its own waits on them."""
+    proc = _start_json(["check", ".", "--timeout", "60", "-f", "json"], tmp_path)
+    wait_for(lambda: descendants_with_real_torch(proc.pid) or proc.poll() is not None, 90, "the probe host")
+    returncode, stdout, stderr, _ = _stop_and_watch(proc, signum)
+    time.sleep(1)  # the bound is counted from the signal: _stop_and_watch waited for the exit already
+    assert not processes_in(tmp_path), f"left running: {processes_in(tmp_path)}"
+    assert returncode == code and "Traceback" not in stderr, stderr
+    document = json.loads(stdout)
+    assert document["facts"]["partial"]["stopped_by"] == signal.Signals(signum).name
+    assert "scan" in document["facts"]["parts"] and "DFD102" in [f["code"] for f in document["findings"]]
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_to_report_leaves_no_probe(tmp_path):
+    proc = _start_json(["report", "train.py"], tmp_path)
+    wait_for(lambda: descendants_with_real_torch(proc.pid) or proc.poll() is not None, 90, "the probe host")
+    returncode, _, stderr, _ = _stop_and_watch(proc, signal.SIGINT)
+    time.sleep(1)
+    assert not processes_in(tmp_path), f"left running: {processes_in(tmp_path)}"
+    assert returncode == 130 and "Traceback" not in stderr, stderr
+
+
+def _read_stderr_until(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """What the command wrote to stderr until `text` appeared (it keeps running)."""
+    import select
+
+    fd = proc.stderr.fileno()  # read below the text layer, which cannot read a pipe that has nothing yet
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise AssertionError(f"no {text!r} on stderr within {timeout:g}s: {seen[-2000:]!r}")
+        if select.select([fd], [], [], 0.2)[0]:
+            seen += os.read(fd, 65536)
+    return seen.decode(errors="replace")
+
+
+@pytest.mark.timeout(240)
+def test_a_signal_during_a_real_matrix_keeps_the_finished_rows(tmp_path):
+    """Issue 27: a matrix that ran for minutes lost everything on SIGTERM. The row without a mitigation ends
+    first (its forced trial reproduces in seconds); the signal comes while the next row runs."""
+    proc = _start(["repro", "--matrix", "--device", "cpu", "--mode", "forced", "--threads", "2", "--steps", "1",
+                   "--trials", "1", "--timeout", "120", "-f", "json"], tmp_path)
+    _read_stderr_until(proc, "(mitigation none): fx-flag-leak", 180)
+    returncode, stdout, stderr, alive = _stop_and_watch(proc, signal.SIGTERM)
+    assert not alive, f"orphans: {alive}"
+    assert returncode == 143 and "Traceback" not in stderr, stderr
+    facts = json.loads(stdout)["facts"]
+    assert facts["partial"]["stopped_by"] == "SIGTERM"
+    finished = {row["mitigation"]: row for row in facts["matrix"] if row["finished"]}
+    assert finished["none"]["verdict"] == "reproduced", facts["matrix"]
+    assert facts["verdict"] == "reproduced"
+    assert not list(tmp_path.glob("dflash-repro-*")), "temporary folder left behind"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("when, wait_for_text", [("set-up", "corpus"), ("training", "step=")])
+def test_ctrl_c_stops_a_threads_pipeline_within_the_bound(tmp_path, when, wait_for_text):
+    proc = _start(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "100000", "-f", "json"], tmp_path)
+    _read_stderr_until(proc, wait_for_text, 90)
+    returncode, stdout, stderr, _ = _stop_and_watch(proc, signal.SIGINT)  # fails past STOP_BOUND_S
+    assert returncode == 130 and "Traceback" not in stderr, stderr
+    assert json.loads(stdout)["facts"]["interrupted"] == "SIGINT"
