@@ -161,6 +161,29 @@ def gpus_by_pid(open_nvml: Optional[Callable[[], object]]) -> Tuple[Dict[int, Li
     return held, None
 
 
+# Samples taken past --samples while a cycle in the last sample has not yet been seen twice.
+SETTLE_SAMPLES = 3
+
+
+def _since_cycle(dumps: Sequence[Dump], cycle: Optional[str]) -> List[Dump]:
+    """The trailing samples that all show `cycle`: a cycle is judged still only over the samples since it formed
+    (threads that moved before it formed do not clear it)."""
+    if cycle not in CYCLES:
+        return []
+    tail: List[Dump] = []
+    for dump in reversed(dumps):
+        if classify_hang(list(dump.stacks)).cycle != cycle:
+            break
+        tail.append(dump)
+    return tail[::-1]
+
+
+def _cycle_forming(dumps: Sequence[Dump]) -> bool:
+    """The last sample shows a cycle that no earlier sample showed: one more sample tells whether it stands."""
+    last = classify_hang(list(dumps[-1].stacks)).cycle
+    return last in CYCLES and len(_since_cycle(dumps, last)) < 2
+
+
 @dataclass(frozen=True)
 class AttachSpec:
     pid: int
@@ -183,9 +206,8 @@ def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep
     started = clock()
     samples: Dict[int, List[Dump]] = {}
     commands: Dict[int, str] = {}
-    for index in range(spec.samples):
-        if index:
-            sleep(spec.interval_s)
+
+    def take_sample() -> None:
         try:
             done = runner(argv, DUMP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -203,6 +225,19 @@ def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep
         for dump in parse_dump(done.stdout):
             samples.setdefault(dump.pid, []).append(dump)
             commands[dump.pid] = dump.command
+
+    for index in range(spec.samples):
+        if index:
+            sleep(spec.interval_s)
+        take_sample()
+    # A cycle that formed between the last two samples has not been seen standing still yet: a cycle never
+    # resolves, so a few more samples settle it (measured on the H200: attach caught the plain loop's cycle
+    # forming, and a later attach named it).
+    for _ in range(SETTLE_SAMPLES):
+        if not any(_cycle_forming(dumps) for dumps in samples.values()):
+            break
+        sleep(spec.interval_s)
+        take_sample()
     elapsed = clock() - started
     gpus, gpu_note = gpus_by_pid(open_nvml)
     return _report(spec, samples, commands, gpus, gpu_note, elapsed)
@@ -215,9 +250,10 @@ def _report(spec: AttachSpec, samples: Dict[int, List[Dump]], commands: Dict[int
     for pid in sorted(samples):
         dumps = samples[pid]
         last = dumps[-1]
-        still = still_threads(dumps)
         diagnosis = classify_hang(list(last.stacks))
-        cycle_still = diagnosis.cycle in CYCLES and len(dumps) >= 2 and all(t in still for t in diagnosis.threads)
+        since = _since_cycle(dumps, diagnosis.cycle)
+        still = still_threads(since if diagnosis.cycle in CYCLES else dumps)
+        cycle_still = diagnosis.cycle in CYCLES and len(since) >= 2 and all(t in still for t in diagnosis.threads)
         ppid, argv, rank, local_rank = _process_facts(pid)
         record = ProcessRecord(
             pid=pid, ppid=ppid, argv=argv or (commands.get(pid, ""),), rank=rank, local_rank=local_rank,

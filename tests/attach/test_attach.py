@@ -98,3 +98,32 @@ def test_attach_subprocesses_reads_the_children_of_a_launcher(cli, tmp_path):
     assert {p["pid"] for p in doc["facts"]["processes"]} == {launcher.pid, worker}
     finding, = doc["findings"]
     assert finding["evidence"]["pid"] == worker and finding["code"] == "DFD903"
+
+
+@pytest.mark.timeout(120)
+def test_a_cycle_that_forms_between_samples_is_sampled_until_it_stands():
+    """The H200 case: the first samples see the threads running, the last one the cycle just formed; attach
+    samples again instead of giving up, and names the cycle once it has stood still across two samples."""
+    proc = subprocess.Popen([sys.executable, program("lock_cycle_later.py")], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        read_line_with(proc.stdout, "ready")
+        sleeps = []
+
+        def sleep_forming_the_cycle(seconds):
+            if not sleeps:  # between the first and the second sample: let the threads deadlock now
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                read_line_with(proc.stdout, "locked")
+            sleeps.append(seconds)
+
+        report = attach(AttachSpec(proc.pid, samples=2, interval_s=0.2), sleep=sleep_forming_the_cycle)
+        finding, = report.findings
+        assert finding.code == "DFD903"
+        assert sorted(finding.evidence["threads"]) == ["loader", "trainer"]
+        process, = report.facts["processes"]
+        assert process["samples"] == 3 and process["cycle_threads_still"]
+        assert report.problems == []
+    finally:
+        proc.kill()
+        proc.wait(30)
