@@ -66,6 +66,13 @@ class Transport(str, enum.Enum):
     P2P = "p2p"  # torch.distributed send/recv: NCCL between GPUs, gloo on a CPU (and host-staged on one GPU)
 
 
+class ModelCompile(str, enum.Enum):
+    """`repro --model`: who compiles the user's module."""
+
+    WHOLE = "whole"  # the harness wraps the whole module in torch.compile (a trainer that compiles its model)
+    YOURS = "yours"  # no wrapper: the module compiles what it compiles itself (a trainer that compiles an inner fn)
+
+
 class OnHang(str, enum.Enum):
     """run --on-hang: what happens once the watchdog names a hang in the user's run."""
 

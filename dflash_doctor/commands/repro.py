@@ -12,22 +12,41 @@ from dflash_doctor.commands.common import (
     FORMAT_OPTION, OUTPUT_OPTION, QUIET_OPTION, check_output, finish, guarded, write_artifact,
 )
 from dflash_doctor.render import OutputFormat
-from dflash_doctor.render.help import epilog
-from dflash_doctor.vocabularies import JOBS_DEFAULT_TEXT, Cache, Checkpoint, Expect, Mode, Shapes
+from dflash_doctor.render.help import NO_REWRAP, epilog
+from dflash_doctor.vocabularies import JOBS_DEFAULT_TEXT, Cache, Checkpoint, Expect, Mode, ModelCompile, Shapes
 
 EPILOG = epilog(
     ["dflash-doctor repro --threads 3",
      "dflash-doctor repro --device cuda --mitigation threadlocal-flag,non-lazy-backward",
      "dflash-doctor repro --device cuda --matrix",
      "dflash-doctor repro --mode forced --expect reproduced --format json",
-     "dflash-doctor repro --model mypkg.drafter:build --trace trace.json"],
+     "dflash-doctor repro --model mypkg.drafter:build --trace trace.json",
+     "dflash-doctor repro --model mypkg.drafter:build --model-compile yours --device cuda",
+     "dflash-doctor repro --step mytrainer.replay:make_step --threads 3 --device cuda --mitigation threadlocal-flag"],
     "The default --mode auto climbs natural -> amplified -> forced until the race shows, skipping what this "
     "machine cannot show (said up front). A mitigation is 'holds' only after it survived its whole stress ladder "
     "against a baseline that reproduced under the same stresses; otherwise 'fails' or 'inconclusive'.",
     "Exit codes: 0 not reproduced; 1 reproduced (with --expect: 0 when the verdict matches, else 1); "
     "2 usage error (a --model that cannot be imported or built included); 3 harness failure (the single-thread "
     "control failed, a mitigation could not be applied, no trial gave a verdict); 4 torch is missing.",
-    "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index)).",
+    "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index)); "
+    "repro wraps the module in torch.compile unless --model-compile yours. --step replays your training step as "
+    "written (your compiles, your forward and backward): make_step(device, shape_index) is called in each worker's "
+    "process after the mitigations are in place and returns a zero-argument callable, one step.",
+    NO_REWRAP + """
+A complete --step module, mytrainer/replay.py (a trainer that compiles only flex_attention):
+  import torch
+  from torch.nn.attention.flex_attention import flex_attention
+  attend = torch.compile(flex_attention)           # your trainer's own compile
+  def make_step(device, shape_index):
+      w = torch.randn(256, 768, device=device, requires_grad=True)
+      def step():
+          x = torch.randn(1, 256 * (shape_index + 2), 256, device=device)
+          q, k, v = (x @ w).view(1, -1, 3, 4, 64).permute(2, 0, 3, 1, 4)
+          loss = attend(q, k, v).float().pow(2).mean()
+          loss.backward()
+          return loss
+      return step""",
 )
 
 
@@ -102,6 +121,13 @@ def register(app: typer.Typer) -> None:
             "training takes); tiny, small, seeds."),
         model: Optional[str] = typer.Option(None, "--model",
                                             help="pkg.module:factory replaying your own model (runs your code)."),
+        model_compile: ModelCompile = typer.Option(
+            ModelCompile.WHOLE, "--model-compile",
+            help="whole: repro wraps the --model module in torch.compile; yours: no wrapper, the module compiles "
+                 "what it compiles itself (a model that compiles only flex_attention or one block)."),
+        step: Optional[str] = typer.Option(
+            None, "--step", help="pkg.module:make_step replaying your own training step as written: "
+            "make_step(device, shape_index) returns a callable that runs one step (runs your code)."),
         trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
                                              help="Write the timeline as Chrome trace JSON (open in Perfetto)."),
         expect: Optional[Expect] = typer.Option(None, "--expect",
@@ -125,7 +151,7 @@ def register(app: typer.Typer) -> None:
             threads=threads, devices=devices, backward=backward, checkpoint=checkpoint.value, shapes=shapes.value,
             cache=cache.value, steps=steps, trials=trials, timeout_s=timeout, hang_after_s=hang_after,
             mode=mode.value, mitigation=registry.parse(mitigation), amplify_ms=amplify_ms, preset=preset or DEFAULT_PRESET,
-            model=model, jobs=jobs,
+            model=model, model_compile=model_compile.value, step=step, jobs=jobs,
         ).validate()
         check_torch(devices)
         started = utc_now()

@@ -131,16 +131,16 @@ class Harness:
                          checkpoint=spec.checkpoint, shape_indices=shape_indices, steps=spec.steps,
                          hang_after_s=spec.hang_after_s, mode=stress.value, mitigation=list(mitigation),
                          amplify_ms=spec.amplify_ms, preset=spec.preset, model=spec.model, thread_names=names,
-                         disturb_hold_s=spec.timeout_s)
+                         disturb_hold_s=spec.timeout_s, model_compile=spec.model_compile, step=spec.step)
 
     def start_child(self, root: Path, label: str, phase_spec: PhaseSpec) -> Tuple[Path, Child]:
         self._phase_counter += 1
         phase_dir = root / f"{self._phase_counter:03d}-{label}"
         spec_path = write_spec(phase_dir, phase_spec)
         env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads,
-                        user_code=self.spec.model is not None)
+                        user_code=self.spec.user_code)
         child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt",
-                                  user_code=self.spec.model is not None)
+                                  user_code=self.spec.user_code)
         return phase_dir, child
 
     def clean_caches(self, phase_dirs: Sequence[Path]) -> None:
@@ -364,7 +364,7 @@ class Harness:
             "shapes": spec.shapes,
             "steps": spec.steps,
             "jobs": spec.effective_jobs,
-            "model": spec.model or f"reference drafter ({spec.preset})",
+            "model": spec.model or spec.step or f"reference drafter ({spec.preset})",
             "capabilities": caps.to_dict(),
         }
         if spec.mode in ("auto", "amplified"):

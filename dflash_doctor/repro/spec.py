@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError, finite
 from dflash_doctor.hazards import Stress
-from dflash_doctor.vocabularies import MAX_GPU_JOBS, Cache, Checkpoint, Mode, Shapes
+from dflash_doctor.vocabularies import MAX_GPU_JOBS, Cache, Checkpoint, Mode, ModelCompile, Shapes
 
 
 # The reference drafter the replay builds by default: big enough that compiled flex_attention takes the kernel
@@ -58,6 +58,8 @@ class ReproSpec:
     amplify_ms: float = 2.0
     preset: str = DEFAULT_PRESET
     model: Optional[str] = None  # "pkg.module:factory" (runs user code)
+    model_compile: str = ModelCompile.WHOLE.value  # who compiles the --model module
+    step: Optional[str] = None  # "pkg.module:make_step": the user's whole training step (runs user code)
     jobs: Optional[int] = None  # trials run side by side; None: default_jobs()
 
     def validate(self) -> "ReproSpec":
@@ -82,17 +84,30 @@ class ReproSpec:
             raise UsageError("bad --checkpoint, --shapes or --cache value")
         if self.model is not None and not _MODEL.match(self.model):
             raise UsageError(f"--model must look like pkg.module:factory, got {self.model!r}")
-        if self.on_cpu and self.backward and self.model is None:
+        if self.step is not None and not _MODEL.match(self.step):
+            raise UsageError(f"--step must look like pkg.module:make_step, got {self.step!r}")
+        if self.step is not None and self.model is not None:
+            raise UsageError("--step and --model are two ways to name your code: give one")
+        if self.model_compile not in {m.value for m in ModelCompile}:
+            raise UsageError(f"--model-compile must be one of {', '.join(m.value for m in ModelCompile)}")
+        if self.model_compile != ModelCompile.WHOLE.value and self.model is None:
+            raise UsageError("--model-compile applies to --model (a --step compiles what it compiles itself)")
+        if self.on_cpu and self.backward and not self.user_code:
             raise UsageError("flex_attention has no CPU backward (NotImplementedError in torch, eager or compiled): "
                              "use --no-backward on CPU, a CUDA --device, or --model with a CPU-trainable model")
         if self.amplify_ms < 0:
             raise UsageError("--amplify-ms must be >= 0")
-        if self.model is None:
+        if not self.user_code:
             from dflash_doctor.reference.config import PRESETS
 
             if self.preset not in PRESETS:
                 raise UsageError(f"unknown --preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
         return self
+
+    @property
+    def user_code(self) -> bool:
+        """The trials import and run the user's code (--model or --step): their environment, their path."""
+        return self.model is not None or self.step is not None
 
     @property
     def on_cpu(self) -> bool:
@@ -131,6 +146,8 @@ class PhaseSpec:
     model: Optional[str]
     thread_names: List[str] = field(default_factory=list)
     disturb_hold_s: float = 0.0
+    model_compile: str = ModelCompile.WHOLE.value
+    step: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)

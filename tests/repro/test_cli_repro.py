@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_json
 
 FX_ERROR = ("RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. "
             "This is not supported at the moment.")
@@ -225,3 +225,31 @@ def test_no_torch_at_all_is_exit_4_and_a_cuda_request_of_a_cpu_build_is_exit_2(m
     with pytest.raises(UsageError, match="CPU-only build"):
         command.check_torch(("cuda",))
     command.check_torch(("cpu",))
+
+
+STEP_MODULE = "tests.repro.step_modules"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("code", [("--step", f"{STEP_MODULE}:make_step"),
+                                  ("--model", f"{STEP_MODULE}:build", "--model-compile", "yours")])
+def test_the_users_own_compile_boundary_is_replayed_as_written(cli, code):
+    """A trainer that compiles only an inner function: its step (or its module, left uncompiled by repro) runs
+    as written, and the forced leak reaches the inner compiled call."""
+    proc, doc = run_cli_json("repro", *code, "--threads", "2", "--device", "cpu", "--mode", "forced",
+                             "--trials", "1", "--steps", "1", "--timeout", "200", "--hang-after", "60",
+                             timeout=280)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert doc["facts"]["verdict"] == "reproduced" and doc["facts"]["kind"] == "fx-flag-leak"
+    assert doc["facts"]["model"] == code[1]
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--model-compile", "yours"), "--model-compile applies to --model"),
+    (("--step", "a.b:c", "--model", "a.b:c"), "--step and --model are two ways"),
+    (("--step", "no colon"), "--step must look like pkg.module:make_step"),
+])
+def test_step_and_model_compile_usage_errors(cli, args, said):
+    proc = cli("repro", "--device", "cpu", *args, timeout=60)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
