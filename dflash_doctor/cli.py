@@ -11,17 +11,18 @@ import sys
 from typing import List, Sequence
 
 import typer
+import typer.core
 
 from dflash_doctor import TOOL_NAME, __version__
 from dflash_doctor.commands import common
+from dflash_doctor.render.help import HelpCommand, HelpGroup, epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor scan src/  ·  dflash-doctor guards  ·  dflash-doctor repro --threads 3  ·  "
-    "dflash-doctor explain DFD201"
-)
+EPILOG = epilog(["dflash-doctor scan src/", "dflash-doctor guards", "dflash-doctor repro --threads 3",
+                  "dflash-doctor explain DFD201"])
 
 app = typer.Typer(
     name=TOOL_NAME,
+    cls=HelpGroup,
     help="Diagnose PyTorch compile thread races (the FX-tracing error, the stuck flag, the compile-lock deadlock) "
          "in multi-threaded, multi-GPU training.",
     epilog=EPILOG,
@@ -36,7 +37,8 @@ app = typer.Typer(
 )
 
 # Each command lives in dflash_doctor/commands/<name>.py and registers itself.
-COMMANDS = ("scan", "explain", "guards", "repro", "pipeline", "gpus", "logs", "status", "check", "report")
+COMMANDS = ("scan", "explain", "guards", "repro", "pipeline", "gpus", "logs", "status", "check", "report", "run",
+            "attach")
 
 
 def _version(value: bool) -> None:
@@ -63,6 +65,9 @@ def register_commands(names: Sequence[str] = COMMANDS) -> typer.Typer:
         if name in names and name not in _registered:
             importlib.import_module(f"dflash_doctor.commands.{name}").register(app)
             _registered.append(name)
+    for info in app.registered_commands:  # every command's help laid out alike (render/help.py)
+        if info.cls in (None, typer.core.TyperCommand):
+            info.cls = HelpCommand
     return app
 
 

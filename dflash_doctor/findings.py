@@ -87,6 +87,8 @@ class Report:
     facts: Dict[str, Any] = field(default_factory=dict)  # the command's own data: `facts` in the JSON envelope
     # Commands with their own exit-code contract (repro) set this; others derive it from findings/problems.
     exit_code_override: Optional[int] = None
+    # The closing line's words in place of the finding counts, where the command has a verdict to say (repro).
+    summary: Optional[str] = None
 
     def extend(self, other: "Report") -> None:
         self.findings.extend(other.findings)

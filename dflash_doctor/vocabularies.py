@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import enum
 
+# repro --jobs: trials side by side with a GPU (repro/spec.py default_jobs), and the words --help and the
+# README use for its default (a test holds the README to them). Here, not in repro/spec.py, which --help does
+# not need to load.
+MAX_GPU_JOBS = 8
+JOBS_DEFAULT_TEXT = f"1 on a CPU; with a GPU, half the cores, up to {MAX_GPU_JOBS}"
+
 
 class Mode(str, enum.Enum):
     """repro --mode: climb the ladder, or one stress (the names of dflash_doctor.hazards.Stress)."""
@@ -58,3 +64,16 @@ class Transport(str, enum.Enum):
     AUTO = "auto"  # IPC between workers that share a device, torch.distributed between devices
     IPC = "ipc"  # a torch.multiprocessing queue: CUDA IPC on one GPU, shared memory on a CPU
     P2P = "p2p"  # torch.distributed send/recv: NCCL between GPUs, gloo on a CPU (and host-staged on one GPU)
+
+
+class OnHang(str, enum.Enum):
+    """run --on-hang: what happens once the watchdog names a hang in the user's run."""
+
+    REPORT = "report"  # say it at once on stderr and keep the run alive (the user decides)
+    KILL = "kill"  # kill the command's whole process tree, then report
+
+
+class RunExpect(str, enum.Enum):
+    """run --expect: a CI assertion on the run's findings."""
+
+    CLEAN = "clean"  # any finding makes the exit code fail (1 when the command itself exited 0)

@@ -132,7 +132,7 @@ def test_every_rule_examples_format_is_run_by_its_domain_tests():
     used = {rule.example_format for rule in all_rules()}
     assert used == set(EXAMPLE_FORMATS)
     by_prefix = {"DFD1": "python", "DFD2": "python", "DFD3": "python", "DFD4": "nvidia-smi-csv", "DFD5": "log",
-                 "DFD7": "repro-facts", "DFD8": "pipeline-facts"}
+                 "DFD7": "repro-facts", "DFD8": "pipeline-facts", "DFD9": "live-facts"}
     for rule in all_rules():
         expected = by_prefix.get(rule.code[:4])
         assert rule.example_format in ((expected,) if expected else ("torch-layout", "guards-state")), rule.code

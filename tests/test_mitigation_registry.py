@@ -88,6 +88,7 @@ def test_a_bare_string_where_a_tuple_belongs_is_refused_at_declaration():
         registry.Mitigation(name="x", summary="s", api="a", covers=frozenset(), caveats="one", cost="c")
 
 
+@pytest.mark.slow  # a fresh torch process per hook: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("entry", [e for e in registry.REGISTRY if e.setup], ids=lambda e: e.name)
 def test_each_setup_hook_really_applies_in_a_fresh_process(entry):

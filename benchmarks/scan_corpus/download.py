@@ -6,7 +6,8 @@
 `--git-mirror DIR` reads repositories from bare clones laid out as DIR/<owner>+<name>/repo (no network); without
 it each repository is cloned and checked out at its commit. Each entry lands in DIR/<name>/ (default: src/ next to
 this file, which .gitignore keeps out of the repository); an entry already there is left alone. Of a repository only
-its .py files are taken (what the scan reads).
+its .py files are taken (what the scan reads). An entry with `paths` (folders or files inside the unpacked release or
+the repository) keeps only those, at the same place, to keep a large code base to the part that trains.
 """
 from __future__ import annotations
 
@@ -62,6 +63,21 @@ def fetch_git(entry: dict, into: Path, mirror: Path = None) -> None:
         _unpack(archive, into)
 
 
+def _keep_only(entry: dict, tree: Path) -> None:
+    kept = entry.get("paths")
+    if not kept:
+        return
+    whole = tree.with_name(tree.name + ".whole")
+    tree.rename(whole)
+    for rel in kept:
+        source, target = whole / rel, tree / rel
+        if not source.exists():
+            raise SystemExit(f"{entry['name']}: {rel} is not in the downloaded tree")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(target)
+    shutil.rmtree(whole)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--into", type=Path, default=HERE / "src")
@@ -78,6 +94,7 @@ def main(argv=None) -> int:
             fetch_pypi(entry, partial)
         else:
             fetch_git(entry, partial, args.git_mirror)
+        _keep_only(entry, partial)
         partial.rename(target)
         sys.stderr.write(f"{entry['name']}: {sum(1 for _ in target.rglob('*.py'))} .py files\n")
     return 0

@@ -1,13 +1,15 @@
 """Precision and recall of `dflash-doctor scan` on the corpus (corpus.json), against the labels judged by hand.
 
     python benchmarks/scan_corpus/download.py [--git-mirror DIR]     # once: brings the pinned code into src/
-    python benchmarks/scan_corpus/evaluate.py [--src DIR] [--write benchmarks/scan_corpus/results.md]
+    python benchmarks/scan_corpus/evaluate.py [--src DIR] [--split NAME] [--write benchmarks/scan_corpus/results.md]
 
 Each entry is scanned on its own, from its root, with no configuration and with the transformers release unknown
 (so DFD104 is judged the same on every machine). Warnings and errors count; info findings do not. labels/NAME.json
 holds, for every warning or error the scan ever reported there, `tp` or `fp` with the reason, plus the hazards it
 missed (`missed`) and what was judged out of scope. A finding with no label stops the evaluation: it must be
-judged first. A `tp` label the scan no longer reports counts as a miss.
+judged first (with --json the per-entry results, every reported key included, are written before it stops). A `tp`
+label the scan no longer reports counts as a miss. --split NAME judges only that split's entries (only they need to be
+downloaded).
 """
 from __future__ import annotations
 
@@ -40,8 +42,13 @@ def reported(root: Path) -> tuple:
     return keys, report, seconds
 
 
-def evaluate(src: Path) -> dict:
+def chosen_entries(split=None) -> list:
     corpus = json.loads((HERE / "corpus.json").read_text())["entries"]
+    return [e for e in corpus if split is None or e["split"] == split]
+
+
+def evaluate(src: Path, split=None) -> dict:
+    corpus = chosen_entries(split)
     rows, unjudged = [], []
     for entry in corpus:
         labels = json.loads((HERE / "labels" / f"{entry['name']}.json").read_text())
@@ -57,6 +64,9 @@ def evaluate(src: Path) -> dict:
             "missed": sorted(expected - keys), "problems": len(report.problems),
             "why": {k: v["why"] for k, v in judged.items()} | labels["missed"],
             "info": sum(1 for f in report.findings if f.severity is Severity.INFO),
+            "reported": sorted(keys),
+            "info_keys": sorted(f"{os.path.normpath(f.path)}:{f.line}:{f.code}" for f in report.findings
+                                if f.severity is Severity.INFO and f.path),
         })
     return {"rows": rows, "unjudged": unjudged}
 
@@ -77,7 +87,8 @@ def render(result: dict) -> str:
         lines.append(f"| {r['name']} | {r['split']} | {r['files']} | {r['seconds']:.2f} | {len(r['tp'])} | "
                      f"{len(r['fp'])} | {len(r['missed'])} | {r['info']} | {r['problems']} |")
     lines += ["", "| split | files | TP | FP | missed | precision | recall |", "|---|---:|---:|---:|---:|---:|---:|"]
-    for split in ("tune", "held-out", "fresh", "all"):
+    splits = list(dict.fromkeys(r["split"] for r in rows))
+    for split in splits + ["all"]:
         chosen = [r for r in rows if split == "all" or r["split"] == split]
         t = totals(chosen)
         lines.append(f"| {split} | {t['files']} | {t['tp']} | {t['fp']} | {t['fn']} | {t['precision']:.3f} | "
@@ -94,13 +105,15 @@ def main(argv=None) -> int:
     parser.add_argument("--src", type=Path, default=HERE / "src")
     parser.add_argument("--write", type=Path, default=None, help="also write the tables to this file")
     parser.add_argument("--json", type=Path, default=None, help="also write the per-entry results as JSON")
+    parser.add_argument("--split", default=None, help="judge only the entries of this split")
     args = parser.parse_args(argv)
-    missing = [e["name"] for e in json.loads((HERE / "corpus.json").read_text())["entries"]
-               if not (args.src / e["name"]).is_dir()]
+    missing = [e["name"] for e in chosen_entries(args.split) if not (args.src / e["name"]).is_dir()]
     if missing:
         sys.stderr.write(f"not downloaded: {', '.join(missing)}; run benchmarks/scan_corpus/download.py first\n")
         return 2
-    result = evaluate(args.src)
+    result = evaluate(args.src, args.split)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     if result["unjudged"]:
         sys.stderr.write("findings without a label (judge them in labels/NAME.json):\n" +
                          "".join(f"  {k}\n" for k in result["unjudged"]))
@@ -109,8 +122,6 @@ def main(argv=None) -> int:
     sys.stdout.write(table)
     if args.write:
         args.write.write_text(table)
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 from dflash_doctor.errors import MissingDependency
 from dflash_doctor.findings import Finding, Problem, Report, Severity
+from dflash_doctor.progress import Reporter, shifted, silent
 
 Part = Callable[[], Report]
 
@@ -44,8 +45,10 @@ class CheckPlan:
     assume_threads: bool = False  # keep environment findings at their severity even without DFD201
 
 
-def default_parts(plan: CheckPlan) -> Dict[str, Part]:
-    """The real parts, each importing its domain only when it runs."""
+def default_parts(plan: CheckPlan, progress: Reporter = silent,
+                  elapsed: Callable[[], float] = lambda: 0.0) -> Dict[str, Part]:
+    """The real parts, each importing its domain only when it runs; the live ones tell `progress` how they go,
+    on the check's clock (`elapsed`)."""
 
     def scan() -> Report:
         from dflash_doctor.scan import scan_paths
@@ -57,12 +60,12 @@ def default_parts(plan: CheckPlan) -> Dict[str, Part]:
     def guards() -> Report:
         from dflash_doctor.guards import run_guards
 
-        return run_guards(probes=plan.probes, timeout=plan.timeout)
+        return run_guards(probes=plan.probes, timeout=plan.timeout, progress=shifted(progress, elapsed()))
 
     def repro() -> Report:
         from dflash_doctor.check.quick_repro import quick_forced_repro
 
-        return quick_forced_repro(timeout=plan.timeout)
+        return quick_forced_repro(timeout=plan.timeout, progress=shifted(progress, elapsed()))
 
     parts = {"scan": scan, "guards": guards}
     if plan.repro:
@@ -100,6 +103,7 @@ def run_check(
     *,
     parts: Optional[Dict[str, Part]] = None,
     clock: Callable[[], float] = time.perf_counter,
+    progress: Reporter = silent,
 ) -> Report:
     """Run every part in order and merge them into one Report (command "check").
 
@@ -112,7 +116,8 @@ def run_check(
     that never calls compiled code from threads passes on a torch whose guard is not thread-safe;
     `plan.assume_threads` keeps them at their rule's severity. facts["environment_findings"] says which applied.
     """
-    parts = default_parts(plan) if parts is None else parts
+    began = clock()
+    parts = default_parts(plan, progress, lambda: clock() - began) if parts is None else parts
     merged = Report("check", facts={"parts": [], "seconds": {}})
     by_part: Dict[str, Report] = {}
     for name in sorted(parts, key=lambda n: PART_ORDER.index(n) if n in PART_ORDER else len(PART_ORDER)):

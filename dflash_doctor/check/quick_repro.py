@@ -5,12 +5,13 @@ without depending on timing luck."""
 from __future__ import annotations
 
 from dflash_doctor.findings import Report
+from dflash_doctor.progress import Reporter, silent
 
 QUICK_THREADS = 2
 QUICK_STEPS = 1
 
 
-def quick_forced_repro(timeout: float = 120.0, runner=None) -> Report:
+def quick_forced_repro(timeout: float = 120.0, runner=None, progress: Reporter = silent) -> Report:
     """`repro --mode forced --device cpu --no-backward --threads 2 --steps 1 --cache warm` as a Report.
 
     Each of the two phases (single-thread control, then two threads) is killed after `timeout` seconds and
@@ -24,4 +25,4 @@ def quick_forced_repro(timeout: float = 120.0, runner=None) -> Report:
         threads=QUICK_THREADS, devices=("cpu",), backward=False, steps=QUICK_STEPS, mode="forced", cache="warm",
         timeout_s=timeout, hang_after_s=timeout * 0.8,
     )
-    return run_repro(spec, runner=runner)
+    return run_repro(spec, runner=runner, progress=progress)

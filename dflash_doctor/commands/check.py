@@ -11,20 +11,23 @@ from dflash_doctor.commands.common import (
     FAIL_ON_OPTION,
     FORMAT_OPTION,
     OUTPUT_OPTION,
+    QUIET_OPTION,
     check_output,
     finish,
     guarded,
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor check  ·  dflash-doctor check src/ --format sarif --output dflash-doctor.sarif  ·  "
-    "dflash-doctor check src/ --format junit -o dflash-doctor.xml  ·  "
-    "dflash-doctor check --repro --fail-on error  ·  "
-    "dflash-doctor check --no-probes --fail-on never.  " + EXIT_CODES_HELP + "  A missing torch is exit 4 (the "
-    "guards could not be checked) with the scan's result still in the report.  Guards and repro findings are "
-    "downgraded to info when the scan finds no compiled call in a thread (DFD201); --assume-threads keeps them."
+EPILOG = epilog(
+    ["dflash-doctor check", "dflash-doctor check src/ --format sarif --output dflash-doctor.sarif",
+     "dflash-doctor check src/ --format junit -o dflash-doctor.xml", "dflash-doctor check --repro --fail-on error",
+     "dflash-doctor check --no-probes --fail-on never"],
+    EXIT_CODES_HELP + " A missing torch is exit 4 (the guards could not be checked) with the scan's result still in "
+    "the report.",
+    "Guards and repro findings are downgraded to info when the scan finds no compiled call in a thread (DFD201); "
+    "--assume-threads keeps them.",
 )
 
 
@@ -71,6 +74,7 @@ def register(app: typer.Typer) -> None:
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
+        quiet: bool = QUIET_OPTION,
     ) -> int:
         """CI pre-flight: scan the code and check the installed PyTorch's guards in one report (SARIF, JUnit...)."""
         check_output(output, paths or [Path(".")], read_suffixes=(".py",))
@@ -84,4 +88,8 @@ def register(app: typer.Typer) -> None:
             timeout=timeout,
             assume_threads=assume_threads,
         )
-        return finish(run_check(plan), fmt, fail_on, output, facts_view=_parts_view)
+        from dflash_doctor.render.progress_view import reporting
+
+        with reporting("check", quiet=quiet) as progress:
+            report = run_check(plan, progress=progress)
+        return finish(report, fmt, fail_on, output, facts_view=_parts_view)

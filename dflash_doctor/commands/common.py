@@ -5,7 +5,7 @@ import io
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import typer
 
@@ -15,7 +15,7 @@ from dflash_doctor.outputs import check_output, write_atomically
 from dflash_doctor.render import FactsView, OutputFormat, emit, formatter_for
 
 __all__ = [
-    "EXIT_CODES_HELP", "FAIL_ON_OPTION", "FORMAT_OPTION", "OUTPUT_OPTION", "check_output", "error_line", "finish",
+    "EXIT_CODES_HELP", "FAIL_ON_OPTION", "FORMAT_OPTION", "OUTPUT_OPTION", "QUIET_OPTION", "check_output", "error_line", "finish",
     "finite", "guarded", "write_artifact", "write_document", "write_atomically",
 ]
 
@@ -28,6 +28,7 @@ OUTPUT_OPTION = typer.Option(
     "an input; if it cannot be written after the run, the report goes to a temporary file named on stderr).",
     dir_okay=False,
 )
+QUIET_OPTION = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr while it runs.")
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 clean; 1 findings at or above --fail-on; 2 usage error; 4 something could not be checked "
@@ -89,14 +90,16 @@ def finish(
     fail_on: FailOn = FailOn.WARNING,
     output: Optional[Path] = None,
     facts_view: Optional[FactsView] = None,
+    report_stream: Optional[TextIO] = None,
 ) -> int:
-    """Render `report` to stdout or `output` and return the exit code the command should end with.
+    """Render `report` to stdout (or `report_stream`: `run` keeps stdout for the user's command) or `output` and
+    return the exit code the command should end with.
 
     A report that cannot be written to `output` at the end of a run (folder gone, disk full, no reader on a
     FIFO) is not lost: it goes to a temporary file (else stdout) with a problem saying so, which sets exit bit 4.
     """
     if output is None:
-        return emit(report, fmt, fail_on, facts_view=facts_view)
+        return emit(report, fmt, fail_on, facts_view=facts_view, out=report_stream)
     out, err = io.StringIO(), _StderrBuffer()
     code = emit(report, fmt, fail_on, facts_view=facts_view, out=out, err=err)
     try:

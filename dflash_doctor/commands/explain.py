@@ -8,12 +8,14 @@ import typer
 
 from dflash_doctor.commands.common import guarded
 from dflash_doctor.errors import UsageError
+from dflash_doctor.render.help import epilog
 
 
 def register(app: typer.Typer) -> None:
     @app.command(
-        epilog="Examples:  dflash-doctor explain DFD201  ·  dflash-doctor explain checkpoint-use-reentrant-true  ·  "
-        "dflash-doctor explain mitigations  ·  dflash-doctor explain threadlocal-flag  ·  dflash-doctor explain --list",
+        epilog=epilog(["dflash-doctor explain DFD201", "dflash-doctor explain checkpoint-use-reentrant-true",
+                       "dflash-doctor explain mitigations", "dflash-doctor explain threadlocal-flag",
+                       "dflash-doctor explain --list"]),
     )
     @guarded
     def explain(
@@ -57,8 +59,11 @@ def _explain_mitigations(name: str, as_json: bool) -> int:
     """The registry's own words: docs/mitigations.md's page, or one entry of it."""
     import json
 
+    import sys
+
     from dflash_doctor import mitigations as registry
-    from dflash_doctor.render.mitigations_doc import entry_lines, render
+    from dflash_doctor.render.explain_view import render_mitigations
+    from dflash_doctor.render.text import console_for
 
     entries = registry.REGISTRY if name == "mitigations" else (registry.get(name),)
     if as_json:
@@ -68,5 +73,5 @@ def _explain_mitigations(name: str, as_json: bool) -> int:
                                 "ladder": [s.value for s in e.ladder], "recommended": e.recommended}
                                for e in entries], indent=2))
     else:
-        typer.echo(render() if name == "mitigations" else "\n".join(entry_lines(entries[0])).rstrip())
+        render_mitigations(console_for(sys.stdout), entries, ranking=name == "mitigations")
     return 0

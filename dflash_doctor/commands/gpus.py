@@ -19,12 +19,14 @@ from dflash_doctor.commands.common import (
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor gpus --roles target=0-4,drafter=5-7  ·  "
-    "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader | "
-    "dflash-doctor gpus --from - --roles target=0-4,drafter=5-7 --memory-total 97871  ·  "
-    "dflash-doctor gpus --watch --interval 1  ·  " + EXIT_CODES_HELP
+EPILOG = epilog(
+    ["dflash-doctor gpus --roles target=0-4,drafter=5-7",
+     "nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader | "
+     "dflash-doctor gpus --from - --roles target=0-4,drafter=5-7 --memory-total 97871",
+     "dflash-doctor gpus --watch --interval 1"],
+    EXIT_CODES_HELP,
 )
 
 
@@ -112,7 +114,7 @@ def live_report(samples, interval, watch, fmt, role_map, thresholds, total, open
     console = console or console_for(sys.stdout if fmt is OutputFormat.TEXT else sys.stderr)
     with Live(console=console, auto_refresh=False, transient=True) as live:
         def redraw(report) -> None:
-            live.update(gpus_table(report.facts), refresh=True)
+            live.update(gpus_table(console, report.facts), refresh=True)
 
         return report_from_nvml(samples=samples, interval=interval, sleep=sleep, roles=role_map,
                                 thresholds=thresholds, memory_total_mib=total, on_sample=redraw,

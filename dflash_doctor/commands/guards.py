@@ -7,15 +7,17 @@ from typing import Optional
 import typer
 
 from dflash_doctor.commands.common import (
-    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, finite, guarded,
+    EXIT_CODES_HELP, FAIL_ON_OPTION, FORMAT_OPTION, OUTPUT_OPTION, QUIET_OPTION, check_output, finish, finite, guarded,
 )
 from dflash_doctor.findings import FailOn
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor guards  ·  dflash-doctor guards --no-probes  ·  "
-    "dflash-doctor guards --format json | jq .facts.verdict  ·  dflash-doctor guards --format sarif -o guards.sarif  "
-    "·  dflash-doctor guards --torch-root ./unpacked-wheel/torch --no-probes.  " + EXIT_CODES_HELP
+EPILOG = epilog(
+    ["dflash-doctor guards", "dflash-doctor guards --no-probes", "dflash-doctor guards --format json | jq .facts.verdict",
+     "dflash-doctor guards --format sarif -o guards.sarif",
+     "dflash-doctor guards --torch-root ./unpacked-wheel/torch --no-probes"],
+    EXIT_CODES_HELP,
 )
 
 
@@ -40,6 +42,7 @@ def register(app: typer.Typer) -> None:
         fmt: OutputFormat = FORMAT_OPTION,
         fail_on: FailOn = FAIL_ON_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
+        quiet: bool = QUIET_OPTION,
     ) -> int:
         """Read the installed PyTorch's compile guard, FX-tracing flag and backward compile, probe them live, and give
         a verdict per hazard (FX-flag leak, stuck flag, is-compiling leak, compile-lock deadlock) with fixes
@@ -49,5 +52,8 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.render.guards_view import guards_view
 
         finite(timeout, "--timeout", minimum=1.0)
-        report = run_guards(probes=probes, timeout=timeout, torch_root=torch_root)
+        from dflash_doctor.render.progress_view import reporting
+
+        with reporting("guards", quiet=quiet) as progress:
+            report = run_guards(probes=probes, timeout=timeout, torch_root=torch_root, progress=progress)
         return finish(report, fmt, fail_on, output, facts_view=guards_view)

@@ -19,12 +19,14 @@ from dflash_doctor.commands.common import (
 from dflash_doctor.findings import FailOn
 from dflash_doctor.logs.options import DEFAULTS, THREAD_PATTERN_HELP
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor logs train.log  ·  ssh gpu-box cat /workspace/train.log | dflash-doctor logs -  ·  "
-    "dflash-doctor logs train.log.gz  ·  dflash-doctor logs train.log --follow --max-seconds 600  ·  "
-    "dflash-doctor logs train.log --thread-pattern '\\[(\\w+-\\d+)\\]' --format json  ·  Only regular files (plain, "
-    "gzip, bzip2, xz) and - are read.  ·  " + EXIT_CODES_HELP
+EPILOG = epilog(
+    ["dflash-doctor logs train.log", "ssh gpu-box cat /workspace/train.log | dflash-doctor logs -",
+     "dflash-doctor logs train.log.gz", "dflash-doctor logs train.log --follow --max-seconds 600",
+     "dflash-doctor logs train.log --thread-pattern '\\[(\\w+-\\d+)\\]' --format json"],
+    "Only regular files (plain, gzip, bzip2, xz) and - are read.",
+    EXIT_CODES_HELP,
 )
 
 

@@ -15,16 +15,17 @@ from dflash_doctor.commands.common import (
 from dflash_doctor.findings import FailOn
 from dflash_doctor.vocabularies import Checkpoint, FailHow, Transport
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor pipeline --preset tiny --device cpu --steps 30  ·  "
-    "dflash-doctor pipeline --preset seeds --device cuda --steps 20 --stall-timeout 60  ·  "
-    "dflash-doctor pipeline --preset seeds --device cuda --steps 20 --mitigation threadlocal-flag,non-lazy-backward  ·  "
-    "dflash-doctor pipeline --preset small --device cuda --workers processes  ·  "
-    "dflash-doctor pipeline --tracing-thread --mitigation isolate-fx-patches  ·  "
-    "dflash-doctor pipeline --preset seeds --device cuda --target-devices 0,1,2,3,4 --drafter-devices 5,6,7  ·  "
-    "dflash-doctor pipeline --save runs/d1 && dflash-doctor pipeline --save runs/d1 --resume  ·  "
-    "dflash-doctor pipeline --fail-worker drafter-1 --fail-at-step 3 --format json   "
+EPILOG = epilog(
+    ["dflash-doctor pipeline --preset tiny --device cpu --steps 30",
+     "dflash-doctor pipeline --preset seeds --device cuda --steps 20 --stall-timeout 60",
+     "dflash-doctor pipeline --preset seeds --device cuda --steps 20 --mitigation threadlocal-flag,non-lazy-backward",
+     "dflash-doctor pipeline --preset small --device cuda --workers processes",
+     "dflash-doctor pipeline --tracing-thread --mitigation isolate-fx-patches",
+     "dflash-doctor pipeline --preset seeds --device cuda --target-devices 0,1,2,3,4 --drafter-devices 5,6,7",
+     "dflash-doctor pipeline --save runs/d1 && dflash-doctor pipeline --save runs/d1 --resume",
+     "dflash-doctor pipeline --fail-worker drafter-1 --fail-at-step 3 --format json"],
     "Exit codes: 0 the run finished; 1 a worker died or hung (a DFD8xx finding names it, its cause and its "
     "stacks; the other workers were shut down); 2 usage error; 3 internal error; 4 a missing dependency, or a "
     "mitigation this torch cannot apply; 130 / 143 stopped by SIGINT / SIGTERM (the partial report is written)."

@@ -9,11 +9,12 @@ import typer
 
 from dflash_doctor.commands.common import check_output, error_line, guarded, write_document
 from dflash_doctor.errors import UsageError
+from dflash_doctor.render.help import epilog
 
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
-EPILOG = (
-    "Examples:  dflash-doctor report > report.md  ·  dflash-doctor report --out report.html  ·  "
-    "dflash-doctor report src/ --no-probes --out report.md  ·  dflash-doctor report --repro-json repro.json.  "
+EPILOG = epilog(
+    ["dflash-doctor report > report.md", "dflash-doctor report --out report.html",
+     "dflash-doctor report src/ --no-probes --out report.md", "dflash-doctor report --repro-json repro.json"],
     "The last repro result is read from ~/.cache/dflash-doctor/last-repro.json (XDG_CACHE_HOME, or "
     "DFLASH_DOCTOR_CACHE, moves it) unless --repro-json names a file.  Exit codes: 0 written (sections that "
     "could not be collected say so inside); 2 usage error; 3 internal error; 4 --out could not be written after "

@@ -9,24 +9,25 @@ import typer
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.commands.common import (
-    FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact,
+    FORMAT_OPTION, OUTPUT_OPTION, QUIET_OPTION, check_output, finish, guarded, write_artifact,
 )
 from dflash_doctor.render import OutputFormat
-from dflash_doctor.vocabularies import Cache, Checkpoint, Expect, Mode, Shapes
+from dflash_doctor.render.help import epilog
+from dflash_doctor.vocabularies import JOBS_DEFAULT_TEXT, Cache, Checkpoint, Expect, Mode, Shapes
 
-EPILOG = (
-    "Examples:  dflash-doctor repro --threads 3  ·  "
-    "dflash-doctor repro --device cuda --mitigation threadlocal-flag,non-lazy-backward  ·  "
-    "dflash-doctor repro --device cuda --matrix  ·  "
-    "dflash-doctor repro --mode forced --expect reproduced --format json  ·  "
-    "dflash-doctor repro --model mypkg.drafter:build --trace trace.json.  "
+EPILOG = epilog(
+    ["dflash-doctor repro --threads 3",
+     "dflash-doctor repro --device cuda --mitigation threadlocal-flag,non-lazy-backward",
+     "dflash-doctor repro --device cuda --matrix",
+     "dflash-doctor repro --mode forced --expect reproduced --format json",
+     "dflash-doctor repro --model mypkg.drafter:build --trace trace.json"],
     "The default --mode auto climbs natural -> amplified -> forced until the race shows, skipping what this "
     "machine cannot show (said up front). A mitigation is 'holds' only after it survived its whole stress ladder "
-    "against a baseline that reproduced under the same stresses; otherwise 'fails' or 'inconclusive'.  "
+    "against a baseline that reproduced under the same stresses; otherwise 'fails' or 'inconclusive'.",
     "Exit codes: 0 not reproduced; 1 reproduced (with --expect: 0 when the verdict matches, else 1); "
     "2 usage error (a --model that cannot be imported or built included); 3 harness failure (the single-thread "
-    "control failed, a mitigation could not be applied, no trial gave a verdict); 4 torch is missing. "
-    "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index))."
+    "control failed, a mitigation could not be applied, no trial gave a verdict); 4 torch is missing.",
+    "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index)).",
 )
 
 
@@ -81,8 +82,7 @@ def register(app: typer.Typer) -> None:
             "first step (warm threads overlapping a compile, as in training), for at most --hang-after seconds."),
         trials: int = typer.Option(3, "--trials", help="Natural trials per row (amplified: one fewer; forced and "
                                                        "stuck: one, they are deterministic)."),
-        jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Trials run side by side. Default: 1 on a "
-                                           "CPU, up to 6 (a third of the cores) with a GPU."),
+        jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=f"Trials run side by side. Default: {JOBS_DEFAULT_TEXT}."),
         timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a trial's child is killed."),
         hang_after: float = typer.Option(
             60.0, "--hang-after", help="Seconds without progress before a child is called hung (a lock cycle in the "
@@ -108,15 +108,15 @@ def register(app: typer.Typer) -> None:
                                                 help="CI assertion: exit 0 when the verdict matches, else 1."),
         fmt: OutputFormat = FORMAT_OPTION,
         output: Optional[Path] = OUTPUT_OPTION,
+        quiet: bool = QUIET_OPTION,
     ) -> int:
         """Replay the drafter step in one thread, then in N threads up the stress ladder (each trial in its own
         process); name the race (FX-flag leak, stuck flag, deadlock), blame the thread, and test the fixes."""
         check_output(output)
         check_output(trace, [output], "--trace")
-        import sys
-
-        from dflash_doctor.render.repro_view import render_repro_facts
-        from dflash_doctor.render.text import console_for
+        from dflash_doctor.render.progress_view import reporting
+        from dflash_doctor.report.last_repro import made_here, utc_now
+        from dflash_doctor.render.repro_view import render_repro_facts, verdict_words
         from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
         from dflash_doctor.repro.spec import DEFAULT_PRESET, ReproSpec, parse_devices
 
@@ -128,9 +128,10 @@ def register(app: typer.Typer) -> None:
             model=model, jobs=jobs,
         ).validate()
         check_torch(devices)
-        err = console_for(sys.stderr)
-        report = run_repro(spec, matrix=matrix, progress=lambda message: err.print(f"[dim]repro {message}[/]",
-                                                                                 highlight=False))
+        started = utc_now()
+        with reporting("repro", quiet=quiet) as progress:
+            report = run_repro(spec, matrix=matrix, progress=progress)
+        report.facts["made"] = made_here(started, utc_now())  # so `report` can say which run it bundles
         if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
             report.facts["expect"] = expect.value
             report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
@@ -140,4 +141,5 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.report.last_repro import remember_repro
 
         remember_repro(report, report.exit_code())  # what `dflash-doctor report` bundles without re-running
+        report.summary = verdict_words(report.facts)  # the closing line reads as the verdict, not a count
         return finish(report, fmt, output=output, facts_view=render_repro_facts)

@@ -16,15 +16,19 @@ from dflash_doctor.commands.common import (
 )
 from dflash_doctor.findings import FailOn, Report
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor scan src/  ·  dflash-doctor scan train.py --format json  ·  "
-    "dflash-doctor scan . --exclude 'tests/*' --select DFD1 --format sarif -o scan.sarif  ·  "
-    "dflash-doctor scan . --ignore DFD202 --fail-on error  ·  "
-    "dflash-doctor scan . --format json -o baseline.json, later: dflash-doctor scan . --baseline baseline.json.  "
-    "Settings: [tool.dflash-doctor] in pyproject.toml (select, ignore, exclude, fail-on, per-file-ignores), "
-    "found from the scanned paths upward; options win over it.  "
-    "Silence one line with `# noqa: DFD102`; DFD302 reports noqa codes that silence nothing.  " + EXIT_CODES_HELP
+EPILOG = epilog(
+    ["dflash-doctor scan src/", "dflash-doctor scan train.py --format json",
+     "dflash-doctor scan . --exclude 'tests/*' --select DFD1 --format sarif -o scan.sarif",
+     "dflash-doctor scan . --ignore DFD202 --fail-on error",
+     "dflash-doctor scan . --format json -o baseline.json",
+     "dflash-doctor scan . --baseline baseline.json"],
+    "The last two: record today's findings once, then report only new ones.",
+    "Settings: [tool.dflash-doctor] in pyproject.toml (select, ignore, exclude, fail-on, per-file-ignores, "
+    "entry-points), found from the scanned paths upward; options win over it.",
+    "Silence one line with `# noqa: DFD102`; DFD302 reports noqa codes that silence nothing.",
+    EXIT_CODES_HELP,
 )
 
 
@@ -52,6 +56,10 @@ def _verbose_view(console, facts: dict) -> None:
     hidden = facts.get("skipped_folders_total", 0) - len(facts.get("skipped_folders", []))
     if hidden > 0:
         console.print(f"[dim]... and {hidden} more skipped folders (JSON facts list the first ones)[/]")
+    for followed in facts.get("followed_imports") or []:
+        console.print(f"[dim]followed import: {escape(followed)}[/]")
+    for entry in facts.get("entry_points") or []:
+        console.print(f"[dim]entry point {escape(entry['path'])} ({escape(entry['how'])})[/]")
     for fix in facts.get("mitigations_applied", []):
         console.print(f"[dim]mitigation {escape(fix['mitigation'])} applied at {escape(fix['path'])}:{fix['line']}[/]")
     if facts.get("baseline"):
@@ -93,7 +101,7 @@ def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG)
     @guarded
     def scan(
-        paths: List[Path] = typer.Argument(..., help="Files or folders to scan (folders: every .py file below)."),
+        paths: List[Path] = typer.Argument(..., metavar="PATH...", help="Files or folders to scan (folders: every .py file below)."),
         exclude: List[str] = typer.Option(
             [], "--exclude", "-x", help="Glob of files or folders to skip (repeatable), e.g. 'tests/*'.",
         ),

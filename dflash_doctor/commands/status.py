@@ -19,12 +19,14 @@ from dflash_doctor.commands.common import (
 from dflash_doctor.findings import FailOn
 from dflash_doctor.logs.options import THREAD_PATTERN_HELP
 from dflash_doctor.render import OutputFormat
+from dflash_doctor.render.help import epilog
 
-EPILOG = (
-    "Examples:  dflash-doctor status --log train.log --from smi.csv --roles target=0-4,drafter=5-7  ·  "
-    "dflash-doctor status --log train.log --roles target=0-4,drafter=5-7 --map drafter-0=5  ·  "
+EPILOG = epilog(
+    ["dflash-doctor status --log train.log --from smi.csv --roles target=0-4,drafter=5-7",
+     "dflash-doctor status --log train.log --roles target=0-4,drafter=5-7 --map drafter-0=5"],
     "Worker -> GPU: --map NAME=GPU, else ROLE-N runs on the N-th GPU of ROLE as --roles lists them, and rankN on "
-    "GPU N when no role says otherwise.  ·  " + EXIT_CODES_HELP
+    "GPU N when no role says otherwise.",
+    EXIT_CODES_HELP,
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 from dflash_doctor.findings import Problem, Report, Severity
 from dflash_doctor.gpus.readings import GpuReading
@@ -60,6 +60,41 @@ def _roles_for(readings: Sequence[GpuReading], roles: RoleMap) -> Dict[int, Opti
     return {r.index: owner.get(r.index) for r in readings}
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """One averaged snapshot with each GPU's role: what every DFD4xx check reads, so each check is one function."""
+
+    readings: Sequence[GpuReading]
+    role: Dict[int, Optional[str]]
+    thresholds: Thresholds
+    path: Optional[str]
+
+    def where(self, r: GpuReading) -> dict:
+        return {"path": self.path, "line": r.line, "column": 1 if r.line else None}
+
+    def evidence(self, r: GpuReading, **extra) -> dict:
+        base = {"gpu": r.index, "role": self.role[r.index], "utilization": r.utilization,
+                "memory_used_mib": r.memory_used_mib, "samples": r.samples}
+        base.update(extra)
+        return base
+
+    def role_name(self, r: GpuReading) -> str:
+        return self.role[r.index] or "no role"
+
+    @property
+    def usable(self) -> List[GpuReading]:
+        return [r for r in self.readings if not r.lost and r.utilization is not None]
+
+    @property
+    def loaded(self) -> List[GpuReading]:
+        """GPUs holding more than a bare CUDA context: the ones running the job."""
+        return [r for r in self.usable if _held(r) >= self.thresholds.min_held_mib]
+
+    @property
+    def working(self) -> List[GpuReading]:
+        return [r for r in self.loaded if _util(r) > self.thresholds.idle_util]
+
+
 def analyze_gpus(
     readings: Sequence[GpuReading],
     *,
@@ -74,8 +109,29 @@ def analyze_gpus(
     """The DFD4xx findings for one averaged snapshot; `span_s` is how long the samples covered, when known."""
     roles = roles or {}
     report = Report(command="gpus")
-    role = _roles_for(readings, roles)
+    snapshot = _Snapshot(readings, _roles_for(readings, roles), thresholds, path)
     present = {r.index for r in readings}
+    _roles_absent(roles, present, report)
+    idle_held = _idle_memory_held(snapshot, span_s, report)
+    _empty_beside_busy(snapshot, report)
+    levels = _role_imbalance(snapshot, idle_held, report)
+    skipped = _near_capacity(snapshot, memory_total_mib, report)
+    if live:
+        _processes_gone(readings, snapshot.role, report, snapshot.evidence)
+    report.facts = {
+        "source": source,
+        "path": path,
+        "gpus": [dict(r.to_dict(), role=snapshot.role[r.index],
+                      memory_total_mib=r.memory_total_mib or memory_total_mib) for r in readings],
+        "roles": {name: list(indices) for name, indices in (roles or {ALL_ROLE: tuple(sorted(present))}).items()},
+        "role_busy_level": levels,
+        "thresholds": asdict(thresholds),
+        "skipped_checks": skipped,
+    }
+    return report
+
+
+def _roles_absent(roles: RoleMap, present: Set[int], report: Report) -> None:
     for name, indices in roles.items():
         absent = [i for i in indices if i not in present]
         if absent:
@@ -83,33 +139,33 @@ def analyze_gpus(
                 "--roles", f"role {name!r} names GPU {', '.join(map(str, absent))}, not in the snapshot",
                 "those GPUs were not compared"))
 
-    def where(r: GpuReading) -> dict:
-        return {"path": path, "line": r.line, "column": 1 if r.line else None}
 
-    def evidence(r: GpuReading, **extra) -> dict:
-        base = {"gpu": r.index, "role": role[r.index], "utilization": r.utilization,
-                "memory_used_mib": r.memory_used_mib, "samples": r.samples}
-        base.update(extra)
-        return base
-
-    usable = [r for r in readings if not r.lost and r.utilization is not None]
-    loaded = [r for r in usable if _held(r) >= thresholds.min_held_mib]
-    working = [r for r in loaded if _util(r) > thresholds.idle_util]
-    idle_held = set()
+def _idle_memory_held(snapshot: _Snapshot, span_s: Optional[float], report: Report) -> Set[int]:
+    """DFD406 when every loaded GPU is idle, else DFD401 for each idle one beside working peers; returns the GPUs
+    reported as idle with memory held (the imbalance check skips them: one finding per stalled GPU)."""
+    loaded, working = snapshot.loaded, snapshot.working
     if loaded and not working:
-        _all_idle(loaded, report, thresholds, span_s, role, where, evidence)
-        idle_held = {r.index for r in loaded}
+        _all_idle(loaded, report, span_s, snapshot)
+        return {r.index for r in loaded}
+    idle_held: Set[int] = set()
     busiest = ", ".join(str(w.index) for w in sorted(working, key=lambda w: -_util(w))[:4])
     for r in loaded:
-        if working and _util(r) <= thresholds.idle_util:
+        if working and _util(r) <= snapshot.thresholds.idle_util:
             idle_held.add(r.index)
             report.findings.append(GPU_IDLE_MEMORY_HELD.finding(
-                f"GPU {r.index} ({role[r.index] or 'no role'}) holds {_gib(_held(r))} at "
+                f"GPU {r.index} ({snapshot.role_name(r)}) holds {_gib(_held(r))} at "
                 f"{_util(r):.0f} % utilization over {r.samples} sample(s) while GPU {busiest} work: a stalled "
                 "or dead worker",
-                evidence=evidence(r), **where(r)))
-    loaded_indices = {r.index for r in loaded}
-    for r in usable:
+                evidence=snapshot.evidence(r), **snapshot.where(r)))
+    return idle_held
+
+
+def _empty_beside_busy(snapshot: _Snapshot, report: Report) -> None:
+    """DFD405: an idle GPU holding (almost) nothing while peers of its role work."""
+    role, thresholds = snapshot.role, snapshot.thresholds
+    loaded_indices = {r.index for r in snapshot.loaded}
+    working = snapshot.working
+    for r in snapshot.usable:
         if r.index in loaded_indices or _util(r) > thresholds.idle_util or role[r.index] is None:
             continue
         busy = [p for p in working if role[p.index] == role[r.index] and _util(p) >= thresholds.busy_util]
@@ -118,9 +174,13 @@ def analyze_gpus(
                 f"GPU {r.index} ({role[r.index]}) idle at {_util(r):.0f} % holding only "
                 f"{_gib(_held(r))} while its peers GPU {', '.join(str(p.index) for p in busy[:4])} "
                 "work: likely a worker that died and freed it",
-                evidence=evidence(r, busy_peers=[p.index for p in busy]), **where(r)))
+                evidence=snapshot.evidence(r, busy_peers=[p.index for p in busy]), **snapshot.where(r)))
 
-    # A GPU holding less than min_held (a bare CUDA context) is not running the job: it is nobody's peer.
+
+def _role_imbalance(snapshot: _Snapshot, idle_held: Set[int], report: Report) -> Dict[str, float]:
+    """DFD402 per role; returns each role's busy level. A GPU holding less than min_held (a bare CUDA context) is
+    not running the job: it is nobody's peer."""
+    loaded, role, thresholds = snapshot.loaded, snapshot.role, snapshot.thresholds
     levels: Dict[str, float] = {}
     for name in sorted({name for name in (role[r.index] for r in loaded) if name is not None}):
         peers = [r for r in loaded if role[r.index] == name]
@@ -135,12 +195,16 @@ def analyze_gpus(
                 report.findings.append(GPU_ROLE_IMBALANCE.finding(
                     f"GPU {r.index} ({name}) at {_util(r):.0f} % while its role peers run at {level:.0f} % "
                     f"(median of the busiest half of {len(peers)} GPUs)",
-                    evidence=evidence(r, role_busy_level=level, peers=[p.index for p in peers if p is not r]),
-                    **where(r)))
+                    evidence=snapshot.evidence(r, role_busy_level=level,
+                                               peers=[p.index for p in peers if p is not r]),
+                    **snapshot.where(r)))
+    return levels
 
-    skipped: List[str] = []
+
+def _near_capacity(snapshot: _Snapshot, memory_total_mib: Optional[float], report: Report) -> List[str]:
+    """DFD403; returns the checks skipped for want of memory.total."""
     unknown_total = []
-    for r in readings:
+    for r in snapshot.readings:
         if r.lost or r.memory_used_mib is None:
             continue
         total = r.memory_total_mib or memory_total_mib
@@ -148,29 +212,16 @@ def analyze_gpus(
             unknown_total.append(r.index)
             continue
         percent = 100.0 * r.memory_used_mib / total
-        if percent >= thresholds.near_capacity:
+        if percent >= snapshot.thresholds.near_capacity:
             report.findings.append(GPU_MEMORY_NEAR_CAPACITY.finding(
-                f"GPU {r.index} ({role[r.index] or 'no role'}) uses {_gib(r.memory_used_mib)} of {_gib(total)} "
+                f"GPU {r.index} ({snapshot.role_name(r)}) uses {_gib(r.memory_used_mib)} of {_gib(total)} "
                 f"({percent:.1f} %)",
-                evidence=evidence(r, memory_total_mib=total, memory_percent=round(percent, 1)), **where(r)))
-    if unknown_total:
-        skipped.append(f"{GPU_MEMORY_NEAR_CAPACITY.code} on GPU {', '.join(map(str, unknown_total))}: memory.total "
-                       "unknown (add memory.total to the query or pass --memory-total)")
-
-    if live:
-        _processes_gone(readings, role, report, evidence)
-
-    report.facts = {
-        "source": source,
-        "path": path,
-        "gpus": [dict(r.to_dict(), role=role[r.index], memory_total_mib=r.memory_total_mib or memory_total_mib)
-                 for r in readings],
-        "roles": {name: list(indices) for name, indices in (roles or {ALL_ROLE: tuple(sorted(present))}).items()},
-        "role_busy_level": levels,
-        "thresholds": asdict(thresholds),
-        "skipped_checks": skipped,
-    }
-    return report
+                evidence=snapshot.evidence(r, memory_total_mib=total, memory_percent=round(percent, 1)),
+                **snapshot.where(r)))
+    if not unknown_total:
+        return []
+    return [f"{GPU_MEMORY_NEAR_CAPACITY.code} on GPU {', '.join(map(str, unknown_total))}: memory.total "
+            "unknown (add memory.total to the query or pass --memory-total)"]
 
 
 def _processes_gone(readings: Iterable[GpuReading], role: dict, report: Report, evidence) -> None:
@@ -193,8 +244,7 @@ def _processes_gone(readings: Iterable[GpuReading], role: dict, report: Report, 
             "run on the host, or with the host PID namespace, to check DFD404"))
 
 
-def _all_idle(loaded: Sequence[GpuReading], report: Report, thresholds: Thresholds, span_s: Optional[float],
-              role: dict, where, evidence) -> None:
+def _all_idle(loaded: Sequence[GpuReading], report: Report, span_s: Optional[float], snapshot: _Snapshot) -> None:
     loaded = sorted(loaded, key=lambda r: r.index)
     samples = min(r.samples for r in loaded)
     stayed = samples >= STAY_SAMPLES and (span_s is None or span_s >= STAY_SECONDS)
@@ -209,8 +259,8 @@ def _all_idle(loaded: Sequence[GpuReading], report: Report, thresholds: Threshol
     first = loaded[0]
     report.findings.append(GPU_ALL_IDLE.finding(
         message, severity=Severity.WARNING if stayed else Severity.INFO,
-        evidence=evidence(first, gpus=[r.index for r in loaded], stayed=stayed, span_s=span_s,
-                          min_samples=samples), **where(first)))
+        evidence=snapshot.evidence(first, gpus=[r.index for r in loaded], stayed=stayed, span_s=span_s,
+                          min_samples=samples), **snapshot.where(first)))
 
 
 def make_thresholds(idle_util: float = 3.0, min_held: str = "2048", imbalance_gap: float = 40.0,

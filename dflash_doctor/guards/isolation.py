@@ -12,7 +12,7 @@ import selectors
 import signal
 import sys
 import time
-from typing import Callable, Dict, Mapping
+from typing import Callable, Dict, Mapping, Optional
 
 from dflash_doctor.outcomes import ProbeOutcome
 
@@ -22,10 +22,12 @@ def can_fork() -> bool:
 
 
 def run_forked(tasks: Mapping[str, Callable[[], dict]], timeout: float,
-               clock: Callable[[], float] = time.monotonic) -> Dict[str, dict]:
+               clock: Callable[[], float] = time.monotonic,
+               on_done: Optional[Callable[[str, str], None]] = None) -> Dict[str, dict]:
     """{name: task()} with each task in a forked child; a task's result dict gets its `seconds`.
 
-    A child that times out, crashes or prints no result gets {"outcome": "error", "error": why}.
+    A child that times out, crashes or prints no result gets {"outcome": "error", "error": why}. `on_done(name,
+    outcome)` is called as each child's result arrives (they end in any order), for progress.
     """
     started = clock()
     children = {}
@@ -53,6 +55,8 @@ def run_forked(tasks: Mapping[str, Callable[[], dict]], timeout: float,
             else:
                 selector.unregister(key.fd)
                 os.close(key.fd)
+                if on_done is not None:
+                    on_done(key.data, _peek_outcome(bytes(output[key.data])))
     timed_out = {key.data for key in selector.get_map().values()}
     for key in list(selector.get_map().values()):
         selector.unregister(key.fd)
@@ -90,6 +94,13 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _peek_outcome(payload: bytes) -> str:
+    try:
+        return str(json.loads(payload.decode()).get("outcome", ProbeOutcome.ERROR.value))
+    except (ValueError, AttributeError):
+        return ProbeOutcome.ERROR.value
 
 
 def _result(timed_out: bool, payload: bytes, status: int, timeout: float) -> dict:

@@ -18,6 +18,7 @@ from functools import partial
 
 from dflash_doctor.guards.isolation import run_forked
 from dflash_doctor.guards.probes import BY_NAME, PROBE_NAMES
+from dflash_doctor.guards.runner import PROGRESS_MARK
 from dflash_doctor.outcomes import ProbeOutcome
 from dflash_doctor.guards.state import gpu_count, live_flags
 
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
     # Read before any probe runs: with --isolation none the probes run here and may leave the flag stuck.
     state = live_flags(torch, args.fx_flag)
     imported = time.monotonic() - began
+    _tell("imported")
     results = {}
     if args.probes:
         compiled = torch.compile(lambda x: x + 1, backend="eager")
@@ -57,13 +59,22 @@ def main(argv=None) -> int:
         else:
             read_flag = partial(_read_flag, torch, args.fx_flag)
             tasks = {name: partial(BY_NAME[name].run, torch, compiled, remaining, read_flag) for name in args.probes}
-            results = run_forked(tasks, remaining) if args.isolation == "fork" else _in_process(tasks)
+            if args.isolation == "fork":
+                results = run_forked(tasks, remaining, on_done=lambda name, outcome: _tell("probe", name, outcome))
+            else:
+                results = _in_process(tasks)
     state["gpu_count"] = gpu_count(torch)  # after the forks: the driver is never touched before fork()
     document = {"state": state, "probes": results,
                 "seconds": {"import": round(imported, 3), "total": round(time.monotonic() - began, 3)}}
     sys.stdout.write("\n" + json.dumps(document, default=str) + "\n")
     sys.stdout.flush()
     os._exit(0)
+
+
+def _tell(*words: str) -> None:
+    """One progress line on stderr for the caller (guards/runner.py reads them as they come)."""
+    sys.stderr.write(" ".join((PROGRESS_MARK, *words)) + "\n")
+    sys.stderr.flush()
 
 
 def _read_flag(torch, spec):
@@ -80,6 +91,7 @@ def _in_process(tasks) -> dict:
             result = {"outcome": ProbeOutcome.ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
         result["seconds"] = round(time.monotonic() - began, 3)
         results[name] = result
+        _tell("probe", name, str(result.get("outcome")))
     return results
 
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict, Mapping, Optional, Sequence, Set
 
 from dflash_doctor.errors import UsageError, require_torch
 from dflash_doctor.findings import Problem, Report
@@ -14,6 +15,7 @@ from dflash_doctor.guards.hazards import layout_findings, state_findings
 from dflash_doctor.guards.layout import Layout, read_layout
 from dflash_doctor.guards.probes import PROBE_NAMES
 from dflash_doctor.outcomes import ProbeOutcome
+from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.guards.releases import corroborate, later_rows
 from dflash_doctor.guards.runner import Runner, run_child, run_probes
 from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
@@ -41,20 +43,24 @@ def run_guards(
     version_of: Callable[[str], Optional[str]] = distribution_version,
     fork: Optional[bool] = None,
     clock: Callable[[], float] = time.monotonic,
+    progress: Reporter = silent,
 ) -> Report:
     """Read the guard layout, the state and (unless `probes=False`) run the live probes; see the module docs.
 
     `torch_root` analyses another torch source tree (an unpacked wheel) statically: probes, live state, this
     host's caches and environment describe something else, so they are neither read nor reported. `modules` is
     where an already imported torch is looked for (sys.modules): when the caller has Dynamo loaded, the live
-    state is the caller's own.
+    state is the caller's own. `progress` hears the probes start and end (a Reporter, dflash_doctor/progress.py).
     """
     began = clock()
     environ = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
     root = _torch_root(torch_root)
+    progress(ProgressEvent(EventKind.STARTED, "source", f"reading the guard, the FX flag and the backward compile "
+                           f"in {root}", round(clock() - began, 3)))
     layout = read_layout(root)
     layout_seconds = clock() - began
+    progress(ProgressEvent(EventKind.FINISHED, "source", "read", round(layout_seconds, 3)))
     report = Report("guards")
     tree_only = torch_root is not None
     host = {} if tree_only else _host_facts(environ)  # before the probes, whose compiles may create the caches
@@ -70,7 +76,10 @@ def run_guards(
             # Measured on the H200 (torch 2.11+cu130): a fresh compile in a process forked after `import torch`
             # hangs there, so on CUDA/ROCm builds each probe gets an interpreter of its own.
             fork = False
-        run = run_probes(PROBE_NAMES, timeout, fx_flag_spec(layout), runner=runner, fork=fork)
+        told = _ProbeProgress(progress, lambda: clock() - began, PROBE_NAMES)
+        told.begin()
+        run = run_probes(PROBE_NAMES, timeout, fx_flag_spec(layout), runner=runner, fork=fork, on_progress=told.heard)
+        told.end(run.results)
         probe_details.update(run.results)
         probe_seconds = run.seconds
         if live is None:
@@ -129,6 +138,63 @@ def run_guards(
     report.findings += layout_findings(layout) + state_findings(report.facts)
     report.problems += _problems(verdicts, probe_details)
     return report
+
+
+class _ProbeProgress:
+    """Turns the probe hosts' progress lines into events: the probes as a whole, then each probe, i of k."""
+
+    WHOLE = "probes"
+    IMPORT = "importing torch in the probe host"
+
+    def __init__(self, progress: Reporter, elapsed: Callable[[], float], names: Sequence[str]) -> None:
+        self.progress, self.elapsed, self.names = progress, elapsed, list(names)
+        self.started: Dict[str, str] = {}  # probe name -> its key
+        self.finished: Dict[str, str] = {}  # probe name -> outcome
+        self.imported: Set[str] = set()
+        self._lock = threading.Lock()  # the hosts' stderr is read on threads of their own
+
+    def _tell(self, kind: EventKind, key: str, text: str, step: Optional[int] = None) -> None:
+        self.progress(ProgressEvent(kind, key, text, round(self.elapsed(), 3), step, len(self.names) or None))
+
+    def begin(self) -> None:
+        self._tell(EventKind.STARTED, self.WHOLE, f"{len(self.names)} live probes, each in its own child process")
+        self._tell(EventKind.STARTED, self.IMPORT, self.IMPORT)
+
+    def _start(self, name: str) -> None:
+        if name not in self.started:
+            step = self.names.index(name) + 1
+            self.started[name] = key = f"probe {step}/{len(self.names)} {name}"
+            self._tell(EventKind.STARTED, key, key, step)
+
+    def heard(self, words: Sequence[str]) -> None:
+        with self._lock:
+            if list(words[:1]) == ["imported"]:
+                if self.IMPORT not in self.imported:
+                    self.imported.add(self.IMPORT)
+                    self._tell(EventKind.FINISHED, self.IMPORT, "done")
+                for name in self.names:  # the probes run side by side once torch is imported
+                    self._start(name)
+            elif len(words) == 3 and words[0] == "probe" and words[1] in self.names:
+                self._finish(words[1], words[2])
+
+    def _finish(self, name: str, outcome: str) -> None:
+        if name in self.finished:
+            return
+        self._start(name)
+        self.finished[name] = outcome
+        self._tell(EventKind.FINISHED, self.started[name], outcome, self.names.index(name) + 1)
+
+    def end(self, results: Mapping[str, dict]) -> None:
+        with self._lock:
+            if self.IMPORT not in self.imported:
+                self._tell(EventKind.FINISHED, self.IMPORT, "no word from the probe host")
+            for name in self.names:  # what no progress line announced (a stand-in runner, a killed host)
+                self._finish(name, str((results.get(name) or {}).get("outcome", ProbeOutcome.ERROR.value)))
+            counts: Dict[str, int] = {}
+            for outcome in self.finished.values():
+                counts[outcome] = counts.get(outcome, 0) + 1
+            self._tell(EventKind.FINISHED, self.WHOLE, f"{len(self.finished)} of {len(self.names)} ran: "
+                       + ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
 
 
 def _host_facts(environ: Mapping[str, str]) -> dict:

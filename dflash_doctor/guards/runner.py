@@ -5,11 +5,13 @@ paths this machine cannot produce on demand; the default really starts, waits fo
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,22 +39,55 @@ class ChildResult:
 Runner = Callable[[Sequence[str], float], ChildResult]
 
 
-def run_child(argv: Sequence[str], timeout: float) -> ChildResult:
+# The probe host's progress lines on stderr start with this (probe_host._tell); the rest is ordinary stderr.
+PROGRESS_MARK = "@dflash-doctor-progress"
+
+
+def run_child(argv: Sequence[str], timeout: float,
+              on_stderr_line: Optional[Callable[[str], None]] = None) -> ChildResult:
     """Run `argv` in a new session with children.child_env(); past `timeout` the whole process group (the forked
-    probes too) is killed."""
+    probes too) is killed. `on_stderr_line` sees each stderr line as the child writes it (its progress)."""
     began = time.monotonic()
     proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             text=True, errors="replace", start_new_session=True, env=child_env())
+    out: List[str] = []
+    err: List[str] = []
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            if on_stderr_line is not None:
+                on_stderr_line(line.rstrip("\n"))
+
+    # Both pipes are drained by threads (communicate() would hide stderr until the end).
+    readers = [threading.Thread(target=read, daemon=True) for read in (read_out, read_err)]
+    for reader in readers:
+        reader.start()
+    timed_out = False
     try:
-        out, err = proc.communicate(timeout=timeout)
-        return ChildResult(proc.returncode, out, err, time.monotonic() - began)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        timed_out = True
         _kill_group(proc)
         try:
-            out, err = proc.communicate(timeout=_KILL_WAIT_S)
-        except subprocess.TimeoutExpired:  # something still holds the pipes open: give up on the output
-            out, err = "", ""
-        return ChildResult(proc.returncode, out or "", err or "", time.monotonic() - began, timed_out=True)
+            proc.wait(timeout=_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    # The child's own children can hold the pipes open after it exits: they get what is left of `timeout`,
+    # then the group is killed, as when the child itself overran.
+    for reader in readers:
+        reader.join(max(0.0, timeout - (time.monotonic() - began)))
+    if any(reader.is_alive() for reader in readers):
+        timed_out = True
+        _kill_group(proc)
+    for reader in readers:  # something still holding the pipes open: give up on the rest of the output
+        reader.join(_KILL_WAIT_S)
+    return ChildResult(proc.returncode, "".join(out), "".join(err), time.monotonic() - began, timed_out=timed_out)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -79,9 +114,19 @@ def host_argv(names: Sequence[str], timeout: float, fx_flag: Optional[str], isol
 
 
 def run_probes(names: Sequence[str], timeout: float, fx_flag: Optional[str] = None, *,
-               runner: Runner = run_child, fork: Optional[bool] = None, python: str = sys.executable) -> ProbeRun:
-    """Run the named probes in one forked-per-probe host (Linux) or one host process per probe elsewhere."""
+               runner: Runner = run_child, fork: Optional[bool] = None, python: str = sys.executable,
+               on_progress: Optional[Callable[[Sequence[str]], None]] = None) -> ProbeRun:
+    """Run the named probes in one forked-per-probe host (Linux) or one host process per probe elsewhere.
+
+    `on_progress(words)` gets each progress line the hosts write (`imported`, `probe NAME OUTCOME`), as they
+    come, from the real runner (a test's stand-in for it reports none)."""
     fork = can_fork() if fork is None else fork
+    if on_progress is not None and runner is run_child:
+        def heard(line: str) -> None:
+            if line.startswith(PROGRESS_MARK + " "):
+                on_progress(line[len(PROGRESS_MARK) + 1:].split())
+
+        runner = functools.partial(run_child, on_stderr_line=heard)
     groups = [list(names)] if fork else [[name] for name in names]
     argvs = [host_argv(group, timeout, fx_flag, "fork" if fork else "none", python) for group in groups]
     if len(argvs) == 1:

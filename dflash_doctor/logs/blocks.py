@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, List, Optional, Tuple
 
 from dflash_doctor.logs import patterns
+from dflash_doctor.logs.frames import Frame, Stack
 
 MAX_FRAMES = 32
 MAX_CHAINED = 4
@@ -29,6 +30,27 @@ def _flush_left_frame(text: str) -> "Optional[re.Match[str]]":
     if not text.startswith("File "):
         return None
     return patterns.UNINDENTED_FRAME.match(text) or patterns.IPYTHON_FRAME.match(text)
+
+
+# What a traceback line is, for telling two tracebacks printed at the same time apart: each writer's lines come in
+# their grammar's order (a frame after the header or a source line, a source line after a frame, the exception
+# after either), so a line goes to a traceback that expects it.
+_TRACEBACK, _FRAME, _SOURCE, _EXCEPTION = "traceback", "frame", "source", "exception"
+_EXPECTS = {_FRAME: (_TRACEBACK, _SOURCE, _FRAME), _SOURCE: (_FRAME, _SOURCE), _EXCEPTION: (_FRAME, _SOURCE)}
+
+
+def _line_kind(text: str) -> Optional[str]:
+    if text.startswith("  File ") and patterns.FRAME.match(text) or _flush_left_frame(text):
+        return _FRAME
+    if text.startswith(("    ", "\t")):
+        return _SOURCE
+    if patterns.EXCEPTION_LINE.match(text):
+        return _EXCEPTION
+    return None
+
+
+def _frame(match: "re.Match[str]") -> Frame:
+    return Frame(match.group("file"), int(match.group("line")), match.group("func") or "?")
 
 
 def _rich_pointer(text: str) -> bool:
@@ -48,7 +70,7 @@ class ExceptionBlock:
     thread: Optional[str]  # from 'Exception in thread NAME:' or 'Process NAME:'; None for a plain traceback
     stream: Optional[str]  # the '[rankN]:' prefix it came with, if any
     start_line: int
-    frames: Tuple[Tuple[str, int, str], ...]  # (file, line, function), innermost last
+    stack: Stack  # the innermost MAX_FRAMES frames
     exceptions: Tuple[ExceptionRecord, ...]  # chained ones first, the one that ended the block last
 
     process: bool = False  # the header was multiprocessing's 'Process NAME:' (a child process died)
@@ -65,7 +87,7 @@ class _Open:
     stream: Optional[str]
     start_line: int
     process: bool = False
-    frames: Deque[Tuple[str, int, str]] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))
+    frames: Deque[Frame] = field(default_factory=lambda: deque(maxlen=MAX_FRAMES))  # as printed: innermost last
     exceptions: List[ExceptionRecord] = field(default_factory=list)
     started: bool = False  # a Traceback line or a frame came (a header alone has not started)
     ended: bool = False  # an exception line came; a chain marker or a new Traceback may still continue it
@@ -73,12 +95,14 @@ class _Open:
     continuation: int = 0  # message lines taken after the exception line; -1 once the message is closed
     announced: Optional[str] = None  # the type an IPython header gives up front, for a paste cut before its end
     lead: str = ""
+    last: str = ""  # the kind of the last line it took (_TRACEBACK, _FRAME, _SOURCE, _EXCEPTION)
+    taken: int = 0  # lines dispatched to it while printed at the same time as another (_Stream.parallel)
 
     def close(self) -> ExceptionBlock:
         exceptions = tuple(self.exceptions)
         if not exceptions and self.announced:
             exceptions = (ExceptionRecord(self.announced, "", self.start_line),)
-        return ExceptionBlock(self.thread, self.stream, self.start_line, tuple(self.frames), exceptions,
+        return ExceptionBlock(self.thread, self.stream, self.start_line, Stack(tuple(self.frames)), exceptions,
                               self.process, self.lead)
 
     def continue_message(self, text: str) -> None:
@@ -96,89 +120,147 @@ class _Stream:
         self.waiting: Deque[_Open] = deque(maxlen=MAX_WAITING)
         # Blocks whose printing another thread's interrupted: they resume after that thread's exception line.
         self.suspended: List[_Open] = []
+        # Tracebacks of other threads printed line by line at the same time as `open` (started, not ended): each
+        # line goes to the one that expects it (_dispatch).
+        self.parallel: List[_Open] = []
         self.names_to_come = 0  # headers cut by another thread's: their names come later, alone on a line
 
     @property
     def active(self) -> bool:
-        return self.open is not None or bool(self.waiting) or bool(self.suspended) or self.names_to_come > 0
+        return (self.open is not None or bool(self.waiting) or bool(self.suspended) or bool(self.parallel)
+                or self.names_to_come > 0)
 
     def feed(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
         closed: List[ExceptionBlock] = []
+        if self._header(text, lineno, closed):
+            return closed, True
+        if self.parallel:
+            self._dispatch(text, closed)
+        self._resume_suspended(text, closed)
+        if self._traceback_start(text, lineno, closed):
+            return closed, True
+        block = self.open
+        if block is None:
+            return closed, self._headless_frame(text, lineno)
+        consumed = self._inside(block, text, lineno, closed)
+        if self.open is None and self.parallel:
+            self.open = self.parallel.pop(0)
+        return closed, consumed
+
+    def _dispatch(self, text: str, closed: List[ExceptionBlock]) -> None:
+        """Make `open` the traceback printed at the same time as others that expects this line: of those, the one
+        that took fewest lines (the writers take turns), the earliest started at a tie."""
+        kind = _line_kind(text)
+        if kind is None or self.open is None:
+            return
+        printing = [self.open] + self.parallel
+        expecting = [b for b in printing if not b.ended and b.last in _EXPECTS[kind]]
+        if not expecting:
+            return
+        chosen = min(expecting, key=lambda b: (b.taken, b.start_line))
+        chosen.taken += 1
+        rest = [b for b in printing if b is not chosen]
+        closed += [b.close() for b in rest if b.ended]  # its exception came: a parallel one takes no more lines
+        self.parallel = [b for b in rest if not b.ended]
+        self.open = chosen
+
+    def _header(self, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
+        """'Exception in thread NAME:', 'Process NAME:', or a name whose header another thread's cut."""
         header = patterns.THREAD_EXCEPTION.match(text) if text.startswith(patterns.THREAD_HEADER_STARTS) else None
         if header is not None:
             self.names_to_come += max(0, header.group("repeat").count("Exception in thread ") - 1)
             self._start(_Open(header.group("thread"), self.stream, lineno), closed)
-            return closed, True
+            return True
         process = patterns.PROCESS_HEADER.match(text) if text.startswith("Process ") else None
         if process is not None:
             self._start(_Open(process.group("name"), self.stream, lineno, process=True), closed)
-            return closed, True
-        block = self.open
+            return True
         if self.names_to_come:
             bare = patterns.BARE_THREAD_NAME.match(text)
             if bare is not None:
                 self.names_to_come -= 1
                 self._start(_Open(bare.group("thread"), self.stream, lineno), closed)
-                return closed, True
-        if block is not None and self.suspended and (patterns.FRAME.match(text) or text.startswith("    ")):
-            # Traceback lines with no traceback of their own to go to: the interrupted one goes on.
-            if block.ended and not block.chained:
-                closed.append(block.close())
-                self.open = block = self.suspended.pop()
-            elif not block.started:
-                self.waiting.append(block)
-                self.open = block = self.suspended.pop()
+                return True
+        return False
+
+    def _resume_suspended(self, text: str, closed: List[ExceptionBlock]) -> None:
+        """Traceback lines with no traceback of their own to go to: the interrupted one goes on."""
+        block = self.open
+        if block is None or not self.suspended or not (patterns.FRAME.match(text) or text.startswith("    ")):
+            return
+        if block.ended and not block.chained:
+            closed.append(block.close())
+            self.open = self.suspended.pop()
+        elif not block.started:
+            self.waiting.append(block)
+            self.open = self.suspended.pop()
+
+    def _traceback_start(self, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
         ipython = patterns.IPYTHON_TRACEBACK.match(text) if "Traceback (most" in text else None
         start = patterns.TRACEBACK_START.search(text) if ipython is None else None
-        if ipython is not None or start is not None:
-            if block is None or (block.ended and not block.chained):
-                if block is not None:
-                    closed.append(block.close())
-                block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
-                self.open = block
-                if start is not None and (start.start() > 0 or start.end() < len(text.rstrip())):
-                    # vLLM: 'Exception in worker ... while processing method init_device: NCCL error: ...,
-                    # Traceback (most recent call last):', or a traceback flattened onto its header's line: read
-                    # when the traceback has no exception line of its own
-                    block.lead = (text[:start.start()][-500:] + " " + text[start.start():][:4000]).strip()
-            else:
-                block.ended = False  # the next section of a chained traceback
-                block.chained = False
-            block.started = True
-            if ipython is not None:
-                block.announced = ipython.group("type")
-            return closed, True
-        if block is None:
-            frame = patterns.FRAME.match(text) if text.startswith(" ") else _flush_left_frame(text)
-            if frame is None and not _rich_pointer(text):
-                return closed, False
-            # frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one
-            self.open = block = _Open(None, self.stream, lineno, started=True)
-            if frame is not None:
-                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
-            return closed, True
+        if ipython is None and start is None:
+            return False
+        block = self.open
+        if block is None or (block.ended and not block.chained):
+            if block is not None:
+                closed.append(block.close())
+            block = self.waiting.popleft() if self.waiting else _Open(None, self.stream, lineno)
+            self.open = block
+            if start is not None and (start.start() > 0 or start.end() < len(text.rstrip())):
+                # vLLM: 'Exception in worker ... while processing method init_device: NCCL error: ...,
+                # Traceback (most recent call last):', or a traceback flattened onto its header's line: read
+                # when the traceback has no exception line of its own
+                block.lead = (text[:start.start()][-500:] + " " + text[start.start():][:4000]).strip()
+        elif not block.chained and not block.exceptions and block.started and self.waiting:
+            # another thread's traceback starting before this one ended: both are printed at the same time
+            self.parallel.append(block)
+            block = self.open = self.waiting.popleft()
+        else:
+            block.ended = False  # the next section of a chained traceback
+            block.chained = False
+        block.started = True
+        block.last = _TRACEBACK
+        if ipython is not None:
+            block.announced = ipython.group("type")
+        return True
+
+    def _headless_frame(self, text: str, lineno: int) -> bool:
+        """Frames pasted without their 'Traceback' line (an excerpt from the middle): the traceback still is one."""
+        frame = patterns.FRAME.match(text) if text.startswith(" ") else _flush_left_frame(text)
+        if frame is None and not _rich_pointer(text):
+            return False
+        self.open = block = _Open(None, self.stream, lineno, started=True)
+        if frame is not None:
+            block.frames.append(_frame(frame))
+            block.last = _FRAME
+        return True
+
+    def _inside(self, block: _Open, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
+        """A line while `block` is open: a frame, the exception, its message going on, or the block's end."""
         if not text.strip():
             if block.ended:
                 block.continuation = -1
-            return closed, True
+            return True
         if patterns.CHAIN.match(text):
             block.chained = True
-            return closed, True
+            return True
         if text[0] in " \t":
             if block.ended and not block.chained:
                 if 0 <= block.continuation < MAX_CONTINUATION:
                     block.continue_message(text)
-                return closed, True
+                return True
             frame = patterns.FRAME.match(text)
             if frame:
-                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func")))
+                block.frames.append(_frame(frame))
                 block.started = True
-            return closed, True
+            block.last = _FRAME if frame else _SOURCE
+            return True
         if not block.ended and text.startswith("File "):
             frame = _flush_left_frame(text)
             if frame:
-                block.frames.append((frame.group("file"), int(frame.group("line")), frame.group("func") or "?"))
-                return closed, True
+                block.frames.append(_frame(frame))
+                block.last = _FRAME
+                return True
         exc = patterns.EXCEPTION_LINE.match(text)
         if exc and (not block.ended or block.chained):
             if len(block.exceptions) >= MAX_CHAINED:
@@ -186,15 +268,16 @@ class _Stream:
             block.exceptions.append(ExceptionRecord(exc.group("type"), (exc.group("message") or "").strip(),
                                                     lineno))
             block.ended, block.chained, block.started, block.continuation = True, False, True, 0
-            return closed, True
+            block.last = _EXCEPTION
+            return True
         if block.ended and 0 <= block.continuation < MAX_CONTINUATION and not patterns.RECORD_START.search(text):
             block.continue_message(text)
-            return closed, True
+            return True
         if block.ended:
             closed.append(block.close())
             self.open = None
         # An unrelated line (another thread's output interleaved, or the block's end): not consumed.
-        return closed, False
+        return False
 
     def _start(self, new: _Open, closed: List[ExceptionBlock]) -> None:
         current = self.open
@@ -221,11 +304,12 @@ class _Stream:
                 return []
             block, self.open = self.open.close(), None
             return [block]
-        blocks = [b.close() for b in ([self.open] if self.open is not None else []) + self.suspended
-                  + list(self.waiting)]
+        blocks = [b.close() for b in ([self.open] if self.open is not None else []) + self.parallel
+                  + self.suspended + list(self.waiting)]
         self.open = None
         self.waiting.clear()
         self.suspended.clear()
+        self.parallel.clear()
         self.names_to_come = 0
         return blocks
 

@@ -101,22 +101,52 @@ class _Peeked:
     def close(self) -> None:
         self._stream.close()
 
+    @property
+    def cut(self) -> Optional[str]:
+        return cut_of(self._stream)
+
+
+class _CarriageReturns:
+    """A log whose lines end in CR alone (classic Mac OS, some serial consoles and exporters), read as LF lines.
+    Decided on the first SAMPLE bytes: a log that ends its lines in LF keeps its CRs (a progress bar's redraws,
+    CRLF endings), which the scanner reads as it always did."""
+
+    def __init__(self, stream: _Peeked) -> None:
+        self._stream = stream
+
+    def readinto(self, target: Any) -> int:
+        got = self._stream.readinto(target)
+        target[:got] = bytes(target[:got]).replace(b"\r", b"\n")
+        return got
+
+    def read(self, size: int = -1) -> bytes:
+        return self._stream.read(size).replace(b"\r", b"\n")
+
+    def close(self) -> None:
+        self._stream.close()
+
+    @property
+    def cut(self) -> Optional[str]:
+        return cut_of(self._stream)
+
 
 def _decompressing(head: bytes, stream: Any) -> Tuple[Any, Optional[str]]:
     for magic, name in _MAGIC:
         if head.startswith(magic):
-            if name == "gzip":
-                import gzip
+            from dflash_doctor.logs.decompress import Decompressed
 
-                return gzip.GzipFile(fileobj=stream, mode="rb"), name
-            if name == "bzip2":
-                import bz2
-
-                return bz2.BZ2File(stream, mode="rb"), name
-            import lzma
-
-            return lzma.LZMAFile(stream, mode="rb"), name
+            return Decompressed(stream, name), name
     return stream, None
+
+
+def compression_of(head: bytes) -> Optional[str]:
+    """The compression whose magic bytes `head` starts with, read or not (gzip, bzip2, xz, zstd, zip)."""
+    return next((name for magic, name in _MAGIC + _UNSUPPORTED_MAGIC if head.startswith(magic)), None)
+
+
+def cut_of(stream: Any) -> Optional[str]:
+    """Why a compressed stream from open_log ended before its end marker (decompress.Decompressed.cut), if it did."""
+    return getattr(stream, "cut", None)
 
 
 def open_log(path: str, stdin: Optional[BinaryIO] = None) -> Union[Tuple[BinaryIO, str, Optional[str]], Problem]:
@@ -158,13 +188,15 @@ def open_log(path: str, stdin: Optional[BinaryIO] = None) -> Union[Tuple[BinaryI
     stream, compression = _decompressing(head, _Peeked(head, raw))
     try:
         sample = stream.read(SAMPLE)
-    except (OSError, EOFError) as exc:
+    except OSError as exc:
         _close(stream, path)
         return Problem(name, f"not read: {exc}", "a damaged or truncated compressed file?")
     problem = binary_problem(name, sample)
     if problem is not None:
         _close(stream, path)
         return problem
+    if b"\r" in sample and b"\n" not in sample:
+        return _CarriageReturns(_Peeked(sample, stream)), name, compression  # type: ignore[return-value]
     return _Peeked(sample, stream), name, compression  # type: ignore[return-value]
 
 

@@ -21,7 +21,9 @@ from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.logs import patterns
 from dflash_doctor.logs.advice import next_steps
-from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock
+from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock, ExceptionRecord
+from dflash_doctor.logs.emitted import EmittedFindings
+from dflash_doctor.logs.lines import WorkerNames, split_prefix, thread_of, unwrap, without_record_prefix
 from dflash_doctor.logs.options import LogOptions, compile_thread_pattern
 from dflash_doctor.logs.prefilter import Prefilter
 from dflash_doctor.logs.progress import TOTAL, DropEvent, ProgressTracker
@@ -30,9 +32,9 @@ from dflash_doctor.logs.throughput import IT_S, TOK_S, rate, step
 from dflash_doctor.logs.torchrun import EXIT_FIELD, RANK_FIELD, Failure, SummaryParser
 from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.logs import (
+    ABORT_LINES,
     LOG_DENSE_ATTENTION_FALLBACK,
     LOG_KILLED_BY_SIGNAL,
-    LOG_NCCL_TIMEOUT,
     LOG_NCCL_WATCHDOG_ABORT,
     LOG_PROCESS_DIED,
     LOG_RECOMPILE_LIMIT,
@@ -41,20 +43,22 @@ from dflash_doctor.rules.logs import (
     LOG_THREAD_DIED,
     LOG_THREAD_STALLED,
     LOG_THROUGHPUT_DROP,
+    SIGNAL_MEANING,
+    UNNAMED,
+    LineMemory,
     LogRule,
-    NCCL_TAKEN_DOWN,
+    RuleLine,
     gpu_in,
     trigger_words,
 )
 
-MAIN = "main"  # lines that name no thread
+MAIN = UNNAMED  # lines that name no thread
 BLOCK_GAP = 200  # lines after which an open block that stopped growing is closed (grep'd or interleaved logs)
 RECOMPILE_LOOKAHEAD = 3  # the 'function:' line follows the recompile-limit line
 MESSAGE_CHARS = 300
-NAME_CACHE = 4096  # decoded thread names kept for the progress fast path
 SAMPLE_BYTES = 8 * 1024  # parsed in full at the end of every large block (throughput samples)
 DENSE_BYTES = 64 * 1024  # blocks up to this size are parsed in full
-LOOKBACK_TRIES = 16
+LOOKBACK_TRIES = 16  # lines holding a dead worker's name tried when looking back for its last step
 MAX_HANDLED = 4096
 BARE_MESSAGE_LINES = 3  # lines after a bare exception line that may still be its message
 # The line before a traceback that says the program went on: CPython's unraisable hook, retry/recover loggers.
@@ -64,22 +68,18 @@ EXPLAINED_LINES = 30  # a cut traceback starting this close after a fatal line o
 DUMP_GAP_LINES = 12  # a dump going on this close after the last one ended is the same dump, resumed
 CRASH_DUMP_LINES = 4  # a faulthandler dump starting this close after 'Fatal Python error' is the crash's
 LAUNCHER_WRAP_LINES = 3  # a launcher line wrapped by the terminal goes on within this many lines
-ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its  # lines holding a dead worker's name tried when looking back for its last step
+DENSE_FRAMES = ("sdpa_dense", "math_attention", "sdpa_dense_backward")  # flex_attention's uncompiled path
 
 FATAL_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if entry.fatal and entry.pattern)
 LINE_RULES: Tuple[LogRule, ...] = tuple(entry for entry in LOG_RULES.values() if entry.pattern is not None)
-# Fatal kinds whose line alone means the process is gone (no exception line needed).
-_DEATH_LINES = (LOG_NCCL_WATCHDOG_ABORT.code, LOG_KILLED_BY_SIGNAL.code, LOG_PROCESS_DIED.code)
+FATAL_CODES = frozenset(entry.rule.code for entry in FATAL_RULES)
 _FAIL_ON_RECOMPILE = "FailOnRecompileLimitHit"
-_ROLE_RANK = re.compile(r"\brank=(\d+)")
 _FLAT_FILES = re.compile(r'File "([^"]+)"')  # frames of a traceback flattened onto one line
-_TAKEN_DOWN = re.compile(NCCL_TAKEN_DOWN)
-_EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES) - {LOG_KILLED_BY_SIGNAL.code}
+_EXPLAINING = frozenset(entry.rule.code for entry in FATAL_RULES if entry.explains_cut_traceback)
 # Ray's exception for a dead actor lists what may have killed it ('There are some potential root causes. (1) The
 # process is killed by SIGKILL by OOM killer ...'): guesses, not the exception's cause. (Its raylet's own line, 'A
 # worker died or was killed ...', still reports the worker's death.)
 _SPECULATION = "potential root causes"
-_NCCL_FAMILY = (LOG_NCCL_WATCHDOG_ABORT.code, "DFD504", "DFD516")  # judged only on warning and error records
 PROGRESS_ROWS = patterns.PROGRESS_ROWS.findall
 PROGRESS_HINT = patterns.PROGRESS_HINT.search
 UNIT_BYTES = patterns.UNIT_BYTES
@@ -106,6 +106,8 @@ def _may_matter(line: bytes) -> bool:
     traceback whose header was not pasted; the sampled path of large blocks does not look for those)."""
     return (bool(TRIGGER(line) or PROGRESS_HINT(line)) or b'File "' in line or line.startswith((b"(gdb) ", b"File "))
             or b"\xe2\x9d\xb1" in line)  # (rich's frame pointer)
+
+
 _PREFILTER = Prefilter(trigger_words())
 
 
@@ -120,29 +122,19 @@ class LogScanner:
         self._dump: Optional[StackDumpParser] = None
         self._dump_worker = MAIN
         self._last_dump: Optional[Tuple[str, int, StackDumpParser]] = None  # (worker, end line, dump): last dump
-        self._pending_recompile: Optional[Dict[str, Any]] = None
+        self.memory = LineMemory()  # what the rules' line hooks keep from line to line
         self._previous: Optional[str] = None
-        self._fatal_error_line: Optional[int] = None
         self._bare: Optional[Tuple[str, int, Optional[Finding]]] = None  # the last bare exception line's death
         self._handled: set = set()  # start lines of tracebacks printed by a program that went on
         self._lineno = 0
-        self._last_timeout = -ABORT_LINES - 1  # line of the last collective timeout
-        self._last_abort: Optional[Tuple[str, int]] = None  # (worker, line) of the last watchdog-abort line
-        self._pending_abort: Optional[Dict[str, Any]] = None  # a 'terminate called' line waiting for its rank
         self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
-        self._pyspy_header: Optional[Tuple[int, str]] = None  # py-spy's 'Process N:' line with no thread after it
-        self._launcher_cut: Optional[Tuple[str, int, Dict[str, Any]]] = None  # DeepSpeed's line, its code cut off
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
                                         unnamed=MAIN)
-        self._findings: List[Finding] = []
-        self._seen: Dict[tuple, int] = {}
-        self._suppressed: Dict[str, int] = {}
-        self._per_code: Dict[str, int] = {}
+        self._emitted = EmittedFindings(path, options.max_findings_per_code)
+        self._hooked: List[Finding] = []  # what a rule's hook reported for the line being parsed
         self._deaths: Dict[str, Dict[str, Any]] = {}
         self._root_cause: Optional[Dict[str, Any]] = None
-        self._names: Dict[bytes, str] = {}
-        self._tags: Dict[str, bytes] = {}  # the bytes that name a worker on its lines, for looking back
-        self._process_ranks: Dict[str, str] = {}  # a prefixed process ('Actor pid=N') -> the rank its lines named
+        self._names = WorkerNames()
         self._where: Optional[Tuple[bytes, int, int]] = None  # (block, offset, line) of the line being parsed
         self.lines = 0
         self.bytes = 0
@@ -152,8 +144,8 @@ class LogScanner:
     # -- input ---------------------------------------------------------------------------------------------
 
     def busy(self) -> bool:
-        return bool(self._blocks.active or self._pending_recompile or self._summary or self._dump
-                    or self._pending_abort)
+        return bool(self._blocks.active or self.memory.held_recompile or self._summary or self._dump
+                    or self.memory.held_abort)
 
     def feed(self, raw: bytes, lineno: int) -> List[Finding]:
         """One line (without its newline): the findings it completes. Every line is parsed."""
@@ -175,8 +167,19 @@ class LogScanner:
             return new
         self.sampled = True
         window = block.rfind(b"\n", 0, end - SAMPLE_BYTES) + 1
-        starts = _PREFILTER.line_starts(block, end)
-        new = []
+        new, pos, line = self._prefiltered(block, window, lineno)
+        if pos < window:
+            line += block.count(b"\n", pos, window)
+            pos = window
+        found, line = self._dense(block, pos, end, line)
+        self.lines = line - 1
+        return new + found
+
+    def _prefiltered(self, block: bytes, window: int, lineno: int) -> Tuple[List[Finding], int, int]:
+        """The lines of block[:window] holding a trigger word, and every line while something spans lines:
+        (findings, where it stopped, that line's number)."""
+        starts = _PREFILTER.line_starts(block, window)
+        new: List[Finding] = []
         pos, line, index = 0, lineno, 0
         while pos < window:
             if self.busy():
@@ -193,12 +196,7 @@ class LogScanner:
             self.lines = line
             new += self._line(bytes(block[start:line_end]), line)
             pos, line = line_end + 1, line + 1
-        if pos < window:
-            line += block.count(b"\n", pos, window)
-            pos = window
-        found, line = self._dense(block, pos, end, line)
-        self.lines = line - 1
-        return new + found
+        return new, pos, line
 
     def _until_idle(self, block: bytes, pos: int, limit: int, line: int, new: List[Finding]) -> Tuple[int, int]:
         while pos < limit and self.busy():
@@ -214,7 +212,7 @@ class LogScanner:
         way when they can matter."""
         new: List[Finding] = []
         region = bytes(block[start:end]) if start or end != len(block) or not isinstance(block, bytes) else block
-        names = self._names
+        decoded = self._names.decoded
         record = self.progress.record
         offset = start
         if self._default_threads:
@@ -224,12 +222,7 @@ class LogScanner:
         idle = not self.busy()
         for line, thread, step_text, value, unit in rows:
             if thread and idle:
-                name = names.get(thread)
-                if name is None:
-                    name = thread.decode()
-                    if len(names) < NAME_CACHE:
-                        names[thread] = name
-                        self._tags.setdefault(name, b"[" + thread + b"]")
+                name = decoded.get(thread) or self._names.decode(thread)
                 drops = record(name, int(step_text), float(value) * UNIT_BYTES[unit], lineno, TOK_S)
                 if drops:
                     new += self._drops(drops)
@@ -255,22 +248,7 @@ class LogScanner:
 
     def finish(self) -> Report:
         self.restart()
-        if self._launcher_cut is not None:
-            worker, line, details = self._launcher_cut
-            entry = LOG_RULES[LOG_PROCESS_DIED.code]
-            self._cause(entry, details, worker, line, None)
-            self._death(worker, LOG_PROCESS_DIED.code, line, line, details, exception=None, message="",
-                        kind="process")
-        if self._pyspy_header is not None:
-            line, worker = self._pyspy_header
-            self._emit(LOG_STACK_DUMP_HANG, (line,), f"{worker}: py-spy dump of a stuck process (its threads were "
-                       "not pasted)", line, dict(thread=worker, threads=[]))
-        if self._launcher_line and not self._deaths:
-            # the launcher's traceback, cut, and nothing else says which worker failed: the run still died
-            self._emit(LOG_PROCESS_DIED, (MAIN, "launcher"),
-                       f"{MAIN}: the launcher (torchrun / torch.distributed.launch) reported a failed worker; the "
-                       "worker's own output is not in the log", self._launcher_line,
-                       dict(thread=MAIN, launcher=True))
+        self._report_held_at_end()
         for drop in self.progress.drops_at_end():
             self._drops([drop])
         self._demote_handled()
@@ -281,10 +259,29 @@ class LogScanner:
                        f"{stall.peer} advanced {stall.peer_advanced} steps",
                        stall.line, dict(thread=stall.thread, last_step=stall.last_step, peer=stall.peer,
                                         peer_advanced=stall.peer_advanced))
-        report = Report(command="logs", findings=list(self._findings))
+        report = Report(command="logs", findings=list(self._emitted.findings))
         report.facts = self.facts()
         report.facts["next_steps"] = next_steps(report.findings, report.facts["threads"])
         return report
+
+    def _report_held_at_end(self) -> None:
+        """Lines held for what should have followed them, which did not come."""
+        cut = self.memory.launcher_cut
+        if cut is not None:
+            entry = LOG_RULES[LOG_PROCESS_DIED.code]
+            self._cause(entry, cut.details, cut.worker, cut.lineno, None)
+            self._death(cut.worker, LOG_PROCESS_DIED.code, cut.lineno, cut.lineno, cut.details, exception=None,
+                        message="", kind="process")
+        header = self.memory.pyspy_header
+        if header is not None:
+            self._emit(LOG_STACK_DUMP_HANG, (header.lineno,), f"{header.worker}: py-spy dump of a stuck process (its "
+                       "threads were not pasted)", header.lineno, dict(thread=header.worker, threads=[]))
+        if self._launcher_line and not self._deaths:
+            # the launcher's traceback, cut, and nothing else says which worker failed: the run still died
+            self._emit(LOG_PROCESS_DIED, (MAIN, "launcher"),
+                       f"{MAIN}: the launcher (torchrun / torch.distributed.launch) reported a failed worker; the "
+                       "worker's own output is not in the log", self._launcher_line,
+                       dict(thread=MAIN, launcher=True))
 
     # -- one line ----------------------------------------------------------------------------------------------
 
@@ -293,38 +290,17 @@ class LogScanner:
         new: List[Finding] = []
         if self._blocks.active and lineno - self._blocks.last_consumed > BLOCK_GAP:
             new += self._close(self._blocks.flush())
-        text = raw.decode("utf-8", "replace").rstrip("\r")
-        if text[:1] in ">`*":
-            text = patterns.MARKDOWN_LEAD.sub("", text, count=1)
-        stamp = patterns.ISO_STAMP.match(text) if text[:1].isdigit() else None
-        if stamp is not None:
-            text = text[stamp.end():]
-        glued = text.find("Exception in thread ")
-        if glued < 0:
-            glued = text.find("[rank")  # '... 70/60000 [00:10<2:02:41, 8.14it/s][rank1]: Traceback (most ...'
-        if glued > 0 and patterns.PROGRESS_BAR_TAIL.search(text, 0, glued):
-            text = text[glued:]
-        stream, body = self._split_prefix(text)
-        if body[:1] in "-IWEDC":
-            record = patterns.LOGGER_RECORD_PREFIX.match(body)
-            if record is not None:
-                body = body[record.end():]
-        if self._pending_recompile is not None:
+        stream, body = split_prefix(unwrap(raw), self._names)
+        body = without_record_prefix(body)
+        if self.memory.held_recompile is not None:
             new += self._recompile_lookahead(body)
-        if self._pending_abort is not None and lineno - self._pending_abort["line"] > ABORT_LINES:
+        held = self.memory.held_abort
+        if held is not None and lineno - held.lineno > ABORT_LINES:
             new += self._flush_abort()
-        if self._summary is not None:
-            if self._summary.feed(body):
-                if self._summary.done:
-                    new += self._end_summary()
-                return new
-            new += self._end_summary()
-        if self._dump is not None:
-            if self._dump.feed(body):
-                if self._dump.done:
-                    new += self._end_dump()
-                return new
-            new += self._end_dump()
+        taken, found = self._spanning(body)
+        new += found
+        if taken:
+            return new
         cut = body.find("Traceback (most", 1)
         if cut > 0 and TRIGGER(body[:cut].encode("utf-8", "replace")):
             # a line whose breaks were lost ('... failed (exitcode: 1) local_rank: 1 ... Traceback (most recent call
@@ -332,6 +308,30 @@ class LogScanner:
             new += self._free(body[:cut], stream, lineno)
         closed, consumed = self._blocks.feed(body, lineno, stream)
         new += self._close(closed)
+        if self._summary_starts(body, stream, lineno):
+            return new
+        if consumed:
+            self._block_line(body, stream, lineno)
+        else:
+            new += self._free(body, stream, lineno)
+        self._previous = body
+        return new
+
+    def _spanning(self, body: str) -> Tuple[bool, List[Finding]]:
+        """Feed torchrun's summary or a stack dump being read: (whether it took the line, what ending it found)."""
+        new: List[Finding] = []
+        if self._summary is not None:
+            if self._summary.feed(body):
+                return True, self._end_summary() if self._summary.done else []
+            new += self._end_summary()
+        if self._dump is not None:
+            if self._dump.feed(body):
+                return True, new + (self._end_dump() if self._dump.done else [])
+            new += self._end_dump()
+        return False, new
+
+    def _summary_starts(self, body: str, stream: Optional[str], lineno: int) -> bool:
+        """Start reading torchrun's summary when this line opens one; True when the line is then done with."""
         if "ChildFailedError" in body or "Root Cause (first observed failure)" in body:
             # torchrun's summary follows (or this is its root-cause section, grep'd): parse it, not the block's
             self._blocks.end_message(stream)
@@ -343,54 +343,27 @@ class LogScanner:
             if previous is not None and RANK_FIELD.match(previous):
                 self._summary.feed(previous)
             self._summary.feed(body)
-            return new
-        if consumed:
-            opened = patterns.THREAD_EXCEPTION.match(body) if body.startswith(patterns.THREAD_HEADER_STARTS) else None
-            if opened is not None:
-                self._look_back(opened.group("thread"))
-            elif patterns.TRACEBACK_START.search(body):
-                before = self._line_before()
-                if before is not None and HANDLED.search(before) and len(self._handled) < MAX_HANDLED:
-                    self._handled.add(lineno)
-                header = patterns.THREAD_EXCEPTION.match(before) if before and before.startswith("in thread ") else None
-                if header is not None:
-                    self._blocks.name_open(stream, header.group("thread"))
-                if stream is not None:
-                    self._look_back(stream)
-            self._previous = body
-            return new
-        new += self._free(body, stream, lineno)
-        self._previous = body
-        return new
+            return True
+        return False
 
-    def _split_prefix(self, text: str) -> Tuple[Optional[str], str]:
-        """(the worker a line's prefix names, the line without it): '[rank1]:', Ray's '(Actor pid=N)' (with a rank
-        prefix inside it, the rank), a pdsh host, a compose container; a runner's stream tag names none."""
-        prefix = patterns.WORKER_PREFIX.match(text)
-        if prefix is None:
-            return None, text
-        group = prefix.group
-        role_rank = _ROLE_RANK.search(group("role") or "")  # vLLM's '(VllmWorker rank=3 pid=9)'
-        rank = group("rank") or group("mpirank") or (role_rank.group(1) if role_rank else None)
-        stream: Optional[str] = (
-            f"rank{rank}" if rank else group("host") or group("container")
-            or (f"pid={group('barepid')}" if group("barepid") else None) or group("node") or group("node_")
-            or f"{group('proc')}{group('role')} pid={group('pid')}")
-        body = text[prefix.end():]
-        inner = patterns.WORKER_PREFIX.match(body) if not rank and body[:1] == "[" else None
-        if inner is not None and inner.group("rank"):  # '(Worker pid=9) [rank1]:...': the rank is the worker
-            if stream is not None and stream not in self._process_ranks and len(self._process_ranks) < NAME_CACHE:
-                self._process_ranks[stream] = f"rank{inner.group('rank')}"  # its unprefixed lines are that rank's
-            stream, body = f"rank{inner.group('rank')}", body[inner.end():]
-        elif group("node") or group("node_"):
-            return None, body  # a runner's tag ('bench.nolog [stderr] ', 'stderr: ') names no worker
-        if stream is not None and stream not in self._tags:
-            self._tags[stream] = group(0).rstrip().encode()
-        return stream, body
+    def _block_line(self, body: str, stream: Optional[str], lineno: int) -> None:
+        """A line a traceback block took: when it opens one, whose it is and whether the program went on."""
+        opened = patterns.THREAD_EXCEPTION.match(body) if body.startswith(patterns.THREAD_HEADER_STARTS) else None
+        if opened is not None:
+            self._look_back(opened.group("thread"))
+        elif patterns.TRACEBACK_START.search(body):
+            before = self._line_before()
+            if before is not None and HANDLED.search(before) and len(self._handled) < MAX_HANDLED:
+                self._handled.add(lineno)
+            header = patterns.THREAD_EXCEPTION.match(before) if before and before.startswith("in thread ") else None
+            if header is not None:
+                self._blocks.name_open(stream, header.group("thread"))
+            if stream is not None:
+                self._look_back(stream)
 
     def _free(self, body: str, stream: Optional[str], lineno: int) -> List[Finding]:
         """A line outside any block: progress, or one rule's line."""
-        worker = stream or self._thread_of(body)
+        worker = stream or thread_of(body, self._thread_re, self._default_threads)
         new: List[Finding] = []
         found = rate(body)
         steps = step(body)
@@ -398,88 +371,89 @@ class LogScanner:
             value, unit = found if found is not None else (None, TOK_S)
             if unit == IT_S and value is not None and self.options.tokens_per_it:
                 value, unit = value * self.options.tokens_per_it, TOK_S
-            if stream is None and worker != MAIN and worker not in self._tags:
-                self._tags[worker] = f"[{worker}]".encode()
+            if stream is None and worker != MAIN:
+                self._names.tag(worker, f"[{worker}]".encode())
             new = self._drops(self.progress.record(worker, steps, value, lineno, unit))
             if not TRIGGER(body.encode("utf-8", "replace")):
                 return new
         if body.startswith("(gdb) ") and GDB_BACKTRACE.match(body):
-            self._start_dump(lineno, stream, body)  # backtraces taken by hand: the selected thread's frames follow
+            self.start_dump(lineno, stream, body)  # backtraces taken by hand: the selected thread's frames follow
             return new
         informational = body[:2] in ("I0", "I1", "[I") and patterns.GLOG_INFO.match(body) is not None
         for entry in LINE_RULES:
             if not any(word in body for word in entry.triggers):
                 continue
-            if informational and entry.rule.code in _NCCL_FAMILY:
+            if informational and entry.records_only:
                 continue  # ProcessGroupNCCL's info records (a clean shutdown's 'found async exception ...')
             match = entry.pattern.search(body) if entry.pattern is not None else None
             if match is None:
                 continue
-            return new + self._rule_line(entry, match, body, worker, stream, lineno)
+            return new + self._rule_line(entry, RuleLine(body, lineno, stream, worker, match))
         return new
 
-    def _rule_line(self, entry: LogRule, match: "re.Match[str]", body: str, worker: str, stream: Optional[str],
-                   lineno: int) -> List[Finding]:
-        code = entry.rule.code
-        if code == LOG_STACK_DUMP_HANG.code:
-            if match.group("pyspy_pid"):
-                # 'Process 12: ...' is py-spy's header only under its command; its threads may not have been pasted
-                if "py-spy" in (self._line_before() or "") and self._pyspy_header is None:
-                    self._pyspy_header = (lineno, stream or MAIN)
-                return []
-            self._pyspy_header = None
-            self._start_dump(lineno, stream, body[match.start():])  # a header glued to prose ('... stack:Thread 5')
-            return []
-        if code == LOG_DENSE_ATTENTION_FALLBACK.code:
-            return self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
-                              f"{worker}: flex_attention ran without torch.compile (dense path that materialises "
-                              "the full scores matrix)", lineno, dict(thread=worker, via="warning"))
-        details = entry.details(match, body)
-        if code == LOG_PROCESS_DIED.code and (details.get("exception") or "").endswith("ChildFailedError"):
-            return []  # torchrun's own exception: its summary, parsed from here on, names the rank that failed
-        worker = self._worker_for(worker, details, stream)
-        if code == LOG_PROCESS_DIED.code and details.get("cut"):
-            # DeepSpeed's launcher line without its return code: a terminal may have wrapped the rest onto the
-            # next line; reported at the end unless that line comes
-            self._launcher_cut = (worker, lineno, details)
-            return []
-        if self._launcher_cut is not None and "exits with return code" in body and worker == MAIN \
-                and lineno - self._launcher_cut[1] <= LAUNCHER_WRAP_LINES:
-            worker = self._launcher_cut[0]
-        if "exits with return code" in body:
-            self._launcher_cut = None
-        if code == LOG_KILLED_BY_SIGNAL.code and ("Fatal Python error" in body or "received signal" in body):
-            self._fatal_error_line = lineno  # faulthandler's (or gdb's) thread dump follows: the crash's stack
-        if code == LOG_KILLED_BY_SIGNAL.code and details.get("cancelled") and worker in self._deaths:
-            return []  # the scheduler's closing line for a job a line above already said it killed
-        if code == LOG_NCCL_TIMEOUT.code:
-            self._last_timeout = lineno
-        if code == LOG_NCCL_WATCHDOG_ABORT.code:
-            # C++ prints 'terminate called ...' without a rank, before or after the line that names it
-            if worker == MAIN:
-                if self._last_abort is not None and lineno - self._last_abort[1] <= ABORT_LINES:
-                    worker = self._last_abort[0]
-                elif _TAKEN_DOWN.search(body) and 0 <= lineno - self._last_timeout <= ABORT_LINES:
-                    return []  # older releases: the timeouts just reported take their processes down
-                else:
-                    if self._pending_abort is None:
-                        self._pending_abort = {"details": details, "line": lineno, "body": body}
-                    return []
-            self._pending_abort = None
-            self._last_abort = (worker, lineno)
-        if code == LOG_RECOMPILE_LIMIT.code and not details.get("fatal"):
-            self._pending_recompile = dict(details, thread=worker, line=lineno, function=None, seen=0)
-            return []
-        died = code in _DEATH_LINES or patterns.EXCEPTION_LINE.match(body.strip()) is not None
-        if self._bare is not None and entry.fatal and code not in _DEATH_LINES:  # a cause, not another death
+    def _rule_line(self, entry: LogRule, line: RuleLine) -> List[Finding]:
+        """A line the rule's pattern matched: its hooks first, then its finding (and the death it reports)."""
+        if entry.on_match is not None:
+            entry.on_match(self, line)
+            return self._take_hooked()
+        details = entry.details(line.match, line.body)
+        worker = self._names.worker_for(line.worker, details, line.stream)
+        worker = self._launcher_resumed(worker, line)
+        if entry.on_line is not None:
+            hooked = entry.on_line(self, replace(line, worker=worker), details)
+            if hooked is None:
+                return self._take_hooked()
+            worker = hooked
+        body, lineno = line.body, line.lineno
+        died = entry.line_is_death or patterns.EXCEPTION_LINE.match(body.strip()) is not None
+        if self._bare is not None and entry.fatal and not entry.line_is_death:  # a cause, not another death
             self._supersede_bare(worker, lineno)
         new = self._cause(entry, details, worker, lineno, None)
-        if code == LOG_PROCESS_DIED.code and details.get("exception"):
+        if details.get("exception"):
             self._bare = (worker, lineno, new[0] if new else None)
         if died:
-            self._death(worker, code, lineno, lineno, details, exception=_exception_type(body),
-                        message=body.strip(), kind="signal" if code == LOG_KILLED_BY_SIGNAL.code else "process")
+            self._death(worker, entry.rule.code, lineno, lineno, details, exception=_exception_type(body),
+                        message=body.strip(), kind=entry.death_kind)
         return new
+
+    def _launcher_resumed(self, worker: str, line: RuleLine) -> str:
+        """DeepSpeed's launcher line wrapped by the terminal: its return code, on a line of its own, is the cut
+        line's worker's."""
+        if "exits with return code" not in line.body:
+            return worker
+        cut, self.memory.launcher_cut = self.memory.launcher_cut, None
+        if cut is not None and worker == MAIN and line.lineno - cut.lineno <= LAUNCHER_WRAP_LINES:
+            return cut.worker
+        return worker
+
+    def _take_hooked(self) -> List[Finding]:
+        hooked, self._hooked = self._hooked, []
+        return hooked
+
+    # -- what the rules' hooks use (rules/logs.py RuleScanner) ---------------------------------------------------
+
+    def report(self, rule: Rule, key: tuple, message: str, lineno: int, evidence: Dict[str, Any]) -> None:
+        self._hooked += self._emit(rule, key, message, lineno, evidence)
+
+    def is_dead(self, worker: str) -> bool:
+        return worker in self._deaths
+
+    def line_before(self) -> Optional[str]:
+        """The line just before the one being parsed (read from the block: the scanner may have skipped it)."""
+        return self._line_before()
+
+    def start_dump(self, lineno: int, stream: Optional[str], text: str) -> None:
+        fatal_line = self.memory.fatal_error_line
+        crash = crash_context(self._previous) or (
+            fatal_line is not None and lineno - fatal_line <= CRASH_DUMP_LINES)
+        self._dump = StackDumpParser(lineno, crash=crash)
+        worker = stream or MAIN
+        last = self._last_dump
+        if last is not None and last[0] == worker and lineno - last[1] <= DUMP_GAP_LINES:
+            # the same dump, interrupted by a line it does not know or by the paster's prose between two fences
+            self._dump.start_line, self._dump.threads = last[2].start_line, last[2].threads
+        self._dump_worker = worker
+        self._dump.feed(text)
 
     def _supersede_bare(self, worker: str, lineno: int) -> None:
         """'RuntimeError: TensorStorage ...' then 'cuda failed with error 2 out of memory': the exception's message
@@ -489,14 +463,11 @@ class LogScanner:
         if bare_worker != worker or not 0 < lineno - bare_line <= BARE_MESSAGE_LINES:
             return
         if finding is not None:
-            self._findings = [f for f in self._findings if f is not finding]
-            self._seen.pop((LOG_PROCESS_DIED.code, worker), None)
-            self._per_code[LOG_PROCESS_DIED.code] -= 1
+            self._emitted.withdraw(finding, (worker,))
         if self._deaths.get(worker, {}).get("line") == bare_line:
             del self._deaths[worker]
 
     def _line_before(self) -> Optional[str]:
-        """The line just before the one being parsed (read from the block: the scanner may have skipped it)."""
         if self._where is None:
             return self._previous
         block, offset, _ = self._where
@@ -505,40 +476,7 @@ class LogScanner:
         start = block.rfind(b"\n", 0, offset - 1) + 1
         return bytes(block[start:offset - 1]).decode("utf-8", "replace").rstrip("\r")
 
-    def _worker_for(self, worker: str, details: Dict[str, Any], stream: Optional[str] = None) -> str:
-        """A line that names no worker but a rank ('[PG 0 Rank 3]', torchrun's 'local_rank: 3') is that rank's; so
-        is one behind a process's prefix (Ray's '(Actor pid=N)', a pdsh host): the rank names the GPU's worker
-        (the process stays in the evidence)."""
-        rank = details.get("rank", details.get("local_rank"))
-        behind_prefix = worker == stream and stream is not None and not stream.startswith("rank")
-        if rank is None and behind_prefix and stream in self._process_ranks:
-            details["process"] = worker
-            return self._process_ranks[stream]  # the process named its rank on an earlier line
-        if rank is not None and (worker == MAIN or behind_prefix):
-            if behind_prefix and len(self._process_ranks) < NAME_CACHE:
-                details["process"] = worker
-                self._process_ranks[worker] = f"rank{rank}"
-            return f"rank{rank}"
-        return worker
-
     # -- classification --------------------------------------------------------------------------------------
-
-    def _thread_of(self, text: str) -> str:
-        if self._default_threads:
-            start = text.find("[")
-            while start >= 0:
-                match = patterns.BRACKET_THREAD_AT.match(text, start)
-                if match:
-                    return match.group("named") or match.group("rank")
-                start = text.find("[", start + 1)
-        match = self._thread_re.search(text)
-        if not match:
-            return MAIN
-        named = match.groupdict()
-        for key in ("thread", "rank", "named"):
-            if named.get(key):
-                return named[key]
-        return next((g for g in match.groups() if g), MAIN)
 
     def _drops(self, drops: List[DropEvent]) -> List[Finding]:
         new: List[Finding] = []
@@ -558,41 +496,23 @@ class LogScanner:
         starts = {b.start_line for b in blocks if b.stream is not None}
         for block in blocks:
             self.exceptions += 1
-            if block.stream is None and block.thread is None and not block.frames and not block.exceptions \
+            if block.stream is None and block.thread is None and not block.stack.frames and not block.exceptions \
                     and block.start_line + 1 in starts:
                 continue  # a bare 'Traceback' header whose frames came behind a rank's prefix: that rank's block
             new += self._block(block)
         return new
 
     def _block(self, block: ExceptionBlock) -> List[Finding]:
+        """A traceback, closed: the cause its exceptions name, or a death no rule explains."""
         worker = (block.stream or block.thread or MAIN) if block.process else (block.thread or block.stream or MAIN)
         final = block.final
         if block.start_line in self._handled:
             return self._handled_block(block, worker)
         if final is not None and final.type.endswith("ChildFailedError"):
             return []  # torchrun's own traceback: its summary (torchrun.py) names the rank that failed
-        new: List[Finding] = []
-        cause: Optional[Tuple[str, Dict[str, Any]]] = None
-        messages = [(f"{exc.type}: {exc.message}" if exc.message else exc.type, exc.line) for exc in block.exceptions]
-        for text, line in messages or ([(block.lead, block.start_line)] if block.lead else []):
-            text = text.split(_SPECULATION, 1)[0]
-            for entry in FATAL_RULES:
-                match = entry.pattern.search(text) if entry.pattern is not None else None
-                if match is None:
-                    continue
-                details = entry.details(match, text)
-                worker = self._worker_for(worker, details, block.stream)
-                new += self._cause(entry, details, worker, line, block)
-                cause = cause or (entry.rule.code, details)
-                break
-        dense = [f for f in block.frames if f[2] in ("sdpa_dense", "math_attention", "sdpa_dense_backward")]
-        if dense:
-            line = final.line if final else block.start_line
-            new += self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
-                              f"{worker}: traceback through {dense[-1][2]}, flex_attention's dense path", line,
-                              dict(thread=worker, via="traceback", frame=f"{dense[-1][0]}:{dense[-1][1]}",
-                                   block_line=block.start_line))
-        if final is None and block.thread is None and (_launcher_files(file for file, _, _ in block.frames)
+        new, worker, cause = self._block_causes(block, worker)
+        new += self._dense_frames(block, worker)
+        if final is None and block.thread is None and (_launcher_files(f.file for f in block.stack.frames)
                                                        or _launcher_files(_FLAT_FILES.findall(block.lead))):
             self._launcher_line = self._launcher_line or block.start_line
             return new  # torchrun's own traceback: its summary names the rank that failed
@@ -600,25 +520,59 @@ class LogScanner:
         if cause is None and final is None and self._explained(worker, block.start_line):
             return new  # a traceback cut before its exception, after a line that already said how this worker died
         if cause is None:
-            rule = LOG_THREAD_DIED if thread_death else LOG_PROCESS_DIED
-            what = f"thread {worker}" if thread_death else (
-                f"{worker} (main thread)" if worker == MAIN else worker)
-            if final is None:
-                message = f"{what} died; its exception is not in the log"
-            else:
-                said = f": {_first_line(final.message)}" if final.message else ""
-                message = f"{what} died: {final.type}{said}"[:MESSAGE_CHARS]
-            new += self._emit(rule, (worker,), message, final.line if final else block.start_line,
-                              dict(thread=worker, exception=final.type if final else None,
-                                   block_line=block.start_line, last_step=self._last_step(worker)))
-            cause = (rule.code, {})
+            new += self._unexplained_death(block, worker, thread_death)
+            cause = (LOG_THREAD_DIED.code if thread_death else LOG_PROCESS_DIED.code, {})
         code, details = cause
+        innermost = block.stack.innermost
         self._death(worker, code, final.line if final else block.start_line, block.start_line, details,
                     exception=final.type if final else None, message=final.message if final else "",
                     kind="thread" if thread_death else "process",
-                    last_frame=(f"{block.frames[-1][0]}:{block.frames[-1][1]} in {block.frames[-1][2]}"
-                                if block.frames else None))
+                    last_frame=innermost.where() if innermost else None)
         return new
+
+    def _block_causes(self, block: ExceptionBlock, worker: str
+                      ) -> Tuple[List[Finding], str, Optional[Tuple[str, Dict[str, Any]]]]:
+        """(findings, the worker, the first cause) of what the block's exceptions (or its lead) name."""
+        new: List[Finding] = []
+        cause: Optional[Tuple[str, Dict[str, Any]]] = None
+        messages = [(f"{exc.type}: {exc.message}" if exc.message else exc.type, exc.line) for exc in block.exceptions]
+        for text, line in messages or ([(block.lead, block.start_line)] if block.lead else []):
+            text = text.split(_SPECULATION, 1)[0]
+            for entry in FATAL_RULES:
+                match = entry.pattern.search(text) if entry.pattern is not None else None
+                if match is None or (entry.explains_block is not None and not entry.explains_block(
+                        match, block.thread is not None, tuple(f.function for f in block.stack.frames))):
+                    continue
+                details = entry.details(match, text)
+                worker = self._names.worker_for(worker, details, block.stream)
+                new += self._cause(entry, details, worker, line, block)
+                cause = cause or (entry.rule.code, details)
+                break
+        return new, worker, cause
+
+    def _dense_frames(self, block: ExceptionBlock, worker: str) -> List[Finding]:
+        dense = [f for f in block.stack.frames if f.function in DENSE_FRAMES]
+        if not dense:
+            return []
+        final = block.final
+        return self._emit(LOG_DENSE_ATTENTION_FALLBACK, (),
+                          f"{worker}: traceback through {dense[-1].function}, flex_attention's dense path",
+                          final.line if final else block.start_line,
+                          dict(thread=worker, via="traceback", frame=f"{dense[-1].file}:{dense[-1].line}",
+                               block_line=block.start_line))
+
+    def _unexplained_death(self, block: ExceptionBlock, worker: str, thread_death: bool) -> List[Finding]:
+        final: Optional[ExceptionRecord] = block.final
+        rule = LOG_THREAD_DIED if thread_death else LOG_PROCESS_DIED
+        what = f"thread {worker}" if thread_death else (f"{worker} (main thread)" if worker == MAIN else worker)
+        if final is None:
+            message = f"{what} died; its exception is not in the log"
+        else:
+            said = f": {_first_line(final.message)}" if final.message else ""
+            message = f"{what} died: {final.type}{said}"[:MESSAGE_CHARS]
+        return self._emit(rule, (worker,), message, final.line if final else block.start_line,
+                          dict(thread=worker, exception=final.type if final else None,
+                               block_line=block.start_line, last_step=self._last_step(worker)))
 
     def _explained(self, worker: str, line: int) -> bool:
         """Whether a fatal finding for `worker` came shortly before `line` ('THCudaCheck FAIL ... device-side assert
@@ -628,7 +582,7 @@ class LogScanner:
         if worker in self._deaths:
             return self._deaths[worker]["kind"] != "signal"
         return any(f.evidence.get("thread") == worker and f.line is not None and 0 <= line - f.line <= EXPLAINED_LINES
-                   and f.code in _EXPLAINING for f in self._findings[-8:])
+                   and f.code in _EXPLAINING for f in self._emitted.findings[-8:])
 
     def _handled_block(self, block: ExceptionBlock, worker: str) -> List[Finding]:
         """A traceback the program printed and went on from ('Exception ignored in:', '... attempting to recover'):
@@ -648,19 +602,11 @@ class LogScanner:
 
     def _cause(self, entry: LogRule, details: Dict[str, Any], worker: str, line: int,
                block: Optional[ExceptionBlock]) -> List[Finding]:
-        rule = entry.rule
-        key: tuple = (worker,)
-        if rule.code == "DFD502":
-            key = (worker, details.get("gpu"))
-        elif rule.code == LOG_KILLED_BY_SIGNAL.code:
-            # a DataLoader worker's crash is printed twice (by the worker, then by the loader with its pid)
-            key = (worker, details.get("signal"),
-                   "DataLoader" if details.get("worker_kind") else details.get("pid"))
-        severity = Severity.ERROR if rule.code == LOG_RECOMPILE_LIMIT.code and details.get("fatal") else None
         evidence = dict(details, thread=worker, block_line=block.start_line if block else None,
                         last_step=self._last_step(worker))
-        return self._emit(rule, key, f"{worker}: {entry.message(details)}"[:MESSAGE_CHARS * 2], line, evidence,
-                          severity=severity)
+        return self._emit(entry.rule, entry.finding_key(worker, details),
+                          f"{worker}: {entry.message(details)}"[:MESSAGE_CHARS * 2], line, evidence,
+                          severity=entry.severity_of(details))
 
     def _death(self, worker: str, code: str, line: int, block_line: int, details: Dict[str, Any], *,
                exception: Optional[str], message: str, kind: str, last_frame: Optional[str] = None) -> None:
@@ -683,7 +629,7 @@ class LogScanner:
         traceback's first line, or the line saying it died) in this block."""
         if self._where is None or worker == MAIN:
             return
-        tag = self._tags.get(worker) or f"[{worker}]".encode("utf-8", "replace")
+        tag = self._names.tags.get(worker) or f"[{worker}]".encode("utf-8", "replace")
         block, offset, line = self._where
         state = self.progress.threads.get(worker)
         hit = block.rfind(tag, 0, offset)
@@ -710,45 +656,46 @@ class LogScanner:
     # -- what spans lines --------------------------------------------------------------------------------------
 
     def _recompile_lookahead(self, body: str) -> List[Finding]:
-        pending = self._pending_recompile
-        if pending is None:
+        held = self.memory.held_recompile
+        if held is None:
             return []
         match = re.search(r"function: '(?P<function>[^']+)' \((?P<where>[^)]*)\)", body)
-        pending["seen"] += 1
+        held.lines_seen += 1
         if match:
-            pending["function"] = f"{match.group('function')} ({match.group('where')})"
-        elif pending["seen"] < RECOMPILE_LOOKAHEAD:
+            held.function = f"{match.group('function')} ({match.group('where')})"
+        elif held.lines_seen < RECOMPILE_LOOKAHEAD:
             return []
         return self._flush_recompile()
 
     def _flush_recompile(self) -> List[Finding]:
-        pending = self._pending_recompile
-        if pending is None:
+        held, self.memory.held_recompile = self.memory.held_recompile, None
+        if held is None:
             return []
-        self._pending_recompile = None
-        details = {k: pending[k] for k in ("limit", "limit_value", "fatal", "why", "function")}
+        details = {k: held.details[k] for k in ("limit", "limit_value", "fatal", "why")}
+        details["function"] = held.function
         entry = LOG_RULES[LOG_RECOMPILE_LIMIT.code]
-        return self._emit(LOG_RECOMPILE_LIMIT, (pending["function"] or pending["thread"],),
-                          entry.message(details), pending["line"], dict(details, thread=pending["thread"]))
+        return self._emit(LOG_RECOMPILE_LIMIT, (held.function or held.worker,),
+                          entry.message(details), held.lineno, dict(details, thread=held.worker))
 
     def _flush_abort(self) -> List[Finding]:
         """A 'terminate called' line no rank claimed within ABORT_LINES: the process's own abort."""
-        pending, self._pending_abort = self._pending_abort, None
-        if pending is None:
+        held, self.memory.held_abort = self.memory.held_abort, None
+        if held is None:
             return []
         entry = LOG_RULES[LOG_NCCL_WATCHDOG_ABORT.code]
-        new = self._cause(entry, pending["details"], MAIN, pending["line"], None)
-        self._death(MAIN, entry.rule.code, pending["line"], pending["line"], pending["details"],
-                    exception=None, message=pending["body"].strip(), kind="process")
+        new = self._cause(entry, held.details, MAIN, held.lineno, None)
+        self._death(MAIN, entry.rule.code, held.lineno, held.lineno, held.details,
+                    exception=None, message=held.body.strip(), kind="process")
         return new
 
     def _merge_fatal_recompile(self) -> None:
         """With fullgraph=True the limit warning is followed by FailOnRecompileLimitHit: one fatal finding, not a
         warning that says 'runs eagerly' beside it."""
-        fatal = [f for f in self._findings if f.code == LOG_RECOMPILE_LIMIT.code and f.evidence.get("fatal")]
+        fatal = [f for f in self._emitted.findings if f.code == LOG_RECOMPILE_LIMIT.code and f.evidence.get("fatal")]
         if not fatal:
             return
-        warnings = [f for f in self._findings if f.code == LOG_RECOMPILE_LIMIT.code and not f.evidence.get("fatal")]
+        warnings = [f for f in self._emitted.findings
+                    if f.code == LOG_RECOMPILE_LIMIT.code and not f.evidence.get("fatal")]
         function = next((w.evidence.get("function") for w in warnings if w.evidence.get("function")), None)
         limit = next((w.evidence for w in warnings if w.evidence.get("limit")), None)
         merged = []
@@ -758,8 +705,8 @@ class LogScanner:
                 details.update(limit=limit["limit"], limit_value=limit["limit_value"])
             message = f"{details['thread']}: {LOG_RULES[LOG_RECOMPILE_LIMIT.code].message(details)}"
             merged.append(replace(finding, message=message, evidence=details))
-        kept = [f for f in self._findings if f.code != LOG_RECOMPILE_LIMIT.code]
-        self._findings = kept + merged
+        kept = [f for f in self._emitted.findings if f.code != LOG_RECOMPILE_LIMIT.code]
+        self._emitted.findings = kept + merged
 
     def _end_summary(self) -> List[Finding]:
         summary, self._summary = self._summary, None
@@ -819,8 +766,6 @@ class LogScanner:
                 break
         else:
             if root.signal:
-                from dflash_doctor.rules.logs import SIGNAL_MEANING
-
                 details = dict(common, signal=root.signal, meaning=SIGNAL_MEANING.get(root.signal, ""))
                 entry = LOG_RULES[LOG_KILLED_BY_SIGNAL.code]
                 new += self._cause(entry, details, worker, summary.start_line, None)
@@ -837,22 +782,10 @@ class LogScanner:
             self._deaths[worker]["root_cause"] = True
         return new
 
-    def _start_dump(self, lineno: int, stream: Optional[str], text: str) -> None:
-        crash = crash_context(self._previous) or (
-            self._fatal_error_line is not None and lineno - self._fatal_error_line <= CRASH_DUMP_LINES)
-        self._dump = StackDumpParser(lineno, crash=crash)
-        worker = stream or MAIN
-        last = self._last_dump
-        if last is not None and last[0] == worker and lineno - last[1] <= DUMP_GAP_LINES:
-            # the same dump, interrupted by a line it does not know or by the paster's prose between two fences
-            self._dump.start_line, self._dump.threads = last[2].start_line, last[2].threads
-        self._dump_worker = worker
-        self._dump.feed(text)
-
     def _end_dump(self) -> List[Finding]:
         dump, self._dump = self._dump, None
         if dump is not None and dump.crash:
-            self._fatal_error_line = self._lineno  # a crash dump cut by an odd line may go on after it
+            self.memory.fatal_error_line = self._lineno  # a crash dump cut by an odd line may go on after it
         if dump is None or dump.crash or not dump.threads:
             return []
         self._last_dump = (self._dump_worker, self._lineno, dump)
@@ -869,11 +802,12 @@ class LogScanner:
         evidence = dict(thread=self._dump_worker, cycle=diagnosis.cycle, chain=list(diagnosis.chain), threads=threads,
                         hint=diagnosis.hint)
         severity = Severity.ERROR if deadlock else None
-        earlier = next((i for i, f in enumerate(self._findings) if f.code == LOG_STACK_DUMP_HANG.code
+        found = self._emitted.findings
+        earlier = next((i for i, f in enumerate(found) if f.code == LOG_STACK_DUMP_HANG.code
                         and f.line == dump.start_line), None)
         if earlier is not None:  # the rest of a dump already reported: the finding now covers all of it
-            self._findings[earlier] = replace(self._findings[earlier], message=message[:MESSAGE_CHARS * 2],
-                                              evidence=evidence, severity=severity or LOG_STACK_DUMP_HANG.severity)
+            found[earlier] = replace(found[earlier], message=message[:MESSAGE_CHARS * 2], evidence=evidence,
+                                     severity=severity or LOG_STACK_DUMP_HANG.severity)
             return []
         return self._emit(LOG_STACK_DUMP_HANG, (dump.start_line,), message[:MESSAGE_CHARS * 2], dump.start_line,
                           evidence, severity=severity)
@@ -888,33 +822,22 @@ class LogScanner:
                 continue
             del self._deaths[worker]
             kept = []
-            for finding in self._findings:
+            for finding in self._emitted.findings:
                 if finding.evidence.get("thread") != worker or finding.line is None or finding.line > state.last_line:
                     kept.append(finding)
                 elif finding.code == LOG_PROCESS_DIED.code:
                     continue
-                elif finding.code in (entry.rule.code for entry in FATAL_RULES):
+                elif finding.code in FATAL_CODES:
                     kept.append(replace(finding, severity=Severity.WARNING,
                                         message=f"{finding.message} (handled: {worker} logged progress after it)",
                                         evidence=dict(finding.evidence, survived=True)))
                 else:
                     kept.append(finding)
-            self._findings = kept
+            self._emitted.findings = kept
 
     def _emit(self, rule: Rule, key: tuple, message: str, line: int, evidence: Dict[str, Any],
               severity: Optional[Severity] = None) -> List[Finding]:
-        full_key = (rule.code,) + key
-        if full_key in self._seen:
-            self._seen[full_key] += 1
-            return []
-        if self._per_code.get(rule.code, 0) >= self.options.max_findings_per_code:
-            self._suppressed[rule.code] = self._suppressed.get(rule.code, 0) + 1
-            return []
-        self._seen[full_key] = 1
-        self._per_code[rule.code] = self._per_code.get(rule.code, 0) + 1
-        finding = rule.finding(message, path=self.path, line=line, column=1, evidence=evidence, severity=severity)
-        self._findings.append(finding)
-        return [finding]
+        return self._emitted.emit(rule, key, message, line, evidence, severity)
 
     # -- facts -----------------------------------------------------------------------------------------------
 
@@ -933,10 +856,6 @@ class LogScanner:
         for name, death in self._deaths.items():
             threads.setdefault(name, {"last_step": None, "last_step_line": None, "last_tok_s": None,
                                       "last_rate": None, "rate_unit": None, "progress_lines": 0, "died": death})
-        repeats: Dict[str, int] = {}
-        for key, count in self._seen.items():
-            if count > 1:
-                repeats[key[0]] = repeats.get(key[0], 0) + count - 1
         return {
             "path": self.path,
             "lines": self.lines,
@@ -946,8 +865,8 @@ class LogScanner:
             "root_cause": self._root_cause,
             "untracked_threads": self.progress.untracked_threads,
             "progress_sampled": self.sampled,
-            "repeats": repeats,
-            "suppressed": self._suppressed,
+            "repeats": self._emitted.repeats(),
+            "suppressed": self._emitted.suppressed,
         }
 
 

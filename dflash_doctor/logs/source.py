@@ -8,37 +8,29 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report
 from dflash_doctor.logs.options import LogOptions
 from dflash_doctor.logs.printable import printable
-from dflash_doctor.logs.reader import CHUNK, follow_blocks, iter_buffers, open_log
+from dflash_doctor.logs.reader import CHUNK, compression_of, cut_of, follow_blocks, iter_buffers, open_log
 from dflash_doctor.logs.scan import LogScanner
 
 OnFindings = Callable[[List[Finding]], None]
-COMPRESSED_CHUNK = 64 * 1024
 
 
 def scan_stream(stream, path: str, options: LogOptions = LogOptions(), chunk: int = CHUNK) -> Report:
-    """Scan a binary stream to its end. A read that fails half-way (a truncated gzip) is a Problem; the findings
-    then cover what was read. `chunk` is the read size: a compressed stream is read in smaller pieces, so less of
-    it is lost to the read that fails."""
+    """Scan a binary stream to its end. A read that fails half-way, or compressed data cut short or damaged (a
+    truncated .gz), is a Problem saying after which line; the findings then cover the lines read before it."""
     scanner = LogScanner(path, options)
     feed_block = scanner.feed_block
-    problem: Optional[Problem] = None
+    stopped: Optional[str] = None
     try:
         for block, end in iter_buffers(stream, chunk=chunk):
             feed_block(block, scanner.lines + 1, end)
-    except _read_errors() as exc:
-        problem = Problem(path, f"read stopped after line {scanner.lines:,}: {exc}",
-                          "the findings cover what was read before it")
+    except OSError as exc:
+        stopped = str(exc)
+    stopped = stopped or cut_of(stream)
     report = scanner.finish()
-    if problem is not None:
-        report.problems.append(problem)
+    if stopped is not None:
+        report.problems.append(Problem(path, f"read stopped after line {scanner.lines:,}: {stopped}",
+                                       "the findings cover the lines read before it"))
     return report
-
-
-def _read_errors() -> tuple:
-    import lzma
-    import zlib
-
-    return (OSError, EOFError, zlib.error, lzma.LZMAError)
 
 
 def scan_log(path: str, options: LogOptions, follow: bool = False, max_seconds: Optional[float] = None,
@@ -57,7 +49,7 @@ def scan_log(path: str, options: LogOptions, follow: bool = False, max_seconds: 
         return report
     stream, name, compression = opened
     try:
-        report = scan_stream(stream, name, options, chunk=CHUNK if compression is None else COMPRESSED_CHUNK)
+        report = scan_stream(stream, name, options)
     finally:
         if path != "-":
             stream.close()
@@ -73,6 +65,12 @@ def _follow(path: str, options: LogOptions, max_seconds: Optional[float],
         raise UsageError("--follow needs a file; a pipe is already read as it is written, until it closes")
     if not Path(path).is_file():
         raise UsageError(f"cannot follow {printable(path)}: not a regular file")
+    with open(path, "rb") as handle:
+        compression = compression_of(handle.read(8))
+    if compression is not None:
+        # (a compressed file is not written line by line: following it would read compressed bytes as text)
+        raise UsageError(f"cannot follow {printable(path)}: it is {compression}-compressed; read it without "
+                         "--follow, or follow the uncompressed log it was made from")
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     return follow_file(path, options, should_stop=lambda: deadline is not None and time.monotonic() >= deadline,
                        on_findings=on_findings)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional
+
+from dflash_doctor.logs.frames import Frame, Stack
 
 MAX_THREADS = 128
 MAX_FRAMES = 64
@@ -51,7 +53,11 @@ class DumpedThread:
     name: str
     ident: int
     status: str  # idle / active / active+gil / 'most recent call first' (faulthandler: unknown)
-    frames: List[Tuple[str, int, str]] = field(default_factory=list)  # (file, line, function), innermost first
+    printed: List[Frame] = field(default_factory=list)  # as the dump prints them: innermost first
+
+    @property
+    def stack(self) -> Stack:
+        return Stack(tuple(reversed(self.printed)))
 
 
 class StackDumpParser:
@@ -69,49 +75,72 @@ class StackDumpParser:
         if self._lines > MAX_LINES:
             self.done = True
             return False
-        other = _GDB_THREAD.match(text) or _PYSTACK_THREAD.match(text)
-        if other is not None:
-            if len(self.threads) < MAX_THREADS:
-                ident = other.group("ident")
-                self.threads.append(DumpedThread(other.group("name") or f"thread-{ident}",
-                                                 int(ident, 16) if ident.startswith("0x") else int(ident), "unknown"))
+        if self._thread_header(text) or self._frame(text):
             return True
-        header = _THREAD.match(text)
-        if header is not None and (header.group("ident") or header.group("name") is not None):
-            ident = header.group("ident") or str(len(self.threads))
-            if len(self.threads) < MAX_THREADS:
-                self.threads.append(DumpedThread(header.group("name") or f"thread-{ident}",
-                                                 int(ident, 16) if ident.startswith("0x") else int(ident),
-                                                 header.group("status")))
-            return True
-        frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text) or _PYSTACK_FRAME.match(text) \
-            or _GDB_FRAME.match(text)
-        if frame is not None and not self.threads and text.startswith("#"):
-            self.threads.append(DumpedThread("gdb-thread", 0, "unknown"))  # '(gdb) bt' of the selected thread
         current = self.threads[-1] if self.threads else None
-        if frame is not None and current is not None:
-            if len(current.frames) < MAX_FRAMES:
-                current.frames.append((frame.group("file") or "?", int(frame.group("line") or 0), frame.group("func")))
-            return True
         if current is not None and (_NATIVE_FRAME.match(text) or _LOCALS.match(text) or not text.strip()
                                     or _HEADER.match(text)) or _GDB_CONTINUED.match(text):
             return True
         self.done = True
         return False
 
+    def _thread_header(self, text: str) -> bool:
+        other = _GDB_THREAD.match(text) or _PYSTACK_THREAD.match(text)
+        if other is not None:
+            self._add_thread(other.group("name"), other.group("ident"), "unknown")
+            return True
+        header = _THREAD.match(text)
+        if header is not None and (header.group("ident") or header.group("name") is not None):
+            self._add_thread(header.group("name"), header.group("ident") or str(len(self.threads)),
+                             header.group("status"))
+            return True
+        return False
+
+    def _add_thread(self, name: Optional[str], ident: str, status: str) -> None:
+        if len(self.threads) < MAX_THREADS:
+            self.threads.append(DumpedThread(name or f"thread-{ident}",
+                                             int(ident, 16) if ident.startswith("0x") else int(ident), status))
+
+    def _frame(self, text: str) -> bool:
+        frame = _PYSPY_FRAME.match(text) or _FAULT_FRAME.match(text) or _PYSTACK_FRAME.match(text) \
+            or _GDB_FRAME.match(text)
+        if frame is None:
+            return False
+        if not self.threads and text.startswith("#"):
+            self.threads.append(DumpedThread("gdb-thread", 0, "unknown"))  # '(gdb) bt' of the selected thread
+        if not self.threads:
+            return False
+        current = self.threads[-1]
+        if len(current.printed) < MAX_FRAMES:
+            current.printed.append(Frame(frame.group("file") or "?", int(frame.group("line") or 0),
+                                         frame.group("func")))
+        return True
+
+    def stacks(self, read_source: bool = False):
+        """The dumped threads as ThreadStacks (outermost first). `read_source`: fill in each frame's source line
+        and enclosing `with`s from its file, which a dump of a live process on this machine can (attach), so the
+        lock-cycle rule can see which lock a frame waits for; a pasted log's files are usually not here."""
+        from dflash_doctor.runtime.stacks import Frame as RuntimeFrame, ThreadStack, with_source
+
+        def runtime_frame(frame: Frame) -> RuntimeFrame:
+            plain = RuntimeFrame(frame.file, frame.line, frame.function)
+            return with_source(plain) if read_source else plain
+
+        return [ThreadStack(t.name, t.ident, tuple(runtime_frame(frame) for frame in t.stack.frames))
+                for t in self.threads]
+
     def diagnosis(self):
         """classify_hang's verdict on the dumped threads (imported here: only logs holding a dump pay for it)."""
         from dflash_doctor.runtime.deadlock import classify_hang
-        from dflash_doctor.runtime.stacks import Frame, ThreadStack
 
-        stacks = [ThreadStack(t.name, t.ident, tuple(Frame(file, line, func) for file, line, func
-                                                     in reversed(t.frames))) for t in self.threads]
-        return classify_hang(stacks)
+        return classify_hang(self.stacks())
 
     def summary(self) -> List[dict]:
-        return [{"thread": t.name, "status": t.status,
-                 "at": f"{t.frames[0][2]} ({t.frames[0][0]}:{t.frames[0][1]})" if t.frames else None}
-                for t in self.threads]
+        return [{"thread": t.name, "status": t.status, "at": _at(t.stack.innermost)} for t in self.threads]
+
+
+def _at(frame: Optional[Frame]) -> Optional[str]:
+    return f"{frame.function} ({frame.file}:{frame.line})" if frame is not None else None
 
 
 def crash_context(recent: Optional[str]) -> bool:

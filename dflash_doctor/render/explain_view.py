@@ -7,14 +7,16 @@ from dflash_doctor.render.text import _STYLE, console_for
 
 
 def render_rule_list(rules) -> None:
-    from rich.table import Table
+    from rich.markup import escape
 
-    table = Table(show_header=True, header_style="bold", box=None)
-    for column in ("code", "name", "severity", "summary"):
-        table.add_column(column, no_wrap=column in ("code", "name", "severity"))
-    for rule in rules:
-        table.add_row(rule.code, rule.name, f"[{_STYLE[rule.severity]}]{rule.severity.value}[/]", rule.summary)
-    console_for(sys.stdout).print(table)
+    from dflash_doctor.render.tables import Column, fitted
+
+    console = console_for(sys.stdout)
+    columns = [Column("code", wrap=False), Column("name", wrap=False), Column("severity", wrap=False),
+               Column("summary")]
+    rows = [[rule.code, escape(rule.name), f"[{_STYLE[rule.severity]}]{rule.severity.value}[/]", escape(rule.summary)]
+            for rule in rules]
+    console.print(fitted(console, columns, rows))
 
 
 def render_rule(rule) -> None:
@@ -46,3 +48,33 @@ def rules_json(rules, *, single: bool) -> str:
         for r in rules
     ]
     return json.dumps(docs[0] if single else docs, indent=2)
+
+
+def render_mitigations(console, entries, *, ranking: bool) -> None:
+    """`explain mitigations` (or one of them) for a terminal: the registry's words as docs/mitigations.md has
+    them, laid out as text instead of Markdown."""
+    from rich.markup import escape
+
+    from dflash_doctor.render.mitigations_doc import entry_fields, ranking_rows
+
+    if ranking:
+        console.print("[bold]Mitigations[/]: every fix repro --mitigation / --matrix, pipeline --mitigation, guards "
+                      "and scan know. A fix holds only after repro put it through every stress of its ladder "
+                      "against a baseline that reproduced under the same stresses.")
+        console.print("\n[bold]Ranking per release[/] (best first; guards ranks for the installed torch; measured: "
+                      "those fixes ran on that release, inferred: derived from another release and the source)")
+        for family, hazards, plain, with_trace in ranking_rows():
+            console.print(f"  [bold]torch {escape(family)}[/] [dim](hazards: {escape(hazards)})[/]")
+            for title, fixes in (("any threaded trainer", plain), ("with a thread running its own FX trace",
+                                                                   with_trace)):
+                console.print(f"    {title}:")
+                for rank, (fix, gaps, evidence) in enumerate(fixes, 1):
+                    left = f" [yellow](leaves {escape(gaps)})[/]" if gaps else ""
+                    console.print(f"      {rank}. {escape(fix)}{left} [dim]{escape(evidence)}[/]")
+        console.print()
+    for entry in entries:
+        flag = " [yellow](not a fix)[/]" if not entry.recommended else ""
+        console.print(f"[bold cyan]{escape(entry.name)}[/]{flag}: {escape(entry.summary)}")
+        for label, text in entry_fields(entry):
+            console.print(f"  [dim]{escape(label)}:[/] {escape(text)}")
+        console.print()

@@ -17,45 +17,45 @@ def bar(fraction: Optional[float], width: int = BAR) -> str:
     return f"[{colour}]" + "█" * filled + "[/][dim]" + "░" * (width - filled) + "[/]"
 
 
-def gpus_table(facts: dict):
-    from rich.table import Table
+def gpus_table(console, facts: dict):
+    """One row per GPU; the bar and its figure share a cell, so a list layout keeps them together."""
+    from dflash_doctor.render.tables import Column, fitted
 
     gpus = facts.get("gpus", [])
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("gpu", "role", "utilization", "", "memory", "", "procs"):
-        table.add_column(column, no_wrap=True, justify="right" if column in ("gpu", "procs") else "left")
+    columns = [Column("gpu", "right", wrap=False), Column("role", wrap=False), Column("utilization", wrap=False),
+               Column("memory", wrap=False), Column("procs", "right", wrap=False)]
+    rows = []
     largest = max((g["memory_used_mib"] or 0 for g in gpus), default=0) or None
     for g in gpus:
         if g.get("lost"):
-            table.add_row(str(g["index"]), safe(g.get("role") or "-"), "[magenta]lost[/]", "", "", "", "")
+            rows.append([str(g["index"]), safe(g.get("role") or "-"), "[magenta]lost[/]", "", ""])
             continue
         util, used, total = g.get("utilization"), g.get("memory_used_mib"), g.get("memory_total_mib")
         scale = total or largest
         memory = "?" if used is None else f"{used / 1024:.1f}" + (f"/{total / 1024:.0f} GiB" if total else " GiB")
-        table.add_row(
+        rows.append([
             str(g["index"]), safe(g.get("role") or "-"),
-            bar(None if util is None else util / 100), "?" if util is None else f"{util:.0f} %",
-            bar(None if used is None or not scale else used / scale), memory, str(len(g.get("processes", []))),
-        )
-    return table
+            f"{bar(None if util is None else util / 100)} {'?' if util is None else f'{util:.0f} %'}",
+            f"{bar(None if used is None or not scale else used / scale)} {memory}", str(len(g.get("processes", []))),
+        ])
+    return fitted(console, columns, rows)
 
 
-def processes_table(facts: dict):
-    from rich.table import Table
+def processes_table(console, facts: dict):
+    from dflash_doctor.render.tables import Column, fitted
 
-    rows = [(g["index"], p) for g in facts.get("gpus", []) for p in g.get("processes", [])]
-    if not rows:
+    found = [(g["index"], p) for g in facts.get("gpus", []) for p in g.get("processes", [])]
+    if not found:
         return None
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("gpu", "pid", "name", "threads", "state", "memory"):
-        table.add_column(column, no_wrap=True)
-    for index, p in rows:
+    columns = [Column(header, wrap=header == "name") for header in ("gpu", "pid", "name", "threads", "state", "memory")]
+    rows = []
+    for index, p in found:
         state = p.get("state") or "?"
-        table.add_row(str(index), str(p["pid"]), safe(p.get("name") or "?"),
-                      "?" if p.get("threads") is None else str(p["threads"]),
-                      f"[red]{state}[/]" if state in ("zombie", "gone") else state,
-                      "?" if p.get("used_mib") is None else f"{p['used_mib']:.0f} MiB")
-    return table
+        rows.append([str(index), str(p["pid"]), safe(p.get("name") or "?"),
+                     "?" if p.get("threads") is None else str(p["threads"]),
+                     f"[red]{state}[/]" if state in ("zombie", "gone") else state,
+                     "?" if p.get("used_mib") is None else f"{p['used_mib']:.0f} MiB"])
+    return fitted(console, columns, rows)
 
 
 def render_gpus(console, facts: dict) -> None:
@@ -66,8 +66,8 @@ def render_gpus(console, facts: dict) -> None:
     else:
         source = safe(facts.get("path"))
     console.print(f"[bold]GPUs[/] [dim]({source})[/]")
-    console.print(gpus_table(facts))
-    processes = processes_table(facts)
+    console.print(gpus_table(console, facts))
+    processes = processes_table(console, facts)
     if processes is not None:
         console.print(processes)
     for skipped in facts.get("skipped_checks", []):

@@ -182,7 +182,8 @@ def _cache_text(cache: dict) -> str:
 
 def _probes(console, facts: dict) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from dflash_doctor.render.tables import Column, fitted
 
     details = facts.get("probe_details") or {}
     if not details:
@@ -192,18 +193,18 @@ def _probes(console, facts: dict) -> None:
         console.print(f"\n[bold]Probes[/] [dim]skipped: {escape(str(reasons.pop()))}[/]")
         return
     console.print("\n[bold]Probes[/] [dim](each in its own child process)[/]")
-    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False, padding=(0, 2, 0, 2))
-    for column in ("probe", "outcome", "seconds", "detail"):
-        table.add_column(column, no_wrap=column != "detail", overflow="fold")
+    columns = [Column("probe", wrap=False), Column("outcome", wrap=False), Column("took s", "right", wrap=False),
+               Column("detail")]
+    rows = []
     for name, detail in details.items():
         outcome = detail.get("outcome", "?")
         seconds = detail.get("seconds")
-        table.add_row(
+        rows.append([
             escape(name), f"[{_OUTCOME_STYLE.get(outcome, 'bold')}]{escape(outcome)}[/]",
             "-" if seconds is None else f"{seconds:.2f}",
             escape(str(detail.get("error") or detail.get("detail") or "")),
-        )
-    console.print(table)
+        ])
+    console.print(fitted(console, columns, rows))
 
 
 def _hazards(console, facts: dict) -> None:
@@ -212,16 +213,17 @@ def _hazards(console, facts: dict) -> None:
     import os
 
     from rich.markup import escape
-    from rich.table import Table
+
+    from dflash_doctor.render.tables import Column, fitted
 
     hazards = facts.get("hazards") or {}
     if not hazards:
         return
     root = str(facts.get("torch_root") or "")
     console.print("\n[bold]Hazards[/] [dim](decided from the source; probes where they ran)[/]")
-    table = Table(box=None, show_header=True, header_style="bold", pad_edge=False, padding=(0, 2, 0, 2))
-    for column in ("hazard", "verdict", "decided by", "probe", "fixes here"):
-        table.add_column(column, no_wrap=column in ("hazard", "verdict", "probe"), overflow="fold")
+    columns = [Column("hazard", wrap=False), Column("verdict", wrap=False), Column("decided by"),
+               Column("probe", wrap=False), Column("fixes here")]
+    rows = []
     for hazard in hazards.values():
         state = hazard.get("state", "?")
         cited = ", ".join(f"{os.path.relpath(c['file'], root) if root else c['file']}:{c['line']}"
@@ -229,9 +231,9 @@ def _hazards(console, facts: dict) -> None:
         unavailable = hazard.get("unavailable") or {}
         fixes = ", ".join(hazard.get("fixes") or []) + "".join(
             f"; not {name}: {why}" for name, why in unavailable.items())
-        table.add_row(escape(hazard.get("title", "?")), f"[{_STATE_STYLE.get(state, 'bold')}]{escape(state)}[/]",
-                      escape(cited or "-"), escape(hazard.get("probe") or "-"), escape(fixes or "-"))
-    console.print(table)
+        rows.append([escape(hazard.get("title", "?")), f"[{_STATE_STYLE.get(state, 'bold')}]{escape(state)}[/]",
+                     escape(cited or "-"), escape(hazard.get("probe") or "-"), escape(fixes or "-")])
+    console.print(fitted(console, columns, rows))
 
 
 def _fixes(console, fixes: list) -> None:

@@ -10,12 +10,14 @@ def safe(value) -> str:
     return escape(printable(str(value)))
 
 
-def threads_table(facts: dict):
-    from rich.table import Table
+THREAD_COLUMNS = ("worker", "last step", "at line", "rate", "fate")
 
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in ("worker", "last step", "at line", "rate", "fate"):
-        table.add_column(column, no_wrap=column != "fate")
+
+def threads_table(console, facts: dict):
+    from dflash_doctor.render.tables import Column, fitted
+
+    columns = [Column(header, wrap=header == "fate") for header in THREAD_COLUMNS]
+    rows = []
     for name, t in facts.get("threads", {}).items():
         death = t.get("died")
         fate = ""
@@ -27,14 +29,14 @@ def threads_table(facts: dict):
             if death.get("gpu") is not None:
                 fate += f", GPU {death['gpu']}"
         rate = t.get("last_rate")
-        table.add_row(
+        rows.append([
             safe(name),
             "-" if t.get("last_step") is None else str(t["last_step"]),
             "-" if t.get("last_step_line") is None else str(t["last_step_line"]),
             "-" if rate is None else f"{rate:,.0f} {t.get('rate_unit') or ''}".strip(),
             fate,
-        )
-    return table
+        ])
+    return fitted(console, columns, rows)
 
 
 def render_next_steps(console, steps) -> None:
@@ -51,7 +53,7 @@ def render_logs(console, facts: dict) -> None:
     console.print(f"[bold]Log[/] [dim]{safe(facts.get('path'))}: {facts.get('lines', 0):,} lines, {mib:,.1f} MiB"
                   f"{compression}, {facts.get('exceptions', 0)} traceback block(s)[/]")
     if facts.get("threads"):
-        console.print(threads_table(facts))
+        console.print(threads_table(console, facts))
     root = facts.get("root_cause")
     if root:
         how = f"killed by {root['signal']}" if root.get("signal") else f"exit code {root.get('exitcode')}"

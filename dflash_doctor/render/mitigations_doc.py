@@ -28,37 +28,55 @@ def _titles(hazards) -> str:
     return ", ".join(h.label for h in sorted(hazards, key=lambda h: list(Hazard).index(h))) or "-"
 
 
-def entry_lines(entry: registry.Mitigation) -> List[str]:
-    """One mitigation as text: what it stops, what it leaves open, its cost, the call, the stresses it faces."""
+def entry_fields(entry: registry.Mitigation) -> List[Tuple[str, str]]:
+    """(label, text) for one mitigation: what it stops and does not, how repro applies it, the call, its cost,
+    the stresses it faces, what it leaves open. The Markdown page and the terminal view both draw these."""
     how = ("process-wide set-up" if entry.setup else "wraps each step" if entry.wrap_step else
            "entered by each worker thread around its steps" if entry.in_each_thread else
            "a serial warm-up first" if entry.warm_up else "one process per worker")
-    lines = [f"### `{entry.name}`" + ("  (not a fix)" if not entry.recommended else ""), "", entry.summary + ".", "",
-             f"- stops: {_titles(entry.covers)}",
-             f"- does not stop: {_titles(entry.leaves_open)}",
-             f"- applied by repro and the pipeline as: {how}"
-             + ("; a thread running its own FX trace enters its lock too" if entry.around_foreign_trace else ""),
-             f"- apply: `{entry.api}`",
-             f"- cost: {entry.cost}",
-             f"- repro puts it through: {', '.join(s.value for s in entry.ladder)} stress"]
-    lines += [f"- leaves open: {caveat}" for caveat in registry.caveats_for((entry.name,))]
+    if entry.around_foreign_trace:
+        how += "; a thread running its own FX trace enters its lock too"
+    fields = [("stops", _titles(entry.covers)), ("does not stop", _titles(entry.leaves_open)),
+              ("applied by repro and the pipeline as", how), ("apply", entry.api), ("cost", entry.cost),
+              ("repro puts it through", f"{', '.join(s.value for s in entry.ladder)} stress")]
+    return fields + [("leaves open", caveat) for caveat in registry.caveats_for((entry.name,))]
+
+
+def entry_lines(entry: registry.Mitigation) -> List[str]:
+    """One mitigation as Markdown."""
+    lines = [f"### `{entry.name}`" + ("  (not a fix)" if not entry.recommended else ""), "", entry.summary + ".", ""]
+    lines += [f"- {label}: `{text}`" if label == "apply" else f"- {label}: {text}" for label, text in entry_fields(entry)]
     return lines + [""]
 
 
-def _ranked(hazards, release: Release) -> str:
-    return "; ".join(f"**{r.label}**" + (f" (leaves {_titles(r.gaps)})" if r.gaps else "")
-                     + f" _{r.evidence_label}_" for r in registry.recommend(hazards, release))
+# (fix, what it leaves open or "", measured or inferred), best first
+RankedFixes = List[Tuple[str, str, str]]
+
+
+def _ranking(hazards, release: Release) -> RankedFixes:
+    return [(r.label, _titles(r.gaps) if r.gaps else "", r.evidence_label)
+            for r in registry.recommend(hazards, release)]
+
+
+def ranking_rows() -> List[Tuple[str, str, RankedFixes, RankedFixes]]:
+    """Per release family: (releases, their hazards, the ranking for any threaded trainer, the ranking for one
+    with a thread running its own FX trace: the conditional hazards named, as scan and repro do when they see
+    one)."""
+    conditional = tuple(h for h in Hazard if h.conditional)
+    return [(family, _titles(release.hazards()), _ranking(release.hazards(), release),
+             _ranking(release.hazards(including=conditional), release)) for family, release in RELEASE_FAMILIES]
+
+
+def _ranked(fixes: RankedFixes) -> str:
+    return "; ".join(f"**{fix}**" + (f" (leaves {gaps})" if gaps else "") + f" _{evidence}_"
+                     for fix, gaps, evidence in fixes)
 
 
 def ranking_lines() -> List[str]:
-    """Per release family: the ranking for any threaded trainer, then for one with a thread running its own FX
-    trace (the conditional hazards named, as scan and repro do when they see one)."""
-    conditional = tuple(h for h in Hazard if h.conditional)
     lines = ["| torch | hazards | fixes, best first (what each leaves open; measured or inferred) | with a thread "
              "running its own FX trace |", "|---|---|---|---|"]
-    for family, release in RELEASE_FAMILIES:
-        lines.append(f"| {family} | {_titles(release.hazards())} | {_ranked(release.hazards(), release)} | "
-                     f"{_ranked(release.hazards(including=conditional), release)} |")
+    for family, hazards, plain, with_trace in ranking_rows():
+        lines.append(f"| {family} | {hazards} | {_ranked(plain)} | {_ranked(with_trace)} |")
     return lines
 
 

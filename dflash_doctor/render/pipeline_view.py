@@ -51,7 +51,8 @@ def stopped_summary(facts: dict) -> str:
 
 def render_pipeline(console, facts: dict) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from dflash_doctor.render.tables import Column, fitted
 
     first = facts.get("start_step", 0)
     console.print(
@@ -69,15 +70,15 @@ def render_pipeline(console, facts: dict) -> None:
     if facts.get("saved_to"):
         console.print(f"[dim]drafter saved to {escape(facts['saved_to'])}[/]")
 
-    table = Table(show_header=True, header_style="bold", box=None)
-    for column in ("worker", "role", "device", "outcome", "steps", "waited s", "last phase", "error"):
-        table.add_column(column, no_wrap=column != "error")
+    columns = [Column(header, wrap=header in ("last phase", "error")) for header in
+               ("worker", "role", "device", "outcome", "steps", "waited s", "last phase", "error")]
+    rows = []
     for worker in facts.get("workers", []):
         style = _OUTCOME_STYLE.get(worker["outcome"], "")
-        table.add_row(escape(worker["name"]), worker["role"], escape(worker["device"]),
-                      f"[{style}]{worker['outcome']}[/]", str(worker["steps"]), f"{worker.get('wait_s', 0):.1f}",
-                      escape(worker.get("phase") or ""), escape(worker.get("error") or ""))
-    console.print(table)
+        rows.append([escape(worker["name"]), escape(worker["role"]), escape(worker["device"]),
+                     f"[{style}]{worker['outcome']}[/]", str(worker["steps"]), f"{worker.get('wait_s', 0):.1f}",
+                     escape(worker.get("phase") or ""), escape(worker.get("error") or "")])
+    console.print(fitted(console, columns, rows))
     if facts.get("interrupted"):
         console.print(f"[yellow]run stopped by {escape(facts['interrupted'])}[/]: partial report")
     elif facts.get("failed_worker"):

@@ -74,24 +74,35 @@ def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
 
 _WORD_STYLE: Dict[Optional[str], str] = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow",
                                           "reproduced": "bold red", "not-reproduced": "green"}
-def verdict_line(facts: dict) -> str:
-    """The headline in words: which race, under which stress, how often; or where nothing showed."""
+def verdict_words(facts: dict) -> str:
+    """The verdict in words: which race, under which stress, how often, and when it first showed (the run's
+    clock, as the progress lines give it); or where nothing showed."""
     verdict = facts.get("verdict")
     if verdict is None:
-        return "verdict: none (no trial ran to an end)"
+        return "no verdict (no trial ran to an end)"
     levels = facts.get("levels") or {}
     if verdict == "reproduced":
         level = facts.get("level")
         entry = levels.get(level) or {}
-        return (f"verdict: reproduced ({facts.get('kind')}) under {level} stress, {entry.get('reproduced')}/"
-                f"{entry.get('ran')} trials; first after {facts.get('time_to_verdict_s')} s")
+        at = facts.get("time_to_verdict_s")
+        when = f"; first at {at:.1f} s" if isinstance(at, (int, float)) else ""
+        return (f"reproduced ({facts.get('kind')}) under {level} stress, {entry.get('reproduced')}/"
+                f"{entry.get('ran')} trials{when}")
     ran = ", ".join(f"{stress} 0/{entry['ran']}" for stress, entry in levels.items() if entry.get("ran"))
-    return f"verdict: not reproduced ({ran or 'no stress could run here'}) in {facts.get('wall_s')} s"
+    wall = facts.get("wall_s")
+    took = f" in {wall:.1f} s" if isinstance(wall, (int, float)) else ""
+    return f"not reproduced ({ran or 'no stress could run here'}){took}"
+
+
+def verdict_line(facts: dict) -> str:
+    """The headline: `verdict: ` and the verdict in words."""
+    return f"verdict: {verdict_words(facts)}"
 
 
 def render_repro_facts(console, facts: dict) -> None:
     from rich.markup import escape
-    from rich.table import Table
+
+    from dflash_doctor.render.tables import Column, fitted
 
     console.print(
         f"[bold]repro[/] torch {escape(str(facts.get('torch_version')))} · device "
@@ -105,14 +116,11 @@ def render_repro_facts(console, facts: dict) -> None:
         check = shim.get("self_check") or {}
         console.print(f"threadlocal-flag shim: {shim.get('state')}"
                       f"{' · self-check ' + ('passed' if check.get('ok') else 'FAILED') if check else ''}")
-    table = Table(box=None, header_style="bold")
-    for column in ("phase", "outcome", "seconds", "steps/s", "threads"):
-        table.add_column(column)
-    for label, key in (("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread")):
-        phase_row = _phase_row(label, facts.get(key))
-        if phase_row:
-            table.add_row(*phase_row)
-    console.print(table)
+    columns = [Column("phase", wrap=False), Column("outcome", wrap=False), Column("took s", "right", wrap=False),
+               Column("steps/s", "right", wrap=False), Column("threads")]
+    phases = [row for row in (_phase_row(label, facts.get(key)) for label, key in (
+        ("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread"))) if row]
+    console.print(fitted(console, columns, phases))
     if facts.get("levels"):
         console.print(f"stresses: {escape(stress_cells(facts['levels']))}")
     multi = facts.get("multi_thread") or {}
@@ -122,7 +130,8 @@ def render_repro_facts(console, facts: dict) -> None:
         if thread.get("error"):
             console.print(f"  {escape(thread['name'])}: [red]{escape(thread['error'][:200])}[/]")
     for blame in facts.get("blame") or []:
-        console.print(f"  blame: {escape(blame['victim'])} failed at {blame['at_s']:.2f} s; FX flag held by "
+        # No time here: the trial's end (in the progress lines and the verdict) is the one time it is given.
+        console.print(f"  blame: {escape(blame['victim'])} failed while the FX flag was held by "
                       f"[bold]{escape(str(blame.get('holder')))}[/]")
     hang = facts.get("hang")
     if hang:

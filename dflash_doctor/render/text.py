@@ -69,7 +69,7 @@ def render_problems_and_summary(report: Report, err: TextIO, exit_code: int, sum
     parts = [f"{n} {s.value}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
     found = ", ".join(parts) if parts else "no findings"
     probs = f", {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}" if report.problems else ""
-    closing = f"{report.command}: {summary or found}{probs} (exit {exit_code})"
+    closing = f"{report.command}: {summary or report.summary or found}{probs} (exit {exit_code})"
     if not _styled(err):
         for p in report.problems:
             hint = f" ({printable(p.hint)})" if p.hint else ""

@@ -5,6 +5,8 @@ Problem in the bundle (the report is still written, saying what is missing and w
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import socket
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +16,7 @@ from dflash_doctor import __version__
 from dflash_doctor.errors import DoctorError, UsageError
 from dflash_doctor.findings import Problem, Report, Severity
 from dflash_doctor.report.environment import collect_environment
-from dflash_doctor.report.last_repro import RefusedRepro, UnreadableRepro, last_repro_path, load_repro
+from dflash_doctor.report.last_repro import RefusedRepro, UnreadableRepro, last_repro_path, load_repro, made_when
 
 MAX_SCAN_FINDINGS = 25  # the summary lists this many; the counts cover all of them
 
@@ -24,6 +26,7 @@ class Bundle:
     created: str
     tool_version: str
     environment: dict
+    made: dict  # where, when and by which command the parts run now (guards, scan, gpus) were made
     guards: Optional[dict] = None
     scan: Optional[dict] = None
     gpus: Optional[dict] = None
@@ -42,6 +45,8 @@ class BundleSources:
     argv: Optional[Sequence[str]] = None  # the command line that made the report; default sys.argv
     version_of: Optional[Callable[[str], str]] = None
     now: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc)
+    host: Callable[[], str] = socket.gethostname
+    cwd: Callable[[], str] = os.getcwd
 
 
 def _real_guards(probes: bool, timeout: float) -> Callable[[], Report]:
@@ -116,10 +121,14 @@ def build_bundle(
     sources: BundleSources = BundleSources(),
 ) -> Bundle:
     problems: List[Problem] = []
+    now = sources.now()
+    environment = collect_environment(sources.env, sources.version_of, sources.argv)
     bundle = Bundle(
-        created=sources.now().replace(microsecond=0).isoformat(),
+        created=now.replace(microsecond=0).isoformat(),
         tool_version=__version__,
-        environment=collect_environment(sources.env, sources.version_of, sources.argv),
+        environment=environment,
+        made={"command": environment["command"], "host": sources.host(), "cwd": sources.cwd(),
+              "at": now.replace(microsecond=0).isoformat()},
         problems=problems,
     )
     guards = _collect("guards", sources.guards or _real_guards(probes, timeout), problems)
@@ -130,11 +139,12 @@ def build_bundle(
         bundle.scan = _report_section(scan, MAX_SCAN_FINDINGS)
         bundle.scan["paths"] = list(paths)
     bundle.gpus = _collect("gpus", sources.gpus or _real_gpus, problems)
-    bundle.repro = _repro_section(repro_json, sources.env, problems)
+    bundle.repro = _repro_section(repro_json, sources.env, problems, now)
     return bundle
 
 
-def _repro_section(repro_json: Optional[Path], env, problems: List[Problem]) -> Dict[str, object]:
+def _repro_section(repro_json: Optional[Path], env, problems: List[Problem],
+                   now: _dt.datetime) -> Dict[str, object]:
     path = Path(repro_json) if repro_json is not None else last_repro_path(env)
     try:
         document = load_repro(path)
@@ -147,4 +157,11 @@ def _repro_section(repro_json: Optional[Path], env, problems: List[Problem]) -> 
         if repro_json is not None:
             raise UsageError(f"--repro-json {repro_json}: no such file")
         return {"source": str(path), "result": None}
-    return {"source": str(path), "result": document}
+    when = made_when(document)
+    if when is None:  # a result from some run nobody can name is worse than none: it is left out
+        problems.append(Problem("repro", f"{path} does not say where, when or by which command it was made (an "
+                                "older dflash-doctor wrote it), so it is not included",
+                                "run `dflash-doctor repro` again, or pass its --format json output with --repro-json"))
+        return {"source": str(path), "result": None, "undated": True}
+    return {"source": str(path), "result": document, "made": document["facts"]["made"],
+            "age_s": round((now - when).total_seconds())}

@@ -46,10 +46,11 @@ def _findings_table(findings: list) -> Block:
     return Block("table", header=("code", "severity", "where", "message"), rows=rows)
 
 
-def _part_blocks(title: str, section: Optional[dict], missing: str) -> List[Block]:
+def _part_blocks(title: str, section: Optional[dict], missing: str, made: str) -> List[Block]:
     blocks = [Block("heading", title)]
     if section is None:
         return blocks + [Block("paragraph", missing)]
+    blocks.append(Block("paragraph", made))
     blocks.append(Block("paragraph", f"Verdict: {section['verdict']} ({section['total']} finding(s))"))
     if section["findings"]:
         blocks.append(_findings_table(section["findings"]))
@@ -64,10 +65,11 @@ def _part_blocks(title: str, section: Optional[dict], missing: str) -> List[Bloc
     return blocks + [Block("details", _json_text(section["facts"]), header=("facts",))]
 
 
-def _gpu_blocks(section: Optional[dict]) -> List[Block]:
+def _gpu_blocks(section: Optional[dict], made: str) -> List[Block]:
     blocks = [Block("heading", "GPU snapshot")]
     if section is None:
         return blocks + [Block("paragraph", "not collected (see Problems)")]
+    blocks.append(Block("paragraph", made))
     gpus = section.get("gpus") or []
     if not gpus:
         return blocks + [Block("paragraph", f"no GPU: {section.get('reason') or 'none visible'}")]
@@ -78,12 +80,32 @@ def _gpu_blocks(section: Optional[dict]) -> List[Block]:
     return blocks
 
 
+def age(seconds: float) -> str:
+    """How long before the report a result was made, in the largest unit that is at least one."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} s"
+
+
+def made_text(made: dict, when: str) -> str:
+    return f"Made by `{made['command']}` on {made['host']} in {made['cwd']}, {when}."
+
+
 def _repro_blocks(section: dict) -> List[Block]:
     blocks = [Block("heading", "Last repro")]
     result = section.get("result")
     if result is None:
+        if section.get("undated"):
+            return blocks + [Block("paragraph", f"{section['source']} not included: it does not say when, where or "
+                                                "by which command it was made (see Problems)")]
         return blocks + [Block("paragraph", f"none found at {section['source']} (run `dflash-doctor repro` first)")]
-    blocks.append(Block("paragraph", f"From {section['source']}: exit code {result.get('exit_code')}"))
+    made = section["made"]
+    blocks.append(Block("paragraph", made_text(made, f"finished {made['finished_at']} ({age(section['age_s'])} "
+                                                     "before this report)")))
+    blocks.append(Block("paragraph", f"Read from {section['source']}: exit code {result.get('exit_code')}"))
     if result.get("findings"):
         blocks.append(_findings_table(result["findings"]))
     return blocks + [Block("details", _json_text(result.get("facts", {})), header=("repro facts",))]
@@ -123,11 +145,13 @@ def _layout(bundle: Bundle) -> List[Block]:
     ]
     if env["env"]:
         blocks.append(Block("code", "\n".join(f"{k}={v}" for k, v in env["env"].items())))
-    blocks += _part_blocks("Guards", bundle.guards, "not checked (see Problems)")
-    blocks += _part_blocks("Scan", bundle.scan, "not scanned (see Problems)")
+    # The parts this report ran itself: each says so (a reader cannot tell them from a cached result otherwise).
+    now = made_text(bundle.made, f"at {bundle.made['at']}, by this report")
+    blocks += _part_blocks("Guards", bundle.guards, "not checked (see Problems)", now)
+    blocks += _part_blocks("Scan", bundle.scan, "not scanned (see Problems)", now)
     if bundle.scan is not None:
         blocks.append(Block("paragraph", "Scanned: " + ", ".join(bundle.scan["paths"])))
-    blocks += _gpu_blocks(bundle.gpus)
+    blocks += _gpu_blocks(bundle.gpus, now)
     blocks += _repro_blocks(bundle.repro or {"source": "(not looked up)", "result": None})
     if bundle.problems:
         blocks.append(Block("heading", "Problems"))

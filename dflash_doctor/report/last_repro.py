@@ -3,17 +3,51 @@
 `repro` writes its JSON envelope (the same document `repro --format json` prints) to `last_repro_path()`;
 `report` reads it back, or reads the file given with `--repro-json`. The cache folder follows XDG_CACHE_HOME
 and can be moved with DFLASH_DOCTOR_CACHE.
+
+A result says where, when and by which command it was made (`facts.made`, from `made_here`): a report that
+bundles a result from some earlier run must say which run, and includes none that cannot say it.
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
+import socket
 import stat
+import sys
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 LAST_REPRO_NAME = "last-repro.json"
 MAX_REPRO_BYTES = 16 * 2**20
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def made_here(started: _dt.datetime, finished: _dt.datetime, argv: Optional[Sequence[str]] = None,
+              host: Callable[[], str] = socket.gethostname, cwd: Callable[[], str] = os.getcwd) -> dict:
+    """Where, when and by which command a result was made: `facts.made` of a repro result."""
+    from dflash_doctor.report.environment import command_line
+
+    return {"command": command_line(sys.argv if argv is None else argv), "host": host(), "cwd": cwd(),
+            "started_at": started.replace(microsecond=0).isoformat(),
+            "finished_at": finished.replace(microsecond=0).isoformat()}
+
+
+def made_when(document: dict) -> Optional[_dt.datetime]:
+    """When a repro result was made (its `facts.made.finished_at`, timezone-aware), or None when it cannot say:
+    then where and by which command are unknown too, and `report` leaves it out."""
+    facts = document.get("facts")
+    made = facts.get("made") if isinstance(facts, dict) else None
+    if not isinstance(made, dict) or not all(isinstance(made.get(k), str) for k in ("command", "host", "cwd")):
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(str(made.get("finished_at")))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def cache_dir(env: Optional[Mapping[str, str]] = None) -> Path:

@@ -3,7 +3,8 @@
 `run_repro(spec)` returns a Report whose exit code is repro's own: 0 not reproduced, 1 reproduced, 3 harness
 failure (the control failed, a requested mitigation could not be applied, or no trial gave a verdict). Trials
 run side by side (`--jobs`); which trials run and what they mean is repro/ladder.py's business, what this machine
-can show is repro/capabilities.py's. It never prints; `progress(message)` is called as trials start and end.
+can show is repro/capabilities.py's. It never prints: a `Reporter` (dflash_doctor/progress.py) is told as the
+control and every trial start and end, each event stamped with the run's clock, the one its facts use.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dflash_doctor import mitigations as registry
 from dflash_doctor.findings import Problem, Report
 from dflash_doctor.hazards import STRESS_ORDER, Stress
 from dflash_doctor.outcomes import ThreadOutcome
+from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.repro import ladder
 from dflash_doctor.repro.capabilities import Capabilities, assess
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
@@ -31,11 +33,12 @@ POLL_S = 0.2
 # The default run climbs these; stuck runs only when asked for (--mode stuck) or to qualify a mitigation.
 ESCALATION = (Stress.NATURAL, Stress.AMPLIFIED, Stress.FORCED)
 
-Progress = Callable[[str], None]
+CONTROL = "single-thread control"
 
 
-def _quiet(_: str) -> None:
-    return None
+def trial_key(task: ladder.Task, total: int) -> str:
+    """How a trial is named in progress lines: `natural trial 2/3 (mitigation none)`."""
+    return f"{task.stress.value} trial {task.index + 1}/{total} (mitigation {registry.label(task.row)})"
 
 
 def thread_names(count: int) -> List[str]:
@@ -45,8 +48,9 @@ def thread_names(count: int) -> List[str]:
 class _Trial:
     """One multi-thread trial in flight: one child, or for `processes` one child per worker plus a disturber."""
 
-    def __init__(self, harness: "Harness", root: Path, task: Optional[ladder.Task], label: str) -> None:
-        self.task, self.label, self.harness = task, label, harness
+    def __init__(self, harness: "Harness", root: Path, task: Optional[ladder.Task], label: str,
+                 key: str = "") -> None:
+        self.task, self.label, self.harness, self.key = task, label, harness, key or CONTROL
         self.children: List[Tuple[PhaseSpec, Path, Child]] = []
         self.disturber: Optional[Tuple[PhaseSpec, Path, Child]] = None
         self.exits: Dict[int, ChildExit] = {}
@@ -101,7 +105,7 @@ class _Trial:
 
 
 class Harness:
-    def __init__(self, spec: ReproSpec, *, runner=None, progress: Progress = _quiet,
+    def __init__(self, spec: ReproSpec, *, runner=None, progress: Reporter = silent,
                  clock: Callable[[], float] = time.perf_counter, workdir: Optional[Path] = None,
                  capabilities: Optional[Capabilities] = None) -> None:
         self.spec = spec
@@ -145,8 +149,10 @@ class Harness:
     def elapsed(self) -> float:
         return self.clock() - self.started
 
-    def say(self, message: str) -> None:
-        self.progress(f"[{self.elapsed():6.1f}s] {message}")
+    def tell(self, kind: EventKind, key: str, text: str, at_s: Optional[float] = None, step: Optional[int] = None,
+             total: Optional[int] = None) -> None:
+        at = self.elapsed() if at_s is None else at_s
+        self.progress(ProgressEvent(kind, key, text, round(at, 3), step, total))
 
     # -- the plan ----------------------------------------------------------------------------------------
     def plan(self, matrix: bool, caps: Capabilities) -> Tuple[ladder.Row, List[ladder.Row], ladder.Row]:
@@ -187,7 +193,7 @@ class Harness:
         spec = self.spec
         caps = self.capabilities or assess(spec.effective_backward, spec.on_cpu)
         for line in caps.cannot_show:
-            self.say(f"note: {line}")
+            self.tell(EventKind.NOTE, "note", f"note: {line}")
         baseline, rows, headline = self.plan(matrix, caps)
         needs_control = any(s in (Stress.NATURAL, Stress.AMPLIFIED) for row in rows for s in row.runnable())
         control, results = self._execute(root, rows, needs_control)
@@ -235,8 +241,7 @@ class Harness:
         control: Optional[dict] = None
         try:
             if needs_control:
-                self.say("single-thread control: one worker, "
-                         f"{'cold' if self.spec.cache == 'cold' else 'warm'} compile cache")
+                self.tell(EventKind.STARTED, CONTROL, f"one worker, {self.spec.cache} compile cache")
                 running.append(_Trial(self, root, None, "single"))
                 if self.spec.effective_jobs == 1:  # nothing fits beside it: wait; a broken step stops the run
                     control = self._wait(running[0])
@@ -259,9 +264,10 @@ class Harness:
                         break
                     row.mark_started(task)
                     label = f"{row.label.replace(',', '+')}-{task.stress.value}-t{task.index + 1}"
-                    self.say(f"{task.stress.value} trial {task.index + 1}/{row.trials[task.stress]} "
-                             f"(mitigation {row.label}): started")
-                    running.append(_Trial(self, root, task, label))
+                    total = row.trials[task.stress]
+                    key = trial_key(task, total)
+                    self.tell(EventKind.STARTED, key, key, step=task.index + 1, total=total)
+                    running.append(_Trial(self, root, task, label, key))
             if not running:
                 return control, results
             time.sleep(POLL_S)
@@ -269,6 +275,7 @@ class Harness:
                 if trial.task is not None and not by_row[trial.task.row].wanted(trial.task):
                     trial.kill()
                     running.remove(trial)
+                    self.tell(EventKind.FINISHED, trial.key, "stopped: its row already has its verdict")
                     continue
                 result = trial.poll()
                 if result is None:
@@ -293,7 +300,7 @@ class Harness:
             time.sleep(POLL_S)
 
     def _control_ended(self, result: dict) -> None:
-        self.say(f"single-thread control: {result.get('outcome')} in {result.get('seconds', 0):.1f} s")
+        self.tell(EventKind.FINISHED, CONTROL, str(result.get("outcome")))
 
     def _trial_result(self, trial: _Trial, result: dict) -> ladder.TrialResult:
         task = trial.task
@@ -321,11 +328,12 @@ class Harness:
         if result.get("processes"):
             phase["processes"] = result["processes"]
         seconds = float(result.get("seconds") or 0.0)
-        said = kind or ("no verdict" if no_verdict else f"not reproduced ({result.get('outcome')})")
-        self.say(f"{task.stress.value} trial {task.index + 1} (mitigation {registry.label(task.row)}): {said} "
-                 f"in {seconds:.1f} s")
+        said = f"reproduced ({kind})" if kind else ("no verdict" if no_verdict else
+                                                     f"not reproduced ({result.get('outcome')})")
+        finished_at = self.elapsed()  # the one time this trial's end is given: progress, verdict and JSON
+        self.tell(EventKind.FINISHED, trial.key, said, at_s=finished_at)
         outcome = ThreadOutcome(result.get("outcome", ThreadOutcome.ERROR))
-        return ladder.TrialResult(task, kind, outcome, seconds, self.elapsed(), phase,
+        return ladder.TrialResult(task, kind, outcome, seconds, finished_at, phase,
                                   tuple(blame), tuple(problems), no_verdict)
 
     # -- facts -------------------------------------------------------------------------------------------
@@ -413,7 +421,7 @@ def _problems(result: dict) -> List[Problem]:
     return [Problem(p["subject"], p["reason"], p.get("hint", "")) for p in result.get("problems") or []]
 
 
-def run_repro(spec: ReproSpec, *, matrix: bool = False, runner=None, progress: Progress = _quiet,
+def run_repro(spec: ReproSpec, *, matrix: bool = False, runner=None, progress: Reporter = silent,
               clock: Callable[[], float] = time.perf_counter, workdir: Optional[Path] = None,
               capabilities: Optional[Capabilities] = None) -> Report:
     """Run a repro (or the mitigation matrix) and return its Report; see the module docstring."""

@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError, finite
 from dflash_doctor.hazards import Stress
-from dflash_doctor.vocabularies import Cache, Checkpoint, Mode, Shapes
+from dflash_doctor.vocabularies import MAX_GPU_JOBS, Cache, Checkpoint, Mode, Shapes
 
 
 # The reference drafter the replay builds by default: big enough that compiled flex_attention takes the kernel
@@ -38,7 +38,7 @@ def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> i
     if devices == ("cpu",):
         return 1
     cores = cpu_count or os.cpu_count() or 1
-    return max(1, min(8, cores // 2))
+    return max(1, min(MAX_GPU_JOBS, cores // 2))
 
 
 @dataclass(frozen=True)

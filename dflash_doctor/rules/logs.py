@@ -14,17 +14,97 @@ torch/distributed/elastic/multiprocessing/errors/__init__.py, Lib/threading.py),
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from dflash_doctor.findings import Severity
+from dflash_doctor.findings import Finding, Severity
+from dflash_doctor.hazards import Hazard
+from dflash_doctor.mitigations import fix_text
 from dflash_doctor.rules.registry import Rule, register
 
 Details = Callable[["re.Match[str]", str], Dict[str, Any]]
+# What to do next about a rule's findings: (its findings, most severe first; the threads of the facts; how many
+# threads a repro should start) -> steps, or None for the rule's fix (logs/advice.py).
+NextSteps = Callable[[Sequence[Finding], Dict[str, dict], int], Optional[List[str]]]
+
+UNNAMED = "main"  # the worker of a line that names none
+ABORT_LINES = 20  # the C++ terminate lines that follow a watchdog abort within this many lines are its
 
 
 def _no_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     return {}
+
+
+def _per_worker(worker: str, details: Dict[str, Any]) -> tuple:
+    return (worker,)
+
+
+def _rule_severity(details: Dict[str, Any]) -> Optional[Severity]:
+    return None
+
+
+@dataclass
+class HeldLine:
+    """A matched line whose finding waits for what follows it, or for the end of the log."""
+
+    worker: str
+    lineno: int
+    body: str = ""
+    details: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HeldRecompile(HeldLine):
+    """The recompile-limit warning, waiting up to RECOMPILE_LOOKAHEAD lines for its 'function:' line."""
+
+    function: Optional[str] = None
+    lines_seen: int = 0
+
+
+@dataclass
+class LineMemory:
+    """What the rules' line hooks remember from one line to the next; the scanner reports the held lines when they
+    are due (a later line, ABORT_LINES on, the end of the log)."""
+
+    last_timeout: int = -ABORT_LINES - 1  # line of the last collective timeout
+    last_abort: Optional[HeldLine] = None  # the last watchdog-abort line that named its worker
+    held_abort: Optional[HeldLine] = None  # a 'terminate called' line waiting for its rank
+    launcher_cut: Optional[HeldLine] = None  # DeepSpeed's launcher line, its return code cut off
+    held_recompile: Optional[HeldRecompile] = None
+    pyspy_header: Optional[HeldLine] = None  # py-spy's 'Process N:' line with no thread after it (yet)
+    fatal_error_line: Optional[int] = None  # 'Fatal Python error': a faulthandler dump after it is the crash's
+
+
+@dataclass(frozen=True)
+class RuleLine:
+    """A line that one rule's pattern matched, handed to that rule's hook."""
+
+    body: str
+    lineno: int
+    stream: Optional[str]  # the worker its prefix names, if any
+    worker: str
+    match: "re.Match[str]"
+
+
+class RuleScanner(Protocol):
+    """What a rule's hook may use of the scanner reading the line (dflash_doctor/logs/scan.py)."""
+
+    memory: LineMemory
+
+    def line_before(self) -> Optional[str]: ...
+
+    def start_dump(self, lineno: int, stream: Optional[str], text: str) -> None: ...
+
+    def report(self, rule: Rule, key: tuple, message: str, lineno: int, evidence: Dict[str, Any]) -> None: ...
+
+    def is_dead(self, worker: str) -> bool: ...
+
+
+# A rule's own handling of its line, before the scanner reports the usual finding (and the death, for a fatal rule):
+# `on_match` takes the line as it is (no finding of the usual kind follows); `on_line` sees it with its details and
+# its worker resolved, and returns the worker the finding goes to, or None when it held or dropped the line.
+MatchHook = Callable[[RuleScanner, RuleLine], None]
+LineHook = Callable[[RuleScanner, RuleLine, Dict[str, Any]], Optional[str]]
 
 
 @dataclass(frozen=True)
@@ -34,7 +114,10 @@ class LogRule:
     `fatal`: a match inside a traceback's exception, or on a bare exception line, names why a worker died (the
     rules are tried in LOG_RULES order, so a narrower kind declared first wins: the jit.trace message before the
     FX race, Triton's OutOfResources before CUDA OOM). `describe` turns the details into the finding's message
-    after 'WORKER: '."""
+    after 'WORKER: '. `line_is_death`: the matched line alone means the process is gone (no exception line needed),
+    of `death_kind`. `finding_key`: findings with the same key are one finding (repeats are counted).
+    `records_only`: judged on warning and error records only, never on a glog INFO record. `explains_cut_traceback`:
+    a traceback cut before its exception shortly after this rule's finding for a worker is that death's."""
 
     rule: Rule
     triggers: Tuple[str, ...] = ()
@@ -42,6 +125,18 @@ class LogRule:
     fatal: bool = False
     details: Details = _no_details
     describe: Optional[Callable[[Dict[str, Any]], str]] = None
+    on_match: Optional[MatchHook] = None
+    on_line: Optional[LineHook] = None
+    line_is_death: bool = False
+    death_kind: str = "process"
+    finding_key: Callable[[str, Dict[str, Any]], tuple] = _per_worker
+    severity_of: Callable[[Dict[str, Any]], Optional[Severity]] = _rule_severity
+    records_only: bool = False
+    explains_cut_traceback: bool = True
+    # Whether the rule explains a traceback whose exception it matched: (the match, whether the traceback is a
+    # thread's, its frames' functions outermost first). By default every match does.
+    explains_block: Optional[Callable[["re.Match[str]", bool, Tuple[str, ...]], bool]] = None
+    next_steps: Optional[NextSteps] = None  # what to run or read next; by default the rule's fix
 
     def message(self, details: Dict[str, Any]) -> str:
         return self.describe(details) if self.describe is not None else self.rule.summary
@@ -56,6 +151,50 @@ def declare(rule: Rule, **matcher: Any) -> Rule:
         raise ValueError(f"{rule.code}: log rules are written as log excerpts")
     LOG_RULES[rule.code] = LogRule(register(rule), **matcher)
     return rule
+
+
+def fix_step(rule: Rule) -> str:
+    return f"{rule.code}: {rule.fix}" if rule.fix else f"dflash-doctor explain {rule.code}"
+
+
+def fix_line(hazards: Sequence[Hazard]) -> List[str]:
+    """The mitigation registry's first complete recommendation for `hazards`, as one line (none when it has none)."""
+    from dflash_doctor.mitigations import recommend
+
+    recommended = recommend(set(hazards))
+    if not recommended:
+        return []
+    best = recommended[0]
+    return [f"fix ({best.label}): " + "; ".join(best.api)]
+
+
+def _workers(findings: Sequence[Finding]) -> List[str]:
+    return sorted({str(f.evidence.get("thread")) for f in findings if f.evidence.get("thread")})
+
+
+def _stopped_first(threads: Dict[str, dict]) -> Optional[str]:
+    ranked = [(t["last_step"], name) for name, t in threads.items()
+              if t.get("last_step") is not None and name != UNNAMED]
+    if len(ranked) < 2:
+        return None
+    step, name = min(ranked)
+    return f"{name}, last step {step}"
+
+
+def _after_a_timeout(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+    if not any(f.evidence.get("inner_cause") in (None, "collective timeout") for f in found):
+        return None
+    first = _stopped_first(threads)
+    where = f" ({first})" if first else ""
+    return [f"a collective timed out: find the rank that stopped first{where} and read its own error or stack; the "
+            "timeouts of the others follow from it"]
+
+
+def _scan_for_uncompiled(code: str) -> NextSteps:
+    def steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+        return ["dflash-doctor scan <trainer dir>: flex_attention reached uncompiled (DFD202) or the FX error "
+                "silenced (DFD301)", fix_step(LOG_RULES[code].rule)]
+    return steps
 
 
 def trigger_words() -> Tuple[str, ...]:
@@ -154,10 +293,83 @@ LOG_FX_TRACE_RACE = declare(Rule(
         "[drafter-1] step=120 loss=2.43 7.1 Ktok/s\n"
     ),
 ), triggers=("FX to symbolically",), fatal=True,
+    next_steps=lambda found, threads, count: [
+        "dflash-doctor guards: does the installed torch check a process-global FX-tracing flag on every compiled "
+        "call?",
+        f"dflash-doctor repro --threads {count} --matrix: which mitigation removes the race on this machine",
+        "dflash-doctor scan <trainer dir>: the compiled calls reached from threads (DFD201)"]
+    + fix_line((Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK)),
     pattern=re.compile(r"using FX to symbolically trace a dynamo-optimized function"),
     details=_gpu_details,
     describe=lambda d: "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
     "function (the FX-tracing race between threads)")
+
+_PATCHER_RACE = re.compile(r"(?P<submodule>NameError: module is not installed as a submodule)"
+                           r"|(?P<patcher>CURRENT_PATCHER (?:is None in finally block|was changed during a "
+                           r"revert_all_patches))")
+_TRACING = ("trace", "symbolic_trace")  # Tracer.trace and torch.fx.symbolic_trace's frames
+
+
+def _patcher_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    return {"symptom": "a module call went through another thread's tracer" if match.group("submodule")
+            else "two traces overlapped"}
+
+
+def _patcher_explains(match: "re.Match[str]", thread: bool, functions: Tuple[str, ...]) -> bool:
+    # The NameError is also what one thread gets for tracing a module kept outside its parent (in a plain list):
+    # a main-thread traceback that traced for itself is that mistake, unless it is the patcher's own assertion.
+    return bool(match.group("patcher")) or thread or not any(f in _TRACING for f in functions)
+
+
+LOG_FX_PATCHER_RACE = declare(Rule(
+    code="DFD518",
+    name="log-fx-patcher-race",
+    severity=Severity.ERROR,
+    summary="a worker died of the FX patcher race: another thread's torch.fx trace patched nn.Module for every "
+    "thread",
+    rationale=(
+        "torch.fx.symbolic_trace (Tracer.trace) installs a patcher that replaces torch.nn.Module.__call__ and "
+        "__getattr__ on the classes, so for every thread of the process, and keeps it in the module global "
+        "CURRENT_PATCHER (torch/fx/_symbolic_trace.py of torch 2.13.0: _new_patcher, path_of_module; docs/races.md, "
+        "'The FX patcher race'). While one thread traces, "
+        "another thread's plain eager module call goes through the tracer's wrapper and raises 'NameError: module "
+        "is not installed as a submodule'; two traces that overlap restore each other's patches and one ends in "
+        "'AssertionError: CURRENT_PATCHER is None in finally block' (or 'CURRENT_PATCHER was changed during a "
+        "revert_all_patches'). It hits eager code as well as compiled code, without the FX RuntimeError of "
+        "DFD501, and the fixes for that race (the thread-local FX flag, non-lazy backward, warm-up, a first-call lock) "
+        "do not touch it: they concern torch.compile, not torch.fx's patcher. A threaded trainer with three eager "
+        "drafters and two threads looping symbolic_trace lost threads to it in each of 4 runs on torch 2.13 "
+        "(fixtures/logs/README.md). "
+        "A traceback of the main thread that traced for itself and got the NameError is a module kept outside "
+        "its parent (a plain list), not this race, and is reported as DFD513."
+    ),
+    fix=(
+        "Run torch.fx tracing (graph inspection, profiling) before the worker threads start or in another process, "
+        "or serialise it with the workers' steps under one lock. " + fix_text(Hazard.PATCHER_RACE)
+    ),
+    example_format="log",
+    bad=(
+        "Exception in thread drafter-1:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/job/train.py", line 58, in run\n'
+        "    out = self.model(batch)\n"
+        '  File "/usr/lib/python3.11/site-packages/torch/fx/_symbolic_trace.py", line 888, in module_call_wrapper\n'
+        "    return self.call_module(mod, forward, args, kwargs)\n"
+        '  File "/usr/lib/python3.11/site-packages/torch/fx/_symbolic_trace.py", line 516, in path_of_module\n'
+        '    raise NameError("module is not installed as a submodule")\n'
+        "NameError: module is not installed as a submodule\n"
+    ),
+    good=(
+        "[drafter-1] step=30 loss=0.41 6.8 Ktok/s\n"
+        "[profiler] traced 412 graphs\n"
+    ),
+), triggers=("NameError: module is not installed", "CURRENT_PATCHER"), fatal=True, pattern=_PATCHER_RACE,
+    details=_patcher_details, explains_block=_patcher_explains,
+    describe=lambda d: f"the FX patcher race: {d['symptom']} (torch.fx patches nn.Module for every thread "
+    "while one traces)",
+    next_steps=lambda found, threads, count: [
+        "dflash-doctor scan <trainer dir>: the torch.fx.symbolic_trace / Tracer().trace calls that run next to the "
+        "worker threads", fix_step(LOG_RULES["DFD518"].rule)])
 
 _TRITON_NEEDS = re.compile(r"out of resource: (?P<resource>[A-Za-z_ ]+?)(?:,|\.|$)(?:.*?Required: (?P<required>\d+))?"
                            r"(?:.*?Hardware limit:? (?P<limit>\d+))?")
@@ -235,6 +447,28 @@ def _abort_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     return {"rank": int(rank.group("rank")) if rank else None, "inner_cause": inner}
 
 
+_TAKEN_DOWN = re.compile(NCCL_TAKEN_DOWN)
+
+
+def _abort_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    """C++ prints 'terminate called ...' without a rank, before or after the line that names it."""
+    memory = scanner.memory
+    worker = line.worker
+    if worker == UNNAMED:
+        last = memory.last_abort
+        if last is not None and line.lineno - last.lineno <= ABORT_LINES:
+            worker = last.worker
+        elif _TAKEN_DOWN.search(line.body) and 0 <= line.lineno - memory.last_timeout <= ABORT_LINES:
+            return None  # older releases: the timeouts just reported take their processes down
+        else:
+            if memory.held_abort is None:
+                memory.held_abort = HeldLine(UNNAMED, line.lineno, line.body, details)
+            return None
+    memory.held_abort = None
+    memory.last_abort = HeldLine(worker, line.lineno)
+    return worker
+
+
 LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
     code="DFD512",
     name="log-nccl-watchdog-abort",
@@ -291,7 +525,7 @@ LOG_NCCL_WATCHDOG_ABORT = declare(Rule(
                        # a c10::Error's backtrace through the watchdog thread (printed when it terminated)
                        r"|frame #\d+: c10d::ProcessGroupNCCL::(?:ncclCommWatchdog|workCleanupLoop|watchdogHandler)\("
                        r"|" + NCCL_TAKEN_DOWN),
-    details=_abort_details,
+    details=_abort_details, on_line=_abort_line, line_is_death=True, records_only=True, next_steps=_after_a_timeout,
     describe=lambda d: "ProcessGroupNCCL's watchdog aborted the process"
     + (f" ({d['inner_cause']})" if d.get("inner_cause") else ""))
 
@@ -306,6 +540,10 @@ def _oom_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     index = int(next(g for g in gpu.groups() if g is not None)) if gpu else gpu_in(text)
     tried = _OOM_TRIED.search(text)
     return {"gpu": index, "tried_to_allocate": tried.group("size") if tried else None}
+
+
+def _per_gpu(worker: str, details: Dict[str, Any]) -> tuple:
+    return (worker, details.get("gpu"))
 
 
 LOG_CUDA_OOM = declare(Rule(
@@ -354,7 +592,7 @@ LOG_CUDA_OOM = declare(Rule(
                        r"|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
                        # NCCL's own warning ('NCCL WARN Cuda failure 'out of memory''), MXNet's allocator
                        r"|Cuda failure 'out of memory'|cudaMalloc(?:Async)? failed: out of memory"),
-    details=_oom_details,
+    details=_oom_details, finding_key=_per_gpu, next_steps=_scan_for_uncompiled("DFD502"),
     describe=lambda d: "CUDA out of memory" + _on_gpu(d)
     + (f" (tried to allocate {d['tried_to_allocate']})" if d.get("tried_to_allocate") else ""))
 
@@ -458,6 +696,11 @@ def _timeout_message(details: Dict[str, Any]) -> str:
     return "NCCL collective timed out"
 
 
+def _timeout_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    scanner.memory.last_timeout = line.lineno  # the abort lines that follow are this timeout's end
+    return line.worker
+
+
 LOG_NCCL_TIMEOUT = declare(Rule(
     code="DFD504",
     name="log-nccl-timeout",
@@ -488,7 +731,8 @@ LOG_NCCL_TIMEOUT = declare(Rule(
                        # (not the key-value store's 'store->get('0') got error: wait timeout' while a communicator
                        # is set up: a rank that never reached it, not a collective that ran too long)
                        r"|NCCL timeout|DistBackendError: (?!.*store->get).*?[Tt]imed? ?out"),
-    details=_timeout_details, describe=_timeout_message)
+    details=_timeout_details, describe=_timeout_message, on_line=_timeout_line, records_only=True,
+    next_steps=_after_a_timeout)
 
 LOG_NCCL_ERROR = declare(Rule(
     code="DFD516",
@@ -529,7 +773,7 @@ LOG_NCCL_ERROR = declare(Rule(
                        # and nccl-tests' 'Test NCCL failure common.cu:1204 'unhandled cuda error''
                        r"|NCCL WARN Cuda failure '|NCCL WARN NET/IB ?: Got completion from peer .* with (?:error|status)"
                        r"|Test NCCL failure \S+ '"),
-    details=_gpu_details,
+    details=_gpu_details, records_only=True,
     describe=lambda d: "NCCL error (a failed NCCL call, not a timeout)")
 
 # Releases before FailOnRecompileLimitHit raised torch._dynamo.exc.CacheLimitExceeded where the limit could not
@@ -556,6 +800,19 @@ def _recompile_message(details: Dict[str, Any]) -> str:
         return (f"Dynamo hit {limit}{where} and stopped the run: {why} (with fullgraph=True the limit is an "
                 "error, not an eager fallback)")
     return f"Dynamo hit {limit}{where}: later calls run it uncompiled (eagerly)"
+
+
+def _recompile_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    """The limit warning names its function on a line that follows: held until then (fatal: FailOnRecompileLimitHit
+    is reported at once)."""
+    if details.get("fatal"):
+        return line.worker
+    scanner.memory.held_recompile = HeldRecompile(line.worker, line.lineno, details=details)
+    return None
+
+
+def _recompile_severity(details: Dict[str, Any]) -> Optional[Severity]:
+    return Severity.ERROR if details.get("fatal") else None
 
 
 LOG_RECOMPILE_LIMIT = declare(Rule(
@@ -588,9 +845,16 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
     pattern=re.compile(r"(?:torch\._dynamo|torchdynamo) hit (?:config\.)?(?:accumulated_)?(?:recompile_limit"
                        r"|cache_size_limit|recompilation cache limit) \(\d+\)|FailOnRecompileLimitHit"
                        r"|\bCacheLimitExceeded\b|Unsupported: Dynamo recompile limit exceeded"),
-    details=_recompile_details, describe=_recompile_message)
+    details=_recompile_details, describe=_recompile_message, on_line=_recompile_line,
+    severity_of=_recompile_severity, next_steps=_scan_for_uncompiled("DFD506"))
 
 # -- events: no death by themselves ------------------------------------------------------------------------------
+
+def _dense_warning_line(scanner: RuleScanner, line: RuleLine) -> None:
+    scanner.report(LOG_RULES["DFD505"].rule, (), f"{line.worker}: flex_attention ran without torch.compile (dense "
+                   "path that materialises the full scores matrix)", line.lineno, dict(thread=line.worker,
+                                                                                         via="warning"))
+
 
 LOG_DENSE_ATTENTION_FALLBACK = declare(Rule(
     code="DFD505",
@@ -614,7 +878,8 @@ LOG_DENSE_ATTENTION_FALLBACK = declare(Rule(
         "[drafter-1] compiled flex_attention for seq_len=4096\n"
     ),
 ), triggers=("flex_attention called without",),
-    pattern=re.compile(r"flex_attention called without torch\.compile\(\)"))
+    pattern=re.compile(r"flex_attention called without torch\.compile\(\)"), on_match=_dense_warning_line,
+    next_steps=_scan_for_uncompiled("DFD505"))
 
 # Signal deaths: torchrun's summary ('Signal 9 (SIGKILL) received by PID 4242'), its agent ('failed (exitcode:
 # -9) local_rank: 0 (pid: 4242)'), torch.multiprocessing ('process 0 terminated with signal SIGSEGV'),
@@ -649,152 +914,263 @@ _NTSTATUS_DECIMAL = {"-1073741819": "C0000005", "3221225477": "C0000005", "-1073
 # DeepSpeed's launcher: "[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1', ...]
 # exits with return code = -9"
 _DS_LOCAL_RANK = re.compile(r"'--local_rank=(\d+)'")
-_SIGNAL_LINE = re.compile(
-    r"[Ss]ignal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\) received by PID (?P<pid>\d+)"
-    r"|failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<local_rank>\d+) \(pid: (?P<pid2>\d+)\)"
-    # torch 1.9-1.10's agent: 'Child process 32378 (local_rank 0) FAILED (exitcode -9)'
-    r"|Child process (?P<pid5>\d+) \(local_rank (?P<local_rank2>\d+)\) FAILED \(exitcode (?P<exitcode2>-\d+)\)"
-    r"|(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name2>SIG[A-Z]+)"
+@dataclass(frozen=True)
+class SignalReading:
+    """What one wording of a signal death says; `meaning` None: the signal's usual meaning (SIGNAL_MEANING)."""
+
+    signal: Optional[str]
+    pid: Optional[str] = None
+    meaning: Optional[str] = None
+    local_rank: Optional[int] = None
+    rank: Optional[int] = None
+    cancelled: bool = False
+    worker_kind: Optional[str] = None
+
+
+SignalDecoder = Callable[["re.Match[str]", str], SignalReading]
+
+
+@dataclass(frozen=True)
+class SignalWording:
+    """One way a signal death is printed: who prints it, its pattern (named groups of its own), how to read it, and
+    a line as that tool prints it (tests/logs/test_signal_wordings.py reads each back)."""
+
+    wording: str
+    pattern: str
+    decode: SignalDecoder
+    example: str
+    signal: Optional[str]  # what `example` decodes to
+
+
+def _numbered(number: int) -> str:
+    return SIGNALS.get(number, f"signal {number}")
+
+
+def _named(group: str) -> SignalDecoder:
+    return lambda m, text: SignalReading(m.group(group), pid=m.group("pid") if "pid" in m.re.groupindex else None)
+
+
+def _shell_named(m: "re.Match[str]", text: str) -> SignalReading:
+    return SignalReading(_SHELL_SIGNALS[m.group("name")], pid=m.group("pid") if "pid" in m.re.groupindex else None)
+
+
+def _host_oom(m: "re.Match[str]", text: str) -> SignalReading:
+    return SignalReading("SIGKILL", pid=m.group("pid"), meaning="the host's OOM killer (host RAM, not GPU memory)")
+
+
+def _agent_told(signal: str) -> SignalReading:
+    return SignalReading(signal, meaning="the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)")
+
+
+def _agent_exit(m: "re.Match[str]", text: str) -> SignalReading:
+    return SignalReading(_numbered(-int(m.group("exitcode"))), pid=m.group("pid"),
+                         local_rank=int(m.group("local_rank")))
+
+
+def _deepspeed_exit(m: "re.Match[str]", text: str) -> SignalReading:
+    named = _DS_LOCAL_RANK.search(text)
+    return SignalReading(_numbered(-int(m.group("code"))), local_rank=int(named.group(1)) if named else None)
+
+
+def _windows(code: str, shown: str) -> SignalReading:
+    signal = _NTSTATUS[code]
+    return SignalReading(signal, meaning=f"Windows NTSTATUS {shown}: " + SIGNAL_MEANING.get(signal, ""))
+
+
+def _loader_killed(m: "re.Match[str]", text: str) -> SignalReading:
+    name = m.group("name")
+    return SignalReading(_SHELL_SIGNALS[name] if name else None, pid=m.group("pid"), worker_kind="DataLoader worker")
+
+
+_SHELL_WORDS = "Killed|Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception|Terminated"
+
+# In the order they are tried at one position of a line (a regex alternation: the leftmost match wins, and at one
+# position the first wording that matches).
+SIGNAL_WORDINGS: Tuple[SignalWording, ...] = (
+    SignalWording("torchrun's summary", r"[Ss]ignal \d+ \((?P<name>SIG[A-Z]+)\) received by PID (?P<pid>\d+)",
+                  _named("name"), "  error_file: <N/A>  Signal 9 (SIGKILL) received by PID 4242", "SIGKILL"),
+    SignalWording("torchrun's agent", r"failed \(exitcode: (?P<exitcode>-\d+)\) local_rank: (?P<local_rank>\d+) "
+                  r"\(pid: (?P<pid>\d+)\)", _agent_exit,
+                  "api.py:869] failed (exitcode: -11) local_rank: 2 (pid: 4244) of binary: /usr/bin/python3",
+                  "SIGSEGV"),
+    SignalWording("torch 1.9-1.10's agent", r"Child process (?P<pid>\d+) \(local_rank (?P<local_rank>\d+)\) FAILED "
+                  r"\(exitcode (?P<exitcode>-\d+)\)", _agent_exit,
+                  "ERROR:torch.distributed.elastic.multiprocessing.api:Child process 32378 (local_rank 0) FAILED "
+                  "(exitcode -9)", "SIGKILL"),
+    SignalWording("torch.multiprocessing and subprocess",
+                  r"(?:terminated|died|killed|exited) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name>SIG[A-Z]+)",
+                  _named("name"), "process 0 terminated with signal SIGSEGV", "SIGSEGV"),
     # PyCharm: 'Process finished with exit code 137 (interrupted by signal 9: SIGKILL)' (full-width in a CJK locale)
     # (gdb's 'Program received signal SIGINT, Interrupt.' is the debugger stopping a live process, not a death)
-    r"|(?:interrupted by|received) signal (?:\d+[:\uff1a] ?)?(?P<name3>SIG[A-Z]+)\b(?!, (?:Interrupt|Trace/breakpoint))"
-    # 128 + the signal's number, as a shell, PyCharm or docker report a killed child: 'exit code 137'
-    r"|(?:finished|exited) with (?:exit )?code (?P<code128>13[0-9]|14[0-3])\b"
-    # torchrun's agent: 'torch.distributed.elastic.multiprocessing.api.SignalException: Process 8665 got signal: 1'
-    r"|SignalException: Process (?P<sigpid>\d+) got signal: (?P<signum>\d+)"
-    r"|Received (?:Signals\.)?(?P<agent>SIG[A-Z]+) death signal|Received (?P<agentnum>\d+) death signal"
-    # Open MPI's crash report: '[host:12345] Signal: Segmentation fault (11)'
-    r"|(?:\] |^\s*)Signal: [A-Za-z -]+ \((?P<mpinum>\d+)\)"  # (its '[host:pid]' may be gone)
-    # Ray's memory monitor: '1 Workers (tasks / actors) killed due to memory pressure (OOM)'
-    r"|(?P<ray_oom>killed due to memory pressure)"
-    r"|Out of memory: ?Killed process (?P<oom_pid>\d+)"
-    # older kernels print the kill alone: '[ 4018.45] Killed process 935 (python) total-vm:113656kB, anon-rss:...'
-    r"|\bKilled process (?P<oom_pid2>\d+) \([^)]*\),? total-vm:"
-    # Slurm's cgroup: 'slurmstepd: error: Detected 8 oom-kill event(s) in step 59137890.batch cgroup.'
-    r"|Detected (?P<cgroup_oom>\d+) oom-kill event"
-    # MosaicML composer's launcher: 'ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7.'
-    r"|Rank (?P<comp_rank>\d+) crashed with exit code (?P<comp_code>-\d+)"
-    # PaddlePaddle's signal handler: 'FatalError: `Segmentation fault` is detected by the operating system.' (older:
-    # 'A serious error (Segmentation fault) is detected'), then '[SignalInfo: *** SIGSEGV (@0x0) received by PID 1011'
-    r"|FatalError: (?:A serious error \(|`)(?P<paddle>Segmentation fault|Illegal instruction|Aborted|Bus error"
-    r"|Floating point exception)[`)] is detected"
-    r"|\[SignalInfo: \*\*\* (?P<sinfo>SIG[A-Z]+) \(@0x[0-9a-fA-F]+\) received by PID \d+"
-    # c10's FatalSignalHandler: 'SIGABRT(6), PID: 4242, Thread 4243:' before each thread's C++ stack
-    r"|\bSIG(?P<fsh>[A-Z]+)\(\d+\), PID: (?P<fsh_pid>\d+), Thread \d+:"
-    # UCX: '[host:1016852:0:1020747] Caught signal 11 (Segmentation fault: address not mapped ...)'
-    r"|Caught signal (?P<ucxnum>\d+) \("
-    # AddressSanitizer ('ERROR: AddressSanitizer: SEGV on unknown address'), absl's handler ('*** SIGSEGV received
-    # at time=...'), a C++ allocation failure nothing caught ("terminate called after throwing an instance of
-    # 'std::bad_alloc'", PaddlePaddle's BadAlloc): abort()
-    r"|AddressSanitizer: (?P<asan>SEGV|BUS|ABRT|FPE|ILL)\b|\*\*\* (?P<absl>SIG[A-Z]+) received at time="
-    r"|terminate called after throwing an instance of '(?P<bad_alloc>[\w:]*(?:bad_alloc|BadAlloc))'"
-    r"|Fatal Python error: (?P<fatal>Segmentation fault|Aborted|Bus error|Floating point exception)"
+    SignalWording("PyCharm and others", r"(?:interrupted by|received) signal (?:\d+[:\uff1a] ?)?(?P<name>SIG[A-Z]+)\b"
+                  r"(?!, (?:Interrupt|Trace/breakpoint))", _named("name"),
+                  "Process ended (interrupted by signal 9: SIGKILL)", "SIGKILL"),
+    SignalWording("a shell, PyCharm or docker: 128 + the signal's number",
+                  r"(?:finished|exited) with (?:exit )?code (?P<code>13[0-9]|14[0-3])\b",
+                  lambda m, text: SignalReading(_numbered(int(m.group("code")) - 128)),
+                  "Process finished with exit code 134", "SIGABRT"),
+    SignalWording("torchrun's agent told to stop", r"SignalException: Process (?P<pid>\d+) got signal: (?P<num>\d+)",
+                  lambda m, text: replace(_agent_told(_numbered(int(m.group("num")))), pid=m.group("pid")),
+                  "torch.distributed.elastic.multiprocessing.api.SignalException: Process 8665 got signal: 1",
+                  "SIGHUP"),
+    SignalWording("torchrun's agent, by name", r"Received (?:Signals\.)?(?P<name>SIG[A-Z]+) death signal",
+                  lambda m, text: _agent_told(m.group("name")), "Received Signals.SIGTERM death signal, shutting "
+                  "down workers", "SIGTERM"),
+    SignalWording("torchrun's agent, by number", r"Received (?P<num>\d+) death signal",
+                  lambda m, text: _agent_told(_numbered(int(m.group("num")))),
+                  "Received 15 death signal, shutting down workers", "SIGTERM"),
+    # (its '[host:pid]' may be gone)
+    SignalWording("Open MPI's crash report", r"(?:\] |^\s*)Signal: [A-Za-z -]+ \((?P<num>\d+)\)",
+                  lambda m, text: SignalReading(_numbered(int(m.group("num")))),
+                  "[node7:12345] Signal: Segmentation fault (11)", "SIGSEGV"),
+    SignalWording("Ray's memory monitor", r"killed due to memory pressure",
+                  lambda m, text: SignalReading("SIGKILL", meaning="Ray's memory monitor killed it: host RAM ran "
+                                                "short (not GPU memory)"),
+                  "1 Workers (tasks / actors) killed due to memory pressure (OOM)", "SIGKILL"),
+    SignalWording("the kernel's OOM killer", r"Out of memory: ?Killed process (?P<pid>\d+)", _host_oom,
+                  "[ 4018.45] Out of memory: Killed process 935 (python) total-vm:113656kB", "SIGKILL"),
+    SignalWording("older kernels' OOM killer", r"\bKilled process (?P<pid>\d+) \([^)]*\),? total-vm:", _host_oom,
+                  "[ 4018.45] Killed process 935 (python) total-vm:113656kB, anon-rss:9000kB", "SIGKILL"),
+    SignalWording("Slurm's cgroup", r"Detected \d+ oom-kill event",
+                  lambda m, text: SignalReading("SIGKILL", meaning="the job's cgroup ran out of host memory and its "
+                                                "OOM killer killed processes (not GPU memory)"),
+                  "slurmstepd: error: Detected 8 oom-kill event(s) in step 59137890.batch cgroup.", "SIGKILL"),
+    SignalWording("MosaicML composer's launcher", r"Rank (?P<rank>\d+) crashed with exit code (?P<code>-\d+)",
+                  lambda m, text: SignalReading(_numbered(-int(m.group("code"))), rank=int(m.group("rank"))),
+                  "ERROR:composer.cli.launcher:Rank 2 crashed with exit code -7.", "SIGBUS"),
+    # (older: 'A serious error (Segmentation fault) is detected')
+    SignalWording("PaddlePaddle's signal handler", r"FatalError: (?:A serious error \(|`)(?P<name>Segmentation fault"
+                  r"|Illegal instruction|Aborted|Bus error|Floating point exception)[`)] is detected", _shell_named,
+                  "FatalError: `Segmentation fault` is detected by the operating system.", "SIGSEGV"),
+    # (not its pid: the FatalError line, without one, and the shell's report are the same crash)
+    SignalWording("PaddlePaddle's SignalInfo", r"\[SignalInfo: \*\*\* (?P<name>SIG[A-Z]+) \(@0x[0-9a-fA-F]+\) "
+                  r"received by PID \d+", lambda m, text: SignalReading(m.group("name")),
+                  "  [SignalInfo: *** SIGSEGV (@0x0) received by PID 1011 (TID 0x7f) from PID 0 ***]", "SIGSEGV"),
+    SignalWording("c10's FatalSignalHandler", r"\bSIG(?P<name>[A-Z]+)\(\d+\), PID: (?P<pid>\d+), Thread \d+:",
+                  lambda m, text: SignalReading("SIG" + m.group("name"), pid=m.group("pid")),
+                  "SIGABRT(6), PID: 4242, Thread 4243:", "SIGABRT"),
+    SignalWording("UCX", r"Caught signal (?P<num>\d+) \(",
+                  lambda m, text: SignalReading(_numbered(int(m.group("num")))),
+                  "[host:1016852:0:1020747] Caught signal 11 (Segmentation fault: address not mapped)", "SIGSEGV"),
+    SignalWording("AddressSanitizer", r"AddressSanitizer: (?P<name>SEGV|BUS|ABRT|FPE|ILL)\b",
+                  lambda m, text: SignalReading("SIG" + m.group("name")),
+                  "==4242==ERROR: AddressSanitizer: SEGV on unknown address 0x000000000000", "SIGSEGV"),
+    SignalWording("absl's failure handler", r"\*\*\* (?P<name>SIG[A-Z]+) received at time=",
+                  lambda m, text: SignalReading(m.group("name")),
+                  "E0101 10:00:00.000 4242 failure_signal_handler.cc:345] *** SIGSEGV received at time=1701000000 on "
+                  "cpu 3 ***", "SIGSEGV"),
+    SignalWording("a C++ allocation failure nothing caught",
+                  r"terminate called after throwing an instance of '(?P<type>[\w:]*(?:bad_alloc|BadAlloc))'",
+                  lambda m, text: SignalReading("SIGABRT", meaning=f"a C++ allocation failed ({m.group('type')}) "
+                                                "and nothing caught it: out of memory"),
+                  "terminate called after throwing an instance of 'paddle::memory::allocation::BadAlloc'", "SIGABRT"),
+    SignalWording("faulthandler's crash", r"Fatal Python error: (?P<name>Segmentation fault|Aborted|Bus error"
+                  r"|Floating point exception)", _shell_named, "Fatal Python error: Segmentation fault", "SIGSEGV"),
     # any other fatal error ('none_dealloc: deallocating None', 'PyThreadState_Get: ...') ends in abort()
-    r"|Fatal Python error: (?P<fatal_abort>[A-Za-z_][^:]*?)(?::|\s*$)"
-    # (PaddlePaddle: 'DataLoader process (pid 1104) exited is killed by signal: Killed.')
-    r"|(?:worker|DataLoader process) \(pid (?P<pid4>\d+)\) (?:exited )?is killed by signal: ?(?P<loader>Bus error|Aborted|Killed|Segmentation fault"
-    r"|Terminated|Floating point exception)?"  # (the name may be wrapped onto the next line)
-    r"|Unexpected (?P<unexpected>(?i:bus error|segmentation fault|floating-point exception)) encountered in "
-    r"(?:DataLoader )?worker"  # (PaddlePaddle's loader says 'in DataLoader worker')
-    r"|\] exits with return code = (?P<dsret>-\d+)"
-    # Windows: the process's NTSTATUS (PyCharm: 'Process finished with exit code -1073741819 (0xC0000005)')
-    r"|exit (?:code|status)[: ]+(?:-?\d+ )?\(?0x(?P<ntstatus>C0000005|C000001D|C00000FD|C0000409)\b"
-    r"|exit (?:code|status)[: ]+(?P<ntdecimal>-1073741819|3221225477|-1073741795|3221225501|-1073741571|3221225725"
-    r"|-1073740791|3221226505)\b"
-    # a C++ exception nothing caught: 'terminate called after throwing ...' then '  what():  <reason>' (reasons a
-    # rule above names, such as an illegal memory access or the NCCL watchdog, are matched by that rule first)
-    r"|^\s*what\(\):\s+(?P<what>\S.*)"
+    SignalWording("Python's other fatal errors", r"Fatal Python error: (?P<what>[A-Za-z_][^:]*?)(?::|\s*$)",
+                  lambda m, text: SignalReading("SIGABRT", meaning=f"Python's own fatal error ({m.group('what').strip()}"
+                                                "): the interpreter aborted, usually a C/C++ extension's "
+                                                "reference-count or thread-state bug"),
+                  "Fatal Python error: none_dealloc: deallocating None", "SIGABRT"),
+    # (PaddlePaddle: 'DataLoader process (pid 1104) exited is killed by signal: Killed.'; the name may be wrapped
+    # onto the next line)
+    SignalWording("the DataLoader's watchdog", r"(?:worker|DataLoader process) \(pid (?P<pid>\d+)\) (?:exited )?is "
+                  r"killed by signal: ?(?P<name>Bus error|Aborted|Killed|Segmentation fault|Terminated"
+                  r"|Floating point exception)?", _loader_killed,
+                  "RuntimeError: DataLoader worker (pid 77) is killed by signal: Segmentation fault.", "SIGSEGV"),
+    # (PaddlePaddle's loader says 'in DataLoader worker')
+    SignalWording("the DataLoader worker's own handler", r"Unexpected (?P<name>(?i:bus error|segmentation fault"
+                  r"|floating-point exception)) encountered in (?:DataLoader )?worker",
+                  lambda m, text: SignalReading(_LOADER_SIGNALS[m.group("name").lower()],
+                                                worker_kind="DataLoader worker"),
+                  "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+                  "memory (shm).", "SIGBUS"),
+    SignalWording("DeepSpeed's launcher", r"\] exits with return code = (?P<code>-\d+)", _deepspeed_exit,
+                  "[launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=1'] exits with return "
+                  "code = -9", "SIGKILL"),
+    SignalWording("Windows, NTSTATUS in hex", r"exit (?:code|status)[: ]+(?:-?\d+ )?\(?0x(?P<code>C0000005|C000001D"
+                  r"|C00000FD|C0000409)\b", lambda m, text: _windows(m.group("code"), "0x" + m.group("code")),
+                  "Process finished with exit code -1073741819 (0xC0000005)", "SIGSEGV"),
+    SignalWording("Windows, NTSTATUS in decimal", r"exit (?:code|status)[: ]+(?P<code>-1073741819|3221225477"
+                  r"|-1073741795|3221225501|-1073741571|3221225725|-1073740791|3221226505)\b",
+                  lambda m, text: _windows(_NTSTATUS_DECIMAL[m.group("code")], m.group("code")),
+                  "Process finished with exit code 3221226505", "SIGABRT"),
+    # (reasons a rule above names, such as an illegal memory access or the NCCL watchdog, are matched by it first)
+    SignalWording("a C++ exception nothing caught: 'terminate called ...' then its what()",
+                  r"^\s*what\(\):\s+(?P<what>\S.*)",
+                  lambda m, text: SignalReading("SIGABRT", meaning="a C++ exception nothing caught (terminate, then "
+                                                f"abort): {m.group('what').strip()[:200]}"),
+                  "  what():  basic_string::_M_construct null not valid", "SIGABRT"),
     # at a line's start, or glued to a progress bar the shell's message overwrote ('5.02it/s]Segmentation fault')
-    r"|(?:^[\s>*`]*|(?<=it/s\])|(?<=s/it\]))(?:\S+: line \d+: +(?P<pid3>\d+) )?(?P<shell>Killed|Segmentation fault|Aborted|Bus error"
-    r"|Illegal instruction|Floating point exception|Terminated|已杀死|段错误)(?: *\((?:core dumped|核心已转储)\))?"
-    r"[*`]*(?:\s|$)"
-    r"|^[\s>*`]*zsh: (?P<zsh>segmentation fault|bus error|killed|abort|illegal hardware instruction"
-    r"|floating point exception|terminated)\b"
-    r"|^[\s>*`]*(?P<lower>segmentation fault|bus error|illegal instruction) \(core dumped\)"
-    # the shell's message quoted anywhere in a line ("... and said 'Segmentation fault (core dumped)'")
-    r"|(?P<dumped>Segmentation fault|Aborted|Bus error|Illegal instruction|Floating point exception) \(core dumped\)"
-    # a job scheduler ending the job: Slurm's memory limit, or its cancellation
-    r"|(?P<slurm_mem>exceeded memory limit) \([^)]*\), being killed|\*\*\* JOB \d+ ON \S+ (?P<slurm_cancel>CANCELLED) AT"
+    SignalWording("the shell", r"(?:^[\s>*`]*|(?<=it/s\])|(?<=s/it\]))(?:\S+: line \d+: +(?P<pid>\d+) )?"
+                  rf"(?P<name>{_SHELL_WORDS}|已杀死|段错误)(?: *\((?:core dumped|核心已转储)\))?[*`]*(?:\s|$)",
+                  _shell_named, "run.sh: line 12: 4242 Killed                  python train.py", "SIGKILL"),
+    SignalWording("zsh", r"^[\s>*`]*zsh: (?P<name>segmentation fault|bus error|killed|abort"
+                  r"|illegal hardware instruction|floating point exception|terminated)\b", _shell_named,
+                  "zsh: illegal hardware instruction  python train.py", "SIGILL"),
+    SignalWording("the shell, lower case", r"^[\s>*`]*(?P<name>segmentation fault|bus error|illegal instruction) "
+                  r"\(core dumped\)", _shell_named, "bus error (core dumped)", "SIGBUS"),
+    # ("... and said 'Segmentation fault (core dumped)'")
+    SignalWording("the shell's message quoted anywhere in a line", r"(?P<name>Segmentation fault|Aborted|Bus error"
+                  r"|Illegal instruction|Floating point exception) \(core dumped\)", _shell_named,
+                  "the job printed 'Aborted (core dumped)' and stopped", "SIGABRT"),
+    SignalWording("Slurm's memory limit", r"exceeded memory limit \([^)]*\), being killed",
+                  lambda m, text: SignalReading("SIGKILL", meaning="Slurm killed the job for exceeding its memory "
+                                                "limit (host RAM, not GPU memory)"),
+                  "slurmstepd: error: Job 42 exceeded memory limit (9000 > 8000), being killed", "SIGKILL"),
+    SignalWording("Slurm's cancellation", r"\*\*\* JOB \d+ ON \S+ CANCELLED AT",
+                  lambda m, text: SignalReading("SIGTERM", cancelled=True, meaning="Slurm cancelled the job (time "
+                                                "limit, preemption or scancel): read the rest of its line"),
+                  "slurmstepd: error: *** JOB 59137890 ON node7 CANCELLED AT 2025-01-01T00:00:00 DUE TO TIME "
+                  "LIMIT ***", "SIGTERM"),
     # numbered, as buildbot and others print it: 'process killed by signal 9'
-    r"|killed by signal (?P<killnum>\d+)\b"
+    SignalWording("numbered", r"killed by signal (?P<num>\d+)\b",
+                  lambda m, text: SignalReading(SIGNALS.get(int(m.group("num")), f"signal {m.group('num')}")),
+                  "program finished: process killed by signal 9", "SIGKILL"),
 )
+_UNNAMED = re.compile(r"\(\?P<\w+>")
+# One alternation of every wording, each wrapped in a group of its own (w0, w1, ...; its inner groups unnamed), so
+# the prefilter's line is searched once; the wording that matched then reads its own groups.
+_SIGNAL_LINE = re.compile("|".join(f"(?P<w{index}>{_UNNAMED.sub('(?:', wording.pattern)})"
+                                   for index, wording in enumerate(SIGNAL_WORDINGS)))
+_WORDING_PATTERNS = tuple(re.compile(wording.pattern) for wording in SIGNAL_WORDINGS)
+
+
+def signal_wording(match: "re.Match[str]") -> int:
+    """The index in SIGNAL_WORDINGS of the wording a match of the signal rule's pattern is."""
+    return int((match.lastgroup or "w")[1:])
 
 
 def _signal_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
-    g = match.groupdict()
-    name = g["name"] or g["name2"] or g["name3"] or g["agent"] or g["sinfo"]
-    if g["fsh"] or g["asan"]:
-        name = "SIG" + (g["fsh"] or g["asan"])
-    if g["absl"] or g["bad_alloc"]:
-        name = g["absl"] or "SIGABRT"
-    if g["agentnum"] or g["mpinum"] or g["signum"] or g["code128"] or g["ucxnum"]:
-        number = int(g["agentnum"] or g["mpinum"] or g["signum"] or g["ucxnum"] or 0) or int(g["code128"]) - 128
-        name = SIGNALS.get(number, f"signal {number}")
-    if g["ray_oom"]:
-        name = "SIGKILL"
-    if g["exitcode"] or g["exitcode2"]:
-        code = int(g["exitcode"] or g["exitcode2"])
-        name = SIGNALS.get(-code, f"signal {-code}")
-    elif g["oom_pid"] or g["oom_pid2"] or g["cgroup_oom"]:
-        name = "SIGKILL"
-    elif g["comp_code"]:
-        name = SIGNALS.get(-int(g["comp_code"]), f"signal {-int(g['comp_code'])}")
-    elif g["paddle"]:
-        name = _SHELL_SIGNALS[g["paddle"]]
-    elif g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"] or g["dumped"]:
-        name = _SHELL_SIGNALS[g["fatal"] or g["shell"] or g["loader"] or g["zsh"] or g["lower"] or g["dumped"]]
-    elif g["slurm_mem"]:
-        name = "SIGKILL"
-    elif g["slurm_cancel"]:
-        name = "SIGTERM"
-    elif g["killnum"]:
-        name = SIGNALS.get(int(g["killnum"]), f"signal {g['killnum']}")
-    elif g["unexpected"]:
-        name = _LOADER_SIGNALS[g["unexpected"].lower()]
-    elif g["dsret"]:
-        name = SIGNALS.get(-int(g["dsret"]), f"signal {-int(g['dsret'])}")
-    elif g["ntstatus"] or g["ntdecimal"]:
-        name = _NTSTATUS[g["ntstatus"] or _NTSTATUS_DECIMAL[g["ntdecimal"]]]
-    elif g["what"] or g["fatal_abort"]:
-        name = "SIGABRT"
-    # (not PaddlePaddle's SignalInfo pid: its FatalError line, without one, and the shell's report are the same crash)
-    pid = g["pid"] or g["pid2"] or g["oom_pid"] or g["oom_pid2"] or g["pid3"] or g["pid4"] or g["pid5"] or g["sigpid"] or g["fsh_pid"]
-    details: Dict[str, Any] = {"signal": name, "pid": int(pid) if pid else None,
-                               "meaning": SIGNAL_MEANING.get(name or "", "")}
-    local_rank = g["local_rank"] or g["local_rank2"]
-    if local_rank is None and g["dsret"]:
-        named = _DS_LOCAL_RANK.search(text)
-        local_rank = named.group(1) if named else None
-    if local_rank:
-        details["local_rank"] = int(local_rank)
-    if g["oom_pid"] or g["oom_pid2"]:
-        details["meaning"] = "the host's OOM killer (host RAM, not GPU memory)"
-    if g["slurm_mem"]:
-        details["meaning"] = "Slurm killed the job for exceeding its memory limit (host RAM, not GPU memory)"
-    if g["slurm_cancel"]:
-        details["meaning"] = "Slurm cancelled the job (time limit, preemption or scancel): read the rest of its line"
+    index = signal_wording(match)
+    own = _WORDING_PATTERNS[index].match(text, match.start())
+    assert own is not None  # the same pattern, tried where its alternative matched
+    reading = SIGNAL_WORDINGS[index].decode(own, text)
+    details: Dict[str, Any] = {"signal": reading.signal, "pid": int(reading.pid) if reading.pid else None,
+                               "meaning": reading.meaning if reading.meaning is not None
+                               else SIGNAL_MEANING.get(reading.signal or "", "")}
+    if reading.local_rank is not None:
+        details["local_rank"] = reading.local_rank
+    if reading.cancelled:
         details["cancelled"] = True
-    if g["cgroup_oom"]:
-        details["meaning"] = "the job's cgroup ran out of host memory and its OOM killer killed processes (not GPU memory)"
-    if g["comp_rank"]:
-        details["rank"] = int(g["comp_rank"])
-    if g["bad_alloc"]:
-        details["meaning"] = f"a C++ allocation failed ({g['bad_alloc']}) and nothing caught it: out of memory"
-    if g["ray_oom"]:
-        details["meaning"] = "Ray's memory monitor killed it: host RAM ran short (not GPU memory)"
-    if g["agent"] or g["agentnum"] or g["signum"]:
-        details["meaning"] = "the torchrun agent itself was told to stop (scheduler, Ctrl-C or a timeout)"
-    if g["loader"] or g["unexpected"] or g["pid4"]:
-        details["worker_kind"] = "DataLoader worker"
-    if g["what"]:
-        details["meaning"] = f"a C++ exception nothing caught (terminate, then abort): {g['what'].strip()[:200]}"
-    if g["fatal_abort"]:
-        details["meaning"] = (f"Python's own fatal error ({g['fatal_abort'].strip()}): the interpreter aborted, "
-                              "usually a C/C++ extension's reference-count or thread-state bug")
-    if g["ntstatus"] or g["ntdecimal"]:
-        details["meaning"] = "Windows NTSTATUS " + (g["ntstatus"] and "0x" + g["ntstatus"] or g["ntdecimal"]) \
-            + ": " + SIGNAL_MEANING.get(name or "", "")
+    if reading.rank is not None:
+        details["rank"] = reading.rank
+    if reading.worker_kind:
+        details["worker_kind"] = reading.worker_kind
     return details
+
+
+def _signal_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    if "Fatal Python error" in line.body or "received signal" in line.body:
+        scanner.memory.fatal_error_line = line.lineno  # faulthandler's (or gdb's) thread dump follows: the crash's
+    if details.get("cancelled") and scanner.is_dead(line.worker):
+        return None  # the scheduler's closing line for a job a line above already said it killed
+    return line.worker
+
+
+def _per_signal(worker: str, details: Dict[str, Any]) -> tuple:
+    # a DataLoader worker's crash is printed twice (by the worker, then by the loader with its pid)
+    return (worker, details.get("signal"), "DataLoader" if details.get("worker_kind") else details.get("pid"))
 
 
 LOG_KILLED_BY_SIGNAL = declare(Rule(
@@ -830,10 +1206,31 @@ LOG_KILLED_BY_SIGNAL = declare(Rule(
              "exit code", "exit status", "已杀死",
              "段错误", "zsh: ", "(core dumped)"),
     fatal=True,
-    pattern=_SIGNAL_LINE, details=_signal_details,
+    pattern=_SIGNAL_LINE, details=_signal_details, on_line=_signal_line, line_is_death=True, death_kind="signal",
+    finding_key=_per_signal, explains_cut_traceback=False,
+    next_steps=lambda found, threads, count: [
+        "dmesg -T | grep -i -e 'killed process' -e 'out of memory': SIGKILL is usually the host's OOM killer (host "
+        "RAM, not GPU memory)"] if any(f.evidence.get("signal") == "SIGKILL" for f in found) else None,
     describe=lambda d: (f"{d['worker_kind']} " if d.get("worker_kind") else "")
     + f"killed by {d.get('signal') or 'a signal'}"
     + (f" (pid {d['pid']})" if d.get("pid") else "") + (f": {d['meaning']}" if d.get("meaning") else ""))
+
+def _stack_dump_line(scanner: RuleScanner, line: RuleLine) -> None:
+    if line.match.group("pyspy_pid"):
+        # 'Process 12: ...' is py-spy's header only under its command; its threads may not have been pasted
+        if "py-spy" in (scanner.line_before() or "") and scanner.memory.pyspy_header is None:
+            scanner.memory.pyspy_header = HeldLine(line.stream or UNNAMED, line.lineno)
+        return
+    scanner.memory.pyspy_header = None
+    scanner.start_dump(line.lineno, line.stream, line.body[line.match.start():])  # glued to prose: '... stack:Thread 5'
+
+
+def _dump_steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+    if any(f.evidence.get("cycle") == "compile-lock-autograd" for f in found):
+        return [f"dflash-doctor repro --threads {count} --shapes per-thread: reproduce the deadlock here"] + fix_line(
+            (Hazard.DEADLOCK, Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG))
+    return ["py-spy dump --pid PID a second time: threads that have not moved are stuck where the dump shows"]
+
 
 LOG_STACK_DUMP_HANG = declare(Rule(
     code="DFD515",
@@ -880,7 +1277,8 @@ LOG_STACK_DUMP_HANG = declare(Rule(
                        r"|^\s*Process (?P<pyspy_pid>\d+): \S"
                        # gdb's 'thread apply all bt' and pystack's dumps (logs/stackdump.py)
                        r"|^(?:Thread \d+|\[Switching to thread \d+) \(Thread 0x[0-9a-fA-F]+ \(LWP \d+\)"
-                       r"|^Traceback for thread \d+ \("))
+                       r"|^Traceback for thread \d+ \("),
+    on_match=_stack_dump_line, next_steps=_dump_steps)
 
 # -- deaths no rule above explains, and progress ---------------------------------------------------------------
 
@@ -925,6 +1323,17 @@ def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     if match.group("ds_cut"):
         details["cut"] = True
     return details
+
+
+def _exit_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
+    if (details.get("exception") or "").endswith("ChildFailedError"):
+        return None  # torchrun's own exception: its summary, parsed from here on, names the rank that failed
+    if details.get("cut"):
+        # DeepSpeed's launcher line without its return code: a terminal may have wrapped the rest onto the next
+        # line; reported at the end unless that line comes
+        scanner.memory.launcher_cut = HeldLine(line.worker, line.lineno, details=details)
+        return None
+    return line.worker
 
 
 LOG_PROCESS_DIED = declare(Rule(
@@ -972,7 +1381,7 @@ LOG_PROCESS_DIED = declare(Rule(
                        r"|^(?:\[\d+\] )?[\s>*`\x22\x27]*(?P<exception>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))"
                        r"(?:\*\*)?:"  # (a log viewer's '[13] ' line number before it)
                        r"(?P<said>.*)"),
-    details=_exit_details,
+    details=_exit_details, on_line=_exit_line, line_is_death=True,
     describe=lambda d: (f"died: {d['exception']}: {d['said']} (its traceback is not in the log)" if d.get("exception")
                         else f"exited with code {d.get('exitcode')} (the reason is in its own output, before this)"
                         if d.get("exitcode") is not None
@@ -1004,7 +1413,9 @@ LOG_THROUGHPUT_DROP = declare(Rule(
         "step=6 21.5 Ktok/s\nstep=7 21.4 Ktok/s\nstep=8 21.6 Ktok/s\nstep=9 21.5 Ktok/s\nstep=10 21.5 Ktok/s\n"
         "step=11 9.1 Ktok/s\nstep=12 21.1 Ktok/s\nstep=13 21.3 Ktok/s\nstep=14 21.0 Ktok/s\nstep=15 21.2 Ktok/s\n"
     ),
-))
+), next_steps=lambda found, threads, count: [
+    f"read the log just before line {found[0].evidence.get('from_line', found[0].line)}: a worker that died, a "
+    "recompile or a fallback explains most drops"])
 
 LOG_THREAD_STALLED = declare(Rule(
     code="DFD507",
@@ -1028,7 +1439,9 @@ LOG_THREAD_STALLED = declare(Rule(
     good=(
         "".join(f"[drafter-0] step={n} 7.1 Ktok/s\n[drafter-1] step={n} 7.2 Ktok/s\n" for n in range(1, 60))
     ),
-))
+), next_steps=lambda found, threads, count: [
+    f"py-spy dump --pid PID: where {', '.join(_workers(found))} wait (a compile-lock deadlock shows "
+    "compile_fx_backward on one thread and autograd on another)"])
 
 # Which codes name why a worker died, for `status` and the views.
 DEATH_CODES = tuple(code for code, entry in LOG_RULES.items() if entry.fatal) + (

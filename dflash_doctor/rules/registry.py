@@ -1,7 +1,7 @@
 """The rule registry: every code any command can report, with its stable name, rationale and examples.
 
 Codes are a public contract: never renumber or reuse one. Ranges: DFD1xx-3xx scan, DFD4xx gpus, DFD5xx logs,
-DFD6xx guards, DFD7xx repro, DFD8xx pipeline.
+DFD6xx guards, DFD7xx repro, DFD8xx pipeline, DFD9xx live runs (run, attach).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ EXAMPLE_RUNNERS: Dict[str, str] = {
     "guards-state": "dflash_doctor.guards.hazards:state_example_findings",  # guards facts (JSON)
     "repro-facts": "dflash_doctor.repro.findings:example_findings",  # a repro facts document (JSON)
     "pipeline-facts": "dflash_doctor.reference.findings:example_findings",  # a pipeline facts document (JSON)
+    "live-facts": "dflash_doctor.supervise.findings:example_findings",  # run/attach per-process records (JSON)
 }
 EXAMPLE_FORMATS = tuple(EXAMPLE_RUNNERS)
 
@@ -99,7 +100,7 @@ def all_rules() -> list:
     return [RULES[c] for c in sorted(RULES)]
 
 
-_DOMAINS = ("scan", "gpus", "logs", "guards", "repro", "pipeline")
+_DOMAINS = ("scan", "gpus", "logs", "guards", "repro", "pipeline", "live")
 _loaded = False
 
 

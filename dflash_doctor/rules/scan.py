@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from dflash_doctor.findings import Severity
+from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY
 from dflash_doctor.rules.registry import Rule, register
 
@@ -36,25 +37,34 @@ class ScanRule:
     table never does (they import it). `words`: names whose lines hold every call, assignment or dict the checks
     judge (names bound to them on such lines are followed too); no other line is looked at. `triggers`: the file
     is parsed for the rule when its bytes match any. `after_files`: judged by the engine once every file is read,
-    from what the other rules left (no checks, words or triggers of its own)."""
+    from what the other rules left (no checks, words or triggers of its own). `hazards`: for a rule about what
+    threads do, the hazards a program with such a finding has; its findings are judged against the fixes of that
+    program (scan/programs.py): mitigated only when those cover every hazard of the program."""
 
     rule: Rule
     checks: Tuple[str, ...] = ()
     words: Tuple[str, ...] = ()
     triggers: Tuple[ByteTrigger, ...] = ()
     after_files: bool = False
+    hazards: FrozenSet[Hazard] = frozenset()
 
 
 SCAN_RULES: Dict[str, ScanRule] = {}  # by code
 
 
 def declare(rule: Rule, *, checks: Tuple[str, ...] = (), words: Tuple[str, ...] = (),
-            triggers: Tuple[ByteTrigger, ...] = (), after_files: bool = False) -> Rule:
+            triggers: Tuple[ByteTrigger, ...] = (), after_files: bool = False,
+            hazards: FrozenSet[Hazard] = frozenset()) -> Rule:
     """Register `rule` and how the scanner finds it."""
     if rule.example_format != "python":
         raise ValueError(f"{rule.code}: scan rules are written as Python sources")
-    SCAN_RULES[rule.code] = ScanRule(register(rule), checks, words, triggers, after_files)
+    SCAN_RULES[rule.code] = ScanRule(register(rule), checks, words, triggers, after_files, hazards)
     return rule
+
+
+def thread_hazards() -> Dict[str, FrozenSet[Hazard]]:
+    """Code -> hazards, for the rules whose findings are judged per program."""
+    return {code: entry.hazards for code, entry in SCAN_RULES.items() if entry.hazards}
 
 
 # -- byte triggers -------------------------------------------------------------------------------------------
@@ -80,8 +90,14 @@ THREAD_SPAWN = ByteTrigger(
 # switch counts only when set to the literal True (assigned, setattr or config.patch), so a file that merely defines
 # or reads it (torch's own config and compiler) is not parsed for it.
 _SET_TO = rb"""['"]?\s*(?::\s*[\w.]+\s*)?[=,:]\s*\(*\s*"""  # `key = `, `key: bool = `, `"key", `, `key=`, `"key": `
-APPLIED_MITIGATION = ByteTrigger((b"dflash_doctor", b"force_non_lazy_backward_lowering"),
-                                 re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering" + _SET_TO + rb"True\b"))
+# torch's own functions that apply a registry fix when called with one literal (their name is the entry's source
+# marker): single-threaded autograd is `set_multithreading_enabled(False)`; True, or a variable, is not the fix.
+TORCH_SWITCHES: Dict[str, object] = {"set_multithreading_enabled": False}
+APPLIED_MITIGATION = ByteTrigger(
+    (b"dflash_doctor", b"force_non_lazy_backward_lowering") + tuple(name.encode() for name in TORCH_SWITCHES),
+    re.compile(rb"dflash_doctor|force_non_lazy_backward_lowering" + _SET_TO + rb"True\b" + b"".join(
+        rb"|" + name.encode() + rb"\s*\(\s*(?:mode\s*=\s*)?" + repr(value).encode() + rb"\b"
+        for name, value in TORCH_SWITCHES.items())))
 # The function itself: not the module (`flex_attention.noop_mask`, `flex_attention import X`), not a longer name;
 # torch's flex_attention resolves only through an import that names its module (absolute or relative).
 FLEX_CALL = ByteTrigger(
@@ -99,6 +115,8 @@ DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",), re.compile(
 
 CHECKPOINT_CALLS = ("checkpoint", "checkpoint_sequential")
 HF_KWARGS = ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")
+# torch.distributed's checkpoint_wrapper and its CheckpointImpl (often handed to apply_activation_checkpointing)
+CHECKPOINT_WRAPPERS = ("checkpoint_wrapper", "CheckpointImpl")
 # Every marker of the mitigation registry: scan/fixes.py looks for their calls on these lines.
 MITIGATION_MARKERS = tuple(sorted({marker for entry in REGISTRY for marker in entry.source_markers}))
 
@@ -130,7 +148,7 @@ CHECKPOINT_USE_REENTRANT_TRUE = declare(Rule(
         "    return tuc.checkpoint(fn, x, use_reentrant=False)\n"
     ),
 ), checks=("checkpointing.CheckpointRule",),
-    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction"),
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction") + CHECKPOINT_WRAPPERS,
     triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
 
 CHECKPOINT_USE_REENTRANT_IMPLICIT = declare(Rule(
@@ -182,7 +200,8 @@ CHECKPOINT_USE_REENTRANT_UNKNOWN = declare(Rule(
         "    return cp.checkpoint(layer, h, use_reentrant=False)\n"
     ),
 ), checks=("checkpointing.CheckpointRule",),
-    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",), triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",) + CHECKPOINT_WRAPPERS,
+    triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
 
 HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
     code="DFD104",
@@ -222,10 +241,13 @@ COMPILED_CALL_IN_THREAD = declare(Rule(
         "while another thread compiles raises 'Detected that you are using FX to symbolically trace a "
         "dynamo-optimized function', or deadlocks on Dynamo's compile lock against the autograd device thread. "
         "The call chain is followed across the scanned modules, through constructor arguments stored on self, "
-        "containers and decorators rebound to torch.compile. When the scanned program applies fixes that together "
-        "stop every hazard (the mitigation registry's markers, e.g. runtime.install_threadlocal_fx_flag() with "
-        "runtime.enable_non_lazy_backward()), the finding is info, 'mitigated by ...'; a partial fix keeps it an "
-        "error and says what it leaves open."
+        "containers, properties and decorators rebound to torch.compile. When the thread's program (its entry "
+        "point: a __main__ guard, a named file, a console script or a declared entry point, and the project "
+        "files it imports) applies fixes that together stop every hazard of that program (the mitigation "
+        "registry's markers, e.g. runtime.install_threadlocal_fx_flag() with runtime.enable_non_lazy_backward(); "
+        "the FX patcher race too where a thread traces with FX, DFD203), the finding is info, 'mitigated by ...' "
+        "naming where the fixes are and the program; a partial fix keeps it an error and says what it leaves "
+        "open, and a fix in another program, or a per-thread switch the worker never enters, does not count."
     ),
     fix=(
         "Warm every shape and device in one thread before starting workers, serialise compiled steps with one "
@@ -254,7 +276,9 @@ COMPILED_CALL_IN_THREAD = declare(Rule(
     ),
 ), checks=("threads.SpawnCollector", "fixes.FixCollector"),
     words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool") + MITIGATION_MARKERS,
-    triggers=(THREAD_SPAWN, APPLIED_MITIGATION))
+    triggers=(THREAD_SPAWN, APPLIED_MITIGATION),
+    # a compiled call in a worker: the FX flag leak, the stuck flag and the compile-lock deadlock (docs/races.md)
+    hazards=frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK}))
 
 FLEX_ATTENTION_UNCOMPILED = declare(Rule(
     code="DFD202",
@@ -285,6 +309,51 @@ FLEX_ATTENTION_UNCOMPILED = declare(Rule(
     ),
 ), checks=("flex.FlexAttentionRule",),
     words=("flex_attention",), triggers=(FLEX_CALL,))
+
+_PATCHER_FIXES = tuple(m.name for m in REGISTRY if Hazard.PATCHER_RACE in m.covers and m.recommended)
+
+FX_TRACE_IN_THREAD = declare(Rule(
+    code="DFD203",
+    name="fx-trace-in-thread",
+    severity=Severity.ERROR,
+    summary="an FX trace runs while other threads run: torch.fx patches nn.Module for every thread",
+    rationale=(
+        "torch.fx's Tracer.trace (behind torch.fx.symbolic_trace, Tracer().trace, every Tracer subclass and "
+        "make_fx) replaces torch.nn.Module.__call__ and __getattr__ on the classes, so for every thread, and keeps "
+        "the active patcher in the module global CURRENT_PATCHER (torch 2.13, 2.14.1 and 2.15.0 alike). While one "
+        "thread traces, an eager module call in another thread raises 'NameError: module is not installed as a "
+        "submodule'; two traces that overlap end in 'AssertionError: CURRENT_PATCHER is None in finally block'. "
+        "Reported where a thread's target reaches such a trace (the call chain is followed across the scanned "
+        "modules and Tracer subclasses' bases), and where code that started threads traces before joining them. "
+        "A trainer with such a trace is mitigated only by fixes that also stop this race: the thread-local FX flag "
+        "and non-lazy backward do not touch it."
+    ),
+    fix=("Trace before the workers start or after they join, or hold the workers' lock while tracing"
+         + (f"; or apply {', '.join(_PATCHER_FIXES)} (`dflash-doctor explain mitigations`)" if _PATCHER_FIXES
+            else "") + "."),
+    bad=(
+        "import threading\n"
+        "import torch.fx\n"
+        "\n"
+        "def profile(model):\n"
+        "    return torch.fx.symbolic_trace(model)\n"
+        "\n"
+        "threading.Thread(target=profile, args=(None,)).start()  # DFD203\n"
+    ),
+    good=(
+        "import threading\n"
+        "import torch.fx\n"
+        "\n"
+        "def profile(model):\n"
+        "    return torch.fx.symbolic_trace(model)\n"
+        "\n"
+        "graph = profile(None)\n"
+        "threading.Thread(target=print, args=(graph,)).start()\n"
+    ),
+), checks=("threads.SpawnCollector", "threads.TraceCollector"),
+    words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool", "symbolic_trace", "make_fx", "trace"),
+    triggers=(THREAD_SPAWN,),
+    hazards=frozenset({Hazard.PATCHER_RACE}))
 
 NESTED_FX_TRACE_SILENCED = declare(Rule(
     code="DFD301",

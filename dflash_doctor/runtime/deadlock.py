@@ -8,9 +8,11 @@ source shows them.
 """
 from __future__ import annotations
 
+import linecache
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from types import FrameType
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
@@ -151,6 +153,25 @@ def _find_cycle(waiting: Dict[str, Tuple[str, Frame, List[str]]]) -> List[str]:
         if node == start:
             return path
     return []
+
+
+def may_hold_a_cycle(tops: Iterable[FrameType]) -> bool:
+    """A cheap look at live threads (innermost frame objects) before a full capture: could `classify_hang` find
+    a cycle in them? Only if some thread is in the lazy backward compile, or blocked entering a `with` / in an
+    `.acquire(` outside threading.py (whose waits are queues and joins, not lock cycles). Reads one cached
+    source line per thread and walks frame objects; parses nothing, so a watchdog can ask every second."""
+    for top in tops:
+        filename = top.f_code.co_filename.replace("\\", "/")
+        if not filename.endswith("/threading.py"):
+            source = linecache.getline(top.f_code.co_filename, top.f_lineno or 0)
+            if _ACQUIRE.search(source) or _WITH_HEADER.match(source):
+                return True
+        frame: Optional[FrameType] = top
+        while frame is not None:
+            if frame.f_code.co_name in _BACKWARD_COMPILERS:
+                return True
+            frame = frame.f_back
+    return False
 
 
 def classify_hang(stacks: Sequence[ThreadStack], stalled_s: float = 0.0) -> HangDiagnosis:

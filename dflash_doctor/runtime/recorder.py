@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from dflash_doctor.outcomes import BlameKind
+from dflash_doctor.runtime.stacks import Frame, frames_of
 
 FX_ERROR_PREFIX = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
 
@@ -57,10 +59,13 @@ class Blame:
     at_s: float
     kind: BlameKind
     error: str
+    # Where the (first) holder was at the moment of the raise, outermost first: read from sys._current_frames()
+    # in the victim's thread, so it is the holder's stack while it still held the flag, not after.
+    holder_stack: Tuple[Frame, ...] = ()
 
     def to_dict(self) -> dict:
         return {"victim": self.victim, "holder": self.holder, "at_s": round(self.at_s, 6), "kind": self.kind,
-                "error": self.error}
+                "error": self.error, "holder_stack": [frame.to_dict() for frame in self.holder_stack]}
 
 
 class FlightRecorder:
@@ -118,13 +123,16 @@ class FlightRecorder:
     def blame_for(self, exc: BaseException) -> Blame:
         me = threading.get_ident()
         with self._lock:
-            holders = [self._names.get(tid, f"thread-{tid}") for tid, depth in self._inside.items()
-                       if depth > 0 and tid != me]
+            holding = sorted((self._names.get(tid, f"thread-{tid}"), tid) for tid, depth in self._inside.items()
+                             if depth > 0 and tid != me)
             self_inside = self._inside.get(me, 0) > 0
             stuck_by = self.stuck_by
         victim = threading.current_thread().name
-        if holders:
-            return Blame(victim, ", ".join(sorted(holders)), self.now(), BlameKind.FX_FLAG_LEAK, str(exc))
+        if holding:
+            top = sys._current_frames().get(holding[0][1])
+            stack = tuple(frames_of(top)) if top is not None else ()
+            return Blame(victim, ", ".join(name for name, _ in holding), self.now(), BlameKind.FX_FLAG_LEAK,
+                         str(exc), stack)
         if stuck_by is not None:
             return Blame(victim, stuck_by, self.now(), BlameKind.STUCK_FLAG, str(exc))
         if self_inside:

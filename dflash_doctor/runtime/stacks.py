@@ -71,19 +71,36 @@ def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = 
     for ident, top in sys._current_frames().items():
         if skip_current and ident == current:
             continue
-        frames: List[Frame] = []
-        frame: Optional[FrameType] = top
-        while frame is not None:
-            code = frame.f_code
-            line = frame.f_lineno or 0
-            frames.append(Frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip(),
-                                enclosing_with_statements(code.co_filename, line)))
-            frame = frame.f_back
-        frames.reverse()
-        stacks.append(ThreadStack(names.get(ident, f"thread-{ident}"), ident, tuple(frames)))
+        stacks.append(ThreadStack(names.get(ident, f"thread-{ident}"), ident, tuple(frames_of(top))))
     return sorted(stacks, key=lambda s: s.name)
 
 
+def frames_of(top: Optional[FrameType]) -> List[Frame]:
+    """One thread's Python frames from its innermost frame object, outermost first, with source and `with`s."""
+    frames: List[Frame] = []
+    frame = top
+    while frame is not None:
+        code = frame.f_code
+        line = frame.f_lineno or 0
+        frames.append(Frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip(),
+                            enclosing_with_statements(code.co_filename, line)))
+        frame = frame.f_back
+    frames.reverse()
+    return frames
+
+
+def with_source(frame: Frame) -> Frame:
+    """`frame` with its source line and enclosing `with`s read from its file, for frames parsed from a dump
+    (py-spy, faulthandler) that name only file, line and function. Unreadable files leave it as it was."""
+    if frame.source or not frame.file or frame.line <= 0:
+        return frame
+    source = linecache.getline(frame.file, frame.line).strip()
+    if not source:
+        return frame
+    return Frame(frame.file, frame.line, frame.function, source, enclosing_with_statements(frame.file, frame.line))
+
+
+@functools.lru_cache(maxsize=4096)
 def enclosing_with_statements(filename: str, line: int) -> Tuple[Tuple[int, str], ...]:
     """(line, context expression) of the `with` statements whose header or body contains `line`, outermost
     first."""

@@ -45,6 +45,40 @@ def process_tree_cpu_seconds() -> float:
     return total
 
 
+class ProcessTreeCpu:
+    """`process_tree_cpu_seconds` for a watchdog that asks every second inside a user's training process: this
+    process through os.times() (a syscall), live descendants from a list rescanned every `rescan_s` (listing them
+    walks all of /proc, several ms on a loaded machine; docs/run.md "Overhead")."""
+
+    def __init__(self, rescan_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rescan_s = rescan_s
+        self._clock = clock
+        self._children: list = []
+        self._scanned_at = float("-inf")
+
+    def __call__(self) -> float:
+        import os
+
+        import psutil
+
+        own = os.times()
+        total = own.user + own.system + own.children_user + own.children_system
+        now = self._clock()
+        if now - self._scanned_at >= self._rescan_s:
+            self._scanned_at = now
+            try:
+                self._children = psutil.Process().children(recursive=True)
+            except psutil.Error:
+                self._children = []
+        for child in self._children:
+            try:
+                child_times = child.cpu_times()
+            except psutil.Error:  # it ended since the last scan
+                continue
+            total += child_times.user + child_times.system
+        return total
+
+
 @dataclass(frozen=True)
 class HangReport:
     diagnosis: HangDiagnosis
@@ -70,6 +104,8 @@ class Watchdog:
         cpu_seconds: Optional[Callable[[], float]] = process_tree_cpu_seconds,
         thread_factory=threading.Thread,
         cycle_confirm_s: Optional[float] = 1.5,
+        fallback_armed: Callable[[], bool] = lambda: True,
+        precheck: Optional[Callable[[], bool]] = None,
     ) -> None:
         self._last_progress = last_progress
         self._hang_after = hang_after_s
@@ -83,6 +119,16 @@ class Watchdog:
         self._cycle_confirm = cycle_confirm_s
         self._suspect: Optional[HangReport] = None  # a cycle seen in the last sample, waiting for confirmation
         self._suspect_at = float("-inf")
+        # The "no progress" fallback fires only while this says so (run arms it once a compile began: an idle
+        # launcher or helper process is not a hang); the cycle rule always runs.
+        self._fallback_armed = fallback_armed
+        # A cheap test before each cycle sample (deadlock.may_hold_a_cycle): False counts as a sample without a
+        # cycle, so a quiet but healthy process is not parsed every `cycle_confirm_s`.
+        self._precheck = precheck
+        # When a stack sample last showed no cycle, and when the watchdog fired (values of `clock`): their
+        # difference bounds how long a cycle went unreported.
+        self.last_clear_sample_at: Optional[float] = None
+        self.fired_at: Optional[float] = None
         self._stop = threading.Event()
         self._thread = thread_factory(target=self._run, name="dflash-doctor-watchdog", daemon=True)
         self.fired: Optional[HangReport] = None
@@ -108,12 +154,13 @@ class Watchdog:
         self._note_cpu(now)
         report = self._confirmed_cycle(now)
         stalled = now - self.last_alive()
-        if report is None and stalled >= self._hang_after:
+        if report is None and stalled >= self._hang_after and self._fallback_armed():
             stacks = self._capture()
             report = HangReport(classify_hang(stacks, stalled), stacks)
         if report is None:
             return None
         self.fired = report
+        self.fired_at = now
         self._on_hang(report)
         return report
 
@@ -127,10 +174,15 @@ class Watchdog:
             return None
         if now - self._suspect_at < self._cycle_confirm:
             return None
+        if self._precheck is not None and not self._precheck():
+            self._suspect, self._suspect_at, self.last_clear_sample_at = None, now, now
+            return None
         stacks = self._capture()
         diagnosis = classify_hang(stacks, quiet)
         previous, previous_at = self._suspect, self._suspect_at
         self._suspect, self._suspect_at = (HangReport(diagnosis, stacks) if diagnosis.cycle in CYCLES else None), now
+        if self._suspect is None:
+            self.last_clear_sample_at = now
         if (self._suspect is not None and previous is not None and previous.diagnosis.cycle == diagnosis.cycle
                 and self._last_progress() < previous_at):
             return self._suspect

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Seq
 from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.rules.scan import SCAN_RULES
 from dflash_doctor.scan.callgraph import COMPILE_WORDS, ModuleGraph
-from dflash_doctor.scan.context import FileCheck, FileContext, NoqaDirective, noqa_directives
+from dflash_doctor.scan.context import MAX_FINDINGS_PER_FILE, FileCheck, FileContext, NoqaDirective, noqa_directives
 from dflash_doctor.scan.fixes import AppliedFix
 from dflash_doctor.scan.scopes import SCOPE_NODES, Scope, walk
 
@@ -29,6 +29,8 @@ class FileResult:
     fixes: List[AppliedFix] = field(default_factory=list)  # mitigations this file applies (for DFD201)
     noqa: List[NoqaDirective] = field(default_factory=list)  # its `# noqa: DFDxxx` comments
     noqa_used: Set[Tuple[int, str]] = field(default_factory=set)  # (line, code) they suppressed
+    # per thread finding's (line, column): the functions its thread runs, as (absolute path, qualname)
+    thread_reach: Dict[Tuple[int, int], FrozenSet[Tuple[str, str]]] = field(default_factory=dict)
 
 
 def _check_class(name: str) -> Type[FileCheck]:
@@ -76,11 +78,13 @@ _LEFT = re.compile(r"^[\w\s,.\[\]*]+$")  # assignment targets; no "(" so `f(x=1)
 _NOT_ALIASES = frozenset({"self", "cls"})
 
 
-# What an alias's right-hand side looks like: a plain (dotted) name, a partial of something, or an instance of a
-# thread pool or thread (whose methods start threads). `y = checkpoint(f, x)` binds a result, not an alias: taking
+# What an alias's right-hand side looks like: a plain (dotted) name, a partial of something, an instance of a
+# thread pool or thread (whose methods start threads), or a choice between two names. `y = checkpoint(f, x)` binds a result, not an alias: taking
 # such names made the candidate search grow with every call of a big file.
 _ALIAS_VALUE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:#.*)?$|(?:functools\s*\.\s*)?partial\s*\("
-                          r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\()")
+                          r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\("
+                          # `attend = flex_attention if use_flex else sdpa`: an alias on one of its paths
+                          r"|[A-Za-z_][\w.]*\s+if\s+[^=]+?\s+else\s+[A-Za-z_][\w.]*\s*(?:#.*)?$)")
 
 
 def _assigned_names(line: str) -> List[str]:
@@ -230,6 +234,8 @@ def analyse_tree(
         check.finish()
     if module_graph is None:
         ctx.table.release()
-    result = FileResult(path, ctx.findings, [], parsed=True, fixes=ctx.fixes, noqa=noqa_directives(text),
+    problems = [Problem(path, f"{ctx.unlisted:,} more findings not listed: a file lists at most "
+                        f"{MAX_FINDINGS_PER_FILE:,}", "generated code? exclude it with --exclude")] if ctx.unlisted else []
+    result = FileResult(path, ctx.findings, problems, parsed=True, fixes=ctx.fixes, noqa=noqa_directives(text),
                         noqa_used=ctx.used_noqa)
     return result, module_graph

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections import Counter
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding
@@ -26,19 +26,27 @@ def _line_texts(path: str) -> List[str]:
     return text.splitlines() if text is not None else []
 
 
-def fingerprint(code: str, path: str, line_text: str, rank: int) -> str:
-    relative = os.path.relpath(os.path.abspath(path)).replace(os.sep, "/")
-    normalised = " ".join(line_text.split())
-    # surrogateescape: a file name that is not UTF-8 (bytes from the file system) still hashes
-    key = f"{code}|{relative}|{normalised}|{rank}".encode("utf-8", "surrogateescape")
+def _prefix(code: str, path: str, normalised: str) -> Any:  # a hashlib digest object
+    """The hash of everything a fingerprint covers but the rank: a long line is hashed once, not once per finding
+    on it (a one-line file of 240,000 calls made that quadratic)."""
     import hashlib  # here: only a scan with findings needs it, and a one-file scan's start-up is a target
 
-    return hashlib.sha256(key).hexdigest()[:24]
+    relative = os.path.relpath(os.path.abspath(path)).replace(os.sep, "/")
+    # surrogateescape: a file name that is not UTF-8 (bytes from the file system) still hashes
+    return hashlib.sha256(f"{code}|{relative}|{normalised}|".encode("utf-8", "surrogateescape"))
+
+
+def fingerprint(code: str, path: str, line_text: str, rank: int) -> str:
+    digest = _prefix(code, path, " ".join(line_text.split()))
+    digest.update(str(rank).encode())
+    return digest.hexdigest()[:24]
 
 
 def add_fingerprints(findings: List[Finding]) -> List[Finding]:
-    """Each finding with `evidence.fingerprint` set (files are re-read once each, only those with findings)."""
+    """Each finding with `evidence.fingerprint` set (files are re-read once each, only those with findings; each
+    offending line is normalised and hashed once, however many findings it holds)."""
     lines: Dict[str, List[str]] = {}
+    prefixes: Dict[Tuple[str, str, int], Any] = {}
     ranks: Counter = Counter()
     stamped = []
     for finding in sorted(findings, key=Finding.sort_key):
@@ -47,12 +55,17 @@ def add_fingerprints(findings: List[Finding]) -> List[Finding]:
             continue
         if finding.path not in lines:
             lines[finding.path] = _line_texts(finding.path)
-        texts = lines[finding.path]
-        text = texts[finding.line - 1] if 0 < finding.line <= len(texts) else ""
-        key = (finding.code, finding.path, " ".join(text.split()))
-        stamp = fingerprint(finding.code, finding.path, text, ranks[key])
+        place = (finding.code, finding.path, finding.line)
+        if place not in prefixes:
+            texts = lines[finding.path]
+            text = texts[finding.line - 1] if 0 < finding.line <= len(texts) else ""
+            prefixes[place] = _prefix(finding.code, finding.path, " ".join(text.split()))
+        digest = prefixes[place].copy()
+        # identical lines of a file share a prefix digest; the rank tells them apart
+        key = (finding.code, finding.path, digest.digest())
+        digest.update(str(ranks[key]).encode())
         ranks[key] += 1
-        stamped.append(dataclasses.replace(finding, evidence={**finding.evidence, KEY: stamp}))
+        stamped.append(dataclasses.replace(finding, evidence={**finding.evidence, KEY: digest.hexdigest()[:24]}))
     return stamped
 
 

@@ -21,7 +21,7 @@ from dflash_doctor.scan.resolve import (
     Target,
 )
 from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, FunctionNode, Scope, walk
-from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn
+from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn, TraceSite
 
 THREAD_CLASS = "threading.Thread"
 # Ahead-of-time entry points that compile their first argument as torch.compile does (DFD202 coverage).
@@ -38,6 +38,7 @@ class ModuleGraph:
         self.ctx = ctx
         self.path = ctx.path
         self.spawns: List[Spawn] = []
+        self.traces: List[TraceSite] = []  # possible FX traces outside any thread (DFD203, main-thread case)
         self.compile_roots: List[Ref] = []  # what torch.compile(...) / @torch.compile / .compile() covers
         self._functions: Dict[str, Optional[FuncInfo]] = {}
         self._classes: Dict[str, Optional[ClassInfo]] = {}
@@ -138,7 +139,8 @@ class ModuleGraph:
 
     def _function_info(self, scope: Scope, node: FunctionNode) -> FuncInfo:
         info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.enclosing),
-                        decorators=self._imported_decorators(node, scope.enclosing))
+                        decorators=self._imported_decorators(node, scope.enclosing),
+                        is_property=self._is_property(node, scope.enclosing))
         body: List[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
         seen: Set[Ref] = set()
@@ -151,8 +153,21 @@ class ModuleGraph:
                 continue
             if isinstance(current, ast.Call):
                 self._add_refs(info.refs, seen, current, scope)
+            elif isinstance(current, ast.Return) and current.value is not None and info.is_property:
+                returned = self.ctx.resolver.value_callee(current.value, scope, current.lineno, scope.qualname)
+                if returned is not None and returned not in info.returns:
+                    info.returns.append(returned)
             stack.extend(reversed(list(ast.iter_child_nodes(current))))
         return info
+
+    def _is_property(self, node: FunctionNode, outer: Scope) -> bool:
+        """`@property` / `@functools.cached_property` (a lazily built, often lazily compiled, attribute)."""
+        for decorator in getattr(node, "decorator_list", ()):
+            if isinstance(decorator, ast.Name) and decorator.id in ("property", "cached_property"):
+                return True
+            if self.ctx.resolver.dotted(decorator, outer, node.lineno) == "functools.cached_property":
+                return True
+        return False
 
     def _add_refs(self, refs: List[Ref], seen: Set[Ref], node: ast.Call, scope: Scope) -> None:
         resolver = self.ctx.resolver
@@ -220,6 +235,18 @@ class ModuleGraph:
         positional = [a.arg for a in args.posonlyargs + args.args][1:]  # without self
         index = positional.index(value.id) if value.id in positional else -1
         return ParamRef(LocalClass(self.path, method.owner.qualname), method.node.name, value.id, index)
+
+    def joins_between(self, qualname: str, first: int, last: int) -> bool:
+        """Whether the function `qualname` ("" the module) calls some `.join()` on a line in (first, last): the
+        threads it started may be waited for before a later line runs."""
+        scope = self._scope_named(qualname) if qualname else self.ctx.table.module
+        if scope is None:
+            return False
+        for node in ast.walk(scope.node):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join" \
+                    and first < node.lineno < last:
+                return True
+        return False
 
     def calls_named(self, name: str) -> List[Tuple[ast.Call, Scope]]:
         """Calls whose callee's last name is `name` (a class's construction sites), with their scopes; only the

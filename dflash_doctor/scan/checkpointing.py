@@ -19,13 +19,19 @@ from dflash_doctor.findings import Severity
 from dflash_doctor.scan import hf_releases
 from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.context import FileCheck, FileContext, Located
-from dflash_doctor.scan.resolve import describe
+from dflash_doctor.scan.resolve import LocalClass, describe
 from dflash_doctor.scan.scopes import Binding, Scope
+from dflash_doctor.scan.versions import supported_branches
 
 CHECKPOINT_FUNCTIONS = frozenset({
     "torch.utils.checkpoint.checkpoint",
     "torch.utils.checkpoint.checkpoint_sequential",
 })
+# torch.distributed's module wrapper (what FSDP trainers use, often through apply_activation_checkpointing's
+# checkpoint_wrapper_fn): its checkpoint_impl (keyword or second argument) picks the variant, NO_REENTRANT by
+# default on every release with torch.compile.
+CHECKPOINT_WRAPPER = "torch.distributed.algorithms._checkpoint.checkpoint_wrapper.checkpoint_wrapper"
+IMPL_KEYWORD = "checkpoint_impl"
 # torch's reentrant implementation itself, called directly (nanotron-style `CheckpointFunction.apply(fn, ...)`).
 REENTRANT_FUNCTION = "torch.utils.checkpoint.CheckpointFunction.apply"
 # checkpoint_sequential(functions, segments, input, use_reentrant=None, **kwargs) also takes it positionally.
@@ -129,10 +135,12 @@ def judge_keywords(keywords: Sequence[ast.keyword], positional: Sequence[ast.AST
             verdict = _literal(positional[index], literal)
         elif any(isinstance(a, ast.Starred) for a in positional):
             verdict = ("unknown", "*" + describe(next(a for a in positional if isinstance(a, ast.Starred)).value))
+    explicit = next((k for k in keywords if k.arg == "use_reentrant"), None)
+    if explicit is not None:
+        # a **mapping cannot override it: Python raises TypeError on the duplicate keyword instead
+        return _literal(explicit.value, literal)
     for keyword in keywords:
-        if keyword.arg == "use_reentrant":
-            verdict = _literal(keyword.value, literal)
-        elif keyword.arg is None:
+        if keyword.arg is None:
             nested = judge_mapping(keyword.value, expand=literal)
             if nested[0] == "unknown":
                 verdict = ("unknown", "**" + nested[1])
@@ -172,14 +180,25 @@ class CheckpointRule(FileCheck):
             if depth > _MAX_EXPANSION:
                 return [None]
             if isinstance(node, ast.IfExp):
-                return expand(node.body, depth + 1) + expand(node.orelse, depth + 1)
+                # `{...} if is_torch_version(">=", "1.11") else {}`: only the branches a supported torch takes
+                return [path for branch in supported_branches(node) for path in expand(branch, depth + 1)]
             if not isinstance(node, (ast.Name, ast.Attribute)):
                 return [node]
             binding = resolver.value_binding(node, scope, line)
             if binding is None:
                 return [node] if isinstance(node, ast.Attribute) else [None]
             paths: List[Optional[ast.AST]] = []
-            for sibling in self._bindings_like(node, binding):
+            siblings = self._bindings_like(node, binding)
+            # a value bound where only a torch without torch.compile goes (`else: ckpt_kwargs = {}` under a
+            # version test) is not a value the name has on any supported release
+            supported = [b for b in siblings if self.ctx.old_torch_only(b.line) is None]
+            for sibling in supported or siblings:
+                later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
+                if sibling.kind == "param" and later and all(key is not None for key, _ in later):
+                    # `**kwargs` given `kwargs.setdefault("use_reentrant", True)` or `kwargs[...] = ...`: what the
+                    # function sets is the value unless a caller passes the key (no caller is visible here)
+                    paths.append(ast.Dict(keys=[ast.Constant(key) for key, _ in later], values=[v for _, v in later]))
+                    continue
                 if sibling.kind != "assign":
                     paths.append(None)
                     continue
@@ -246,9 +265,16 @@ class CheckpointRule(FileCheck):
             return
         resolver = self.ctx.resolver
         line = node.lineno
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "setdefault" and isinstance(func.value, ast.Name) \
+                and len(node.args) == 2:
+            # `kwargs.setdefault("use_reentrant", True)`: part of the mapping's value, like a subscript assignment
+            self._record_subscript(func.value, _constant_key(node.args[0]), node.args[1], scope, line)
+            return
         literal = self._literal_in(scope, line)
         if isinstance(node.func, ast.Attribute) and node.func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT):
-            self._hf_enable(node, literal, implicit_reentrant=node.func.attr == HF_ENABLE)
+            if not self._project_method(node.func.value, node.func.attr, scope, line):
+                self._hf_enable(node, literal, implicit_reentrant=node.func.attr == HF_ENABLE)
             return
         for keyword in node.keywords:
             if keyword.arg in HF_KWARGS_KEYS:
@@ -266,8 +292,14 @@ class CheckpointRule(FileCheck):
             verdict = judge_keywords(node.keywords, node.args, _POSITIONAL_INDEX.get(target), literal)
             self._report(node, node.func, target, verdict, None)
             return
+        if target == CHECKPOINT_WRAPPER:
+            self._wrapper(node, node.func, node.keywords, node.args[1:], literal)
+            return
         if resolver.is_partial_call(node, scope, line):
             inner = resolver.dotted(node.args[0], scope, line)
+            if inner == CHECKPOINT_WRAPPER:
+                self._wrapper(node, node.args[0], node.keywords, node.args[2:], literal)
+                return
             if inner in CHECKPOINT_FUNCTIONS:
                 verdict = judge_keywords(node.keywords, node.args[1:], _offset(inner, 1), literal)
                 if verdict[0] == "missing":
@@ -293,6 +325,25 @@ class CheckpointRule(FileCheck):
         )
         self._report(node, node.func, inner, verdict, partial.lineno)
 
+    def _wrapper(self, node: ast.Call, func: ast.AST, keywords: Sequence[ast.keyword], after_module: Sequence[ast.AST],
+                 literal: Expand) -> None:
+        """checkpoint_wrapper(module, checkpoint_impl=...) or partial(checkpoint_wrapper, checkpoint_impl=...): a
+        CheckpointImpl.REENTRANT on some path is DFD101; left out, it is NO_REENTRANT."""
+        value: Optional[ast.AST] = next((k.value for k in keywords if k.arg == IMPL_KEYWORD), None)
+        if value is None and after_module and not isinstance(after_module[0], ast.Starred):
+            value = after_module[0]
+        if value is None:
+            return
+        verdicts: List[Verdict] = []
+        for path in literal(value):
+            if isinstance(path, ast.Attribute) and path.attr == "REENTRANT":
+                verdicts.append(("true", describe(path)))
+            elif isinstance(path, ast.Attribute) and path.attr == "NO_REENTRANT":
+                verdicts.append(("false", "NO_REENTRANT"))
+            else:
+                verdicts.append(("unknown", describe(value)))
+        self._report(node, func, CHECKPOINT_WRAPPER, combine(verdicts, value), None, keyword=IMPL_KEYWORD)
+
     def finish(self) -> None:
         for partial, inner in self._bare_partials.items():
             if partial not in self._called_partials:
@@ -301,6 +352,25 @@ class CheckpointRule(FileCheck):
             for node, target in self._training_arguments:
                 self._report_hf(node, ("missing", ""), enable=True, spelled=target.rsplit(".", 1)[-1],
                                 via_trainer=True)
+
+    def _project_method(self, receiver: ast.AST, name: str, scope: Scope, line: int) -> bool:
+        """Whether `receiver.name(...)` calls a method this file defines that is not Hugging Face's (a framework's
+        own gradient_checkpointing_enable that sets flags or forwards to Hugging Face's, where the forwarded call
+        is judged): `self.` in a class that defines it, or an instance of such a class built here, without a
+        gradient_checkpointing_kwargs parameter. `super().` is the parent's."""
+        table = self.ctx.table
+        owner = table.self_class(receiver, scope, line)
+        if owner is None:
+            cls = self.ctx.resolver.instance_class(receiver, scope, line)
+            owner = table.by_qualname.get(cls.qualname) if isinstance(cls, LocalClass) else None
+        if owner is None:
+            return False
+        defs = [b.node for b in table.bindings(owner).get(name, ()) if b.kind == "def"]
+        # Hugging Face's own implementation (PreTrainedModel calling self.gradient_checkpointing_enable(), a model
+        # overriding it with the same signature) takes gradient_checkpointing_kwargs: that one is judged.
+        return bool(defs) and not any(
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                arg.arg in HF_KWARGS_KEYS for arg in node.args.args + node.args.kwonlyargs) for node in defs)
 
     def _training_arguments_call(self, node: ast.Call, target: str, literal: Expand) -> None:
         """gradient_checkpointing=True with no kwargs reaches gradient_checkpointing_enable(None) in Trainer."""
@@ -312,18 +382,20 @@ class CheckpointRule(FileCheck):
         self._training_arguments.append((node, target))
 
     def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict,
-                partial_line: Optional[int]) -> None:
+                partial_line: Optional[int], keyword: str = "use_reentrant") -> None:
         state, value = verdict
         if state == "false":
             return
         spelled = describe(func)
-        evidence: Dict[str, object] = {"call": spelled, "resolves_to": target, "use_reentrant": value or None}
+        evidence: Dict[str, object] = {"call": spelled, "resolves_to": target, keyword: value or None}
         if partial_line is not None:
             evidence["partial_line"] = partial_line
         named = f"{spelled}(...)" if spelled == target else f"{spelled}(...) ({target})"
         if state == "true":
             rule = CHECKPOINT_USE_REENTRANT_TRUE
-            message = f"{named} with use_reentrant={value} runs the reentrant checkpoint; pass use_reentrant=False"
+            fix = "pass use_reentrant=False" if keyword == "use_reentrant" else \
+                f"use {keyword}=CheckpointImpl.NO_REENTRANT (the default)"
+            message = f"{named} with {keyword}={value} runs the reentrant checkpoint; {fix}"
         elif state == "missing":
             rule = CHECKPOINT_USE_REENTRANT_IMPLICIT
             message = (
@@ -332,7 +404,7 @@ class CheckpointRule(FileCheck):
             )
         else:
             rule = CHECKPOINT_USE_REENTRANT_UNKNOWN
-            message = f"{named} with use_reentrant={value}: which variant runs is decided at run time"
+            message = f"{named} with {keyword}={value}: which variant runs is decided at run time"
         self.ctx.report(rule, node, message, evidence)
 
     def _hf_enable(self, node: ast.Call, literal: Expand, implicit_reentrant: bool) -> None:

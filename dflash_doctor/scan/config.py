@@ -6,6 +6,7 @@
     exclude = ["generated/*", "third_party"]   # globs, relative to the folder holding pyproject.toml
     fail-on = "error"                    # error | warning | info | never
     per-file-ignores = { "tests/*" = ["DFD102"], "bench/*.py" = ["DFD2"] }
+    entry-points = ["train.py", "mypkg.cli:main"]   # the programs (files or modules) fixes are judged per
 
 The nearest pyproject.toml above the scanned paths (their common folder) that has a `[tool.dflash-doctor]` table
 is used; one without the table is passed over, as ruff does. Command-line options win over the file: --select and
@@ -32,6 +33,8 @@ KEYS: Dict[str, Tuple[str, str]] = {
     "exclude": ("exclude", "a list of globs"),
     "fail-on": ("fail_on", "one of " + ", ".join(f.value for f in FailOn)),
     "per-file-ignores": ("per_file_ignores", "a table of glob = list of rule codes, prefixes or names"),
+    "entry-points": ("entry_points", "a list of files (relative to pyproject.toml) or modules (pkg.cli or "
+                                     "pkg.cli:main)"),
 }
 
 
@@ -43,6 +46,7 @@ class ScanConfig:
     exclude: Tuple[str, ...] = ()
     fail_on: Optional[FailOn] = None
     per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = field(default=())
+    entry_points: Tuple[str, ...] = ()  # empty: found from __main__ guards, console scripts, named files
 
     @property
     def root(self) -> str:
@@ -53,7 +57,8 @@ class ScanConfig:
         return {"path": self.path, "select": list(self.select) if self.select is not None else None,
                 "ignore": list(self.ignore) if self.ignore is not None else None, "exclude": list(self.exclude),
                 "fail_on": self.fail_on.value if self.fail_on else None,
-                "per_file_ignores": {glob: list(codes) for glob, codes in self.per_file_ignores}}
+                "per_file_ignores": {glob: list(codes) for glob, codes in self.per_file_ignores},
+                "entry_points": list(self.entry_points)}
 
 
 def _load_toml(path: str) -> dict:
@@ -115,9 +120,12 @@ def load(path: str) -> ScanConfig:
         raise UsageError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} in "
                          f"[tool.{SECTION}]; known keys: {', '.join(KEYS)}")
     values: dict = {"path": path}
-    for key in ("select", "ignore", "exclude"):
+    for key in ("select", "ignore", "exclude", "entry-points"):
         if key in section:
             values[KEYS[key][0]] = _strings(path, key, section[key])
+    if "entry-points" in section and not all(spec.strip() for spec in values["entry_points"] or [""]):
+        raise UsageError(f"{path}: [tool.{SECTION}] entry-points must be {KEYS['entry-points'][1]}, "
+                         f"not {section['entry-points']!r}")
     if "fail-on" in section:
         try:
             values["fail_on"] = FailOn(str(section["fail-on"]).lower())

@@ -42,6 +42,10 @@ def suppressed(code: str, codes: Optional[FrozenSet[str]]) -> bool:
     return codes is not None and (codes is ALL_CODES or code in codes)
 
 
+# Findings one file may list: a file with more was generated (240,000 calls on one line), and listing them all
+# cost a gigabyte and minutes. Past the cap they are counted, and the scan reports a problem saying how many.
+MAX_FINDINGS_PER_FILE = 1000
+
 NoqaDirective = Tuple[int, int, FrozenSet[str]]  # line, 1-based column of its "#", the DFD codes it names
 Located = Union[ast.expr, ast.stmt]  # a node with a line and column a finding can point at
 
@@ -111,6 +115,9 @@ class FileContext:
         self._has_noqa = has_noqa(text)  # once: asking per finding made big files quadratic
         self.used_noqa: Set[Tuple[int, str]] = set()  # (line, code) a noqa comment suppressed
         self.fixes: List["AppliedFix"] = []  # the mitigations this file applies (for DFD201)
+        self.unlisted = 0  # findings past MAX_FINDINGS_PER_FILE, counted only
+        self._tree = tree
+        self._old_torch: Optional[List[Tuple[int, int, str]]] = None  # scan/versions.py, computed on first need
 
     def on_candidate_line(self, node: Located) -> bool:
         """Whether `node` spans a candidate line: rules skip every other call without resolving names."""
@@ -120,6 +127,17 @@ class FileContext:
         start = node.lineno
         index = bisect.bisect_left(lines, start)
         return index < len(lines) and lines[index] <= (node.end_lineno or start)
+
+    def old_torch_only(self, line: int) -> Optional[str]:
+        """Why `line` runs only on a torch older than the first release with torch.compile (None: it may run on
+        a supported one). Files that never spell a version test are not searched."""
+        if self._old_torch is None:
+            from dflash_doctor.scan.versions import old_torch_branches
+
+            lowered = self.text.lower() if "torch" in self.text or "TORCH" in self.text else ""
+            self._old_torch = old_torch_branches(self._tree) if "version" in lowered or "greater" in lowered \
+                or "less_than" in lowered else []
+        return next((why for first, last, why in self._old_torch if first <= line <= last), None)
 
     def noqa(self, line: int) -> Optional[FrozenSet[str]]:
         if not self._has_noqa:
@@ -135,6 +153,17 @@ class FileContext:
         if suppressed(rule.code, self.noqa(node.lineno)):
             self.used_noqa.add((node.lineno, rule.code))
             return
+        if len(self.findings) >= MAX_FINDINGS_PER_FILE:
+            self.unlisted += 1
+            return
+        old = self.old_torch_only(node.lineno)
+        if old is not None:
+            from dflash_doctor.scan.versions import FIRST_COMPILE_RELEASE
+
+            first = ".".join(str(part) for part in FIRST_COMPILE_RELEASE[:2])
+            message = f"{message}; only an old torch runs it ({old}; torch.compile, and so the race, needs {first})"
+            evidence = {**evidence, "old_torch_only": old}
+            severity = Severity.INFO
         self.findings.append(rule.finding(
             message, path=self.path, line=node.lineno, column=node.col_offset + 1, evidence=evidence,
             severity=severity))

@@ -12,7 +12,8 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.scan import (
-    COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, HF_GRADIENT_CHECKPOINTING_IMPLICIT, SCAN_RULES, UNUSED_NOQA,
+    COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, FX_TRACE_IN_THREAD, HF_GRADIENT_CHECKPOINTING_IMPLICIT,
+    SCAN_RULES, UNUSED_NOQA, thread_hazards,
 )
 from dflash_doctor.scan import baseline as baseline_file
 from dflash_doctor.scan import config as config_file
@@ -20,9 +21,11 @@ from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.config import ScanConfig
 from dflash_doctor.scan.context import noqa_directives, suppressed
 from dflash_doctor.scan.discovery import discover
-from dflash_doctor.scan.fixes import AppliedFix, collect, judge
+from dflash_doctor.scan.fixes import AROUND_TRACE, PER_THREAD, AppliedFix, collect
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
+from dflash_doctor.scan import programs as program_files
+from dflash_doctor.scan.programs import Imports, Programs, Reach, describe, program_verdicts
 from dflash_doctor.scan.resolve import FuncRef
 from dflash_doctor.scan.source import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -104,7 +107,14 @@ def _untriggered(path: str, data: bytes) -> FileResult:
     noqa = b"DFD" in data and (
         b"noqa" in data or b"NOQA" in data or b"NoQA" in data or b"Noqa" in data)
     text = decode(data) if noqa and _DFD_NOQA.search(data) else None
-    return FileResult(path, noqa=noqa_directives(text) if text else [])
+    result = FileResult(path, noqa=noqa_directives(text) if text else [])
+    if b"\n\t" in data and b"\n " in data and len(data) <= MAX_SOURCE_BYTES:
+        # Tabs and spaces both start lines: a TabError is possible, and a file that does not compile must not
+        # pass for clean. Rare in modern code, so parsing these few costs nothing measurable.
+        parsed = parse_bytes(data, path)
+        if isinstance(parsed, Problem):
+            result.problems.append(parsed)
+    return result
 
 
 def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[str], max_bytes: int,
@@ -130,10 +140,11 @@ def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[st
             problems: List[Problem] = []
             linker = Linker(
                 dict(graphs), index,
-                load=lambda path: _load_graph(path, index.packages.get(path), problems, max_bytes),
+                load=lambda path: _load_graph(path, index.package(path), problems, max_bytes),
             )
             for graph in spawning:
-                results[graph.path].findings.extend(link_spawns(graph, linker, results[graph.path].noqa_used))
+                result = results[graph.path]
+                result.findings.extend(link_spawns(graph, linker, result.noqa_used, result.thread_reach))
             loaded = list(linker.loaded)
             if problems:
                 results[spawning[0].path].problems.extend(problems)
@@ -181,7 +192,7 @@ def _prefilter_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[
             waiting.append((path, package, len(data)))
         else:
             result = _untriggered(path, data)
-            done.append(result if result.noqa else path)
+            done.append(result if result.noqa or result.problems else path)
     return done, waiting
 
 
@@ -240,52 +251,144 @@ def _describe(ref: FuncRef, linker: Linker) -> str:
     return f"{ref.qualname} ({ref.path}:{linker.function_line(ref)})"
 
 
-def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None) -> List[Finding]:
-    """DFD201: the spawn sites of one file whose target reaches a compiled callable, with the call chain.
-    Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`."""
+def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None,
+                reach: Optional[Dict[Tuple[int, int], Reach]] = None) -> List[Finding]:
+    """DFD201 and DFD203: the spawn sites of one file whose target reaches a compiled callable or an FX trace, with
+    the call chain, and the traces its threads' starter runs while they run.
+    Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`; `reach` gets, per finding's (line,
+    column), every function its thread runs (a per-thread fix counts only there)."""
     findings = []
+    enabled = graph.ctx.enabled
     for spawn in graph.spawns:
         if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
             continue
-        hit = linker.find_compiled(spawn.refs)
-        if hit is None:
+        found = []
+        if COMPILED_CALL_IN_THREAD.code in enabled:
+            found.extend(_compiled_in_thread(graph, spawn, linker))
+        if FX_TRACE_IN_THREAD.code in enabled:
+            found.extend(_trace_in_thread(graph, spawn, linker))
+        for finding in found:
+            if suppressed(finding.code, spawn.noqa):
+                if used_noqa is not None:
+                    used_noqa.add((spawn.line, finding.code))
+                continue
+            findings.append(finding)
+            if reach is not None and (PER_THREAD or AROUND_TRACE) and (spawn.line, spawn.column) not in reach:
+                reach[(spawn.line, spawn.column)] = thread_reach(spawn.refs, linker)
+    if FX_TRACE_IN_THREAD.code in enabled:
+        traced = _traced_while_threads_run(graph, linker, used_noqa)
+        findings.extend(traced)
+        if reach is not None:
+            for finding in traced:
+                # the code that traces is the function holding the trace (a lock it takes there counts)
+                reach[(finding.line or 0, finding.column or 0)] = frozenset(
+                    {(os.path.abspath(graph.path), finding.evidence.get("scope", ""))})
+    return findings
+
+
+def _compiled_in_thread(graph: ModuleGraph, spawn, linker: Linker) -> List[Finding]:
+    hit = linker.find_compiled(spawn.refs)
+    if hit is None:
+        return []
+    chain, compiled = hit
+    where = f"{compiled.path}:{compiled.line}"
+    return [COMPILED_CALL_IN_THREAD.finding(
+        f"{spawn.kind} runs {spawn.target}, which calls torch.compile'd {compiled.name} (compiled at "
+        f"{where}) from a worker thread",
+        path=graph.path, line=spawn.line, column=spawn.column,
+        evidence={
+            "spawn": spawn.kind,
+            "target": spawn.target,
+            "chain": [_describe(ref, linker) for ref in chain] + [f"{compiled.name} ({where})"],
+            "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
+        },
+    )]
+
+
+def _trace_in_thread(graph: ModuleGraph, spawn, linker: Linker) -> List[Finding]:
+    """DFD203 at a spawn site whose thread reaches an FX trace."""
+    hit = linker.find_call(spawn.refs, linker.fx_trace)
+    if hit is None:
+        return []
+    chain, traced = hit
+    return [FX_TRACE_IN_THREAD.finding(
+        f"{spawn.kind} runs {spawn.target}, which FX-traces with {traced} in "
+        f"{_describe(chain[-1], linker) if chain else spawn.target}: while it traces, nn.Module calls in every "
+        "other thread go through its patcher",
+        path=graph.path, line=spawn.line, column=spawn.column,
+        evidence={"spawn": spawn.kind, "target": spawn.target, "trace": traced,
+                  "chain": [_describe(ref, linker) for ref in chain]},
+    )]
+
+
+def _traced_while_threads_run(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set]) -> List[Finding]:
+    """DFD203 at an FX trace that the code which started threads runs after starting them, with no `.join()`
+    between: the workers run while it traces."""
+    findings = []
+    for site in graph.traces:
+        started = [s for s in graph.spawns if s.scope == site.scope and s.line < site.line and s.thread_class is None]
+        if not started:
             continue
-        if suppressed(COMPILED_CALL_IN_THREAD.code, spawn.noqa):
+        traced = linker.fx_trace(site.callee)
+        first = started[0]
+        if traced is None or graph.joins_between(site.scope, first.line, site.line):
+            continue
+        if suppressed(FX_TRACE_IN_THREAD.code, site.noqa):
             if used_noqa is not None:
-                used_noqa.add((spawn.line, COMPILED_CALL_IN_THREAD.code))
+                used_noqa.add((site.line, FX_TRACE_IN_THREAD.code))
             continue
-        chain, compiled = hit
-        where = f"{compiled.path}:{compiled.line}"
-        findings.append(COMPILED_CALL_IN_THREAD.finding(
-            f"{spawn.kind} runs {spawn.target}, which calls torch.compile'd {compiled.name} (compiled at "
-            f"{where}) from a worker thread",
-            path=graph.path, line=spawn.line, column=spawn.column,
-            evidence={
-                "spawn": spawn.kind,
-                "target": spawn.target,
-                "chain": [_describe(ref, linker) for ref in chain] + [f"{compiled.name} ({where})"],
-                "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
-            },
+        findings.append(FX_TRACE_IN_THREAD.finding(
+            f"{traced} runs in the code that started threads at line {first.line}, before any join: while it "
+            "traces, their nn.Module calls go through its patcher",
+            path=graph.path, line=site.line, column=site.column,
+            evidence={"spawn": first.kind, "target": first.target, "trace": traced, "spawned_at": first.line,
+                      "scope": site.scope},
         ))
     return findings
 
 
-def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix]) -> List[Finding]:
-    """DFD201 under the mitigations the scanned program applies: info with "mitigated by ..." when they cover
-    every hazard, otherwise the same error saying what the applied fixes leave open."""
-    verdict = judge(fixes)
-    if not verdict.note:
+def thread_reach(refs, linker: Linker) -> Reach:
+    """Every function a thread started on `refs` runs, as (absolute path, qualname)."""
+    return frozenset((os.path.abspath(ref.path), ref.qualname) for ref in linker.reachable(refs))
+
+
+def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix],
+               reach: Optional[Dict[Tuple[str, int, int], Reach]] = None,
+               programs: Optional[Programs] = None) -> List[Finding]:
+    """The thread rules' findings (DFD201, DFD203) under the mitigations their program applies: info with
+    "mitigated by ..." when those cover every hazard of the program, otherwise the same severity saying what the
+    fixes leave open or why a fix elsewhere does not count. Without `programs`, the findings' source is one
+    program (scan_source)."""
+    codes = thread_hazards()
+    threads = [f for f in findings if f.code in codes and f.path is not None]
+    thread_ids = {id(f) for f in threads}
+    if not fixes or not threads:
         return findings
+    located = [(os.path.abspath(f.path or ""), codes[f.code]) for f in threads]
+
+    def hazards_of(closure: Optional[FrozenSet[str]]) -> FrozenSet:
+        return frozenset(h for where, hazards in located if closure is None or where in closure for h in hazards)
+
     changed = []
     for finding in findings:
-        if finding.code == COMPILED_CALL_IN_THREAD.code:
-            finding = COMPILED_CALL_IN_THREAD.finding(
-                f"{finding.message}; {verdict.note}", path=finding.path, line=finding.line, column=finding.column,
-                evidence={**finding.evidence, "mitigations": {
-                    "applied": [f.to_dict() for f in fixes], "mitigated": verdict.mitigated}},
-                severity=Severity.INFO if verdict.mitigated else None,
-            )
-        changed.append(finding)
+        if id(finding) not in thread_ids:
+            changed.append(finding)
+            continue
+        key = (finding.path or "", finding.line or 0, finding.column or 0)
+        verdicts = program_verdicts(finding.path or "", hazards_of, fixes, (reach or {}).get(key), programs,
+                                    traces=finding.code == FX_TRACE_IN_THREAD.code)
+        note, mitigated = describe(verdicts, named=programs is not None)
+        if not note:
+            changed.append(finding)
+            continue
+        applied = sorted({fix for v in verdicts for fix in v.fixes}, key=lambda f: (f.path, f.line))
+        changed.append(SCAN_RULES[finding.code].rule.finding(
+            f"{finding.message}; {note}", path=finding.path, line=finding.line, column=finding.column,
+            evidence={**finding.evidence, "mitigations": {
+                "applied": [f.to_dict() for f in applied], "mitigated": mitigated,
+                "programs": [v.to_dict() for v in verdicts]}},
+            severity=Severity.INFO if mitigated else None,
+        ))
     return changed
 
 
@@ -335,7 +438,7 @@ def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: Mod
     anchors = {ref.qualname.split(".")[0].encode() for _, ref in pending}
     anchors |= {os.fsencode(os.path.splitext(os.path.basename(ref.path))[0]) for _, ref in pending}
     problems: List[Problem] = []
-    linker = Linker({}, index, load=lambda p: _load_graph(p, index.packages.get(p), problems, max_bytes, roots=True))
+    linker = Linker({}, index, load=lambda p: _load_graph(p, index.package(p), problems, max_bytes, roots=True))
     roots = []
     for path in files:
         data = read_bytes(path)
@@ -381,14 +484,27 @@ def scan_paths(
                            ignore if ignore is not None else config.ignore)
     known = baseline_file.load(baseline) if baseline is not None else None
     found = discover(paths, exclude, anchored=(config.root, config.exclude))
-    files = found.files
-    index = ModuleIndex(files)
+    root = program_files.project_root(paths, config.path)
+    index = ModuleIndex(found.files, root)
+    imports = Imports(index, max_bytes)
+    # A file named on the command line is a program: the project files it imports are part of what is scanned
+    # (`scan train.py` reads the src/model.py it imports). Folders are scanned as they are; their threads' call
+    # chains still follow imports into the rest of the project.
+    followed = _followed_imports([p for p in paths if not os.path.isdir(p)], found.files, imports)
+    files = found.files + followed
+    if followed:
+        index = ModuleIndex(files, root)
+        imports.index = index
     jobs = jobs or default_jobs()
     workers = jobs if len(files) >= parallel_min_files else 1
     items = [(p, index.packages[p]) for p in files]
     transformers_version = transformers() if HF_GRADIENT_CHECKPOINTING_IMPLICIT.code in enabled else None
     results, loaded = _analyse_all(items, enabled, workers, max_bytes, index, transformers_version)
 
+    named = {os.path.abspath(p) for p in paths if not os.path.isdir(p)}
+    for result in results:
+        if not result.parsed and not result.problems and os.path.abspath(result.path) in named:
+            result.problems.extend(_syntax_problems(result.path, max_bytes))
     report = Report("scan", problems=list(found.problems))
     seen_problems = {(p.subject, p.reason) for p in found.problems}
     findings: List[Finding] = []
@@ -400,7 +516,16 @@ def scan_paths(
                 seen_problems.add((problem.subject, problem.reason))
                 report.problems.append(problem)
     fixes = collect(r.fixes for r in results)
-    findings = apply_fixes(findings, fixes)
+    reach = {(r.path, line, column): functions for r in results for (line, column), functions in r.thread_reach.items()}
+    codes = thread_hazards()
+    programs = None
+    if fixes and any(f.code in codes for f in findings):
+        programs = Programs(imports, _entry_points(paths, files, config, root, index), files)
+    findings = apply_fixes(findings, fixes, reach, programs)
+    for problem in imports.problems:
+        if (problem.subject, problem.reason) not in seen_problems:
+            seen_problems.add((problem.subject, problem.reason))
+            report.problems.append(problem)
     findings, loaded_for_flex = compiled_elsewhere(findings, files, index, max_bytes)
     per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
     stamped = baseline_file.add_fingerprints(per_file)
@@ -423,11 +548,53 @@ def scan_paths(
             "file": baseline, "matched": matched, "new": len(report.findings),
             "fixed": sum(known.values()) - matched},
         "mitigations_applied": [f.to_dict() for f in fixes],
+        "followed_imports": followed,
+        "project_root": root,
+        "entry_points": None if programs is None else [
+            {"path": e.path, "how": e.how} for e in programs.entries],
         "transformers": transformers_version,
         "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
         "seconds": round(clock() - started, 3),
     }
     return report
+
+
+def _followed_imports(named: Sequence[str], files: Sequence[str], imports: Imports) -> List[str]:
+    """The project files the named files import, transitively, that the scan does not already read."""
+    scanned = {os.path.abspath(p) for p in files}
+    followed: Dict[str, str] = {}
+    for path in named:
+        for absolute, spelled in imports.closure(path).items():
+            if absolute not in scanned and absolute not in followed:
+                followed[absolute] = spelled
+    return sorted(followed.values())
+
+
+def _entry_points(paths: Sequence[str], files: Sequence[str], config: ScanConfig, root: str,
+                  index: ModuleIndex) -> List[program_files.EntryPoint]:
+    """The programs' entry points (scan/programs.py says in which order they are believed)."""
+    if config.entry_points:
+        return program_files.declared(config.entry_points, root, index, config.path or "pyproject.toml")
+    named = [program_files.EntryPoint(p, "named on the command line") for p in paths if not os.path.isdir(p)]
+    scripts = program_files.console_scripts(root, index)
+    guarded = []
+    for path in files:
+        data = read_bytes(path)
+        if os.path.basename(path) == "__main__.py":
+            guarded.append(program_files.EntryPoint(path, "a package's __main__.py"))
+        elif isinstance(data, bytes) and program_files.main_guarded(data):
+            guarded.append(program_files.EntryPoint(path, "__main__ guard"))
+    return named + scripts + guarded
+
+
+def _syntax_problems(path: str, max_bytes: int) -> List[Problem]:
+    """A file named on the command line is parsed even when no rule can fire on its bytes: one that does not
+    parse (a SyntaxError, a TabError) was not checked, and saying "no findings" about it would be a false
+    all-clear. Files found by walking a folder are left to the byte prefilter (parsing them all would cost the
+    speed the prefilter buys)."""
+    data = read_bytes(path)
+    parsed = data if isinstance(data, Problem) else parse_bytes(data, path, max_bytes)
+    return [parsed] if isinstance(parsed, Problem) else []
 
 
 def _per_file_ignored(config: ScanConfig, path: str) -> FrozenSet[str]:
@@ -447,8 +614,10 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     enabled = frozenset(scan_codes())
     result, graph = analyse_tree(path, parsed.text, parsed.tree, enabled)
     # every rule is enabled, so the graph is always built
-    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used) if graph is not None else []
-    findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes)
+    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used, result.thread_reach) \
+        if graph is not None else []
+    reach = {(path, line, column): functions for (line, column), functions in result.thread_reach.items()}
+    findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes, reach)
     return sorted(findings, key=Finding.sort_key)
 
 

@@ -13,8 +13,9 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, U
 
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY, Mitigation
+from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, SCAN_RULES, TORCH_SWITCHES
 from dflash_doctor.scan.context import FileCheck, Located
-from dflash_doctor.scan.scopes import Scope
+from dflash_doctor.scan.scopes import SCOPE_NODES, Scope
 
 RUNTIME_PACKAGE = "dflash_doctor"
 FUNCTORCH_CONFIG = "torch._functorch.config"
@@ -23,7 +24,12 @@ MARKERS: Dict[str, str] = {marker: m.name for m in REGISTRY for marker in m.sour
 # A marker that is a torch config key rather than a runtime function: applied by setting it to True.
 CONFIG_MARKERS = frozenset(marker for marker in MARKERS if marker.startswith("force_"))
 # What DFD201 needs stopped before a compiled call in a thread is safe.
-DFD201_HAZARDS: FrozenSet[Hazard] = frozenset({Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG, Hazard.DEADLOCK})
+DFD201_HAZARDS: FrozenSet[Hazard] = SCAN_RULES[COMPILED_CALL_IN_THREAD.code].hazards
+# Fixes a worker thread must enter itself (a thread-local switch): they count only inside what a thread runs.
+PER_THREAD = frozenset(m.name for m in REGISTRY if m.in_each_thread is not None)
+# Fixes that stop a foreign FX trace's race only when the tracing thread holds them around its trace (global-lock's
+# fx_trace_lock): for an FX-trace finding they count only inside what that thread runs.
+AROUND_TRACE = frozenset(m.name for m in REGISTRY if getattr(m, "around_foreign_trace", None) is not None)
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,15 @@ class AppliedFix:
     path: str
     line: int
     spelled: str  # the marker as found
+    enclosing: str = ""  # the function it is applied in ("" at module level): per-thread fixes need a thread's
+
+    @property
+    def per_thread(self) -> bool:
+        return self.mitigation in PER_THREAD
+
+    @property
+    def around_trace(self) -> bool:
+        return self.mitigation in AROUND_TRACE
 
     def to_dict(self) -> dict:
         return {"mitigation": self.mitigation, "path": self.path, "line": self.line, "marker": self.spelled}
@@ -50,15 +65,32 @@ class FixCollector(FileCheck):
             return name
         return None
 
-    def _add(self, marker: str, node: Located) -> None:
-        self.ctx.fixes.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker))
+    def _add(self, marker: str, node: Located, scope: Optional[Scope] = None) -> None:
+        enclosing = _function_of(scope)
+        self.ctx.fixes.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker, enclosing))
+
+    def _torch_switch(self, node: ast.Call, scope: Scope) -> Optional[str]:
+        """`torch.autograd.set_multithreading_enabled(False)` (any alias, `mode=False`): a torch function of a
+        registry marker's name called with the one literal that applies the fix."""
+        func = node.func
+        final = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if final not in TORCH_SWITCHES or final not in MARKERS:
+            return None
+        dotted = self.ctx.resolver.dotted(func, scope, node.lineno) or ""
+        if not dotted.startswith("torch.") or dotted.rsplit(".", 1)[-1] != final:
+            return None
+        value = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "mode"), None)
+        wanted = TORCH_SWITCHES[final]
+        if isinstance(value, ast.Constant) and type(value.value) is type(wanted) and value.value == wanted:
+            return final
+        return None
 
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
             return
-        marker = self._runtime_marker(node.func, scope, node.lineno)
+        marker = self._runtime_marker(node.func, scope, node.lineno) or self._torch_switch(node, scope)
         if marker is not None:
-            self._add(marker, node)
+            self._add(marker, node, scope)
             return
         resolver = self.ctx.resolver
         func = node.func
@@ -89,7 +121,16 @@ class FixCollector(FileCheck):
             target = decorator.func if isinstance(decorator, ast.Call) else decorator
             marker = self._runtime_marker(target, outer, decorator.lineno)
             if marker is not None:
-                self._add(marker, decorator)
+                # a decorated function applies the fix wherever it runs: it counts as inside that function
+                self._add(marker, decorator, self.ctx.table.scope_for(node, outer)
+                          if isinstance(node, SCOPE_NODES) else outer)
+
+
+def _function_of(scope: Optional[Scope]) -> str:
+    """The qualname of the function `scope` is (or is in); "" at module or class level."""
+    while scope is not None and scope.kind not in ("function", "lambda"):
+        scope = scope.parent
+    return scope.qualname if scope is not None else ""
 
 
 def _true(value: ast.AST) -> bool:
@@ -105,8 +146,9 @@ class Verdict:
     note: str  # appended to each DFD201 message ("" when nothing is applied)
 
 
-def judge(fixes: Sequence[AppliedFix]) -> Verdict:
-    """Mitigated when the applied fixes cover every DFD201 hazard and none is one the registry calls no fix."""
+def judge(fixes: Sequence[AppliedFix], needed: FrozenSet[Hazard] = DFD201_HAZARDS) -> Verdict:
+    """Mitigated when the applied fixes cover every `needed` hazard (a program's: DFD201's, plus the patcher race
+    where a thread traces with FX) and none is one the registry calls no fix."""
     first: Dict[str, AppliedFix] = {}
     for fix in sorted(fixes, key=lambda f: (f.path, f.line)):
         first.setdefault(fix.mitigation, fix)
@@ -116,7 +158,7 @@ def judge(fixes: Sequence[AppliedFix]) -> Verdict:
     names = tuple(m.name for m in entries)
     where = ", ".join(f"{m.name} ({first[m.name].path}:{first[m.name].line})" for m in entries)
     covered = frozenset(h for m in entries for h in m.covers)
-    gaps = [h for h in Hazard if h in DFD201_HAZARDS - covered]
+    gaps = [h for h in Hazard if h in needed - covered]
     not_fixes = [m for m in entries if not m.recommended]
     if not gaps and not not_fixes:
         return Verdict(names, True, f"mitigated by {where}")

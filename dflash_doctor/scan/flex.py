@@ -29,11 +29,22 @@ class FlexAttentionRule(FileCheck):
     def visit_call(self, node: ast.Call, scope: Scope) -> None:
         if not self.ctx.on_candidate_line(node):
             return
-        if self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION:
+        if self.ctx.resolver.dotted(node.func, scope, node.lineno) == FLEX_ATTENTION \
+                or self._flex_on_a_path(node.func, scope, node.lineno):
             if self._compiled_on_another_path(node.func, scope, node.lineno):
                 return
             enclosing = scope.qualname if scope.kind in ("function", "lambda") else None
             self._calls.append((node, enclosing))
+
+    def _flex_on_a_path(self, func: ast.AST, scope: Scope, line: int) -> bool:
+        """`attend = flex_attention if use_flex else sdpa` (or `self.attend = ...`): a local alias that is the
+        uncompiled flex_attention on one of its paths."""
+        resolver = self.ctx.resolver
+        binding = resolver.value_binding(func, scope, line)
+        if binding is None or binding.kind != "assign" or not isinstance(binding.node, ast.IfExp):
+            return False
+        return any(resolver.dotted(branch, binding.scope, binding.line) == FLEX_ATTENTION
+                   for branch in (binding.node.body, binding.node.orelse))
 
     def _compiled_on_another_path(self, func: ast.AST, scope: Scope, line: int) -> bool:
         """`flex = torch.compile(flex_attention) if compile else flex_attention`-style names: the caller chose."""

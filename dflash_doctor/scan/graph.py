@@ -7,7 +7,7 @@ import ast
 import os
 import re
 from collections import deque
-from typing import Callable, Deque, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Callable, Deque, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.scan.resolve import (
     COMPILE_FUNCTIONS,
@@ -19,6 +19,7 @@ from dflash_doctor.scan.resolve import (
     MethodRef,
     ClassRef,
     ParamRef,
+    Ref,
     Target,
 )
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -26,6 +27,15 @@ from dflash_doctor.scan.scopes import STAR_EXPORTS, Scope
 from dflash_doctor.scan.summary import ClassInfo, FuncInfo
 
 MAX_CHAIN_DEPTH = 8  # calls between a thread's target and the compiled callable
+# What runs an FX trace, and so installs torch.fx's process-wide patcher (docs/races.md, "The FX patcher race"):
+# symbolic_trace and make_fx (its PythonKeyTracer is a Tracer), and `trace` of any Tracer or subclass of one.
+FX_TRACE_FUNCTIONS = frozenset({
+    "torch.fx.symbolic_trace", "torch.fx._symbolic_trace.symbolic_trace",
+    "torch.fx.experimental.proxy_tensor.make_fx",
+})
+FX_TRACER_CLASSES = frozenset({
+    "torch.fx.Tracer", "torch.fx._symbolic_trace.Tracer", "torch.fx.experimental.proxy_tensor.PythonKeyTracer",
+})
 _MAX_HOPS = 6  # re-exports, base classes, attribute aliases followed while resolving one reference
 
 
@@ -47,33 +57,125 @@ def package_of(path: str, is_package_dir: Optional[Callable[[str], bool]] = None
 
 
 class ModuleIndex:
-    """Dotted module names of the scanned files, plus script-style imports of sibling files."""
+    """Dotted module names of the scanned files, plus script-style imports of sibling files, plus (with `root`)
+    the project's other files: a module a scanned file imports is looked up on disk under the folders Python
+    would search for it (the importer's own top folder, the project root, its `src/`), never outside the root and
+    never into an installed-package store below it (site-packages, a virtual environment)."""
 
-    def __init__(self, paths: Iterable[str]):
+    def __init__(self, paths: Iterable[str], root: Optional[str] = None):
         self.by_name: Dict[str, str] = {}
         self.by_abspath: Dict[str, str] = {}
         self.by_folder: Dict[str, List[str]] = {}  # absolute folder -> the scanned files in it
-        package_dirs: Dict[str, bool] = {}
-
-        def is_package_dir(folder: str) -> bool:
-            if folder not in package_dirs:
-                package_dirs[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
-            return package_dirs[folder]
-
+        self.root = os.path.abspath(root) if root else None
+        self._package_dirs: Dict[str, bool] = {}
+        self._on_disk: Dict[Tuple[str, str], Optional[str]] = {}
+        self._inside_folders: Dict[str, bool] = {}
         self.packages: Dict[str, Optional[str]] = {}
         for path in paths:
-            package, module = package_of(path, is_package_dir)
+            package, module = package_of(path, self._is_package_dir)
             self.packages[path] = package
             self.by_name.setdefault(module, path)
             absolute = os.path.abspath(path)
             self.by_abspath[absolute] = path
             self.by_folder.setdefault(os.path.dirname(absolute), []).append(path)
 
+    def _is_package_dir(self, folder: str) -> bool:
+        if folder not in self._package_dirs:
+            self._package_dirs[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
+        return self._package_dirs[folder]
+
+    def package(self, path: str) -> Optional[str]:
+        """The package of a scanned file, or of a project file found on disk."""
+        if path not in self.packages:
+            self.packages[path] = package_of(path, self._is_package_dir)[0]
+        return self.packages[path]
+
     def find(self, dotted: str, importer: str) -> Optional[str]:
         if dotted in self.by_name:
             return self.by_name[dotted]
         base = os.path.join(os.path.dirname(os.path.abspath(importer)), *dotted.split("."))
-        return self.by_abspath.get(base + ".py") or self.by_abspath.get(os.path.join(base, "__init__.py"))
+        found = self.by_abspath.get(base + ".py") or self.by_abspath.get(os.path.join(base, "__init__.py"))
+        if found is None and self.root is not None:
+            found = self.find_on_disk(dotted, importer)
+        return found
+
+    def search_folders(self, importer: str) -> List[str]:
+        """Where Python would look for an absolute import made by `importer`: the folder above its top package
+        (the script's own folder for a script), the project root and `src/` under it."""
+        folder = os.path.dirname(os.path.abspath(importer))
+        package = self.package(importer)
+        for _ in (package or "").split(".") if package else ():
+            folder = os.path.dirname(folder)
+        folders = [folder]
+        if self.root is not None:
+            folders += [self.root, os.path.join(self.root, "src")]
+        return list(dict.fromkeys(folders))
+
+    def find_on_disk(self, dotted: str, importer: str) -> Optional[str]:
+        """The project file `dotted` names for `importer` (a module or a package's __init__.py), or None."""
+        key = (dotted, os.path.dirname(os.path.abspath(importer)))
+        if key not in self._on_disk:
+            self._on_disk[key] = next((path for folder in self.search_folders(importer)
+                                       if (path := self._module_file(folder, dotted)) is not None), None)
+        return self._on_disk[key]
+
+    def exists_on_disk(self, dotted: str, importer: str) -> bool:
+        """Whether `dotted` is something in the project at all: a source, a package folder (namespace packages
+        too), an extension module or a stub (those exist but hold nothing to follow)."""
+        for folder in self.search_folders(importer):
+            base = os.path.join(folder, *dotted.split("."))
+            if not self.inside(base):
+                continue
+            if os.path.isdir(base) or os.path.isfile(base + ".py") or os.path.isfile(base + ".pyi"):
+                return True
+            parent, stem = os.path.split(base)
+            try:
+                if any(name.startswith(stem + ".") and name.endswith((".so", ".pyd"))
+                       for name in os.listdir(parent or ".")):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def inside(self, path: str) -> bool:
+        """Below the project root, and not inside an installed-package store or environment on the way (decided
+        once per folder: every lookup of a big tree's imports asks again)."""
+        if self.root is None:
+            return False
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in self._inside_folders:
+            self._inside_folders[folder] = self._folder_inside(folder)
+        return self._inside_folders[folder]
+
+    def _folder_inside(self, folder: str) -> bool:
+        assert self.root is not None
+        try:
+            relative = os.path.relpath(folder, self.root)
+        except ValueError:  # another Windows drive
+            return False
+        if relative == os.curdir:
+            return True
+        if relative == os.pardir or relative.startswith(os.pardir + os.sep) or os.path.isabs(relative):
+            return False
+        from dflash_doctor.scan.discovery import skip_reason
+
+        parent, name = os.path.split(folder)
+        return self.inside(folder) and not skip_reason(parent, name) if parent != folder else False
+
+    def _module_file(self, folder: str, dotted: str) -> Optional[str]:
+        base = os.path.join(folder, *dotted.split("."))
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if self.inside(candidate) and os.path.isfile(candidate):
+                absolute = os.path.abspath(candidate)
+                return self.by_abspath.get(absolute) or _spelled(absolute)
+        return None
+
+
+def _spelled(absolute: str) -> str:
+    """A followed file as findings name it: relative to the working folder when below it, as scanned paths
+    usually are."""
+    relative = os.path.relpath(absolute)
+    return absolute if relative.startswith(os.pardir) else relative
 
 
 _STAR_NAMES = frozenset(name for names in STAR_EXPORTS.values() for name in names)
@@ -227,7 +329,16 @@ class Linker:
                     steps.extend(self.expand(item, through_compiled, hops + 1))
                 return steps
             if ref.attr in info.methods:
-                return self.expand(FuncRef(cls.path, info.methods[ref.attr]), through_compiled, hops + 1)
+                method = FuncRef(cls.path, info.methods[ref.attr])
+                function = self.function_info(method)
+                if function is not None and function.is_property:
+                    # `self.model(x)` with `model` a property: the call runs what the property returns (a
+                    # compiled module built on first access, say), after the property itself
+                    steps = [method] if not function.compiled else []
+                    for returned in function.returns:
+                        steps.extend(self.expand(returned, through_compiled, hops + 1))
+                    return steps
+                return self.expand(method, through_compiled, hops + 1)
             steps = []
             for base in info.bases:
                 steps.extend(self.expand(MethodRef(base, ref.attr), through_compiled, hops + 1))
@@ -308,7 +419,53 @@ class Linker:
         info = found[1]
         return name in info.methods or any(self._has_method(b, name, hops + 1) for b in info.bases)
 
+    def derives_from(self, cls: ClassRef, dotted: FrozenSet[str], hops: int = 0) -> bool:
+        """Whether `cls` is, or has among its bases (followed across files), one of the classes `dotted`."""
+        if isinstance(cls, ExtRef) and cls.dotted in dotted:
+            return True
+        found = self.class_info(cls)
+        if found is None or hops > _MAX_HOPS:
+            return False
+        return any(self.derives_from(base, dotted, hops + 1) for base in found[1].bases)
+
+    def fx_trace(self, ref: Ref) -> Optional[str]:
+        """The FX trace calling `ref` runs (its name), or None."""
+        if isinstance(ref, ExtRef) and ref.dotted in FX_TRACE_FUNCTIONS:
+            return ref.dotted
+        if isinstance(ref, MethodRef) and ref.attr == "trace" and self.derives_from(ref.cls, FX_TRACER_CLASSES):
+            owner = ref.cls.dotted if isinstance(ref.cls, ExtRef) else ref.cls.qualname
+            return f"{owner}.trace"
+        return None
+
     # -- searches -------------------------------------------------------------------------------------------
+
+    def find_call(self, starts: Iterable[Target], is_target: Callable[[Ref], Optional[str]],
+                  max_depth: int = MAX_CHAIN_DEPTH) -> Optional[Tuple[List[FuncRef], str]]:
+        """The shortest call chain from `starts` to a call that `is_target` names (breadth first, bounded), with
+        that name; None when there is none. It does not enter torch.compile'd functions (Dynamo traces those; the
+        compiled-call search stops there too, so both searches load the same files)."""
+        parent: Dict[FuncRef, Optional[FuncRef]] = {}
+        queue: Deque[Tuple[FuncRef, int]] = deque()
+        for start in starts:
+            for item in self._eager_functions(start):
+                if item not in parent:
+                    parent[item] = None
+                    queue.append((item, 0))
+        while queue:
+            node, depth = queue.popleft()
+            info = self.function_info(node)
+            if info is None:
+                continue
+            for ref in info.refs:
+                hit = is_target(ref)
+                if hit is not None:
+                    return self._chain(parent, node), hit
+                if depth + 1 < max_depth:
+                    for item in self._eager_functions(ref):
+                        if item not in parent:
+                            parent[item] = node
+                            queue.append((item, depth + 1))
+        return None
 
     def find_compiled(self, starts: Iterable[Target], max_depth: int = MAX_CHAIN_DEPTH
                       ) -> Optional[Tuple[List[FuncRef], CompiledRef]]:
@@ -355,6 +512,10 @@ class Linker:
                     next_frontier.extend(self._functions_run(ref))
             frontier = next_frontier
         return seen
+
+    def _eager_functions(self, ref: Target) -> List[FuncRef]:
+        """The functions calling `ref` runs, stopping at torch.compile'd ones."""
+        return [item for item in self.expand(ref) if isinstance(item, FuncRef)]
 
     def _functions_run(self, ref: Target) -> List[FuncRef]:
         """The functions calling `ref` runs, through torch.compile'd wrappers too."""

@@ -246,6 +246,10 @@ class Resolver:
         owner = self.table.self_class(expr, scope, line)
         if owner is not None:
             return LocalClass(self.path, owner.qualname)
+        if isinstance(expr, ast.Call):  # `Tracer().trace(m)`: a method of an instance built on the spot
+            if self.is_compile_call(expr, scope, line):
+                return None
+            return self.class_ref(expr.func, scope, line, depth + 1)
         binding = self.value_binding(expr, scope, line)
         if binding is not None and binding.kind == "assign" and isinstance(binding.node, ast.Call):
             if self.is_compile_call(binding.node, binding.scope, binding.line):

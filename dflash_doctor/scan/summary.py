@@ -14,6 +14,9 @@ class FuncInfo:
     refs: List[Ref] = field(default_factory=list)  # callees and callbacks, in source order
     compiled: bool = False  # decorated with @torch.compile / @torch.compile(...)
     decorators: Tuple[ExtRef, ...] = ()  # imported decorators: the linker checks whether one is torch.compile
+    # a @property (or cached_property): reading it runs the function, so calling it calls what it returns
+    is_property: bool = False
+    returns: List[Ref] = field(default_factory=list)  # what its return statements hand back, when callable
 
 
 @dataclass
@@ -37,3 +40,16 @@ class Spawn:
     refs: Tuple[Ref, ...]
     noqa: Optional[FrozenSet[str]] = None
     thread_class: Optional[LocalClass] = None  # for Thread subclasses: confirmed by the linker (bases may be imported)
+    scope: str = ""  # qualname of the function (or "" the module) whose code starts the thread
+
+
+@dataclass(frozen=True)
+class TraceSite:
+    """A call that may run an FX trace (symbolic_trace, Tracer().trace, make_fx), judged by the linker."""
+
+    line: int
+    column: int
+    scope: str  # qualname of the function it is in ("" at module level)
+    callee: Ref
+    spelled: str
+    noqa: Optional[FrozenSet[str]] = None

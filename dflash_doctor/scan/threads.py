@@ -8,7 +8,39 @@ from dflash_doctor.scan.context import FileCheck, FileContext
 from dflash_doctor.scan.resolve import LocalClass, MethodRef, describe
 from dflash_doctor.scan.scopes import Scope
 from dflash_doctor.scan.callgraph import ModuleGraph
-from dflash_doctor.scan.summary import Spawn
+from dflash_doctor.scan.summary import Spawn, TraceSite
+
+FX_TRACE_WORDS = ("symbolic_trace", "make_fx", "trace")  # the final names a trace call can have
+
+
+def _function_of(scope: Scope) -> str:
+    """The qualname of the function `scope` is in ("" at module or class level)."""
+    current: Optional[Scope] = scope
+    while current is not None and current.kind not in ("function", "lambda"):
+        current = current.parent
+    return current.qualname if current is not None else ""
+
+
+class TraceCollector(FileCheck):
+    """Calls that may run an FX trace (DFD203 judges them with the linker, which can follow a Tracer subclass's
+    bases into other files): those in code that also starts threads are traced while the workers run."""
+
+    needs_graph = True
+
+    def __init__(self, ctx: FileContext, graph: Optional[ModuleGraph]) -> None:
+        super().__init__(ctx, graph)
+        assert graph is not None, "needs_graph: analysis.py builds it"
+        self.graph = graph
+
+    def visit_call(self, node: ast.Call, scope: Scope) -> None:
+        func = node.func
+        final = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if final not in FX_TRACE_WORDS or not self.ctx.on_candidate_line(node):
+            return
+        ref = self.ctx.resolver.callee(func, scope, node.lineno)
+        if ref is not None:
+            self.graph.traces.append(TraceSite(node.lineno, node.col_offset + 1, _function_of(scope), ref,
+                                               describe(func), self.ctx.noqa(node.lineno)))
 
 # constructor -> (keyword naming the callable, its positional index)
 THREAD_CONSTRUCTORS = {
@@ -71,6 +103,7 @@ class SpawnCollector(FileCheck):
             return
         self.graph.spawns.append(Spawn(
             kind, node.lineno, node.col_offset + 1, describe(target), (ref,), self.ctx.noqa(node.lineno),
+            scope=_function_of(scope),
         ))
 
     def finish(self) -> None:

@@ -15,6 +15,7 @@ from dflash_doctor.reference.attention import DenseAttention, FlexAttention  # n
 from tests.conftest import REPO  # noqa: E402
 
 
+@pytest.mark.slow  # a real compile end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(180)
 def test_sdpa_dense_path_equals_compiled_flex_forward_with_gqa_and_padded_blocks():
     # The tiny preset's geometry (32 queries, 96 keys). Compiled CPU flex_attention in torch 2.13 returned wrong
@@ -68,6 +69,7 @@ REPLAY_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a real compile end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(240)
 def test_replay_contract_in_a_fresh_process():
     proc = subprocess.run([sys.executable, "-c", REPLAY_CHILD], capture_output=True, text=True, timeout=220,

@@ -39,6 +39,7 @@ def trained(request, tmp_path_factory):
     return mode, proc, doc, folder
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(130)
 def test_tiny_run_learns_the_targets_greedy_tokens(trained):
     mode, proc, doc, _ = trained
@@ -56,6 +57,7 @@ def test_tiny_run_learns_the_targets_greedy_tokens(trained):
     assert facts["setup_s"] is not None and facts["setup_s"] < facts["warmup_s"]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(130)
 def test_no_worker_imports_a_torch_py_from_the_working_folder(trained):
     _, proc, _, folder = trained
@@ -63,6 +65,7 @@ def test_no_worker_imports_a_torch_py_from_the_working_folder(trained):
     assert not (folder / "PLANTED_TORCH_RAN").exists()
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(130)
 def test_step_log_lines_carry_the_worker_name(trained):
     _, proc, _, _ = trained
@@ -74,6 +77,7 @@ def test_step_log_lines_carry_the_worker_name(trained):
     assert steps == {"drafter-0": list(range(1, 31)), "drafter-1": list(range(1, 31))}
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode, victim, topology", [
     ("threads", "drafter-1", ()),
@@ -95,6 +99,7 @@ def test_killing_one_worker_is_a_finding_that_names_it(mode, victim, topology):
     assert facts["steps"] < 10
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(60)
 def test_an_error_in_a_worker_is_a_finding_with_its_traceback():
     proc, doc = run_cli_json(*TINY, "--steps", "6", "--fail-worker", "drafter-0", "--fail-at-step", "2",
@@ -108,6 +113,7 @@ def test_an_error_in_a_worker_is_a_finding_with_its_traceback():
     assert finding["evidence"]["stopped"] == ["target-0", "drafter-1"]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 def test_a_hung_worker_process_is_diagnosed_from_its_faulthandler_stacks():
     proc, doc = run_cli_json(*TINY, "--workers", "processes", *ONE_EACH, "--steps", "8", "--fail-worker",
@@ -125,6 +131,7 @@ def test_a_hung_worker_process_is_diagnosed_from_its_faulthandler_stacks():
                for frame in stack["frames"])
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mitigation, setup_part", [
     ("threadlocal-flag,non-lazy-backward", None), ("warmup", "warm-up"), ("global-lock", None),
@@ -149,6 +156,7 @@ def test_every_thread_mitigation_of_the_registry_applies_and_the_run_trains(miti
         w["name"]: not per_thread for w in facts["workers"]}
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(200)
 def test_a_tracing_thread_kills_a_worker_with_the_patcher_race_and_isolate_fx_patches_lets_it_train():
     proc, doc = run_cli_json(*TINY, "--steps", "6", "--tracing-thread", timeout=90)
@@ -166,6 +174,7 @@ def test_a_tracing_thread_kills_a_worker_with_the_patcher_race_and_isolate_fx_pa
     assert tracer["outcome"] == "ok" and tracer["steps"] > 0  # it traced the whole run, next to the workers
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 def test_two_targets_and_two_drafters_as_processes_share_one_corpus_over_shared_memory():
     proc, doc = run_cli_json(*TINY, "--workers", "processes", "--transport", "ipc", "--target-devices", "cpu,cpu",
@@ -196,6 +205,7 @@ def _wait_for_training(proc, workers: int, limit_s: float = 90.0) -> list:
     return [rank.pid for rank in ranks]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("mode, sig, code", [
     ("processes", signal.SIGINT, 130), ("processes", signal.SIGTERM, 143), ("threads", signal.SIGINT, 130),
@@ -267,6 +277,7 @@ def test_resume_without_a_checkpoint_is_one_usage_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 def test_under_torchrun_every_rank_runs_and_the_first_drafter_reports_all(tmp_path):
     import socket

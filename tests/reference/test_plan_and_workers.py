@@ -196,6 +196,7 @@ def test_gradient_averager_gives_every_replica_the_mean_and_stops_when_asked():
     assert not t.is_alive() and errors == ["stopped"] and run.failed_worker == "drafter-1"
 
 
+@pytest.mark.slow  # a real compile end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(90)
 def test_a_deadlocked_drafter_thread_is_diagnosed_from_its_stacks_and_the_run_returns():
     from dflash_doctor.reference.findings import findings_from_facts

@@ -48,16 +48,26 @@ def _sources(env, **overrides) -> BundleSources:
         env=env,
         version_of=lambda name: {"torch": "2.13.0+cpu"}.get(name) or (_ for _ in ()).throw(LookupError(name)),
         now=lambda: dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.timezone.utc),
+        host=lambda: "laptop",
+        cwd=lambda: "/home/me/project",
+        argv=["dflash-doctor", "report", "src"],
     )
     defaults.update(overrides)
     return BundleSources(**defaults)
 
 
-def _repro_envelope() -> dict:
+MADE = {"command": "dflash-doctor repro --threads 3 --device cuda", "host": "h200-box", "cwd": "/work/trainer",
+        "started_at": "2026-11-29T09:55:00+00:00", "finished_at": "2026-11-29T10:00:00+00:00"}
+
+
+def _repro_envelope(made=MADE) -> dict:
+    facts = {"stderr_tail": f"export HF_TOKEN={HF}\npassword: {PASSWORD}", "verdict": "reproduced"}
+    if made is not None:
+        facts["made"] = made
     return {"tool": "dflash-doctor", "command": "repro", "exit_code": 1,
             "findings": [{"code": "DFD701", "severity": "error", "path": None, "line": None,
                           "message": "reproduced"}],
-            "facts": {"stderr_tail": f"export HF_TOKEN={HF}\npassword: {PASSWORD}", "verdict": "reproduced"}}
+            "facts": facts}
 
 
 class _Html(HTMLParser):
@@ -133,6 +143,45 @@ def test_failing_sources_become_problems_and_the_rest_is_still_written(tmp_path)
     markdown = render_markdown(bundle)
     assert HF not in markdown
     assert "## Problems" in markdown and "Could not check guards: guards needs torch" in markdown
+
+
+def test_each_result_says_where_when_and_by_which_command_it_was_made(tmp_path):
+    env = _planted_env(tmp_path)
+    save_last_repro(_repro_envelope(), env)
+    bundle = build_bundle(["src"], sources=_sources(env))
+    assert bundle.repro["made"] == MADE and bundle.repro["age_s"] == 2 * 3600
+    lines = render_markdown(bundle).splitlines()
+    here = "Made by `dflash-doctor report src` on laptop in /home/me/project, at 2026-11-29T12:00:00+00:00, by this report."
+    # guards, scan and the GPU snapshot were made now, by the report itself; each section says so
+    assert lines.count(here) == 3
+    section = lines[lines.index("## Last repro"):]
+    assert ("Made by `dflash-doctor repro --threads 3 --device cuda` on h200-box in /work/trainer, finished "
+            "2026-11-29T10:00:00+00:00 (2 hours before this report).") in section
+    assert f"Read from {last_repro_path(env)}: exit code 1" in section
+
+
+@pytest.mark.parametrize("made", [None, {"command": "dflash-doctor repro", "host": "x", "cwd": "/"},
+                                  dict(MADE, finished_at="yesterday"), dict(MADE, finished_at="2026-11-29T10:00:00")])
+def test_a_result_that_cannot_be_dated_is_left_out_and_said_so(tmp_path, made):
+    env = _planted_env(tmp_path)
+    save_last_repro(_repro_envelope(made), env)
+    bundle = build_bundle(sources=_sources(env))
+    assert bundle.repro["result"] is None and bundle.repro["undated"]
+    assert [p.subject for p in bundle.problems] == ["repro"]
+    markdown = render_markdown(bundle)
+    assert "not included: it does not say when, where or by which command it was made" in markdown
+    assert "DFD701" not in markdown and "stderr_tail" not in markdown
+
+
+def test_repro_saves_where_when_and_which_command(tmp_path):
+    from dflash_doctor.report.last_repro import made_here, made_when
+
+    start = dt.datetime(2026, 11, 29, 9, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    made = made_here(start, start + dt.timedelta(seconds=90), argv=["/usr/bin/dflash-doctor", "repro", "--matrix"],
+                     host=lambda: "box", cwd=lambda: "/w")
+    assert made == {"command": "dflash-doctor repro --matrix", "host": "box", "cwd": "/w",
+                    "started_at": "2026-11-29T09:00:00+00:00", "finished_at": "2026-11-29T09:01:30+00:00"}
+    assert made_when({"facts": {"made": made}}) == start.replace(microsecond=0) + dt.timedelta(seconds=90)
 
 
 def test_repro_json_option_errors(tmp_path):

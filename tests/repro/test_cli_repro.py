@@ -65,6 +65,7 @@ def threads_of(phase):
     return {t["name"]: (t["outcome"], t["error"], t["steps"]) for t in phase["threads"]}
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
 def test_forced_reproduces_the_exact_error_and_blames_the_holder(repro):
     proc, doc, trace = repro[FORCED]
@@ -91,6 +92,23 @@ def test_forced_reproduces_the_exact_error_and_blames_the_holder(repro):
     assert any(e["ph"] == "i" and e["name"] == "RuntimeError" for e in events)
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
+@pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
+def test_progress_names_each_trial_i_of_k_and_the_verdict_closes_stderr_with_the_same_time(repro):
+    proc, doc, _ = repro[DEFAULT]
+    facts = doc["facts"]
+    said = [line.split("] ", 1)[1] for line in proc.stderr.splitlines() if line.startswith("repro [")]
+    assert said[0].startswith("note: ")  # what this machine cannot show comes first
+    assert "forced trial 1/1 (mitigation none): started" in said
+    ended = [line for line in proc.stderr.splitlines() if "forced trial 1/1 (mitigation none): reproduced" in line]
+    assert len(ended) == 1
+    at = float(ended[0].split("[", 1)[1].split("s]", 1)[0])
+    assert at == round(facts["time_to_verdict_s"], 1)  # one time for the trial's end, the JSON's too
+    assert proc.stderr.splitlines()[-1] == (
+        f"repro: reproduced (fx-flag-leak) under forced stress, 1/1 trials; first at {at:.1f} s (exit 1)")
+
+
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
 def test_the_default_run_says_what_a_cpu_cannot_show_and_reproduces_under_forced_stress(repro):
     proc, doc, _ = repro[DEFAULT]
@@ -103,6 +121,7 @@ def test_the_default_run_says_what_a_cpu_cannot_show_and_reproduces_under_forced
     assert facts["next_steps"][0].startswith("fix: threadlocal-flag,non-lazy-backward")
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
 def test_stuck_reproduces_and_blames_the_trace_that_left_the_flag_set(repro):
     proc, doc, saved = repro[STUCK]
@@ -115,6 +134,7 @@ def test_stuck_reproduces_and_blames_the_trace_that_left_the_flag_set(repro):
     assert json.loads(saved.read_text()) == doc  # the envelope `dflash-doctor report` picks up
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
 @pytest.mark.parametrize("mode", ["forced", "stuck"])
 def test_the_threadlocal_shim_turns_forced_and_stuck_into_not_reproduced(repro, mode):
@@ -132,6 +152,7 @@ def test_the_threadlocal_shim_turns_forced_and_stuck_into_not_reproduced(repro, 
     assert doc["findings"] == [] and doc["problems"] == []
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
 def test_a_natural_run_gives_a_verdict(repro):
     proc, doc, _ = repro[NATURAL]
@@ -143,6 +164,7 @@ def test_a_natural_run_gives_a_verdict(repro):
     assert len(facts["multi_thread"]["threads"]) == 3
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(900)  # includes the module fixture: every run, on a shared 2-core machine
 def test_a_genuine_lock_order_deadlock_is_reported_hung_as_a_lock_cycle(repro):
     proc, doc, _ = repro[DEADLOCK]
@@ -178,6 +200,7 @@ def test_bad_options_are_one_line_and_exit_2(args, message):
     assert len(lines) == 1 and message in lines[0]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(300)
 def test_a_model_that_cannot_be_imported_is_one_line_and_exit_2():
     proc = run_cli("repro", "--mode", "natural", "--preset", "tiny", "--trials", "1", "--device", "cpu",

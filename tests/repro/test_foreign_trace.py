@@ -48,6 +48,7 @@ def _errors(facts) -> list:
     return [t["error"] for t in multi["threads"] if t["error"]] + ([tracer["error"]] if tracer.get("error") else [])
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(1200)  # includes the module fixture: four runs on a shared 2-core machine
 def test_a_foreign_trace_reproduces_the_patcher_race(runs):
     proc, doc = runs[BASELINE]
@@ -62,6 +63,7 @@ def test_a_foreign_trace_reproduces_the_patcher_race(runs):
     assert "isolate-fx-patches" in facts["next_steps"][0], "the advice for a trainer with a tracing thread"
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("extra", [SHIM, SINGLE], ids=["threadlocal-flag", "single-thread-autograd"])
 def test_fixes_that_leave_the_patcher_race_open_fail_under_it_and_say_so(runs, extra):
@@ -75,6 +77,7 @@ def test_fixes_that_leave_the_patcher_race_open_fail_under_it_and_say_so(runs, e
     assert [t["autograd_multithreading"] for t in facts["multi_thread"]["threads"]] == [not on, not on]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(1200)
 def test_threadlocal_flag_with_isolate_fx_patches_holds_under_a_foreign_trace(runs):
     proc, doc = runs[ISOLATED]

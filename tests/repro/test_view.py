@@ -56,7 +56,7 @@ def test_verdict_line_names_the_stress_and_the_rate():
 
     facts = {"verdict": "reproduced", "kind": "deadlock", "level": "natural", "time_to_verdict_s": 28.2,
              "levels": {"natural": {"ran": 3, "reproduced": 2, "kinds": {"deadlock": 2}}}}
-    assert verdict_line(facts) == ("verdict: reproduced (deadlock) under natural stress, 2/3 trials; first after "
+    assert verdict_line(facts) == ("verdict: reproduced (deadlock) under natural stress, 2/3 trials; first at "
                                    "28.2 s")
 
 

@@ -164,6 +164,8 @@ def required_args(command: str, folder: Path) -> List[str]:
         "status": ["--log", str(log)],
         "check": [str(source), "--no-probes"],
         "report": [str(source), "--no-probes"],
+        "run": [],  # its options go before `-- COMMAND`: with no command it stops at the first bad option
+        "attach": [str(os.getpid())],
     }
     assert set(table) == set(commands()), "a new command: tell required_args how to start it"
     return table[command]

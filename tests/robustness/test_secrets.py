@@ -50,6 +50,9 @@ def planted(tmp_path):
         "tool": "dflash-doctor", "command": "repro", "exit_code": 1, "findings": [], "problems": [],
         "facts": {
             "verdict": "reproduced",
+            # where, when and by which command (report leaves out a result that cannot say)
+            "made": {"command": f"dflash-doctor repro --token={TOKEN}", "host": "gpu-box", "cwd": "/work",
+                     "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:01:00+00:00"},
             "HF_TOKEN": HF,
             "argv": ["train.py", "--password", PASSWORD, "--token=" + TOKEN],
             "stderr_tail": f"curl -H 'Authorization: Bearer {TOKEN}' https://x\nexport DB_PASS={PASSWORD}\n"

@@ -72,6 +72,7 @@ def run_script(body: str, timeout: float = 240) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(300)
 def test_the_minimal_case_raises_and_isolate_fx_patches_stops_it_over_twenty_runs():
     pytest.importorskip("torch")
@@ -116,6 +117,7 @@ NOT_COVERING = [m for m in registry.REGISTRY if Hazard.PATCHER_RACE not in m.cov
                 and (m.setup or m.in_each_thread or m.wrap_step)]
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("entry", NOT_COVERING, ids=lambda e: e.name)
 def test_fixes_that_do_not_claim_the_patcher_race_do_not_stop_it(entry):
@@ -138,6 +140,7 @@ def test_fixes_that_do_not_claim_the_patcher_race_do_not_stop_it(entry):
     assert any(Hazard.PATCHER_RACE.label in caveat for caveat in registry.caveats_for((entry.name,)))
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(300)
 def test_global_lock_covers_it_only_when_the_tracing_thread_takes_fx_trace_lock():
     pytest.importorskip("torch")

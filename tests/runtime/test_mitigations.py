@@ -164,11 +164,13 @@ def shim_child(tmp_path_factory):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 def test_without_the_shim_a_held_fx_flag_breaks_another_threads_compiled_call(shim_child):
     assert shim_child["before_shim"] == FX_ERROR
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 def test_the_shim_installs_once_and_counts_wrappers_created_before_it(shim_child):
     status = shim_child["status"]
@@ -178,6 +180,7 @@ def test_the_shim_installs_once_and_counts_wrappers_created_before_it(shim_child
     assert shim_child["again_same_object"] is True
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 def test_the_shim_makes_forced_and_stuck_harmless_for_wrappers_created_after_it(shim_child):
     assert shim_child["forced_new"] == "ok"
@@ -188,6 +191,7 @@ def test_the_shim_makes_forced_and_stuck_harmless_for_wrappers_created_after_it(
     assert shim_child["self_check"][0] is True
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(150)
 def test_enable_non_lazy_backward_sets_the_functorch_option(shim_child):
     assert (shim_child["non_lazy_before"], shim_child["non_lazy_previous"], shim_child["non_lazy_after"]) == (

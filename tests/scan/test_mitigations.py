@@ -92,14 +92,30 @@ def test_look_alike_markers_do_not_mitigate(fix):
     assert finding.severity is Severity.ERROR and "applies" not in finding.message
 
 
-def test_fixes_count_project_wide(tmp_path):
-    (tmp_path / "main.py").write_text(textwrap.dedent(README_FIX))
+def test_fixes_count_for_the_program_that_imports_the_threads(tmp_path):
+    (tmp_path / "main.py").write_text(textwrap.dedent(README_FIX) + "import workers\n")
     (tmp_path / "workers.py").write_text(textwrap.dedent(THREADS))
     report = scan_paths([str(tmp_path)], jobs=1)
     assert [(f.code, f.severity) for f in report.findings] == [("DFD201", Severity.INFO)]
+    assert report.findings[0].message.endswith(
+        f"mitigated by threadlocal-flag ({tmp_path / 'main.py'}:3), non-lazy-backward ({tmp_path / 'main.py'}:4) "
+        f"in the program of {tmp_path / 'main.py'} (imports {tmp_path / 'workers.py'})")
     assert [(a["mitigation"], a["line"]) for a in report.facts["mitigations_applied"]] == [
         ("threadlocal-flag", 3), ("non-lazy-backward", 4)]
     assert report.exit_code() == 0
+
+
+def test_a_fix_in_a_file_that_does_not_import_the_threads_does_not_count(tmp_path):
+    (tmp_path / "main.py").write_text(textwrap.dedent(README_FIX))
+    (tmp_path / "workers.py").write_text(textwrap.dedent(THREADS))
+    report = scan_paths([str(tmp_path)], jobs=1)
+    [finding] = report.findings
+    assert finding.severity is Severity.ERROR
+    assert finding.message.endswith(
+        f"not mitigated in the program of {tmp_path / 'workers.py'} (its own file (nothing scanned imports it)): "
+        f"threadlocal-flag ({tmp_path / 'main.py'}:3), non-lazy-backward ({tmp_path / 'main.py'}:4): "
+        "not part of this program")
+    assert report.exit_code() == 1
 
 
 @pytest.mark.timeout(180)

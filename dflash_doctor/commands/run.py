@@ -1,0 +1,134 @@
+"""`dflash-doctor run -- COMMAND`: run the user's own command, unmodified, with the flight recorder and the
+watchdog in every Python process it starts; report the races it saw."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+import typer
+
+from dflash_doctor import mitigations as registry
+from dflash_doctor.commands.common import FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact
+from dflash_doctor.errors import UsageError, finite
+from dflash_doctor.render import OutputFormat
+from dflash_doctor.vocabularies import Cache, OnHang, RunExpect
+
+# Each example on a line of its own: click keeps a paragraph that starts with \b as written.
+EPILOG = (
+    "Contract: the command runs as you would run it (same argv, working folder, stdin, stdout, environment "
+    "plus PYTHONPATH and two DFLASH_DOCTOR_RUN_* entries); every Python process it starts loads the recorder "
+    "and watchdog first. The report goes to stderr or --output, never to stdout, which stays the command's. "
+    "Exit code: the command's own (a death by signal N is 128+N, Ctrl-C 130, SIGTERM 143); with --expect clean a "
+    "finding turns 0 into 1; 2 usage error (a --fix that needs your code is refused, with how to apply it). "
+    "Ctrl-C at the terminal reaches the command as without the tool; SIGINT/SIGTERM sent to run are forwarded "
+    "to the command's process group, and what is left of the group when the command ends is killed.\n\n"
+    "\b\nExamples:\n"
+    "  dflash-doctor run -- python train.py --steps 100\n"
+    "  dflash-doctor run --cache cold -f json -o run.json -- torchrun --nproc-per-node 2 train.py\n"
+    "  dflash-doctor run --fix threadlocal-flag,non-lazy-backward --cache cold -- python train.py\n"
+    "  dflash-doctor run --expect clean --trials 3 --on-hang kill -- python -m mypkg.train\n"
+    "  dflash-doctor run --trace trace.json -- python train.py"
+)
+
+
+def fix_names(text: Optional[str]) -> Tuple[str, ...]:
+    """Registry names that `run` can apply to an unmodified command; any other is refused with its api text."""
+    if text is None:
+        return ()
+    names = registry.parse(text)
+    for name in names:
+        entry = registry.get(name)
+        if not entry.applies_without_code_change:
+            raise UsageError(f"--fix {name} needs a change in your own code, which run does not make: {entry.api}")
+    return names
+
+
+def _announcer(on_hang: OnHang):
+    from dflash_doctor.render.printable import printable
+
+    def announce(finding) -> None:
+        if on_hang is OnHang.KILL:
+            then = "killing the command's process tree (--on-hang kill)"
+        else:
+            then = (f"the run is kept alive (--on-hang report); stop it with Ctrl-C, or kill -TERM {os.getpid()} "
+                    "(forwarded to the command's processes)")
+        sys.stderr.write(f"dflash-doctor: {finding.code} {finding.name}: {printable(finding.message)}\n"
+                         f"dflash-doctor: {then}\n")
+        sys.stderr.flush()
+
+    return announce
+
+
+def _per_rank_path(path: Path, rank: int) -> Path:
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog=EPILOG, context_settings={"allow_interspersed_args": False})
+    @guarded
+    def run(
+        command: Optional[List[str]] = typer.Argument(None, metavar="-- COMMAND [ARGS]...",
+                                                      help="Your command, exactly as you run it."),
+        hang_after: float = typer.Option(
+            120.0, "--hang-after", help="Seconds with no compile event and no CPU use, after a compile began, before "
+            "a hang without a lock cycle is reported (a lock cycle is named within seconds, without waiting)."),
+        on_hang: OnHang = typer.Option(OnHang.REPORT, "--on-hang", case_sensitive=False,
+                                       help="report: say it on stderr at once and keep the run alive; kill: kill "
+                                            "the command's process tree, then report."),
+        fix: Optional[str] = typer.Option(
+            None, "--fix", help="Apply registry fixes to the unmodified run: those with a process-wide set-up or a "
+            "per-thread switch (" + ", ".join(m.name for m in registry.REGISTRY if m.applies_without_code_change)
+            + "); combine with commas."),
+        cache: Cache = typer.Option(Cache.WARM, "--cache", case_sensitive=False,
+                                    help="cold: a fresh TORCHINDUCTOR_CACHE_DIR for each trial (nothing compiled "
+                                         "before, the incident's trigger); warm: yours, as it is."),
+        trials: int = typer.Option(1, "--trials", min=1, max=100, help="Run the command K times; the report "
+                                                                       "gives the rate."),
+        expect: Optional[RunExpect] = typer.Option(None, "--expect", case_sensitive=False,
+                                                   help="clean: a finding fails the run (exit 1 if the command "
+                                                        "exited 0)."),
+        keep: bool = typer.Option(False, "--keep", help="Keep the session folder (per-process records) and say "
+                                                        "where it is."),
+        trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
+                                             help="Write a Perfetto (Chrome trace) timeline; under torchrun also "
+                                                  "one per rank (NAME.rankN.json)."),
+        fmt: OutputFormat = FORMAT_OPTION,
+        output: Optional[Path] = OUTPUT_OPTION,
+    ) -> int:
+        """Run COMMAND unmodified with the flight recorder and watchdog in each of its Python processes; name the
+        thread that held the FX flag when one raised, the compile_lock / autograd deadlock as it forms, and
+        prove a fix with --fix."""
+        finite(hang_after, "--hang-after", minimum=1.0)
+        check_output(output)
+        check_output(trace, [output], "--trace")
+        fixes = fix_names(fix)
+        command = list(command or [])
+        if command and command[0] == "--":
+            command = command[1:]
+        if not command:
+            raise UsageError("no command given: dflash-doctor run [OPTIONS] -- COMMAND [ARGS]...")
+        from dflash_doctor.supervise.supervisor import (
+            RunSpec, Supervisor, ranks_of, report_for, trace_phases,
+        )
+
+        spec = RunSpec(tuple(command), hang_after_s=hang_after, on_hang=on_hang, fixes=fixes,
+                       cold_cache=cache is Cache.COLD, trials=trials, keep=keep)
+        results = Supervisor(spec, _announcer(on_hang)).run()
+        report = report_for(spec, results, expect_clean=expect is RunExpect.CLEAN)
+        if trace is not None:
+            from dflash_doctor.runtime.chrome_trace import write_chrome_trace
+
+            write_artifact(report, "--trace", trace, lambda path: write_chrome_trace(path, trace_phases(results)))
+            for rank in ranks_of(results):
+                def write_rank(path: Path, rank: int = rank) -> None:
+                    write_chrome_trace(path, trace_phases(results, rank))
+
+                write_artifact(report, "--trace", _per_rank_path(trace, rank), write_rank)
+        for result in results:
+            if result.session:
+                sys.stderr.write(f"dflash-doctor: session kept in {result.session}\n")
+        from dflash_doctor.render.live_view import render_run_facts
+
+        return finish(report, fmt, output=output, facts_view=render_run_facts, report_stream=sys.stderr)

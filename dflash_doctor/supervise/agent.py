@@ -1,0 +1,347 @@
+"""What runs inside every Python process `dflash-doctor run` starts (the bootstrap calls `start`).
+
+At start-up (no torch): a flight recorder (plain data), the watchdog thread, a thread-start hook when a `--fix`
+has a per-thread part, and the exit paths (atexit, sys.excepthook, os._exit, fork). When the user's code imports
+torch, right after torch's own import finishes and before the user's code can create a compile wrapper: the
+`--fix` set-ups, the recorder's hooks, and the blame hook on the FX-tracing predicate. A process that never
+imports torch never imports it here either.
+
+The record (records.py) is written to the session folder when the watchdog fires, at the first FX-tracing
+error of each thread, and at exit, so a process killed afterwards (`--on-hang kill`, SIGKILL) still reports.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ContextManager, List, Optional, Set
+
+from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, FlightRecorder
+from dflash_doctor.supervise.session import RunConfig, record_path
+
+if TYPE_CHECKING:
+    from dflash_doctor.mitigations import Mitigation
+    from dflash_doctor.runtime.watchdog import Watchdog
+
+MAX_EVENTS = 20_000  # per record: the newest ones (a long run's steady state adds none; recompiles do)
+TOOL_THREAD_PREFIX = "dflash-doctor"
+# Processes torch starts for itself, that sit idle by design: no watchdog there (inductor's compile workers).
+HELPER_MARKERS = ("compile_worker",)
+FX_MESSAGE = FX_ERROR_PREFIX + ". This is not supported at the moment."
+
+_AGENT: Optional["Agent"] = None
+
+
+def start(session: str) -> "Agent":
+    """Called once per process by the bootstrap."""
+    global _AGENT
+    if _AGENT is None:
+        path = Path(session)
+        _AGENT = Agent(path, RunConfig.read(path))
+        _AGENT.start()
+    return _AGENT
+
+
+def current() -> Optional["Agent"]:
+    return _AGENT
+
+
+def _mark_initialised(module) -> None:
+    """Tell importlib that `module` has finished initialising, as it does itself the moment exec_module returns.
+    Until then its module lock is held, and another thread's `import torch` would wait on it: a set-up that starts
+    a thread (the shim's self-check) waited out its 10 s (docs/races.md, "What run and attach rely on")."""
+    spec = getattr(module, "__spec__", None)
+    if spec is not None and getattr(spec, "_initializing", False):
+        spec._initializing = False
+
+
+class _TorchImportHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: on the first `import torch` it lets the other finders find torch and wraps that
+    loader's exec_module, so `then` runs right after torch's own __init__ has run."""
+
+    def __init__(self, then: Callable[[], None]) -> None:
+        self._then = then
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+        then = self._then
+
+        def exec_module(module):
+            original(module)
+            then()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+class Agent:
+    def __init__(self, session: Path, config: RunConfig, clock: Callable[[], float] = time.perf_counter,
+                 lookup: Optional[Callable[[str], "Mitigation"]] = None) -> None:
+        from dflash_doctor import mitigations as registry
+
+        self.session = session
+        self.config = config
+        self.recorder = FlightRecorder(clock=clock)
+        self.clock = clock
+        self.started_at = time.time()
+        self.pid = os.getpid()
+        self.forked = False
+        self.problems: List[dict] = []
+        self.fix_facts: dict = {}
+        self.torch_version: Optional[str] = None
+        self.fx_flag_thread_local: Optional[bool] = None
+        self.hang: Optional[dict] = None
+        self.ended: Optional[str] = None
+        self.watchdog: Optional["Watchdog"] = None
+        self._fixes = [(lookup or registry.get)(name) for name in config.fixes]
+        self._write_lock = threading.Lock()
+        self._blamed: Set[int] = set()  # threads whose first FX error is already written
+        self._compiled = False
+        self._seen_events = 0
+        self._main_thread_fixes = contextlib.ExitStack()
+
+    # -- start-up ------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if any(fix.in_each_thread is not None for fix in self._fixes):
+            self._hook_thread_start()
+        if "torch" in sys.modules:  # a sitecustomize chained before us imported it
+            self.on_torch_imported()
+        else:
+            sys.meta_path.insert(0, _TorchImportHook(self.on_torch_imported))
+        self._hook_exits()
+        if not any(marker in (sys.argv[0] if sys.argv else "") for marker in HELPER_MARKERS):
+            self._start_watchdog()
+
+    def _start_watchdog(self) -> None:
+        from dflash_doctor.runtime.watchdog import ProcessTreeCpu, Watchdog
+
+        self.watchdog = Watchdog(lambda: self.recorder.last_progress, self.config.hang_after_s, self.on_hang,
+                                 clock=self.clock, cpu_seconds=ProcessTreeCpu(),
+                                 cycle_confirm_s=self.config.cycle_confirm_s, fallback_armed=self._compile_began,
+                                 precheck=self._may_hold_a_cycle, thread_factory=threading.Thread)
+        self.watchdog.start()
+
+    @staticmethod
+    def _may_hold_a_cycle() -> bool:
+        from dflash_doctor.runtime.deadlock import may_hold_a_cycle
+
+        me = threading.get_ident()
+        return may_hold_a_cycle(top for ident, top in sys._current_frames().items() if ident != me)
+
+    def _compile_began(self) -> bool:
+        """Whether a Dynamo compile has started in this process (read incrementally from the events)."""
+        if not self._compiled:
+            events = self.recorder.events
+            self._compiled = any(event.kind == "compile" for event in events[self._seen_events:])
+            self._seen_events = len(events)
+        return self._compiled
+
+    def on_torch_imported(self) -> None:
+        """Right after torch's __init__, before the user's next line: the `--fix` set-ups (the shim must precede
+        every compile wrapper, a patcher fix every thread), the recorder's hooks, the blame hook. Never lets a
+        failure of the tool break the user's import."""
+        from dflash_doctor import runtime
+
+        try:
+            torch = sys.modules["torch"]
+            self.torch_version = str(getattr(torch, "__version__", "unknown"))
+            symbolic_trace = importlib.import_module("torch.fx._symbolic_trace")
+            self.fx_flag_thread_local = hasattr(symbolic_trace, "_is_fx_tracing_tls")
+            runtime.install(self.recorder)
+            self._hook_fx_predicates()
+            if any(fix.setup is not None for fix in self._fixes):
+                _mark_initialised(torch)
+                self.apply_setups()
+            if threading.current_thread() is threading.main_thread():
+                self._enter_thread_fixes(self._main_thread_fixes)
+        except Exception as exc:  # noqa: BLE001 - the user's `import torch` must succeed whatever the tool does
+            self._problem("the flight recorder", exc, "the run went on without (some of) the recorder's hooks")
+
+    def _problem(self, subject: str, exc: BaseException, hint: str) -> None:
+        self.problems.append({"subject": subject, "reason": f"{type(exc).__name__}: {exc}", "hint": hint})
+
+    def apply_setups(self) -> None:
+        """Each `--fix` set-up (mitigations.py), then the blame hook again: a set-up may have replaced the
+        FX-tracing predicates (the shim does), and the blame must wrap what compile wrappers will bind."""
+        from dflash_doctor import mitigations as registry
+
+        for fix in self._fixes:
+            if fix.setup is None:
+                continue
+            try:
+                self.fix_facts[fix.name] = fix.setup()
+            except registry.MitigationFailed as exc:
+                self.problems.append({"subject": f"--fix {fix.name}", "reason": str(exc),
+                                      "hint": "this torch cannot apply it; the run went on without it"})
+            except Exception as exc:  # noqa: BLE001 - a fix that breaks is reported, the user's compile goes on
+                self._problem(f"--fix {fix.name}", exc, "the run went on without it")
+        try:
+            self._hook_fx_predicates()
+        except Exception as exc:  # noqa: BLE001
+            self._problem("the FX-error blame hook", exc, "FX errors are still recorded, without the holder")
+
+    def _hook_fx_predicates(self) -> None:
+        """Blame at the moment of the raise: compile_wrapper asks the FX-tracing predicate (bound when the wrapper
+        is created, docs/races.md "The guard"), and raises when it says True under the default config. The
+        predicate is wrapped here, before the user's code creates any wrapper; on True, and only when called from
+        compile_wrapper, the recorder names the holder and its stack while the holder still holds the flag."""
+        dynamo_config = importlib.import_module("torch._dynamo.config")
+        for module_name in ("torch.fx._symbolic_trace", "torch._dynamo.eval_frame"):
+            module = importlib.import_module(module_name)
+            for name in ("is_fx_tracing", "is_fx_symbolic_tracing"):
+                original = getattr(module, name, None)
+                if original is None or getattr(original, "_dflash_doctor_blame", False):
+                    continue
+                setattr(module, name, self._blaming(original, dynamo_config))
+
+    def _blaming(self, original: Callable[[], bool], dynamo_config) -> Callable[[], bool]:
+        def predicate() -> bool:
+            tracing = original()
+            if (tracing and sys._getframe(1).f_code.co_name == "compile_wrapper"
+                    and getattr(dynamo_config, "error_on_nested_fx_trace", True)
+                    and not getattr(dynamo_config, "force_compile_during_fx_trace", False)):
+                self.on_fx_error(RuntimeError(FX_MESSAGE))
+            return tracing
+
+        predicate._dflash_doctor_blame = True  # type: ignore[attr-defined]
+        return predicate
+
+    def on_fx_error(self, exc: BaseException) -> None:
+        self.recorder.exception(exc)
+        ident = threading.get_ident()
+        if ident not in self._blamed:
+            self._blamed.add(ident)
+            self.write()
+
+    # -- per-thread fixes ----------------------------------------------------------------------------------
+    def _enter_thread_fixes(self, stack: contextlib.ExitStack) -> None:
+        for fix in self._fixes:
+            if fix.in_each_thread is None:
+                continue
+            try:
+                context: ContextManager[object] = fix.in_each_thread()
+                stack.enter_context(context)
+            except Exception as exc:  # noqa: BLE001 - a thread must start even if a fix cannot be entered
+                self.problems.append({"subject": f"--fix {fix.name}", "reason": f"{type(exc).__name__}: {exc}",
+                                      "hint": f"not applied in thread {threading.current_thread().name}"})
+
+    def _hook_thread_start(self) -> None:
+        """Every thread started from now on enters the per-thread fixes around its whole life. The hook sits on
+        Thread._bootstrap_inner, which runs `run()` for subclasses that override it too. Threads that start
+        before torch is imported run without them (entering them would import torch)."""
+        agent = self
+        owner = threading.Thread
+        name = "_bootstrap_inner" if hasattr(owner, "_bootstrap_inner") else "run"
+        original = getattr(owner, name)
+
+        def bootstrap(thread_self):
+            if "torch" not in sys.modules or thread_self.name.startswith(TOOL_THREAD_PREFIX):
+                return original(thread_self)
+            with contextlib.ExitStack() as stack:
+                agent._enter_thread_fixes(stack)
+                return original(thread_self)
+
+        setattr(owner, name, bootstrap)
+
+    # -- hangs and exits -----------------------------------------------------------------------------------
+    def on_hang(self, report) -> None:
+        """The watchdog fired: write at once (the supervisor announces it); the process goes on as it is."""
+        from dflash_doctor.supervise.records import HangRecord
+
+        watchdog = self.watchdog
+        fired = watchdog.fired_at if watchdog is not None and watchdog.fired_at is not None else self.clock()
+        clear = watchdog.last_clear_sample_at if watchdog is not None else None
+        start = self.recorder.started
+        last_event = self.recorder.last_progress
+        self.recorder.record("hang", "I", cycle=report.diagnosis.cycle)
+        self.hang = HangRecord(report.diagnosis, tuple(report.stacks), round(fired - start, 6),
+                               None if clear is None else round(clear - start, 6),
+                               round(last_event - start, 6)).to_dict()
+        self.write()
+
+    def _hook_exits(self) -> None:
+        import atexit
+
+        atexit.register(self._at_exit)
+        previous_excepthook = sys.excepthook
+
+        def excepthook(kind, value, traceback):
+            if value is not None:
+                self.recorder.exception(value)
+            previous_excepthook(kind, value, traceback)
+
+        sys.excepthook = excepthook
+        original_exit = os._exit
+
+        def exit_now(code):
+            with contextlib.suppress(Exception):
+                self.ended = "os._exit"
+                if not self.forked or self._notable():
+                    self.write()
+            original_exit(code)
+
+        os._exit = exit_now
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        """A forked child (a DataLoader worker): its own pid and an empty log; the watchdog thread did not
+        survive the fork, and the child writes a record only if something happens in it."""
+        self.forked = True
+        self.pid = os.getpid()
+        self.recorder.events.clear()
+        self.recorder.blames.clear()
+        self.hang, self.watchdog = None, None
+        self._write_lock = threading.Lock()
+        self._blamed = set()
+
+    def _notable(self) -> bool:
+        return bool(self.recorder.blames or self.hang or self.problems
+                    or any(event.kind == "exception" for event in self.recorder.events))
+
+    def _at_exit(self) -> None:
+        self.ended = "exit"
+        if self.watchdog is not None:
+            self.watchdog.stop(1.0)
+        if not self.forked or self._notable():
+            self.write()
+
+    # -- the record ----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        def rank(name: str) -> Optional[int]:
+            value = os.environ.get(name, "")
+            return int(value) if value.strip().isdigit() else None
+
+        events = self.recorder.events[-MAX_EVENTS:]
+        return {
+            "pid": self.pid, "ppid": os.getppid(), "argv": list(sys.argv), "rank": rank("RANK"),
+            "local_rank": rank("LOCAL_RANK"), "torch_version": self.torch_version,
+            "fx_flag_thread_local": self.fx_flag_thread_local, "fixes": list(self.config.fixes),
+            "fix_facts": self.fix_facts, "problems": list(self.problems),
+            "events": [event.to_dict() for event in events], "blames": [b.to_dict() for b in self.recorder.blames],
+            "hang": self.hang, "ended": self.ended, "started_at": self.started_at,
+        }
+
+    def write(self) -> None:
+        """Atomically replace this process's record (a reader never sees half of one)."""
+        with self._write_lock:
+            path = record_path(self.session, self.pid)
+            temporary = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+            try:
+                temporary.write_text(json.dumps(self.to_dict(), default=str), encoding="utf-8")
+                os.replace(temporary, path)
+            except OSError:
+                pass  # the session folder is gone (the supervisor ended): nothing left to tell
