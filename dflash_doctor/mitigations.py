@@ -271,7 +271,12 @@ REGISTRY: Tuple[Mitigation, ...] = (
         caveats=("call it before any thread starts tracing: a trace already running keeps its process-wide "
                  "patches until it ends",
                  "two threads tracing at once each get their own patcher, but torch.fx keeps other state per "
-                 "process (the FX flag: threadlocal-flag)"),
+                 "process (the FX flag: threadlocal-flag)",
+                 "math's functions are left unpatched (a module's globals are shared by every thread, and another "
+                 "thread's compile reading math.sqrt broke on a patch there): in the tracing thread math.f(proxy) "
+                 "raises instead of being recorded",
+                 "while a trace runs, another thread's compile sees the dispatcher as nn.Module.__call__, as it would "
+                 "see torch's own wrapper without the fix"),
         cost="nothing while no thread traces; while one does, each eager module call and module attribute "
              "lookup of the other threads goes through a dispatcher (about +10 us per nn.Linear(8, 8) call and +1.6 "
              "us per attribute lookup on a loaded 2-core box: benchmarks/results/fx_patches.md)",
