@@ -69,9 +69,13 @@ def test_a_foreign_trace_reproduces_the_patcher_race(runs):
 def test_fixes_that_leave_the_patcher_race_open_fail_under_it_and_say_so(runs, extra):
     proc, doc = runs[extra]
     facts = doc["facts"]
-    assert facts["outcome"] == "fails" and facts["kind"] == "fx-patcher-race", facts.get("outcome_reason")
-    assert any(mark in error for error in _errors(facts) for mark in PATCHER_ERRORS)
-    assert [f["code"] for f in doc["findings"]] == ["DFD706"]
+    assert facts["outcome"] == "fails", facts.get("outcome_reason")
+    if extra is SHIM:  # the leak is shut, so what breaks it is the patcher race alone
+        assert facts["kind"] == "fx-patcher-race"
+        assert any(mark in error for error in _errors(facts) for mark in PATCHER_ERRORS)
+        assert [f["code"] for f in doc["findings"]] == ["DFD706"]
+    else:  # single-thread-autograd leaves the module-global FX flag too: either race may break it first
+        assert facts["kind"] in ("fx-patcher-race", "fx-flag-leak")
     assert any("FX patcher race" in line for line in facts["next_steps"])
     on = extra is SINGLE
     assert [t["autograd_multithreading"] for t in facts["multi_thread"]["threads"]] == [not on, not on]
