@@ -123,9 +123,13 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.render.pipeline_view import render_pipeline
 
         finite(stall_timeout, "--stall-timeout", minimum=0.0, inclusive_minimum=False)
-        require_torch("the reference pipeline")
-        from dflash_doctor.reference.findings import findings_from_facts, problems_from_facts
-        from dflash_doctor.reference.pipeline import PipelineOptions, make_plan, resolve_mitigations, run_plan
+        from dflash_doctor.reference.pipeline import (
+            PipelineOptions,
+            check_options,
+            make_plan,
+            resolve_mitigations,
+            run_plan,
+        )
         from dflash_doctor.reference.signals import StopRequest, exit_code_for
         from dflash_doctor.runtime import MitigationUnavailable
 
@@ -138,6 +142,13 @@ def register(app: typer.Typer) -> None:
             mitigation=mitigation, transport=Transport(transport).value, batch_size=batch_size,
             tracing_thread=tracing_thread,
         )
+        try:
+            check_options(options)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        require_torch("the reference pipeline")
+        from dflash_doctor.reference.findings import findings_from_facts, problems_from_facts
+
         try:
             plan = make_plan(options)
             mode = resolve_mitigations(options)[1]

@@ -40,7 +40,8 @@ class PipelineOptions:
     tracing_thread: bool = False  # threads only: a thread looping torch.fx.symbolic_trace beside the workers
 
 
-def parse_devices(spec: str, device_type: str, available: int) -> List[str]:
+def parse_devices(spec: str, device_type: str, available: Optional[int]) -> List[str]:
+    """`available` None checks the spelling alone (before torch is imported to count the devices)."""
     devices = []
     for raw in (part.strip() for part in spec.split(",")):
         if not raw:
@@ -49,7 +50,7 @@ def parse_devices(spec: str, device_type: str, available: int) -> List[str]:
         kind, _, index = name.partition(":")
         if kind != device_type:
             raise ValueError(f"device {raw!r} is not a {device_type} device (--device {device_type})")
-        if kind == "cuda" and index and int(index) >= available:
+        if kind == "cuda" and index and available is not None and int(index) >= available:
             raise ValueError(f"device {raw!r}: only {available} CUDA device(s) here")
         devices.append(name if kind == "cuda" else "cpu")
     if not devices:
@@ -161,6 +162,22 @@ def _check_transport(options: PipelineOptions, targets: List[str], drafters: Lis
     return transport
 
 
+def check_options(options: PipelineOptions) -> None:
+    """What can be judged without torch: the command calls it before importing torch (seconds on a loaded
+    machine), so a mistyped option is one line at once; make_plan calls it too."""
+    if options.batch_size is not None and not 1 <= options.batch_size <= MAX_BATCH:
+        raise ValueError(f"--batch-size must be in 1..{MAX_BATCH}, got {options.batch_size}")
+    if options.checkpoint not in CHECKPOINT_MODES:
+        raise ValueError(f"--checkpoint must be one of {CHECKPOINT_MODES}, not {options.checkpoint!r}")
+    if options.device not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be cpu or cuda, not {options.device!r}")
+    if not 0 <= options.seed <= MAX_SEED:
+        raise ValueError(f"--seed must be in 0..{MAX_SEED}, got {options.seed}")
+    for spec in (options.target_devices, options.drafter_devices):
+        if spec:
+            parse_devices(spec, options.device, None)
+
+
 def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     """Validate options into a RunPlan; raises ValueError (or UsageError) with one clear line for anything wrong."""
     from dflash_doctor.reference.attention import default_path
@@ -169,20 +186,13 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     import torch
 
     cfg = preset(options.preset)
+    check_options(options)
     if options.batch_size is not None:
-        if not 1 <= options.batch_size <= MAX_BATCH:
-            raise ValueError(f"--batch-size must be in 1..{MAX_BATCH}, got {options.batch_size}")
         cfg = replace(cfg, batch_size=options.batch_size)
     names, workers = resolve_mitigations(options)
     if options.tracing_thread and workers != "threads":
         raise ValueError("--tracing-thread runs beside thread workers (it is the race between threads of one "
                          "process); it cannot be combined with --workers processes")
-    if options.checkpoint not in CHECKPOINT_MODES:
-        raise ValueError(f"--checkpoint must be one of {CHECKPOINT_MODES}, not {options.checkpoint!r}")
-    if options.device not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be cpu or cuda, not {options.device!r}")
-    if not 0 <= options.seed <= MAX_SEED:
-        raise ValueError(f"--seed must be in 0..{MAX_SEED}, got {options.seed}")
     available = (cuda_device_count or torch.cuda.device_count)() if options.device == "cuda" else 0
     if options.device == "cuda" and available == 0:
         raise ValueError("--device cuda: no CUDA device is visible to this torch "

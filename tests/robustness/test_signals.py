@@ -148,13 +148,14 @@ def _read_stderr_until(proc: subprocess.Popen, text: str, timeout: float) -> str
     return seen.decode(errors="replace")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_signal_during_a_real_matrix_keeps_the_finished_rows(tmp_path):
     """Issue 27: a matrix that ran for minutes lost everything on SIGTERM. The row without a mitigation ends
     first (its forced trial reproduces in seconds); the signal comes while the next row runs."""
     proc = _start(["repro", "--matrix", "--device", "cpu", "--mode", "forced", "--threads", "2", "--steps", "1",
                    "--trials", "1", "--timeout", "120", "-f", "json"], tmp_path)
-    _read_stderr_until(proc, "(mitigation none): fx-flag-leak", 180)
+    _read_stderr_until(proc, "(mitigation none): reproduced (fx-flag-leak)", 180)
     returncode, stdout, stderr, alive = _stop_and_watch(proc, signal.SIGTERM)
     assert not alive, f"orphans: {alive}"
     assert returncode == 143 and "Traceback" not in stderr, stderr
