@@ -24,10 +24,30 @@ from tests.robustness.harness import (
 STOP_BOUND_S = 5.0
 
 
+_STARTED: List[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_command_outlives_its_test():
+    """A test that fails before it signals its command (a wait that timed out under load) must not leave it
+    training: a 100,000-step pipeline left behind once loaded the machine for the rest of the session."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(30)
+
+
 def _start(args, tmp_path: Path) -> subprocess.Popen:
     env = cli_env({"TMPDIR": str(tmp_path)})
-    return subprocess.Popen([sys.executable, "-m", "dflash_doctor", *map(str, args)], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", *map(str, args)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _STARTED.append(proc)
+    return proc
 
 
 def _family(pid: int) -> List[psutil.Process]:

@@ -9,7 +9,6 @@ import time
 
 marker = sys.argv[1]
 grandchild = subprocess.Popen(["sleep", "300"])
-print(f"pids {os.getpid()} {grandchild.pid}", flush=True)
 
 
 def on_term(signum, frame):
@@ -21,6 +20,8 @@ def on_term(signum, frame):
 
 signal.signal(signal.SIGTERM, on_term)
 try:
+    # The pids are printed only once both handlers are in place: the test signals as soon as it reads them.
+    print(f"pids {os.getpid()} {grandchild.pid}", flush=True)
     time.sleep(300)
 except KeyboardInterrupt:
     with open(marker, "w") as handle:
