@@ -63,6 +63,14 @@ class ReproSpec:
     jobs: Optional[int] = None  # trials run side by side; None: default_jobs()
 
     def validate(self) -> "ReproSpec":
+        """One UsageError line for the first option that is wrong, in the order the groups below are checked."""
+        self._check_counts()
+        self._check_vocabularies()
+        self._check_user_code()
+        self._check_reference()
+        return self
+
+    def _check_counts(self) -> None:
         if self.threads < 2:
             raise UsageError("--threads must be at least 2 (the single-thread phase always runs first)")
         if self.threads > 64:
@@ -77,11 +85,15 @@ class ReproSpec:
         if self.hang_after_s <= 0 or self.timeout_s <= self.hang_after_s:
             raise UsageError("--timeout must be longer than --hang-after (the child reports a hang before it is "
                              "killed)")
+
+    def _check_vocabularies(self) -> None:
         if self.mode not in {m.value for m in Mode}:
             raise UsageError(f"--mode must be one of {', '.join(m.value for m in Mode)}")
         if (self.checkpoint not in {c.value for c in Checkpoint} or self.shapes not in {s.value for s in Shapes}
                 or self.cache not in {c.value for c in Cache}):
             raise UsageError("bad --checkpoint, --shapes or --cache value")
+
+    def _check_user_code(self) -> None:
         if self.model is not None and not _MODEL.match(self.model):
             raise UsageError(f"--model must look like pkg.module:factory, got {self.model!r}")
         if self.step is not None and not _MODEL.match(self.step):
@@ -92,6 +104,8 @@ class ReproSpec:
             raise UsageError(f"--model-compile must be one of {', '.join(m.value for m in ModelCompile)}")
         if self.model_compile != ModelCompile.WHOLE.value and self.model is None:
             raise UsageError("--model-compile applies to --model (a --step compiles what it compiles itself)")
+
+    def _check_reference(self) -> None:
         if self.on_cpu and self.backward and not self.user_code:
             raise UsageError("flex_attention has no CPU backward (NotImplementedError in torch, eager or compiled): "
                              "use --no-backward on CPU, a CUDA --device, or --model with a CPU-trainable model")
@@ -102,7 +116,6 @@ class ReproSpec:
 
             if self.preset not in PRESETS:
                 raise UsageError(f"unknown --preset {self.preset!r}; choose one of: {', '.join(PRESETS)}")
-        return self
 
     @property
     def user_code(self) -> bool:
