@@ -195,6 +195,11 @@ def judge(row: Row, baseline: Row) -> Tuple[Outcome, str]:
         elif not baseline.reproduced_at(stress):
             gaps.append(f"{stress.value}: the baseline did not reproduce under it, so surviving it shows nothing")
     gaps.extend(f"{', '.join(stresses)} not run ({why})" for why, stresses in skipped.items())
+    # A pinned --mode puts a fix through fewer stresses than it claims to survive: surviving those is evidence,
+    # not "holds" (a word a user bets a training run on).
+    unasked = [s.value for s in registry.ladder(row.names) if s not in row.stresses]
+    if unasked:
+        gaps.append(f"{', '.join(unasked)} not run (--mode pinned the stresses; holds needs the fix's whole ladder)")
     if gaps:
         return Outcome.INCONCLUSIVE, "; ".join(gaps)
     return Outcome.HOLDS, "no reproduction in " + ", ".join(

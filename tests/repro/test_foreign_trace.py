@@ -1,7 +1,8 @@
 """repro's foreign-trace stress end to end through the real CLI (JSON), on CPU: a thread looping symbolic_trace
 next to the workers reproduces a race (on 2.13 the patcher race or the FX-flag leak, whichever a worker meets
 first); threadlocal-flag and single-thread-autograd do not stop the patcher race (DFD706) (and single-thread-autograd is entered in every worker, read from inside them); threadlocal-flag with
-isolate-fx-patches holds under it; the advice then includes the patcher fix.
+isolate-fx-patches stops it (inconclusive, not holds: one pinned stress is not its whole ladder); the advice then
+includes the patcher fix.
 
 The runs share one warm inductor cache (the first fills it) and run one step per thread.
 """
@@ -83,10 +84,12 @@ def test_fixes_that_leave_the_patcher_race_open_fail_under_it_and_say_so(runs, e
 
 @pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(1200)
-def test_threadlocal_flag_with_isolate_fx_patches_holds_under_a_foreign_trace(runs):
+def test_threadlocal_flag_with_isolate_fx_patches_stops_a_foreign_trace(runs):
     proc, doc = runs[ISOLATED]
     facts = doc["facts"]
-    assert proc.returncode == 0 and facts["verdict"] == "not-reproduced" and facts["outcome"] == "holds"
+    assert proc.returncode == 0 and facts["verdict"] == "not-reproduced"
+    # One pinned stress is evidence, not the fix's whole ladder: never "holds" from --mode alone.
+    assert facts["outcome"] == "inconclusive" and "--mode pinned the stresses" in facts["outcome_reason"]
     multi = facts["multi_thread"]
     assert multi["tracing_thread"]["outcome"] == "ok" and multi["tracing_thread"]["traces"] > 0
     assert multi["fx_patches"]["state"] == "installed" and multi["fx_patches_check"]["ok"] is True
