@@ -104,7 +104,7 @@ def test_attach_subprocesses_reads_the_children_of_a_launcher(cli, tmp_path):
 def test_a_cycle_that_forms_between_samples_is_sampled_until_it_stands():
     """The H200 case: the first samples see the threads running, the last one the cycle just formed; attach
     samples again instead of giving up, and names the cycle once it has stood still across two samples."""
-    proc = subprocess.Popen([sys.executable, program("lock_cycle_later.py")], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, program("lock_cycle.py"), "--when-told"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
         read_line_with(proc.stdout, "ready")
