@@ -118,7 +118,7 @@ def thread_of(text: str, thread_re: "re.Pattern[str]", default_threads: bool) ->
     if not match:
         return UNNAMED
     named = match.groupdict()
-    for key in ("thread", "rank", "named"):
+    for key in ("thread", "excepthook", "rank", "named"):
         if named.get(key):
             return named[key]
     return next((g for g in match.groups() if g), UNNAMED)

@@ -98,6 +98,8 @@ GLOG_INFO = re.compile(r"^\[?I\d{3,4} \d\d:\d\d:\d\d")
 # Which thread a line belongs to: thread=NAME / worker=NAME, [NAME-N], NAME-N, [rankN]. Leftmost match wins.
 DEFAULT_THREAD_PATTERN = (
     r"\b(?:thread|worker)[=:]\s*(?P<thread>[\w.-]+)"
+    # a logged excepthook's one line ('... Exception in thread fx-tracer: AssertionError: ...'): any thread name
+    r"|\bException in thread (?P<excepthook>[\w.-]+):"
     r"|\[(?P<rank>rank\d+)\]"
     r"|(?<![/\\])\b(?P<named>[A-Za-z][A-Za-z_]*-\d+)\b(?![/\\])"  # not a folder of a path ('/lf-071/')
 )

@@ -26,6 +26,7 @@ from dflash_doctor.logs.emitted import EmittedFindings
 from dflash_doctor.logs.lines import WorkerNames, split_prefix, thread_of, unwrap, without_record_prefix
 from dflash_doctor.logs.options import LogOptions, compile_thread_pattern
 from dflash_doctor.logs.prefilter import Prefilter
+from dflash_doctor.logs.records import OpenRecord, one_line_death
 from dflash_doctor.logs.progress import TOTAL, DropEvent, ProgressTracker
 from dflash_doctor.logs.stackdump import GDB_BACKTRACE, StackDumpParser, crash_context
 from dflash_doctor.logs.throughput import IT_S, TOK_S, rate, step
@@ -125,6 +126,8 @@ class LogScanner:
         self.memory = LineMemory()  # what the rules' line hooks keep from line to line
         self._previous: Optional[str] = None
         self._bare: Optional[Tuple[str, int, Optional[Finding]]] = None  # the last bare exception line's death
+        self._record: Optional[OpenRecord] = None  # a thread's one-line death whose message may go on
+        self._record_owner: Optional[str] = None  # the open record's thread, when the line being read is in it
         self._handled: set = set()  # start lines of tracebacks printed by a program that went on
         self._lineno = 0
         self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
@@ -145,7 +148,7 @@ class LogScanner:
 
     def busy(self) -> bool:
         return bool(self._blocks.active or self.memory.held_recompile or self._summary or self._dump
-                    or self.memory.held_abort)
+                    or self.memory.held_abort or self._record)
 
     def feed(self, raw: bytes, lineno: int) -> List[Finding]:
         """One line (without its newline): the findings it completes. Every line is parsed."""
@@ -288,6 +291,12 @@ class LogScanner:
     def _line(self, raw: bytes, lineno: int) -> List[Finding]:
         self._lineno = lineno
         new: List[Finding] = []
+        self._record_owner = None
+        if self._record is not None:
+            if self._record.holds(raw, lineno):
+                self._record_owner = self._record.thread
+            else:
+                self._record = None
         if self._blocks.active and lineno - self._blocks.last_consumed > BLOCK_GAP:
             new += self._close(self._blocks.flush())
         stream, body = split_prefix(unwrap(raw), self._names)
@@ -364,6 +373,8 @@ class LogScanner:
     def _free(self, body: str, stream: Optional[str], lineno: int) -> List[Finding]:
         """A line outside any block: progress, or one rule's line."""
         worker = stream or thread_of(body, self._thread_re, self._default_threads)
+        if worker == MAIN and self._record_owner is not None:
+            worker = self._record_owner  # the message of a thread's one-line death, going on
         new: List[Finding] = []
         found = rate(body)
         steps = step(body)
@@ -389,6 +400,24 @@ class LogScanner:
             if match is None:
                 continue
             return new + self._rule_line(entry, RuleLine(body, lineno, stream, worker, match))
+        death = one_line_death(body)
+        if death is not None:
+            new += self._one_line_death(death, stream, lineno)
+        return new
+
+    def _one_line_death(self, death: "re.Match[str]", stream: Optional[str], lineno: int) -> List[Finding]:
+        """'Exception in thread NAME: Type: message' that no rule explains: NAME died of it, unless the record's
+        next lines name a cause (then that cause supersedes this finding, as for a bare exception line)."""
+        worker = stream if stream is not None and stream.startswith("rank") else death.group("thread")
+        self._record = OpenRecord(worker, lineno)
+        message = (death.group("message") or "").strip()
+        said = f": {_first_line(message)}" if message else ""
+        new = self._emit(LOG_THREAD_DIED, (worker,), f"thread {worker} died: {death.group('type')}{said}"
+                         [:MESSAGE_CHARS], lineno, dict(thread=worker, exception=death.group("type"),
+                                                        block_line=lineno, last_step=self._last_step(worker)))
+        self._death(worker, LOG_THREAD_DIED.code, lineno, lineno, {}, exception=death.group("type"),
+                    message=message, kind="thread")
+        self._bare = (worker, lineno, new[0] if new else None)
         return new
 
     def _rule_line(self, entry: LogRule, line: RuleLine) -> List[Finding]:
@@ -405,13 +434,19 @@ class LogScanner:
                 return self._take_hooked()
             worker = hooked
         body, lineno = line.body, line.lineno
-        died = entry.line_is_death or patterns.EXCEPTION_LINE.match(body.strip()) is not None
+        death = one_line_death(body)
+        died = entry.line_is_death or death is not None or patterns.EXCEPTION_LINE.match(body.strip()) is not None
+        if death is not None:
+            self._record = OpenRecord(worker, lineno)
         if self._bare is not None and entry.fatal and not entry.line_is_death:  # a cause, not another death
-            self._supersede_bare(worker, lineno)
+            self._supersede_bare(worker, lineno, entry.rule.code)
         new = self._cause(entry, details, worker, lineno, None)
         if details.get("exception"):
             self._bare = (worker, lineno, new[0] if new else None)
-        if died:
+        if death is not None:  # a logged excepthook's line: a thread died, of the exception the line names
+            self._death(worker, entry.rule.code, lineno, lineno, details, exception=death.group("type"),
+                        message=(death.group("message") or "").strip(), kind="thread")
+        elif died:
             self._death(worker, entry.rule.code, lineno, lineno, details, exception=_exception_type(body),
                         message=body.strip(), kind=entry.death_kind)
         return new
@@ -455,16 +490,21 @@ class LogScanner:
         self._dump_worker = worker
         self._dump.feed(text)
 
-    def _supersede_bare(self, worker: str, lineno: int) -> None:
+    def _supersede_bare(self, worker: str, lineno: int, code: str) -> None:
         """'RuntimeError: TensorStorage ...' then 'cuda failed with error 2 out of memory': the exception's message
         went on to the next lines, which name the cause; the bare exception's finding gives way to it."""
         bare_worker, bare_line, finding = self._bare or (None, 0, None)
         self._bare = None
-        if bare_worker != worker or not 0 < lineno - bare_line <= BARE_MESSAGE_LINES:
+        in_record = self._record_owner == worker and self._record is not None and self._record.line == bare_line
+        if bare_worker != worker or not (0 < lineno - bare_line <= BARE_MESSAGE_LINES or in_record):
             return
         if finding is not None:
             self._emitted.withdraw(finding, (worker,))
-        if self._deaths.get(worker, {}).get("line") == bare_line:
+        if self._deaths.get(worker, {}).get("line") != bare_line:
+            return
+        if in_record:
+            self._deaths[worker]["code"] = code  # the thread died on its record's first line, of this cause
+        else:
             del self._deaths[worker]
 
     def _line_before(self) -> Optional[str]:

@@ -304,7 +304,10 @@ LOG_FX_TRACE_RACE = declare(Rule(
     describe=lambda d: "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized "
     "function (the FX-tracing race between threads)")
 
-_PATCHER_RACE = re.compile(r"(?P<submodule>NameError: module is not installed as a submodule)"
+# the NameError as raised, or inside the error that wraps it: Dynamo's fake-tensor run of a compiled call that met
+# the patches ("TorchRuntimeError: RuntimeError when making fake tensor call ... got NameError('module is not
+# installed as a submodule')", seen on the H200, docs/gpu-results.md)
+_PATCHER_RACE = re.compile(r"(?P<submodule>NameError(?:: |\(['\"])module is not installed as a submodule)"
                            r"|(?P<patcher>CURRENT_PATCHER (?:is None in finally block|was changed during a "
                            r"revert_all_patches))")
 _TRACING = ("trace", "symbolic_trace")  # Tracer.trace and torch.fx.symbolic_trace's frames
@@ -335,7 +338,10 @@ LOG_FX_PATCHER_RACE = declare(Rule(
         "another thread's plain eager module call goes through the tracer's wrapper and raises 'NameError: module "
         "is not installed as a submodule'; two traces that overlap restore each other's patches and one ends in "
         "'AssertionError: CURRENT_PATCHER is None in finally block' (or 'CURRENT_PATCHER was changed during a "
-        "revert_all_patches'). It hits eager code as well as compiled code, without the FX RuntimeError of "
+        "revert_all_patches'). A compiled call that meets the patches while Dynamo traces it fails inside Dynamo, "
+        "'TorchRuntimeError: RuntimeError when making fake tensor call ... got NameError('module is not installed "
+        "as a submodule')' (seen on the H200, docs/gpu-results.md): the same race. It hits eager code as well as "
+        "compiled code, without the FX RuntimeError of "
         "DFD501, and the fixes for that race (the thread-local FX flag, non-lazy backward, warm-up, a first-call lock) "
         "do not touch it: they concern torch.compile, not torch.fx's patcher. A threaded trainer with three eager "
         "drafters and two threads looping symbolic_trace lost threads to it in each of 4 runs on torch 2.13 "
@@ -363,7 +369,7 @@ LOG_FX_PATCHER_RACE = declare(Rule(
         "[drafter-1] step=30 loss=0.41 6.8 Ktok/s\n"
         "[profiler] traced 412 graphs\n"
     ),
-), triggers=("NameError: module is not installed", "CURRENT_PATCHER"), fatal=True, pattern=_PATCHER_RACE,
+), triggers=("NameError", "CURRENT_PATCHER"), fatal=True, pattern=_PATCHER_RACE,
     details=_patcher_details, explains_block=_patcher_explains,
     describe=lambda d: f"the FX patcher race: {d['symptom']} (torch.fx patches nn.Module for every thread "
     "while one traces)",

@@ -103,3 +103,60 @@ def test_what_torch_prints_in_the_minimal_case_is_read_as_the_race(tmp_path):
     report = scan_text(proc.stderr)
     assert [(f.code, f.evidence["thread"]) for f in report.findings] == [("DFD518", "drafter-0")]
     assert report.facts["threads"]["drafter-0"]["died"]["code"] == "DFD518"
+
+
+# A trainer that routes threading.excepthook through logging ('%(asctime)s %(threadName)s %(message)s') writes each
+# death as one record; Dynamo's error for a compiled call that met the patches goes on over several lines and names
+# the NameError only inside them ("got NameError('...')"). A stand-in of that shape (as the H200 printed it).
+LOGGED_DEATHS = textwrap.dedent("""\
+    2026-12-01 23:46:32,425 set-up set-up: building drafter-2 on cuda:0
+    2026-12-01 23:46:41,153 fx-tracer Exception in thread fx-tracer: AssertionError: CURRENT_PATCHER is None in finally block
+    2026-12-01 23:46:45,489 drafter-1 Exception in thread drafter-1: NameError: module is not installed as a submodule
+    2026-12-01 23:46:45,742 drafter-0 Exception in thread drafter-0: TorchRuntimeError: RuntimeError when making fake tensor call
+      Explanation: Dynamo failed to run FX node with fake tensors: call_function flex_attention(*(FakeTensor(...,
+                   grad_fn=<Error>), GraphModule(), 0.125), **{}): got NameError('module is not installed as a submodule')
+      Hint: Your code may result in an error when running in eager.
+
+    from user code:
+       File "/srv/venv/lib/python3.12/site-packages/torch/nn/attention/flex_attention.py", line 1690, in flex_attention
+        out, lse, max_scores = flex_attention_hop(
+
+    2026-12-01 23:46:45,891 drafter-2 Exception in thread drafter-2: TorchRuntimeError: RuntimeError when making fake tensor call
+      Explanation: Dynamo failed to run FX node with fake tensors: call_function flex_attention(*(FakeTensor(...,
+                   grad_fn=<Error>)), **{}): got NameError('module is not installed as a submodule')
+    2026-12-01 23:46:46,002 supervisor shutting down the other workers
+    """)
+
+
+def test_logged_one_line_deaths_are_each_threads_and_the_wrapped_name_error_is_the_race():
+    report = scan_text(LOGGED_DEATHS)
+    assert [(f.code, f.evidence["thread"], f.line) for f in report.findings] == [
+        ("DFD518", "fx-tracer", 2), ("DFD518", "drafter-1", 3), ("DFD518", "drafter-0", 6),
+        ("DFD518", "drafter-2", 15)]
+    died = {name: (t["died"]["code"], t["died"]["exception"], t["died"]["kind"], t["died"]["line"])
+            for name, t in report.facts["threads"].items() if t["died"]}
+    assert died == {"fx-tracer": ("DFD518", "AssertionError", "thread", 2),
+                    "drafter-1": ("DFD518", "NameError", "thread", 3),
+                    "drafter-0": ("DFD518", "TorchRuntimeError", "thread", 4),
+                    "drafter-2": ("DFD518", "TorchRuntimeError", "thread", 13)}
+    assert "main" not in report.facts["threads"]
+
+
+def test_a_logged_one_line_death_no_rule_explains_is_that_threads_and_ends_at_the_next_record():
+    text = ("2026-12-01 10:00:00,001 loader Exception in thread loader: KeyError: 'input_ids'\n"
+            "  while collating batch 12\n"
+            "2026-12-01 10:00:01,002 main-loop NameError: module is not installed as a submodule\n")
+    report = scan_text(text)
+    assert [(f.code, f.evidence["thread"], f.line) for f in report.findings] == [
+        ("DFD508", "loader", 1), ("DFD518", "main", 3)]  # the next record is not the loader's
+    assert report.facts["threads"]["loader"]["died"]["exception"] == "KeyError"
+
+
+def test_logged_deaths_read_the_same_in_a_large_sampled_log():
+    padding = "".join(f"2026-12-01 23:40:{i % 60:02d},000 set-up writing corpus chunk {i}\n" for i in range(9000))
+    dense = scan_text(LOGGED_DEATHS)
+    sampled = scan_text(padding + LOGGED_DEATHS + padding)
+    assert sampled.facts["progress_sampled"] is True
+    shift = padding.count("\n")
+    assert [(f.code, f.evidence["thread"], f.line - shift) for f in sampled.findings] == [
+        (f.code, f.evidence["thread"], f.line) for f in dense.findings]
