@@ -163,8 +163,13 @@ def _check_transport(options: PipelineOptions, targets: List[str], drafters: Lis
 
 
 def check_options(options: PipelineOptions) -> None:
-    """What can be judged without torch: the command calls it before importing torch (seconds on a loaded
-    machine), so a mistyped option is one line at once; make_plan calls it too."""
+    """Everything that can be judged without torch: the command calls it before importing torch (seconds on a
+    loaded machine), so a mistyped option or a contradiction is one line at once; make_plan calls it too. Left to
+    make_plan: what needs the devices torch sees (CUDA counts, --fail-worker's names, --transport ipc's pairs) and
+    reading a checkpoint that exists."""
+    from dflash_doctor.reference.checkpointing import checkpoint_path
+
+    cfg = preset(options.preset)
     if options.batch_size is not None and not 1 <= options.batch_size <= MAX_BATCH:
         raise ValueError(f"--batch-size must be in 1..{MAX_BATCH}, got {options.batch_size}")
     if options.checkpoint not in CHECKPOINT_MODES:
@@ -176,6 +181,27 @@ def check_options(options: PipelineOptions) -> None:
     for spec in (options.target_devices, options.drafter_devices):
         if spec:
             parse_devices(spec, options.device, None)
+    _, workers = resolve_mitigations(options)
+    if options.tracing_thread and workers != "threads":
+        raise ValueError("--tracing-thread runs beside thread workers (it is the race between threads of one "
+                         "process); it cannot be combined with --workers processes")
+    if (cfg.steps if options.steps is None else options.steps) < 1:
+        raise ValueError("--steps must be at least 1")
+    if not math.isfinite(options.stall_timeout_s) or options.stall_timeout_s <= 0:
+        raise ValueError("--stall-timeout must be a positive number of seconds")
+    if options.resume and not options.save_dir:
+        raise ValueError("--resume needs --save DIR (the folder holding the checkpoint)")
+    if options.fail_at_step < 1:
+        raise ValueError(f"--fail-at-step must be at least 1 (a worker's first step is 1), got {options.fail_at_step}")
+    _choice(FailHow, options.fail_how, "--fail-how")
+    if _choice(Transport, options.transport, "--transport") is not Transport.AUTO and workers == "threads":
+        raise ValueError(f"--transport {options.transport} is for --workers processes (threads share one queue)")
+    if options.save_dir:
+        if options.resume and not checkpoint_path(options.save_dir).is_file():  # before the folder is made
+            raise ValueError(f"--resume: no checkpoint in {options.save_dir}")
+        check_save_folder(options.save_dir)
+    if options.hf_checkpoint:
+        check_hf_checkpoint(options.hf_checkpoint)
 
 
 def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
@@ -185,14 +211,11 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
 
     import torch
 
-    cfg = preset(options.preset)
     check_options(options)
+    cfg = preset(options.preset)
     if options.batch_size is not None:
         cfg = replace(cfg, batch_size=options.batch_size)
     names, workers = resolve_mitigations(options)
-    if options.tracing_thread and workers != "threads":
-        raise ValueError("--tracing-thread runs beside thread workers (it is the race between threads of one "
-                         "process); it cannot be combined with --workers processes")
     available = (cuda_device_count or torch.cuda.device_count)() if options.device == "cuda" else 0
     if options.device == "cuda" and available == 0:
         raise ValueError("--device cuda: no CUDA device is visible to this torch "
@@ -203,22 +226,12 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     if options.drafter_devices:
         drafters = parse_devices(options.drafter_devices, options.device, available)
     steps = cfg.steps if options.steps is None else options.steps
-    if steps < 1:
-        raise ValueError("--steps must be at least 1")
-    if not math.isfinite(options.stall_timeout_s) or options.stall_timeout_s <= 0:
-        raise ValueError("--stall-timeout must be a positive number of seconds")
-    if options.resume and not options.save_dir:
-        raise ValueError("--resume needs --save DIR (the folder holding the checkpoint)")
     worker_names = [f"target-{i}" for i in range(len(targets))] + [f"drafter-{i}" for i in range(len(drafters))]
     fail_how = _check_failure_hook(options, worker_names)
     transport = _check_transport(options, targets, drafters, workers)
     state = load_drafter(options.save_dir, cfg.name) if options.resume and options.save_dir else None
     if options.resume and state is None:
         raise ValueError(f"--resume: no checkpoint in {options.save_dir}")
-    if options.save_dir:
-        check_save_folder(options.save_dir)
-    if options.hf_checkpoint:
-        check_hf_checkpoint(options.hf_checkpoint)
     start = int(state["step"]) if state else 0
     return RunPlan(
         cfg=cfg, device_type=options.device, target_devices=targets, drafter_devices=drafters, steps=steps,
