@@ -199,6 +199,27 @@ def test_sarif_places_layout_findings_on_the_torch_source(cache_env):
     assert proc.returncode == 1
 
 
+def test_guards_reports_each_probe_i_of_k_on_stderr_and_nothing_with_quiet(real_run):
+    # (the shared real run's stderr: a second real `guards` only for this took 5 s of the suite)
+    proc, _ = real_run
+    assert proc.returncode in (0, 1), proc.stderr
+    lines = proc.stderr.splitlines()
+    progress = [line for line in lines if line.startswith("guards [")]
+    said = [line.split("] ", 1)[1] for line in progress]
+    assert said[0].startswith("source: started")
+    k = len(PROBES)
+    for step, name in enumerate(PROBES, 1):
+        assert f"probe {step}/{k} {name}: started" in said
+        assert any(line.startswith(f"probe {step}/{k} {name}: ") and not line.endswith("started") for line in said)
+    assert said[-1].startswith(f"probes: {k} of {k} ran: ")
+    times = [float(line.split("[", 1)[1].split("s]", 1)[0]) for line in progress]
+    assert times == sorted(times)
+    assert lines[-1].startswith("guards: ")  # the summary still closes stderr
+
+    quiet = run_cli("guards", "--no-probes", "-q", timeout=110)
+    assert [line for line in quiet.stderr.splitlines() if line.startswith("guards [")] == []
+
+
 def test_a_torch_root_without_dynamo_is_a_usage_error(tmp_path):
     proc = run_cli("guards", "--torch-root", tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""

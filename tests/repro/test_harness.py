@@ -90,7 +90,7 @@ def patcher_race(spec):
 
 def repro(spec: ReproSpec, behaviour, tmp_path, matrix=False, caps=EVERYTHING_RUNS):
     runner = FakeRunner(behaviour)
-    report = run_repro(spec, matrix=matrix, runner=runner, workdir=tmp_path, capabilities=caps)
+    report = run_repro(spec, matrix=matrix, runner=runner, workdir=tmp_path, capabilities=caps, poll_s=0.001)
     return report, runner
 
 
