@@ -6,6 +6,8 @@ import gc
 import os
 import re
 import time
+from collections import Counter
+from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
 from dflash_doctor.errors import UsageError
@@ -20,7 +22,7 @@ from dflash_doctor.scan import config as config_file
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.config import ScanConfig
 from dflash_doctor.scan.context import noqa_directives, suppressed
-from dflash_doctor.scan.discovery import discover
+from dflash_doctor.scan.discovery import Discovery, discover
 from dflash_doctor.scan.fixes import AROUND_TRACE, PER_THREAD, AppliedFix, collect
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
@@ -475,14 +477,52 @@ def scan_paths(
     is an earlier JSON report: findings whose fingerprint it holds are left out (facts["baseline"] counts them).
     """
     started = clock()
-    paths = [os.fspath(p) for p in paths]
-    if not paths:
-        raise UsageError("scan needs at least one PATH")
-    if jobs is not None and jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    paths = _checked_paths(paths, jobs)
     enabled = select_codes(select if select is not None else config.select,
                            ignore if ignore is not None else config.ignore)
     known = baseline_file.load(baseline) if baseline is not None else None
+    scanned = _scanned_files(paths, exclude, config, max_bytes)
+    analysed = _analyse_scanned(scanned, enabled, jobs, parallel_min_files, max_bytes, transformers)
+    _add_syntax_problems(analysed.results, paths, max_bytes)
+    problems = _Problems(scanned.discovery.problems)
+    findings = _file_findings(analysed.results, enabled, problems)
+    fixes = collect(r.fixes for r in analysed.results)
+    findings, programs = _mitigated(findings, analysed.results, fixes, scanned, paths, config)
+    # after the mitigations: judging them follows the programs' imports, and an import not followed is a problem
+    problems.add(scanned.imports.problems)
+    findings, loaded_for_flex = compiled_elsewhere(findings, scanned.files, scanned.index, max_bytes)
+    per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
+    report = Report("scan", problems=problems.items)
+    report.findings, matched = baseline_file.apply(baseline_file.add_fingerprints(per_file), known)
+    report.facts = _facts(paths, scanned, analysed, config, enabled, report.findings, _Outcome(
+        ignored=len(findings) - len(per_file),
+        baseline=None if known is None else _baseline_facts(baseline, known, matched, len(report.findings)),
+        fixes=fixes, programs=programs, loaded_for_flex=loaded_for_flex, seconds=round(clock() - started, 3)))
+    return report
+
+
+def _checked_paths(paths: Iterable[str], jobs: Optional[int]) -> List[str]:
+    """The paths as strings; a usage error for none at all or a --jobs below one (before any work is done)."""
+    checked = [os.fspath(p) for p in paths]
+    if not checked:
+        raise UsageError("scan needs at least one PATH")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {jobs}")
+    return checked
+
+
+@dataclass
+class _Scanned:
+    """The files one scan reads, and how their modules are found (one index over all of them)."""
+    discovery: Discovery  # what walking the paths found (and skipped, and could not list)
+    root: str  # the project root: imports are followed below it only
+    index: ModuleIndex
+    imports: Imports
+    followed: List[str]  # files outside `paths` that the named files import
+    files: List[str]  # the discovered files, then the followed ones
+
+
+def _scanned_files(paths: Sequence[str], exclude: Sequence[str], config: ScanConfig, max_bytes: int) -> _Scanned:
     found = discover(paths, exclude, anchored=(config.root, config.exclude))
     root = program_files.project_root(paths, config.path)
     index = ModuleIndex(found.files, root)
@@ -495,68 +535,121 @@ def scan_paths(
     if followed:
         index = ModuleIndex(files, root)
         imports.index = index
-    jobs = jobs or default_jobs()
-    workers = jobs if len(files) >= parallel_min_files else 1
-    items = [(p, index.packages[p]) for p in files]
-    transformers_version = transformers() if HF_GRADIENT_CHECKPOINTING_IMPLICIT.code in enabled else None
-    results, loaded = _analyse_all(items, enabled, workers, max_bytes, index, transformers_version)
+    return _Scanned(found, root, index, imports, followed, files)
 
+
+@dataclass
+class _Analysed:
+    """Every scanned file's analysis, and how it was run."""
+    results: List[FileResult]
+    loaded: List[str]  # files parsed only to follow call chains (a file once per worker that loaded it)
+    workers: int
+    transformers_version: Optional[str]
+
+
+def _analyse_scanned(scanned: _Scanned, enabled: FrozenSet[str], jobs: Optional[int], parallel_min_files: int,
+                     max_bytes: int, transformers: VersionSource) -> _Analysed:
+    jobs = jobs or default_jobs()
+    workers = jobs if len(scanned.files) >= parallel_min_files else 1
+    items = [(p, scanned.index.packages[p]) for p in scanned.files]
+    # the installed transformers' version decides DFD104 only: not looked up when that rule is off
+    transformers_version = transformers() if HF_GRADIENT_CHECKPOINTING_IMPLICIT.code in enabled else None
+    results, loaded = _analyse_all(items, enabled, workers, max_bytes, scanned.index, transformers_version)
+    return _Analysed(results, loaded, workers, transformers_version)
+
+
+def _add_syntax_problems(results: Sequence[FileResult], paths: Sequence[str], max_bytes: int) -> None:
+    """A file named on the command line that the prefilter skipped is parsed after all (_syntax_problems says
+    why)."""
     named = {os.path.abspath(p) for p in paths if not os.path.isdir(p)}
     for result in results:
         if not result.parsed and not result.problems and os.path.abspath(result.path) in named:
             result.problems.extend(_syntax_problems(result.path, max_bytes))
-    report = Report("scan", problems=list(found.problems))
-    seen_problems = {(p.subject, p.reason) for p in found.problems}
+
+
+class _Problems:
+    """The report's problems in the order met, each (subject, reason) once after the discovery's own: two workers
+    may load one file for call chains, and both report it when it does not parse."""
+
+    def __init__(self, first: Sequence[Problem]):
+        self.items = list(first)
+        self._seen = {(p.subject, p.reason) for p in first}
+
+    def add(self, problems: Iterable[Problem]) -> None:
+        for problem in problems:
+            if (problem.subject, problem.reason) not in self._seen:
+                self._seen.add((problem.subject, problem.reason))
+                self.items.append(problem)
+
+
+def _file_findings(results: Sequence[FileResult], enabled: FrozenSet[str], problems: _Problems) -> List[Finding]:
+    """Every file's findings, then its unused noqa codes, file by file; its problems go to `problems`."""
     findings: List[Finding] = []
     for result in results:
         findings.extend(result.findings)
         findings.extend(unused_noqa(result, enabled))
-        for problem in result.problems:
-            if (problem.subject, problem.reason) not in seen_problems:  # two workers may load one file
-                seen_problems.add((problem.subject, problem.reason))
-                report.problems.append(problem)
-    fixes = collect(r.fixes for r in results)
+        problems.add(result.problems)
+    return findings
+
+
+def _mitigated(findings: List[Finding], results: Sequence[FileResult], fixes: Sequence[AppliedFix],
+               scanned: _Scanned, paths: Sequence[str], config: ScanConfig
+               ) -> Tuple[List[Finding], Optional[Programs]]:
+    """The findings under the fixes the scanned code applies (apply_fixes), and the programs that judged them.
+    The programs (entry points, their import closures) are worked out only when a fix and a thread hazard are
+    both there: that reads every scanned file for a __main__ guard."""
     reach = {(r.path, line, column): functions for r in results for (line, column), functions in r.thread_reach.items()}
     codes = thread_hazards()
     programs = None
     if fixes and any(f.code in codes for f in findings):
-        programs = Programs(imports, _entry_points(paths, files, config, root, index), files)
-    findings = apply_fixes(findings, fixes, reach, programs)
-    for problem in imports.problems:
-        if (problem.subject, problem.reason) not in seen_problems:
-            seen_problems.add((problem.subject, problem.reason))
-            report.problems.append(problem)
-    findings, loaded_for_flex = compiled_elsewhere(findings, files, index, max_bytes)
-    per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
-    stamped = baseline_file.add_fingerprints(per_file)
-    report.findings, matched = baseline_file.apply(stamped, known)
-    parsed = sum(1 for r in results if r.parsed)
-    report.facts = {
+        entries = _entry_points(paths, scanned.files, config, scanned.root, scanned.index)
+        programs = Programs(scanned.imports, entries, scanned.files)
+    return apply_fixes(findings, fixes, reach, programs), programs
+
+
+def _baseline_facts(baseline: Optional[str], known: Counter, matched: int, new: int) -> dict:
+    return {"file": baseline, "matched": matched, "new": new, "fixed": sum(known.values()) - matched}
+
+
+@dataclass
+class _Outcome:
+    """What the scan's later steps decided, for its facts."""
+    ignored: int  # findings left out by per-file-ignores
+    baseline: Optional[dict]  # _baseline_facts, when a baseline was given
+    fixes: List[AppliedFix]
+    programs: Optional[Programs]
+    loaded_for_flex: List[str]  # files parsed to see whether another module compiles a flex_attention
+    seconds: float
+
+
+def _facts(paths: List[str], scanned: _Scanned, analysed: _Analysed, config: ScanConfig, enabled: FrozenSet[str],
+           reported: Sequence[Finding], outcome: _Outcome) -> dict:
+    """The report's facts, keys in the order the JSON report has always listed them."""
+    results = analysed.results
+    found = scanned.discovery
+    programs = outcome.programs
+    return {
         "paths": paths,
-        "files": len(files),
-        "parsed": parsed,
+        "files": len(scanned.files),
+        "parsed": sum(1 for r in results if r.parsed),
         "skipped_by_prefilter": sum(1 for r in results if not r.parsed and not r.problems),
-        "loaded_for_call_chains": len(set(loaded)),
-        "loaded_for_flex_coverage": len(loaded_for_flex),
-        "jobs": workers,
+        "loaded_for_call_chains": len(set(analysed.loaded)),
+        "loaded_for_flex_coverage": len(outcome.loaded_for_flex),
+        "jobs": analysed.workers,
         "skipped_folders": [s.to_dict() for s in found.skipped[:MAX_LISTED_SKIPS]],
         "skipped_folders_total": len(found.skipped),
         "config": config.path,
         "rules": sorted(enabled),
-        "ignored_by_per_file_ignores": len(findings) - len(per_file),
-        "baseline": None if known is None else {
-            "file": baseline, "matched": matched, "new": len(report.findings),
-            "fixed": sum(known.values()) - matched},
-        "mitigations_applied": [f.to_dict() for f in fixes],
-        "followed_imports": followed,
-        "project_root": root,
-        "entry_points": None if programs is None else [
-            {"path": e.path, "how": e.how} for e in programs.entries],
-        "transformers": transformers_version,
-        "rule_counts": {code: sum(1 for f in report.findings if f.code == code) for code in sorted(enabled)},
-        "seconds": round(clock() - started, 3),
+        "ignored_by_per_file_ignores": outcome.ignored,
+        "baseline": outcome.baseline,
+        "mitigations_applied": [f.to_dict() for f in outcome.fixes],
+        "followed_imports": scanned.followed,
+        "project_root": scanned.root,
+        "entry_points": None if programs is None else [{"path": e.path, "how": e.how} for e in programs.entries],
+        "transformers": analysed.transformers_version,
+        "rule_counts": {code: sum(1 for f in reported if f.code == code) for code in sorted(enabled)},
+        "seconds": outcome.seconds,
     }
-    return report
 
 
 def _followed_imports(named: Sequence[str], files: Sequence[str], imports: Imports) -> List[str]:
