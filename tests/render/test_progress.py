@@ -1,9 +1,9 @@
 """Progress on stderr: what the reporters write for each event, the heartbeat while tasks run silently, and the
-events the repro harness and the guards probes send (the harness with a fake runner, guards for real)."""
+events the repro harness sends (with a fake runner); the guards probes' progress is read from the real run in
+tests/guards/test_command.py."""
 from __future__ import annotations
 
 import io
-
 
 from dflash_doctor.progress import EventKind, ProgressEvent
 from dflash_doctor.render.progress_view import LineReporter, line_for, reporting
