@@ -60,6 +60,7 @@ def _greedy_by_full_forwards(target, prompt, total_len):
     return tokens
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 def test_static_shape_decoder_writes_exactly_the_greedy_continuation():
     target = build_target(TINY.target, TINY.target_layer_ids, seed=3, device=CPU, dtype=torch.float32)
     prompt = torch.randint(1, TINY.target.vocab_size - 1, (3, 5), generator=torch.Generator().manual_seed(2))

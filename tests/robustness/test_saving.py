@@ -24,6 +24,7 @@ def test_a_drafter_pt_that_is_a_folder_fails_before_training(tmp_path):
     assert "step=" not in result.stderr  # no training happened
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(200)
 def test_a_full_disk_during_the_save_is_a_failed_save_not_a_dead_worker(tmp_path):
     """`ulimit -f 64` (KiB): the checkpoint cannot be written, the training itself ended well."""
@@ -52,6 +53,7 @@ def _temporary_of_a_writer(folder, killed: bool):
     return proc, path
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(200)
 def test_the_next_start_removes_what_a_killed_save_left_and_only_that(tmp_path):
     folder = tmp_path / "ckpt"

@@ -97,6 +97,7 @@ def test_following_a_log_stops_on_a_signal_with_the_report(tmp_path, signum, cod
     assert returncode in (0, code), (returncode, stderr)
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 def test_sigterm_to_a_process_pipeline_stops_every_worker(tmp_path):
     proc = _start(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "100000", "--workers", "processes",
@@ -188,7 +189,8 @@ def test_a_signal_during_a_real_matrix_keeps_the_finished_rows(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("when, wait_for_text", [("set-up", "corpus"), ("training", "step=")])
+@pytest.mark.parametrize("when, wait_for_text", [
+    ("set-up", "corpus"), pytest.param("training", "step=", marks=pytest.mark.slow)])  # (training: end to end)
 def test_ctrl_c_stops_a_threads_pipeline_within_the_bound(tmp_path, when, wait_for_text):
     proc = _start(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "100000", "-f", "json"], tmp_path)
     _read_stderr_until(proc, wait_for_text, 90)

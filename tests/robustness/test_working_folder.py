@@ -14,7 +14,7 @@ TORCH_COMMANDS = [
                   "--timeout", "120", "--hang-after", "60"], id="repro-forced-cpu"),
     pytest.param(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "2"], id="pipeline-threads"),
     pytest.param(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "2", "--workers", "processes"],
-                 id="pipeline-processes"),
+                 id="pipeline-processes", marks=pytest.mark.slow),  # (the threads form stays in the default run)
 ]
 
 
