@@ -77,6 +77,9 @@ def register_commands(names: Sequence[str] = COMMANDS) -> typer.Typer:
     """Register `names` (each once, in COMMANDS order) on the app and return it; the default is every command."""
     for name in COMMANDS:
         if name in names and name not in _registered:
+            # By module name on purpose (not imports): a command line imports only the command it
+            # names (commands_for), so `dflash-doctor scan` never loads the other commands' modules and the domains
+            # they import at their top; importing them all here would put that cost on every start-up.
             importlib.import_module(f"dflash_doctor.commands.{name}").register(app)
             _registered.append(name)
     for info in app.registered_commands:  # every command's help laid out alike (render/help.py)

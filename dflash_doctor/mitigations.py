@@ -337,6 +337,30 @@ MATRIX: Tuple[Tuple[str, ...], ...] = ((),) + tuple((name,) for name in NAMES) +
     c.names for c in COMBINATIONS if len(c.names) > 1)
 
 
+# The advice that is not a mitigation (no hook, nothing repro applies): guards ranks it first when a live state
+# calls for it (guards/ranking.py), and the DFD6xx rules take their fix texts from it.
+@dataclass(frozen=True)
+class Advice:
+    kind: str
+    fix: str
+    cost: str
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "fix": self.fix, "cost": self.cost}
+
+
+RESTART = Advice(
+    "restart",
+    "Restart the process: its FX-tracing flag is stuck True and never clears, so every compiled call raises.",
+    "the process's in-memory state (resume from the last checkpoint)",
+)
+RESTORE_CONFIG = Advice(
+    "restore-config",
+    "Set torch._dynamo.config.error_on_nested_fx_trace = True and force_compile_during_fx_trace = False (the "
+    "defaults), then remove the race with one of the fixes below.",
+    "none; the race raises again instead of silently running uncompiled code (for flex_attention: the dense path "
+    "that materialises QK^T and can run out of memory)",
+)
 def get(name: str) -> Mitigation:
     return BY_NAME[name]
 
@@ -581,6 +605,6 @@ def _entering(factories) -> Callable[[], ContextManager[object]]:
 
 
 __all__ = ["BY_NAME", "COMBINATIONS", "MATRIX", "Combination", "INFERRED", "MEASURED", "NAMES", "NONE", "REGISTRY",
-           "Mitigation", "MitigationFailed", "Recommendation", "around_foreign_trace", "caveats_for", "covers",
+           "RESTART", "RESTORE_CONFIG", "Advice", "Mitigation", "MitigationFailed", "Recommendation", "around_foreign_trace", "caveats_for", "covers",
            "fix_text", "get", "help_text", "in_each_thread", "label", "ladder", "open_conditions", "parse",
            "recommend", "release_series"]

@@ -1,12 +1,13 @@
 """Every rule's examples are its tests (as Fixit does): the bad example fires the rule and the good one does not,
-each run through the code the command itself runs (rules/registry.py EXAMPLE_RUNNERS). A rule is covered the
-moment it is registered; the domain tests add what is particular to a domain (lines, columns, evidence)."""
+each run through the code the command itself runs (dflash_doctor/rule_examples.py EXAMPLE_RUNNERS). A rule is
+covered the moment it is registered; the domain tests add what is particular to a domain (lines, columns,
+evidence)."""
 from __future__ import annotations
 
 import pytest
 
 from dflash_doctor.rules import all_rules
-from dflash_doctor.rules.registry import EXAMPLE_RUNNERS, example_findings
+from dflash_doctor.rule_examples import EXAMPLE_RUNNERS, example_findings
 
 RULES = all_rules()
 

@@ -161,7 +161,7 @@ DEBUG = False  # set by the root callback's --debug
 
 def error_line(message: str) -> None:
     """The one line every error is: escaped, so a path in it cannot break it in two or drive the terminal."""
-    from dflash_doctor.render.printable import printable
+    from dflash_doctor.printable import printable
 
     sys.stderr.write(f"dflash-doctor: error: {printable(message)}\n")
 

@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         if code:
             error_line(where)
         else:
-            from dflash_doctor.render.printable import printable
+            from dflash_doctor.printable import printable
 
             sys.stderr.write(f"dflash-doctor: wrote {printable(where)} ({len(bundle.problems)} section(s) could not "
                              "be collected)\n")

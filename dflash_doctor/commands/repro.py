@@ -67,7 +67,7 @@ def detect_device() -> str:
 def check_torch(devices) -> None:
     """One line, before any child starts: no torch at all (exit 4), or CUDA asked of a CPU-only build (exit 2)."""
     from dflash_doctor.errors import MissingDependency, UsageError
-    from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
+    from dflash_doctor.guards.torch_sources import installed_torch_root, is_accelerator_build
 
     root = installed_torch_root()
     if root is None:

@@ -46,7 +46,7 @@ def fix_names(text: Optional[str]) -> Tuple[str, ...]:
 
 
 def _announcer(on_hang: OnHang):
-    from dflash_doctor.render.printable import printable
+    from dflash_doctor.printable import printable
 
     def announce(finding) -> None:
         if on_hang is OnHang.KILL:

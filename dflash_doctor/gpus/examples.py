@@ -75,5 +75,5 @@ def run_example(text: str) -> Report:
 
 
 def example_findings(text: str) -> List[Finding]:
-    """An nvidia-smi rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    """An nvidia-smi rule example's findings (rule_examples.py EXAMPLE_RUNNERS)."""
     return run_example(text).findings

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Optional, Sequence
 
 from dflash_doctor.findings import Problem, Report
-from dflash_doctor.gpus.advice import next_steps
+from dflash_doctor.gpus.next_steps import next_steps
 from dflash_doctor.gpus.analyze import Thresholds, analyze_gpus
 from dflash_doctor.gpus.csv_snapshot import read_csv_snapshot
 from dflash_doctor.gpus.nvml import LiveSnapshot, NvmlDevices, NvmlUnavailable, PynvmlDevices, iter_samples

@@ -7,25 +7,28 @@ Public API:
 - `findings_for_example(example_format, text)`: what a DFD6xx rule example yields (the examples' tests).
 
 Nothing here imports torch at import time; the probes run in child processes (probe_host.py). The names above
-load on first use, so the rule table can read `guards.advice` without loading the analysis and its runner.
+load on first use (each imported inside `__getattr__`), so a module that needs one part of guards, such as
+repro's capabilities reading `guards.torch_sources`, does not load the analysis and its runner.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-_EXPORTS = {
-    "Layout": "dflash_doctor.guards.layout",
-    "analyze": "dflash_doctor.guards.layout",
-    "read_layout": "dflash_doctor.guards.layout",
-    "read_layout_text": "dflash_doctor.guards.layout",
-    "findings_for_example": "dflash_doctor.guards.hazards",
-    "run_guards": "dflash_doctor.guards.run",
-}
-__all__ = sorted(_EXPORTS)
+_LAYOUT = ("Layout", "analyze", "read_layout", "read_layout_text")
+__all__ = sorted(_LAYOUT + ("findings_for_example", "run_guards"))
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+    if name in _LAYOUT:
+        from dflash_doctor.guards import layout
+
+        return getattr(layout, name)
+    if name == "findings_for_example":
+        from dflash_doctor.guards.hazard_findings import findings_for_example
+
+        return findings_for_example
+    if name == "run_guards":
+        from dflash_doctor.guards.run import run_guards
+
+        return run_guards
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 from dflash_doctor.guards.backward import BackwardCompile, read_backward
 from dflash_doctor.guards.patcher import FxPatches, read_fx_patches
 from dflash_doctor.guards.pyindex import FUNCTION_DEFS, FunctionNode, Index, Module, Variable, dotted, own_nodes
-from dflash_doctor.guards.sources import DirectoryTree, MappingTree, SourceTree, parse_bundle
+from dflash_doctor.guards.torch_sources import DirectoryTree, MappingTree, SourceTree, parse_bundle
 
 GUARD_MESSAGE = "Detected that you are using FX to symbolically trace"
 EVAL_FRAME = "_dynamo/eval_frame.py"

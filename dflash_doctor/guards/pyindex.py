@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from dflash_doctor.guards.sources import SourceTree
+from dflash_doctor.guards.torch_sources import SourceTree
 
 # Calls whose result is per-thread state. A contextvars.ContextVar is per thread too (each thread starts in its
 # own context), so for the question "can another thread see this flag" it counts as thread-local.

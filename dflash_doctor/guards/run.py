@@ -10,15 +10,15 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Set
 
 from dflash_doctor.errors import UsageError, require_torch
 from dflash_doctor.findings import Problem, Report
-from dflash_doctor.guards.advice import hazard_fixes, rank_fixes, upgrade
-from dflash_doctor.guards.hazards import layout_findings, state_findings
+from dflash_doctor.guards.ranking import hazard_fixes, rank_fixes, upgrade
+from dflash_doctor.guards.hazard_findings import layout_findings, state_findings
 from dflash_doctor.guards.layout import Layout, read_layout
 from dflash_doctor.guards.probes import PROBE_NAMES
 from dflash_doctor.outcomes import ProbeOutcome
 from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.guards.releases import corroborate, later_rows
 from dflash_doctor.guards.runner import Runner, run_child, run_probes
-from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
+from dflash_doctor.guards.torch_sources import installed_torch_root, is_accelerator_build
 from dflash_doctor.guards.state import (
     CONFIG_DEFAULTS, CONFIG_FLAGS, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state,
     read_env, read_versions, torch_build, triton_cache_dir,

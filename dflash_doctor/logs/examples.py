@@ -14,5 +14,5 @@ def run_example(text: str) -> Report:
 
 
 def example_findings(text: str) -> List[Finding]:
-    """A log rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    """A log rule example's findings (rule_examples.py EXAMPLE_RUNNERS)."""
     return run_example(text).findings

@@ -157,13 +157,13 @@ def open_log(path: str, stdin: Optional[BinaryIO] = None) -> Union[Tuple[BinaryI
     fstat of the open descriptor decides."""
     import sys
 
-    from dflash_doctor.logs.printable import printable
+    from dflash_doctor.printable import printable_log
 
     if path == "-":
         raw: BinaryIO = stdin if stdin is not None else sys.stdin.buffer
         name = "<stdin>"
     else:
-        name = printable(path)
+        name = printable_log(path)
         try:
             mode = os.stat(path).st_mode  # a socket cannot even be opened: name it before trying
             if not stat.S_ISREG(mode):

@@ -7,9 +7,9 @@ from typing import Callable, List, Optional
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report
 from dflash_doctor.logs.options import LogOptions
-from dflash_doctor.logs.printable import printable
+from dflash_doctor.printable import printable_log
 from dflash_doctor.logs.reader import CHUNK, compression_of, cut_of, follow_blocks, iter_buffers, open_log
-from dflash_doctor.logs.scan import LogScanner
+from dflash_doctor.logs.scanner import LogScanner
 
 OnFindings = Callable[[List[Finding]], None]
 
@@ -64,12 +64,12 @@ def _follow(path: str, options: LogOptions, max_seconds: Optional[float],
     if path == "-":
         raise UsageError("--follow needs a file; a pipe is already read as it is written, until it closes")
     if not Path(path).is_file():
-        raise UsageError(f"cannot follow {printable(path)}: not a regular file")
+        raise UsageError(f"cannot follow {printable_log(path)}: not a regular file")
     with open(path, "rb") as handle:
         compression = compression_of(handle.read(8))
     if compression is not None:
         # (a compressed file is not written line by line: following it would read compressed bytes as text)
-        raise UsageError(f"cannot follow {printable(path)}: it is {compression}-compressed; read it without "
+        raise UsageError(f"cannot follow {printable_log(path)}: it is {compression}-compressed; read it without "
                          "--follow, or follow the uncompressed log it was made from")
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     return follow_file(path, options, should_stop=lambda: deadline is not None and time.monotonic() >= deadline,
@@ -82,7 +82,7 @@ def follow_file(path: str, options: LogOptions, should_stop: Callable[[], bool],
 
     A rotated, re-created or truncated file is read on without losing lines; line numbers start over with the
     new content and facts['restarts'] counts how often."""
-    scanner = LogScanner(printable(path), options)
+    scanner = LogScanner(printable_log(path), options)
     restarts = 0
 
     def deliver(found: List[Finding]) -> None:

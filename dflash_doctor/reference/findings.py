@@ -131,7 +131,7 @@ def problems_from_facts(facts: dict, save_dir: Optional[str]) -> List[Problem]:
 
 
 def example_findings(text: str) -> List[Finding]:
-    """A pipeline facts rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    """A pipeline facts rule example's findings (rule_examples.py EXAMPLE_RUNNERS)."""
     import json
 
     return findings_from_facts(json.loads(text))

@@ -159,7 +159,7 @@ class DrafterLoop:
         if launched:
             self._finish(launched.pop(), last)
         if self.index == 0 and self.plan.save_dir:
-            from dflash_doctor.reference.checkpointing import save_drafter
+            from dflash_doctor.reference.checkpoint_files import save_drafter
 
             self._phase("saving")
             try:

@@ -117,7 +117,7 @@ def check_save_folder(path: str) -> None:
     from pathlib import Path
 
     from dflash_doctor.outputs import file_kind
-    from dflash_doctor.reference.checkpointing import checkpoint_path, remove_stale_temporaries
+    from dflash_doctor.reference.checkpoint_files import checkpoint_path, remove_stale_temporaries
 
     folder = Path(path)
     try:
@@ -207,7 +207,7 @@ def check_options(options: PipelineOptions) -> None:
 def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     """Validate options into a RunPlan; raises ValueError (or UsageError) with one clear line for anything wrong."""
     from dflash_doctor.reference.attention import default_path
-    from dflash_doctor.reference.checkpointing import load_drafter
+    from dflash_doctor.reference.checkpoint_files import load_drafter
 
     import torch
 

@@ -116,7 +116,7 @@ def _take(run: Run, batches: queue.Queue, handoff: "StreamHandoff", device) -> "
 
 def saved_path(plan: RunPlan, failed_worker, workers: List[WorkerOutcome]) -> "str | None":
     """Where the drafter was saved: nowhere when a worker failed, a signal came, or the save itself failed."""
-    from dflash_doctor.reference.checkpointing import checkpoint_path
+    from dflash_doctor.reference.checkpoint_files import checkpoint_path
 
     if not plan.save_dir or failed_worker is not None or any(w.save_error for w in workers):
         return None

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional
 
 from dflash_doctor import TOOL_NAME
 from dflash_doctor.findings import EXIT_FINDINGS, FailOn, Finding, Report, Severity
-from dflash_doctor.render.printable import without_surrogates
+from dflash_doctor.printable import without_surrogates
 from dflash_doctor.render.rules_doc import code_domain
 
 PROBLEMS_SUITE = "could-not-check"

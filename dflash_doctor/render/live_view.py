@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from dflash_doctor.render.printable import printable
+from dflash_doctor.printable import printable
 
 
 def _ranks(processes) -> str:

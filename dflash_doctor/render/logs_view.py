@@ -1,7 +1,7 @@
 """Text view of `logs` facts: every worker's last step, throughput and fate, the root cause, and what to do next."""
 from __future__ import annotations
 
-from dflash_doctor.logs.printable import printable
+from dflash_doctor.printable import printable_log as printable  # tabs spelled out, as logs/ shows them
 
 
 def safe(value) -> str:

@@ -15,7 +15,7 @@ import time
 from typing import Callable, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
-from dflash_doctor.render.printable import printable
+from dflash_doctor.printable import printable
 
 HEARTBEAT_S = 15.0  # a plain log says what is still running after this long without a line
 LIVE_REFRESH_PER_S = 4

@@ -18,7 +18,7 @@ from typing import Dict, Optional
 from dflash_doctor import TOOL_NAME, __version__
 from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.render.paths import relative_uri, repo_root
-from dflash_doctor.render.printable import without_surrogates
+from dflash_doctor.printable import without_surrogates
 from dflash_doctor.render.rules_doc import rule_anchor
 from dflash_doctor.rules import all_rules
 

@@ -7,7 +7,7 @@ import functools
 from typing import Optional, TextIO
 
 from dflash_doctor.findings import Report, Severity
-from dflash_doctor.render.printable import printable
+from dflash_doctor.printable import printable
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from dflash_doctor import TOOL_NAME
-from dflash_doctor.render.printable import printable
+from dflash_doctor.printable import printable
 from dflash_doctor.report.bundle import Bundle
 from dflash_doctor.report.redact import redact_data, redact_text
 

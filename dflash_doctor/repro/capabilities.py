@@ -21,7 +21,7 @@ LayoutTraits = Tuple[Optional[str], Optional[bool], Optional[str]]  # (storage, 
 def installed_traits() -> LayoutTraits:
     """The installed torch's FX-flag storage and compile masking, read from its source (no import)."""
     from dflash_doctor.guards.layout import UNKNOWN, read_layout
-    from dflash_doctor.guards.sources import installed_torch_root
+    from dflash_doctor.guards.torch_sources import installed_torch_root
 
     root = installed_torch_root()
     if root is None:

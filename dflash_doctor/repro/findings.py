@@ -55,7 +55,7 @@ def findings_from_facts(facts: dict) -> List[Finding]:
 
 
 def example_findings(text: str) -> List[Finding]:
-    """A repro facts rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    """A repro facts rule example's findings (rule_examples.py EXAMPLE_RUNNERS)."""
     import json
 
     return findings_from_facts(json.loads(text))

@@ -228,7 +228,7 @@ class Harness:
             facts["matrix"] = [self._matrix_row(row, baseline) for row in self._matrix_order(rows)]
         report.problems.extend(Problem(p["subject"], p["reason"], p.get("hint", ""))
                                for result in results for p in result.problems)
-        from dflash_doctor.repro.advice import next_steps
+        from dflash_doctor.repro.next_steps import next_steps
         from dflash_doctor.repro.findings import findings_from_facts
 
         facts["next_steps"] = next_steps(facts)

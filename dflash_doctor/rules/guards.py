@@ -7,8 +7,7 @@ Examples come in two formats, both run as tests through `dflash_doctor.guards.fi
   env, probes).
 """
 from dflash_doctor.findings import Severity
-from dflash_doctor.guards.advice import RESTART, RESTORE_CONFIG
-from dflash_doctor.mitigations import fix_text
+from dflash_doctor.mitigations import RESTART, RESTORE_CONFIG, fix_text
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.rules.registry import Rule, register
 

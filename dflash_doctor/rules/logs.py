@@ -24,7 +24,7 @@ from dflash_doctor.rules.registry import Rule, register
 
 Details = Callable[["re.Match[str]", str], Dict[str, Any]]
 # What to do next about a rule's findings: (its findings, most severe first; the threads of the facts; how many
-# threads a repro should start) -> steps, or None for the rule's fix (logs/advice.py).
+# threads a repro should start) -> steps, or None for the rule's fix (logs/next_steps.py).
 NextSteps = Callable[[Sequence[Finding], Dict[str, dict], int], Optional[List[str]]]
 
 UNNAMED = "main"  # the worker of a line that names none
@@ -87,7 +87,7 @@ class RuleLine:
 
 
 class RuleScanner(Protocol):
-    """What a rule's hook may use of the scanner reading the line (dflash_doctor/logs/scan.py)."""
+    """What a rule's hook may use of the scanner reading the line (dflash_doctor/logs/scanner.py)."""
 
     memory: LineMemory
 
@@ -443,7 +443,7 @@ _ABORT_INNER = (
 )
 
 
-# Older releases' end of a process after its collective timed out (scan.py reads them as that timeout's end).
+# Older releases' end of a process after its collective timed out (scanner.py reads them as that timeout's end).
 NCCL_TAKEN_DOWN = r"Some NCCL operations have failed or timed out|taking the entire process down"
 
 

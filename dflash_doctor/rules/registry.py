@@ -7,27 +7,27 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from dflash_doctor.findings import Finding, Severity
 
 _CODE = re.compile(r"^DFD[1-9]\d\d$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
-# How a rule's bad/good examples are written, and the function (module:name, imported on use) that turns one into
-# findings through exactly the code the command runs: tests/test_rule_examples.py runs every rule's examples with
-# it, so a rule is tested the moment it is registered, and a format without a runner cannot be registered.
-EXAMPLE_RUNNERS: Dict[str, str] = {
-    "python": "dflash_doctor.scan.engine:example_findings",  # a source file with `# DFDxxx` on offending lines
-    "nvidia-smi-csv": "dflash_doctor.gpus.examples:example_findings",  # a snapshot, options as comments
-    "log": "dflash_doctor.logs.examples:example_findings",  # a log excerpt
-    "torch-layout": "dflash_doctor.guards.hazards:layout_example_findings",  # stand-in torch sources
-    "guards-state": "dflash_doctor.guards.hazards:state_example_findings",  # guards facts (JSON)
-    "repro-facts": "dflash_doctor.repro.findings:example_findings",  # a repro facts document (JSON)
-    "pipeline-facts": "dflash_doctor.reference.findings:example_findings",  # a pipeline facts document (JSON)
-    "live-facts": "dflash_doctor.supervise.findings:example_findings",  # run/attach per-process records (JSON)
-}
-EXAMPLE_FORMATS = tuple(EXAMPLE_RUNNERS)
+# How a rule's bad/good examples are written. Each format's runner (the function that turns an example into findings
+# through exactly the code the command runs) is in dflash_doctor/rule_examples.py, above the domains it imports:
+# tests/test_rule_examples.py runs every rule's examples with it, so a rule is tested the moment it is registered,
+# and a format cannot be registered here without a runner there (importing rule_examples checks both name the same).
+EXAMPLE_FORMATS: Tuple[str, ...] = (
+    "python",  # a source file with `# DFDxxx` on offending lines
+    "nvidia-smi-csv",  # a snapshot, options as comments
+    "log",  # a log excerpt
+    "torch-layout",  # stand-in torch sources
+    "guards-state",  # guards facts (JSON)
+    "repro-facts",  # a repro facts document (JSON)
+    "pipeline-facts",  # a pipeline facts document (JSON)
+    "live-facts",  # run/attach per-process records (JSON)
+)
 
 RULES: Dict[str, "Rule"] = {}
 _BY_NAME: Dict[str, "Rule"] = {}
@@ -79,38 +79,3 @@ def register(rule: Rule) -> Rule:
     RULES[rule.code] = rule
     _BY_NAME[rule.name] = rule
     return rule
-
-
-def example_findings(rule: Rule, text: str) -> List[Finding]:
-    """The findings `text`, written in `rule`'s example format, yields (its bad or good example)."""
-    import importlib
-
-    module, _, name = EXAMPLE_RUNNERS[rule.example_format].partition(":")
-    return getattr(importlib.import_module(module), name)(text)
-
-
-def lookup(code_or_name: str) -> Optional[Rule]:
-    load_all()
-    key = code_or_name.strip()
-    return RULES.get(key.upper()) or _BY_NAME.get(key.lower())
-
-
-def all_rules() -> list:
-    load_all()
-    return [RULES[c] for c in sorted(RULES)]
-
-
-_DOMAINS = ("scan", "gpus", "logs", "guards", "repro", "pipeline", "live")
-_loaded = False
-
-
-def load_all() -> None:
-    """Import every domain's rule table (plain data modules: no torch, no NVML)."""
-    global _loaded
-    if _loaded:
-        return
-    import importlib
-
-    for domain in _DOMAINS:
-        importlib.import_module(f"dflash_doctor.rules.{domain}")
-    _loaded = True  # only once every table imported: a broken table fails every lookup, not just the first

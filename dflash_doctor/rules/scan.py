@@ -3,7 +3,7 @@
 Each rule is declared once, here, as a `ScanRule`: its registry metadata (code, name, rationale, fix, bad/good
 examples), the byte triggers that decide whether a file is parsed for it at all, the words whose lines hold every
 node it judges, and the checks (classes in dflash_doctor/scan/) that report it. The scanner derives its byte
-prefilter (scan/source.py), its candidate lines and its dispatch (scan/analysis.py) from `SCAN_RULES`, so a new
+prefilter (scan/source_file.py), its candidate lines and its dispatch (scan/analysis.py) from `SCAN_RULES`, so a new
 rule is a change in this module plus the check that reports it; its examples are its tests (tests/scan/).
 """
 from __future__ import annotations
@@ -33,8 +33,8 @@ class ScanRule:
     """How the scanner finds one DFD1xx-3xx rule.
 
     `checks`: the classes that report it, named under dflash_doctor.scan ("module.Class", each a
-    `scan.context.FileCheck`, which says whether it needs the file's call graph); analysis.py imports them, this
-    table never does (they import it). `words`: names whose lines hold every call, assignment or dict the checks
+    `scan.file_check.FileCheck`, which says whether it needs the file's call graph); analysis.py imports them
+    (CHECK_CLASSES), this table never does (they import it). `words`: names whose lines hold every call, assignment or dict the checks
     judge (names bound to them on such lines are followed too); no other line is looked at. `triggers`: the file
     is parsed for the rule when its bytes match any. `after_files`: judged by the engine once every file is read,
     from what the other rules left (no checks, words or triggers of its own). `hazards`: for a rule about what

@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple, Type
 
 from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.rules.scan import SCAN_RULES
+from dflash_doctor.scan.applied import AppliedFix
 from dflash_doctor.scan.callgraph import COMPILE_WORDS, ModuleGraph
-from dflash_doctor.scan.context import MAX_FINDINGS_PER_FILE, FileCheck, FileContext, NoqaDirective, noqa_directives
-from dflash_doctor.scan.fixes import AppliedFix
+from dflash_doctor.scan.checkpointing import CheckpointRule
+from dflash_doctor.scan.context import MAX_FINDINGS_PER_FILE, FileContext, NoqaDirective, noqa_directives
+from dflash_doctor.scan.dynamo_config import DynamoConfigRule
+from dflash_doctor.scan.file_check import FileCheck
+from dflash_doctor.scan.fixes import FixCollector
+from dflash_doctor.scan.flex import FlexAttentionRule
 from dflash_doctor.scan.scopes import SCOPE_NODES, Scope, walk
+from dflash_doctor.scan.threads import SpawnCollector, TraceCollector
 
 
 @dataclass
@@ -33,16 +38,23 @@ class FileResult:
     thread_reach: Dict[Tuple[int, int], FrozenSet[Tuple[str, str]]] = field(default_factory=dict)
 
 
+# Every check, imported: a rule's declaration names its checks as "module.Class" (the rule table cannot import them,
+# they import it), and each name is looked up here. A new check class is one entry.
+CHECK_CLASSES: Dict[str, Type[FileCheck]] = {
+    f"{check.__module__.rpartition('.')[2]}.{check.__name__}": check
+    for check in (CheckpointRule, DynamoConfigRule, FixCollector, FlexAttentionRule, SpawnCollector, TraceCollector)
+}
+
+
 def _check_class(name: str) -> Type[FileCheck]:
     """A check named in a rule's declaration ("module.Class" under dflash_doctor.scan)."""
-    module, _, attribute = name.rpartition(".")
-    found = getattr(importlib.import_module(f"dflash_doctor.scan.{module}"), attribute)
-    if not (isinstance(found, type) and issubclass(found, FileCheck)):
-        raise TypeError(f"{name} is not a FileCheck")
+    found = CHECK_CLASSES.get(name)
+    if found is None:
+        raise TypeError(f"{name} is not a FileCheck in scan/analysis.py CHECK_CLASSES")
     return found
 
 
-# code -> the classes of the checks that report it, imported once (they import the rule table, so it cannot)
+# code -> the classes of the checks that report it, once
 CHECKS: Dict[str, Tuple[Type[FileCheck], ...]] = {
     code: tuple(_check_class(name) for name in entry.checks) for code, entry in SCAN_RULES.items()}
 

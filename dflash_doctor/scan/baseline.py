@@ -19,7 +19,7 @@ KEY = "fingerprint"
 
 
 def _line_texts(path: str) -> List[str]:
-    from dflash_doctor.scan.source import decode, read_bytes
+    from dflash_doctor.scan.source_file import decode, read_bytes
 
     data = read_bytes(path)
     text = decode(data) if isinstance(data, bytes) else None

@@ -18,7 +18,8 @@ from dflash_doctor.rules.scan import (
 from dflash_doctor.findings import Severity
 from dflash_doctor.scan import hf_releases
 from dflash_doctor.scan.callgraph import ModuleGraph
-from dflash_doctor.scan.context import FileCheck, FileContext, Located
+from dflash_doctor.scan.context import FileContext, Located
+from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.resolve import LocalClass, describe
 from dflash_doctor.scan.scopes import Binding, Scope
 from dflash_doctor.scan.versions import supported_branches

@@ -4,16 +4,13 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from typing import TYPE_CHECKING, ClassVar, FrozenSet, List, Mapping, Optional, Set, Tuple, Union
+from typing import FrozenSet, List, Mapping, Optional, Set, Tuple, Union
 
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.rules.registry import Rule
+from dflash_doctor.scan.applied import AppliedFix
 from dflash_doctor.scan.resolve import Resolver
-from dflash_doctor.scan.scopes import Scope, ScopeTable
-
-if TYPE_CHECKING:  # both import this module
-    from dflash_doctor.scan.callgraph import ModuleGraph
-    from dflash_doctor.scan.fixes import AppliedFix
+from dflash_doctor.scan.scopes import ScopeTable
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z0-9]+(?:[\s,]+[A-Za-z0-9]+)*))?", re.IGNORECASE)
 ALL_CODES: FrozenSet[str] = frozenset({"*"})
@@ -114,7 +111,7 @@ class FileContext:
         self._lines: Optional[List[str]] = None
         self._has_noqa = has_noqa(text)  # once: asking per finding made big files quadratic
         self.used_noqa: Set[Tuple[int, str]] = set()  # (line, code) a noqa comment suppressed
-        self.fixes: List["AppliedFix"] = []  # the mitigations this file applies (for DFD201)
+        self.fixes: List[AppliedFix] = []  # the mitigations this file applies (for DFD201)
         self.unlisted = 0  # findings past MAX_FINDINGS_PER_FILE, counted only
         self._tree = tree
         self._old_torch: Optional[List[Tuple[int, int, str]]] = None  # scan/versions.py, computed on first need
@@ -167,34 +164,3 @@ class FileContext:
         self.findings.append(rule.finding(
             message, path=self.path, line=node.lineno, column=node.col_offset + 1, evidence=evidence,
             severity=severity))
-
-
-class FileCheck:
-    """One check's look at one file; rules/scan.py names, for each scan rule, the checks that report it.
-
-    analysis.py walks the file once and calls the visit_ methods a subclass defines, and only those (a check
-    without visit_dict costs nothing per dict), on every node the walk enters (those spanning a candidate line),
-    then `finish`. What a check finds goes to the context (findings, noqa use, applied fixes) or to the call graph
-    (spawn sites). A check with `needs_graph` is given the file's call graph, which also collects the file's
-    torch.compile sites when `needs_compile_sites`; any other check is given None."""
-
-    needs_graph: ClassVar[bool] = False
-    needs_compile_sites: ClassVar[bool] = False
-
-    def __init__(self, ctx: FileContext, graph: Optional["ModuleGraph"]) -> None:
-        self.ctx = ctx
-
-    def visit_call(self, node: ast.Call, scope: Scope) -> None:
-        """A call."""
-
-    def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
-        """An assignment (plain or annotated)."""
-
-    def visit_dict(self, node: ast.Dict, scope: Scope) -> None:
-        """A dict display."""
-
-    def visit_scope(self, node: ast.AST, outer: Scope) -> None:
-        """A function, lambda or class; `outer` is the scope it is defined in."""
-
-    def finish(self) -> None:
-        """After the walk: what can only be judged on the whole file."""

@@ -5,7 +5,8 @@ import ast
 from typing import Iterable, Optional, Tuple, Union
 
 from dflash_doctor.rules.scan import NESTED_FX_TRACE_SILENCED
-from dflash_doctor.scan.context import FileCheck, Located
+from dflash_doctor.scan.context import Located
+from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.resolve import describe
 from dflash_doctor.scan.scopes import Scope
 

@@ -29,7 +29,7 @@ from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan import programs as program_files
 from dflash_doctor.scan.programs import Imports, Programs, Reach, describe, program_verdicts
 from dflash_doctor.scan.resolve import FuncRef
-from dflash_doctor.scan.source import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
+from dflash_doctor.scan.source_file import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.workers import fork_usable, two_passes
 

@@ -14,7 +14,9 @@ from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, U
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY, Mitigation
 from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, SCAN_RULES, TORCH_SWITCHES
-from dflash_doctor.scan.context import FileCheck, Located
+from dflash_doctor.scan.applied import AROUND_TRACE, PER_THREAD, AppliedFix  # noqa: F401 - engine.py reads them here
+from dflash_doctor.scan.context import Located
+from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.scopes import SCOPE_NODES, Scope
 
 RUNTIME_PACKAGE = "dflash_doctor"
@@ -25,31 +27,6 @@ MARKERS: Dict[str, str] = {marker: m.name for m in REGISTRY for marker in m.sour
 CONFIG_MARKERS = frozenset(marker for marker in MARKERS if marker.startswith("force_"))
 # What DFD201 needs stopped before a compiled call in a thread is safe.
 DFD201_HAZARDS: FrozenSet[Hazard] = SCAN_RULES[COMPILED_CALL_IN_THREAD.code].hazards
-# Fixes a worker thread must enter itself (a thread-local switch): they count only inside what a thread runs.
-PER_THREAD = frozenset(m.name for m in REGISTRY if m.in_each_thread is not None)
-# Fixes that stop a foreign FX trace's race only when the tracing thread holds them around its trace (global-lock's
-# fx_trace_lock): for an FX-trace finding they count only inside what that thread runs.
-AROUND_TRACE = frozenset(m.name for m in REGISTRY if getattr(m, "around_foreign_trace", None) is not None)
-
-
-@dataclass(frozen=True)
-class AppliedFix:
-    mitigation: str  # the registry name
-    path: str
-    line: int
-    spelled: str  # the marker as found
-    enclosing: str = ""  # the function it is applied in ("" at module level): per-thread fixes need a thread's
-
-    @property
-    def per_thread(self) -> bool:
-        return self.mitigation in PER_THREAD
-
-    @property
-    def around_trace(self) -> bool:
-        return self.mitigation in AROUND_TRACE
-
-    def to_dict(self) -> dict:
-        return {"mitigation": self.mitigation, "path": self.path, "line": self.line, "marker": self.spelled}
 
 
 class FixCollector(FileCheck):

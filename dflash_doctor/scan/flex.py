@@ -5,7 +5,8 @@ import ast
 from typing import List, Optional, Tuple
 
 from dflash_doctor.rules.scan import FLEX_ATTENTION_UNCOMPILED
-from dflash_doctor.scan.context import FileCheck, FileContext
+from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.graph import Linker
 from dflash_doctor.scan.resolve import FuncRef, describe
 from dflash_doctor.scan.scopes import Scope

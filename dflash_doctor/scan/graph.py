@@ -182,7 +182,7 @@ _STAR_NAMES = frozenset(name for names in STAR_EXPORTS.values() for name in name
 
 
 def _mentions(path: str, name: str) -> bool:
-    from dflash_doctor.scan.source import read_bytes
+    from dflash_doctor.scan.source_file import read_bytes
 
     data = read_bytes(path)
     return isinstance(data, bytes) and name.encode() in data
@@ -382,7 +382,7 @@ class Linker:
         the linker can resolve, and it kept torch/__init__.py from being parsed for every `torch.zeros(...)`."""
         if len(rest) > 2:
             return False
-        from dflash_doctor.scan.source import read_bytes
+        from dflash_doctor.scan.source_file import read_bytes
 
         data = read_bytes(path)
         if not isinstance(data, bytes):

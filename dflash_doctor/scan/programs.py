@@ -23,7 +23,7 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Problem
 from dflash_doctor.scan.graph import ModuleIndex
 from dflash_doctor.scan.scopes import resolve_relative
-from dflash_doctor.scan.source import MAX_SOURCE_BYTES, parse_bytes, read_bytes
+from dflash_doctor.scan.source_file import MAX_SOURCE_BYTES, parse_bytes, read_bytes
 
 from dflash_doctor.scan.fixes import AppliedFix, Verdict, judge
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from dflash_doctor.scan.context import FileCheck, FileContext
+from dflash_doctor.scan.context import FileContext
+from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.resolve import LocalClass, MethodRef, describe
 from dflash_doctor.scan.scopes import Scope
 from dflash_doctor.scan.callgraph import ModuleGraph

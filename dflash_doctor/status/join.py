@@ -10,9 +10,9 @@ import re
 from typing import Dict, List, Optional
 
 from dflash_doctor.findings import Report
-from dflash_doctor.gpus.advice import next_steps as gpu_steps
+from dflash_doctor.gpus.next_steps import next_steps as gpu_steps
 from dflash_doctor.gpus.roles import RoleMap, gpu_for_thread, role_of
-from dflash_doctor.logs.advice import next_steps as log_steps
+from dflash_doctor.logs.next_steps import next_steps as log_steps
 from dflash_doctor.rules.logs import DEATH_CODES
 
 _RANK = re.compile(r"^rank(?P<n>\d+)$")

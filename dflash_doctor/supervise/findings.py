@@ -148,7 +148,7 @@ def findings_from_records(records: Sequence[ProcessRecord]) -> List[Finding]:
 
 
 def example_findings(text: str) -> List[Finding]:
-    """A live facts rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    """A live facts rule example's findings (rule_examples.py EXAMPLE_RUNNERS)."""
     import json
 
     return findings_from_records([ProcessRecord.from_dict(p) for p in json.loads(text)["processes"]])

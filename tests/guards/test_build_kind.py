@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_doctor.guards.sources import installed_torch_root, is_accelerator_build
+from dflash_doctor.guards.torch_sources import installed_torch_root, is_accelerator_build
 
 
 @pytest.mark.parametrize(

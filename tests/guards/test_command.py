@@ -11,7 +11,7 @@ import pytest
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.guards.probes import PROBE_NAMES as PROBES
-from dflash_doctor.guards.sources import installed_torch_root
+from dflash_doctor.guards.torch_sources import installed_torch_root
 from tests.conftest import REPO, run_cli, run_cli_json
 
 FIXTURES = REPO / "fixtures" / "guards"

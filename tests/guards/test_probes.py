@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dflash_doctor.guards.hazards import state_findings
+from dflash_doctor.guards.hazard_findings import state_findings
 from dflash_doctor.guards.probes import BY_NAME, PROBE_NAMES, PROBES
 from dflash_doctor.guards.layout import read_layout
 from dflash_doctor.guards.verdict import PRESENT, decide_hazards

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dflash_doctor.guards import findings_for_example
-from dflash_doctor.guards.sources import parse_bundle
+from dflash_doctor.guards.torch_sources import parse_bundle
 from dflash_doctor.rules import all_rules
 
 GUARDS_RULES = [rule for rule in all_rules() if rule.code.startswith("DFD6")]

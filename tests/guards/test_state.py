@@ -116,7 +116,7 @@ def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
 
 def test_a_crashed_probe_host_leaves_the_static_verdict_and_one_problem_per_probe(tmp_path):
     from dflash_doctor.guards.runner import ChildResult
-    from dflash_doctor.guards.sources import installed_torch_root
+    from dflash_doctor.guards.torch_sources import installed_torch_root
 
     if installed_torch_root() is None:
         pytest.skip("reads the installed torch's layout")

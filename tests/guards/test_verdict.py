@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.guards import read_layout
-from dflash_doctor.guards.advice import RESTART, RESTORE_CONFIG, rank_fixes, upgrade
+from dflash_doctor.guards.ranking import rank_fixes, upgrade
 from dflash_doctor.guards.probes import PROBES
-from dflash_doctor.mitigations import fix_text
+from dflash_doctor.mitigations import RESTART, RESTORE_CONFIG, fix_text
 from dflash_doctor.guards.releases import TABLE, corroborate, later_rows, row_for
 from dflash_doctor.guards.state import CONFIG_DEFAULTS
 from dflash_doctor.guards.verdict import (

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dflash_doctor.errors import UsageError
-from dflash_doctor.logs.progress import ProgressTracker
+from dflash_doctor.logs.worker_progress import ProgressTracker
 from dflash_doctor.logs.reader import iter_lines
 from dflash_doctor.logs.options import LogOptions
-from dflash_doctor.logs.scan import LogScanner
+from dflash_doctor.logs.scanner import LogScanner
 from dflash_doctor.logs.source import scan_stream
 from tests.conftest import REPO
 

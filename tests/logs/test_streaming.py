@@ -205,7 +205,7 @@ def test_sampled_large_blocks_find_every_death_exactly_as_line_by_line(seed):
     import io
 
     from dflash_doctor.logs.reader import iter_lines
-    from dflash_doctor.logs.scan import LogScanner
+    from dflash_doctor.logs.scanner import LogScanner
     from dflash_doctor.logs.source import scan_stream
 
     data = sampled_log(seed, 1_500_000)

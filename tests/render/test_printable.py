@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from dflash_doctor.render.printable import printable, without_surrogates
+from dflash_doctor.printable import printable, printable_log, without_surrogates
 from dflash_doctor.render.text import console_for
 
 
@@ -26,6 +26,13 @@ def test_printable(raw, shown):
 
 def test_newlines_can_be_kept_for_laid_out_text():
     assert printable("row 1\x1b[A\nrow 2", keep_newlines=True) == "row 1\\x1b[A\nrow 2"
+
+
+def test_log_text_has_its_controls_escaped_tabs_too_and_the_rest_kept():
+    # What logs/ copies from a log (or a log's name): C0/C1 controls and tab escaped, surrogates and bidi kept.
+    raw = "a\tb\x1b[2J\n\x9b" + os.fsdecode(b"\xff") + "\u202e"
+    assert printable_log(raw) == "a\\tb\\x1b[2J\\n\\x9b" + os.fsdecode(b"\xff") + "\u202e"
+    assert printable(raw, controls_only=True) == printable_log(raw)
 
 
 def test_without_surrogates_keeps_everything_else():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.hazards import Release
-from dflash_doctor.repro.advice import fix_line, next_steps
+from dflash_doctor.repro.next_steps import fix_line, next_steps
 
 GLOBAL_FLAG = {"capabilities": {"fx_flag_storage": "module-global"}, "torch_version": "2.11.0"}
 THREAD_LOCAL = {"capabilities": {"fx_flag_storage": "thread-local"}, "torch_version": "2.14.1"}

@@ -215,7 +215,7 @@ def test_no_torch_at_all_is_exit_4_and_a_cuda_request_of_a_cpu_build_is_exit_2(m
     # The one thing this machine cannot lack for real (the suite needs torch): the finder is faked, the rest real.
     from dflash_doctor.commands import repro as command
     from dflash_doctor.errors import MissingDependency, UsageError
-    from dflash_doctor.guards import sources
+    from dflash_doctor.guards import torch_sources as sources
 
     monkeypatch.setattr(sources, "installed_torch_root", lambda: None)
     with pytest.raises(MissingDependency, match="repro needs torch"):

@@ -11,8 +11,8 @@ from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.scan import SCAN_RULES
 from dflash_doctor.scan import scan_paths
 from dflash_doctor.scan.analysis import CHECKS
-from dflash_doctor.scan.context import FileCheck
-from dflash_doctor.scan.source import triggered
+from dflash_doctor.scan.file_check import FileCheck
+from dflash_doctor.scan.source_file import triggered
 from tests.scan.test_rules import marked_lines as marked
 
 DECLARED = list(SCAN_RULES.values())

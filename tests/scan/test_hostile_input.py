@@ -61,7 +61,7 @@ def test_cli_on_a_fifo_named_explicitly_exits_4(cli, tmp_path):
 
 
 def test_files_over_the_read_cap_are_not_read(tmp_path):
-    from dflash_doctor.scan import source
+    from dflash_doctor.scan import source_file as source
 
     (tmp_path / "huge.py").write_text("x = 1\n" * 100)
     assert source.read_bytes(str(tmp_path / "huge.py"), max_read=100).reason == (

@@ -122,10 +122,10 @@ def findings_for_example(example_format: str, text: str) -> List[Finding]:
 
 
 def layout_example_findings(text: str) -> List[Finding]:
-    """A torch-layout rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    """A torch-layout rule example's findings (rule_examples.py EXAMPLE_RUNNERS)."""
     return findings_for_example("torch-layout", text)
 
 
 def state_example_findings(text: str) -> List[Finding]:
-    """A guards-state rule example's findings (rules/registry.py EXAMPLE_RUNNERS)."""
+    """A guards-state rule example's findings (rule_examples.py EXAMPLE_RUNNERS)."""
     return findings_for_example("guards-state", text)

@@ -9,7 +9,7 @@ exactly what line-by-line parsing gives. When a worker dies, its last progress l
 up in the block, so 'last step' is exact even where progress was not sampled.
 
 `feed`/`feed_block` return the findings a line completes (so `--follow` can show them live), `finish` the
-Report. State is bounded (blocks.py, progress.py, torchrun.py, stackdump.py) and findings are capped per rule.
+Report. State is bounded (blocks.py, worker_progress.py, torchrun.py, stackdump.py) and findings are capped per rule.
 """
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.logs import patterns
-from dflash_doctor.logs.advice import next_steps
+from dflash_doctor.logs.next_steps import next_steps
 from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock, ExceptionRecord
 from dflash_doctor.logs.emitted import EmittedFindings
 from dflash_doctor.logs.lines import WorkerNames, split_prefix, thread_of, unwrap, without_record_prefix
 from dflash_doctor.logs.options import LogOptions, compile_thread_pattern
 from dflash_doctor.logs.prefilter import Prefilter
-from dflash_doctor.logs.records import OpenRecord, one_line_death
-from dflash_doctor.logs.progress import TOTAL, DropEvent, ProgressTracker
+from dflash_doctor.logs.death_records import OpenRecord, one_line_death
+from dflash_doctor.logs.worker_progress import TOTAL, DropEvent, ProgressTracker
 from dflash_doctor.logs.stackdump import GDB_BACKTRACE, StackDumpParser, crash_context
 from dflash_doctor.logs.throughput import IT_S, TOK_S, rate, step
 from dflash_doctor.logs.torchrun import EXIT_FIELD, RANK_FIELD, Failure, SummaryParser

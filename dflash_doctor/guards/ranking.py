@@ -1,40 +1,18 @@
 """The fixes `guards` ranks for a release: the mitigation registry's (dflash_doctor.mitigations, ranked by its
-`recommend`), and, as data, the advice that is not a mitigation: restart a stuck process, restore Dynamo's config
-defaults, and upgrade torch (what that removes and adds, read from the release table for the target release).
+`recommend`), the advice that is not a mitigation (restart a stuck process, restore Dynamo's config defaults:
+`mitigations.RESTART` and `RESTORE_CONFIG`, declared there so the DFD6xx rule table reads its fix texts from the
+core), and upgrading torch (what that removes and adds, read from the release table for the target release).
 
-Plain data and functions of it (no torch); the DFD6xx rule table takes its fix texts from here.
+Plain data and functions of it (no torch).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dflash_doctor.hazards import Hazard, Release
-from dflash_doctor.mitigations import REGISTRY, Recommendation, recommend
+from dflash_doctor.mitigations import REGISTRY, RESTART, RESTORE_CONFIG, Recommendation, recommend
 
 
-@dataclass(frozen=True)
-class Advice:
-    kind: str
-    fix: str
-    cost: str
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "fix": self.fix, "cost": self.cost}
-
-
-RESTART = Advice(
-    "restart",
-    "Restart the process: its FX-tracing flag is stuck True and never clears, so every compiled call raises.",
-    "the process's in-memory state (resume from the last checkpoint)",
-)
-RESTORE_CONFIG = Advice(
-    "restore-config",
-    "Set torch._dynamo.config.error_on_nested_fx_trace = True and force_compile_during_fx_trace = False (the "
-    "defaults), then remove the race with one of the fixes below.",
-    "none; the race raises again instead of silently running uncompiled code (for flex_attention: the dense path "
-    "that materialises QK^T and can run out of memory)",
-)
 # The upgrade goal: the first release whose FX-tracing flag is thread-local (the upstream fix of the leak).
 UPGRADE_GOAL = "a thread-local FX-tracing flag"
 
@@ -130,5 +108,4 @@ def _values(hazards: Iterable[Hazard]) -> List[str]:
     return [h.value for h in _ordered(hazards)]
 
 
-__all__ = ["RESTART", "RESTORE_CONFIG", "Advice", "hazard_fixes", "rank_fixes",
-           "release_from_row", "upgrade"]
+__all__ = ["hazard_fixes", "rank_fixes", "release_from_row", "upgrade"]
