@@ -167,7 +167,7 @@ def check_options(options: PipelineOptions) -> None:
     loaded machine), so a mistyped option or a contradiction is one line at once; make_plan calls it too. Left to
     make_plan: what needs the devices torch sees (CUDA counts, --fail-worker's names, --transport ipc's pairs) and
     reading a checkpoint that exists."""
-    from dflash_doctor.reference.checkpointing import checkpoint_path
+    from dflash_doctor.reference.checkpoint_files import checkpoint_path
 
     cfg = preset(options.preset)
     if options.batch_size is not None and not 1 <= options.batch_size <= MAX_BATCH:
