@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generic, List, Mapping, Optional, Tuple, cast
+
+if TYPE_CHECKING:
+    # PEP 696 defaults (typing.TypeVar takes `default=` from 3.13 only): a bare `Report` keeps untyped facts.
+    from typing_extensions import TypeVar
+
+    FactsT = TypeVar("FactsT", default=Any)
+else:
+    from typing import TypeVar
+
+    FactsT = TypeVar("FactsT")
 
 
 class Severity(str, enum.Enum):
@@ -79,12 +89,20 @@ class Problem:
         return {"subject": self.subject, "reason": self.reason, "hint": self.hint}
 
 
+def _empty_facts() -> Any:
+    return {}
+
+
 @dataclass
-class Report:
+class Report(Generic[FactsT]):
+    """`Report[LogsFacts]`: a command whose facts have a typed model (a TypedDict next to the analysis that fills
+    it, e.g. logs/facts.py) says so, and its renderer reads keys mypy checks; a bare `Report` has untyped facts.
+    At run time facts are always a plain dict, so the JSON envelope is the same either way."""
+
     command: str
     findings: List[Finding] = field(default_factory=list)
     problems: List[Problem] = field(default_factory=list)
-    facts: Dict[str, Any] = field(default_factory=dict)  # the command's own data: `facts` in the JSON envelope
+    facts: FactsT = field(default_factory=_empty_facts)  # the command's own data: `facts` in the JSON envelope
     # Commands with their own exit-code contract (repro) set this; others derive it from findings/problems.
     exit_code_override: Optional[int] = None
     # The closing line's words in place of the finding counts, where the command has a verdict to say (repro).
@@ -97,12 +115,12 @@ class Report:
         import signal
 
         self.stopped_by = signal_name
-        self.facts["partial"] = {"stopped_by": signal_name, "unfinished": unfinished}
+        cast(Dict[str, Any], self.facts)["partial"] = {"stopped_by": signal_name, "unfinished": unfinished}
         self.problems.append(Problem(self.command, f"stopped by {signal_name} before the end: {unfinished}",
                                      "what had finished is reported; run it again to complete it"))
         self.exit_code_override = 128 + int(signal.Signals[signal_name])
 
-    def extend(self, other: "Report") -> None:
+    def extend(self, other: "Report[Any]") -> None:
         self.findings.extend(other.findings)
         self.problems.extend(other.problems)
 

@@ -118,7 +118,7 @@ def run_check(
     """
     began = clock()
     parts = default_parts(plan, progress, lambda: clock() - began) if parts is None else parts
-    merged = Report("check", facts={"parts": [], "seconds": {}})
+    merged: Report = Report("check", facts={"parts": [], "seconds": {}})
     by_part: Dict[str, Report] = {}
     order = sorted(parts, key=lambda n: PART_ORDER.index(n) if n in PART_ORDER else len(PART_ORDER))
     for index, name in enumerate(order):

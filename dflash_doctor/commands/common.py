@@ -12,7 +12,7 @@ import typer
 from dflash_doctor.errors import Terminated, UsageError, finite  # they live with the errors; commands import here
 from dflash_doctor.findings import EXIT_PROBLEMS, FailOn, Problem, Report
 from dflash_doctor.outputs import check_output, write_atomically
-from dflash_doctor.render import FactsView, OutputFormat, emit, formatter_for
+from dflash_doctor.render import F, FactsView, OutputFormat, emit, formatter_for
 
 __all__ = [
     "EXIT_CODES_HELP", "FAIL_ON_OPTION", "FORMAT_OPTION", "OUTPUT_OPTION", "QUIET_OPTION", "check_output", "error_line", "finish",
@@ -86,11 +86,11 @@ def _note_unwritten(report: Report, option: str, path: Path, exc: OSError, where
 
 
 def finish(
-    report: Report,
+    report: Report[F],
     fmt: OutputFormat,
     fail_on: FailOn = FailOn.WARNING,
     output: Optional[Path] = None,
-    facts_view: Optional[FactsView] = None,
+    facts_view: Optional[FactsView[F]] = None,
     report_stream: Optional[TextIO] = None,
 ) -> int:
     """Render `report` to stdout (or `report_stream`: `run` keeps stdout for the user's command) or `output` and

@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set, cast
 
 from dflash_doctor.findings import Problem, Report, Severity
+from dflash_doctor.gpus.facts import GpusFacts, ThresholdFacts
 from dflash_doctor.gpus.readings import GpuReading
 from dflash_doctor.gpus.roles import RoleMap, role_of
 from dflash_doctor.rules.gpus import (
@@ -105,10 +106,10 @@ def analyze_gpus(
     live: bool = False,
     source: str = "csv",
     span_s: Optional[float] = None,
-) -> Report:
+) -> Report[GpusFacts]:
     """The DFD4xx findings for one averaged snapshot; `span_s` is how long the samples covered, when known."""
     roles = roles or {}
-    report = Report(command="gpus")
+    report: Report[GpusFacts] = Report(command="gpus")
     snapshot = _Snapshot(readings, _roles_for(readings, roles), thresholds, path)
     present = {r.index for r in readings}
     _roles_absent(roles, present, report)
@@ -121,11 +122,12 @@ def analyze_gpus(
     report.facts = {
         "source": source,
         "path": path,
-        "gpus": [dict(r.to_dict(), role=snapshot.role[r.index],
-                      memory_total_mib=r.memory_total_mib or memory_total_mib) for r in readings],
+        # (the role after the reading's keys; memory_total_mib keeps its place: `dict(reading, ...)` did the same)
+        "gpus": [{**r.to_dict(), "role": snapshot.role[r.index],
+                  "memory_total_mib": r.memory_total_mib or memory_total_mib} for r in readings],
         "roles": {name: list(indices) for name, indices in (roles or {ALL_ROLE: tuple(sorted(present))}).items()},
         "role_busy_level": levels,
-        "thresholds": asdict(thresholds),
+        "thresholds": cast(ThresholdFacts, asdict(thresholds)),
         "skipped_checks": skipped,
     }
     return report

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
+from dflash_doctor.gpus.facts import ProcessFacts, ReadingFacts
+
 
 @dataclass(frozen=True)
 class GpuProcess:
@@ -13,7 +15,7 @@ class GpuProcess:
     threads: Optional[int] = None
     state: str = "unknown"  # running | sleeping | zombie | gone | unknown (psutil's status, or why it is unknown)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ProcessFacts:
         return {"pid": self.pid, "used_mib": self.used_mib, "name": self.name, "threads": self.threads,
                 "state": self.state}
 
@@ -32,7 +34,7 @@ class GpuReading:
     processes: Tuple[GpuProcess, ...] = field(default_factory=tuple)
     line: Optional[int] = None  # CSV line of the GPU's first row
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ReadingFacts:
         return {
             "index": self.index,
             "name": self.name,

@@ -7,6 +7,7 @@ from dflash_doctor.findings import Problem, Report
 from dflash_doctor.gpus.next_steps import next_steps
 from dflash_doctor.gpus.analyze import Thresholds, analyze_gpus
 from dflash_doctor.gpus.csv_snapshot import read_csv_snapshot
+from dflash_doctor.gpus.facts import GpusFacts
 from dflash_doctor.gpus.nvml import LiveSnapshot, NvmlDevices, NvmlUnavailable, PynvmlDevices, iter_samples
 from dflash_doctor.gpus.processes import ProcessProbe, describe_processes, psutil_probe
 from dflash_doctor.gpus.roles import RoleMap
@@ -20,7 +21,7 @@ def report_from_csv(
     roles: Optional[RoleMap] = None,
     thresholds: Thresholds = Thresholds(),
     memory_total_mib: Optional[float] = None,
-) -> Report:
+) -> Report[GpusFacts]:
     snapshot = read_csv_snapshot(lines, source, columns)
     report = analyze_gpus(snapshot.readings, roles=roles, thresholds=thresholds, memory_total_mib=memory_total_mib,
                           path=source, source="csv")
@@ -28,8 +29,8 @@ def report_from_csv(
     if not snapshot.readings:
         report.problems.append(Problem(source, "no GPU rows in the snapshot",
                                        "feed nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv"))
-    report.facts.update(columns=list(snapshot.columns), header=snapshot.header, rows=snapshot.rows,
-                        next_steps=next_steps(report.findings, source))
+    report.facts.update({"columns": list(snapshot.columns), "header": snapshot.header, "rows": snapshot.rows,
+                         "next_steps": next_steps(report.findings, source)})
     return report
 
 
@@ -43,14 +44,14 @@ def report_from_csv_input(
     roles: Optional[RoleMap] = None,
     thresholds: Thresholds = Thresholds(),
     memory_total_mib: Optional[float] = None,
-) -> Report:
+) -> Report[GpusFacts]:
     """`report_from_csv` over a path (`-`: stdin), read like a log: only regular files, bounded lines, and
     anything else (a device, a FIFO, binary data) a Problem in the report, never a hang."""
     from dflash_doctor.logs.reader import iter_lines, open_log
 
     opened = open_log(path)
     if isinstance(opened, Problem):
-        report = Report(command="gpus", problems=[opened])
+        report: Report[GpusFacts] = Report(command="gpus", problems=[opened])
         report.facts = {"source": "csv", "path": opened.subject, "gpus": []}
         return report
     stream, name, _ = opened
@@ -73,8 +74,8 @@ def report_from_nvml(
     roles: Optional[RoleMap] = None,
     thresholds: Thresholds = Thresholds(),
     memory_total_mib: Optional[float] = None,
-    on_sample: Optional[Callable[[Report], None]] = None,
-) -> Report:
+    on_sample: Optional[Callable[[Report[GpusFacts]], None]] = None,
+) -> Report[GpusFacts]:
     """Sample NVML `samples` times (None: until KeyboardInterrupt), calling `on_sample` with each running report.
 
     No NVML or no GPU is a Problem in the returned report (exit bit 4), never an exception.
@@ -84,7 +85,7 @@ def report_from_nvml(
     except NvmlUnavailable as exc:
         return _unavailable(exc)
     last: Optional[LiveSnapshot] = None
-    report: Optional[Report] = None
+    report: Optional[Report[GpusFacts]] = None
     try:
         for last in iter_samples(devices, samples, interval, sleep):
             if on_sample is not None:
@@ -105,7 +106,7 @@ def report_from_nvml(
     return report
 
 
-def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_mib, span_s) -> Report:
+def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_mib, span_s) -> Report[GpusFacts]:
     readings = describe_processes(snapshot.readings, probe)
     report = analyze_gpus(readings, roles=roles, thresholds=thresholds, memory_total_mib=memory_total_mib,
                           live=True, source="nvml", span_s=span_s)
@@ -115,8 +116,8 @@ def _live_report(snapshot: LiveSnapshot, probe, roles, thresholds, memory_total_
     return report
 
 
-def _unavailable(exc: Exception) -> Report:
-    report = Report(command="gpus")
+def _unavailable(exc: Exception) -> Report[GpusFacts]:
+    report: Report[GpusFacts] = Report(command="gpus")
     report.problems.append(Problem("nvml", str(exc), "use --from FILE with nvidia-smi CSV from the GPU machine"))
     report.facts = {"source": "nvml", "gpus": []}
     return report

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 from dflash_doctor.findings import Finding, Report, Severity
+from dflash_doctor.logs.facts import DeathFacts, LogsFacts, RootCauseFacts, ThreadFacts
 from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.logs import patterns
 from dflash_doctor.logs.next_steps import next_steps
@@ -135,8 +136,8 @@ class LogScanner:
                                         unnamed=MAIN)
         self._emitted = EmittedFindings(path, options.max_findings_per_code)
         self._hooked: List[Finding] = []  # what a rule's hook reported for the line being parsed
-        self._deaths: Dict[str, Dict[str, Any]] = {}
-        self._root_cause: Optional[Dict[str, Any]] = None
+        self._deaths: Dict[str, DeathFacts] = {}
+        self._root_cause: Optional[RootCauseFacts] = None
         self._names = WorkerNames()
         self._where: Optional[Tuple[bytes, int, int]] = None  # (block, offset, line) of the line being parsed
         self.lines = 0
@@ -249,7 +250,7 @@ class LogScanner:
         new += self._end_summary() + self._end_dump()
         return new
 
-    def finish(self) -> Report:
+    def finish(self) -> Report[LogsFacts]:
         self.restart()
         self._report_held_at_end()
         for drop in self.progress.drops_at_end():
@@ -262,9 +263,10 @@ class LogScanner:
                        f"{stall.peer} advanced {stall.peer_advanced} steps",
                        stall.line, dict(thread=stall.thread, last_step=stall.last_step, peer=stall.peer,
                                         peer_advanced=stall.peer_advanced))
-        report = Report(command="logs", findings=list(self._emitted.findings))
+        report: Report[LogsFacts] = Report(command="logs", findings=list(self._emitted.findings))
         report.facts = self.facts()
-        report.facts["next_steps"] = next_steps(report.findings, report.facts["threads"])
+        # (next_steps reads the threads as plain dicts, which they are)
+        report.facts["next_steps"] = next_steps(report.findings, cast(Dict[str, dict], report.facts["threads"]))
         return report
 
     def _report_held_at_end(self) -> None:
@@ -500,7 +502,8 @@ class LogScanner:
             return
         if finding is not None:
             self._emitted.withdraw(finding, (worker,))
-        if self._deaths.get(worker, {}).get("line") != bare_line:
+        death = self._deaths.get(worker)
+        if death is None or death["line"] != bare_line:
             return
         if in_record:
             self._deaths[worker]["code"] = code  # the thread died on its record's first line, of this cause
@@ -783,7 +786,7 @@ class LogScanner:
                             summary.start_line, summary.start_line, {"signal": failure.signal},
                             exception=None, message=_failure_words(failure), kind="collateral")
         if root is not None:
-            self._root_cause = dict(root.to_dict(), line=summary.start_line)
+            self._root_cause = {**root.to_dict(), "line": summary.start_line}
         return new
 
     def _root_failure(self, root: Failure, summary: SummaryParser, worker: str, first: bool = True) -> List[Finding]:
@@ -881,8 +884,8 @@ class LogScanner:
 
     # -- facts -----------------------------------------------------------------------------------------------
 
-    def facts(self) -> dict:
-        threads = {}
+    def facts(self) -> LogsFacts:
+        threads: Dict[str, ThreadFacts] = {}
         for name, state in self.progress.threads.items():
             threads[name] = {
                 "last_step": state.last_step,

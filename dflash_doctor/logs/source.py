@@ -6,6 +6,7 @@ from typing import Callable, List, Optional
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report
+from dflash_doctor.logs.facts import LogsFacts
 from dflash_doctor.logs.options import LogOptions
 from dflash_doctor.printable import printable_log
 from dflash_doctor.logs.reader import CHUNK, compression_of, cut_of, follow_blocks, iter_buffers, open_log
@@ -14,7 +15,7 @@ from dflash_doctor.logs.scanner import LogScanner
 OnFindings = Callable[[List[Finding]], None]
 
 
-def scan_stream(stream, path: str, options: LogOptions = LogOptions(), chunk: int = CHUNK) -> Report:
+def scan_stream(stream, path: str, options: LogOptions = LogOptions(), chunk: int = CHUNK) -> Report[LogsFacts]:
     """Scan a binary stream to its end. A read that fails half-way, or compressed data cut short or damaged (a
     truncated .gz), is a Problem saying after which line; the findings then cover the lines read before it."""
     scanner = LogScanner(path, options)
@@ -34,7 +35,7 @@ def scan_stream(stream, path: str, options: LogOptions = LogOptions(), chunk: in
 
 
 def scan_log(path: str, options: LogOptions, follow: bool = False, max_seconds: Optional[float] = None,
-             on_findings: Optional[OnFindings] = None) -> Report:
+             on_findings: Optional[OnFindings] = None) -> Report[LogsFacts]:
     """The logs Report for `path` (`-`: stdin), read to its end or followed until `max_seconds` / Ctrl-C.
 
     What cannot be read (a missing file, a device, a FIFO, binary data, an unknown compression) is a Problem in the
@@ -43,7 +44,7 @@ def scan_log(path: str, options: LogOptions, follow: bool = False, max_seconds: 
         return _follow(path, options, max_seconds, on_findings)
     opened = open_log(path)
     if isinstance(opened, Problem):
-        report = Report(command="logs", problems=[opened])
+        report: Report[LogsFacts] = Report(command="logs", problems=[opened])
         report.facts = {"path": opened.subject, "lines": 0, "bytes": 0, "exceptions": 0, "threads": {},
                         "next_steps": []}
         return report
@@ -58,7 +59,7 @@ def scan_log(path: str, options: LogOptions, follow: bool = False, max_seconds: 
 
 
 def _follow(path: str, options: LogOptions, max_seconds: Optional[float],
-            on_findings: Optional[OnFindings]) -> Report:
+            on_findings: Optional[OnFindings]) -> Report[LogsFacts]:
     from pathlib import Path
 
     if path == "-":
@@ -77,7 +78,7 @@ def _follow(path: str, options: LogOptions, max_seconds: Optional[float],
 
 
 def follow_file(path: str, options: LogOptions, should_stop: Callable[[], bool],
-                on_findings: Optional[OnFindings] = None, sleep=None, poll: float = 0.25) -> Report:
+                on_findings: Optional[OnFindings] = None, sleep=None, poll: float = 0.25) -> Report[LogsFacts]:
     """`tail -F` a file from its start until `should_stop()` or Ctrl-C; `on_findings` gets new findings live.
 
     A rotated, re-created or truncated file is read on without losing lines; line numbers start over with the

@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from dflash_doctor.logs.facts import FailureFacts
+
 from dflash_doctor.rules.logs import SIGNALS
 
 MAX_LINES = 400  # a summary longer than this is cut there
@@ -70,7 +72,7 @@ class Failure:
     def text(self) -> str:
         return "\n".join(self.traceback)
 
-    def to_dict(self) -> Dict[str, object]:
+    def to_dict(self) -> FailureFacts:
         return {"rank": self.rank, "local_rank": self.local_rank, "exitcode": self.exitcode, "pid": self.pid,
                 "host": self.host, "time": self.time, "signal": self.signal, "root_cause": self.root}
 

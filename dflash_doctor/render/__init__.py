@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import enum
 import sys
-from typing import TYPE_CHECKING, Callable, NoReturn, Optional, TextIO
+from typing import TYPE_CHECKING, Callable, NoReturn, Optional, TextIO, TypeVar
 
 from dflash_doctor.findings import FailOn, Report
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from dflash_doctor.render.formats import Formatter
 
 
@@ -23,8 +25,10 @@ class OutputFormat(str, enum.Enum):
     JUNIT = "junit"
 
 
-# A facts view draws a command's facts in the text format (tables, timelines); it receives a rich Console.
-FactsView = Callable[[object, dict], None]
+F = TypeVar("F")
+# A facts view draws a command's facts in the text format (tables, timelines); it receives a rich Console and the
+# report's facts, of the report's facts type: `FactsView[LogsFacts]` goes with a `Report[LogsFacts]`.
+FactsView = Callable[["Console", F], None]
 
 
 def assert_never(value: NoReturn) -> NoReturn:
@@ -48,11 +52,11 @@ def formatter_for(fmt: OutputFormat) -> "Formatter":
 
 
 def emit(
-    report: Report,
+    report: Report[F],
     fmt: OutputFormat,
     fail_on: FailOn = FailOn.WARNING,
     *,
-    facts_view: Optional[FactsView] = None,
+    facts_view: Optional[FactsView[F]] = None,
     out: Optional[TextIO] = None,
     err: Optional[TextIO] = None,
 ) -> int:

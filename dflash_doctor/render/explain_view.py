@@ -1,9 +1,14 @@
 """Text views of the rule registry for `explain`."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sys
 
 from dflash_doctor.render.text import _STYLE, console_for
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def render_rule_list(rules) -> None:
@@ -50,7 +55,7 @@ def rules_json(rules, *, single: bool) -> str:
     return json.dumps(docs[0] if single else docs, indent=2)
 
 
-def render_mitigations(console, entries, *, ranking: bool) -> None:
+def render_mitigations(console: Console, entries, *, ranking: bool) -> None:
     """`explain mitigations` (or one of them) for a terminal: the registry's words as docs/mitigations.md has
     them, laid out as text instead of Markdown."""
     from rich.markup import escape

@@ -3,24 +3,28 @@ problems and summary line to `err`. `render.formatter_for` picks one; `suffix` n
 from __future__ import annotations
 
 import abc
-from typing import ClassVar, Optional, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, TextIO
 
 from dflash_doctor.findings import FailOn, Report
+
+if TYPE_CHECKING:
+    from dflash_doctor.render import FactsView
 
 
 class Formatter(abc.ABC):
     suffix: ClassVar[str]
 
     @abc.abstractmethod
-    def write(self, report: Report, out: TextIO, err: TextIO, *, exit_code: int, fail_on: FailOn,
-              facts_view=None) -> None:
+    def write(self, report: Report[Any], out: TextIO, err: TextIO, *, exit_code: int, fail_on: FailOn,
+              facts_view: Optional[FactsView[Any]] = None) -> None:
         """Write the report to `out`, problems and the summary line to `err`."""
 
 
 class TextFormatter(Formatter):
     suffix = ".txt"
 
-    def write(self, report, out, err, *, exit_code, fail_on, facts_view=None) -> None:
+    def write(self, report: Report[Any], out: TextIO, err: TextIO, *, exit_code: int, fail_on: FailOn,
+              facts_view: Optional[FactsView[Any]] = None) -> None:
         from dflash_doctor.render.text import render_text
 
         render_text(report, out, err, facts_view=facts_view, exit_code=exit_code)
@@ -33,7 +37,8 @@ class DocumentFormatter(Formatter):
     def document(self, report: Report, exit_code: int, fail_on: Optional[FailOn]) -> str:
         """The whole document, without a trailing newline."""
 
-    def write(self, report, out, err, *, exit_code, fail_on, facts_view=None) -> None:
+    def write(self, report: Report[Any], out: TextIO, err: TextIO, *, exit_code: int, fail_on: FailOn,
+              facts_view: Optional[FactsView[Any]] = None) -> None:
         from dflash_doctor.render.text import render_problems_and_summary
 
         out.write(self.document(report, exit_code, fail_on))
@@ -44,7 +49,7 @@ class DocumentFormatter(Formatter):
 class JsonFormatter(DocumentFormatter):
     suffix = ".json"
 
-    def document(self, report, exit_code, fail_on) -> str:
+    def document(self, report: Report[Any], exit_code: int, fail_on: Optional[FailOn]) -> str:
         from dflash_doctor.render.json_format import render_json
 
         return render_json(report, exit_code)
@@ -53,7 +58,7 @@ class JsonFormatter(DocumentFormatter):
 class SarifFormatter(DocumentFormatter):
     suffix = ".sarif"
 
-    def document(self, report, exit_code, fail_on) -> str:
+    def document(self, report: Report[Any], exit_code: int, fail_on: Optional[FailOn]) -> str:
         from dflash_doctor.render.sarif import render_sarif
 
         return render_sarif(report, exit_code)
@@ -62,7 +67,7 @@ class SarifFormatter(DocumentFormatter):
 class JunitFormatter(DocumentFormatter):
     suffix = ".xml"
 
-    def document(self, report, exit_code, fail_on) -> str:
+    def document(self, report: Report[Any], exit_code: int, fail_on: Optional[FailOn]) -> str:
         from dflash_doctor.render.junit import render_junit
 
         # JUnit marks as failures exactly the findings at or above --fail-on; the others pass with details.

@@ -1,9 +1,16 @@
 """Text view of `gpus` facts: one row per GPU with utilization and memory bars, the processes, the next step."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from typing import Optional
 
 from dflash_doctor.render.logs_view import render_next_steps, safe
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from dflash_doctor.gpus.facts import GpusFacts
 
 BAR = 20
 
@@ -17,7 +24,7 @@ def bar(fraction: Optional[float], width: int = BAR) -> str:
     return f"[{colour}]" + "█" * filled + "[/][dim]" + "░" * (width - filled) + "[/]"
 
 
-def gpus_table(console, facts: dict):
+def gpus_table(console: Console, facts: GpusFacts) -> RenderableType:
     """One row per GPU; the bar and its figure share a cell, so a list layout keeps them together."""
     from dflash_doctor.render.tables import Column, fitted
 
@@ -41,7 +48,7 @@ def gpus_table(console, facts: dict):
     return fitted(console, columns, rows)
 
 
-def processes_table(console, facts: dict):
+def processes_table(console: Console, facts: GpusFacts) -> Optional[RenderableType]:
     from dflash_doctor.render.tables import Column, fitted
 
     found = [(g["index"], p) for g in facts.get("gpus", []) for p in g.get("processes", [])]
@@ -58,7 +65,7 @@ def processes_table(console, facts: dict):
     return fitted(console, columns, rows)
 
 
-def render_gpus(console, facts: dict) -> None:
+def render_gpus(console: Console, facts: GpusFacts) -> None:
     if not facts.get("gpus"):
         return
     if facts.get("source") == "nvml":

@@ -3,7 +3,12 @@ caches, probes, a verdict per hazard, the headline and ranked fixes. Draws only 
 follow it (render/text.py)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import textwrap
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _VERDICT_STYLE = {"vulnerable": "bold red", "safe": "bold green", "unknown": "bold magenta"}
 _STATE_STYLE = {"present": "red", "absent": "green", "unknown": "magenta"}
@@ -11,7 +16,7 @@ _OUTCOME_STYLE = {"reproduced": "red", "not-reproduced": "green", "skipped": "di
 HIGHLIGHT = "bold black on yellow"
 
 
-def guards_view(console, facts: dict) -> None:
+def guards_view(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     _versions(console, facts)
@@ -30,7 +35,7 @@ def guards_view(console, facts: dict) -> None:
     console.print()
 
 
-def _versions(console, facts: dict) -> None:
+def _versions(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     versions = facts.get("versions") or {}
@@ -54,7 +59,7 @@ def _versions(console, facts: dict) -> None:
                       f"{escape(', '.join(table['differences']))}: the source read here decides[/]")
 
 
-def _guard(console, facts: dict) -> None:
+def _guard(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     guard = facts.get("guard") or {}
@@ -97,7 +102,7 @@ def _guard(console, facts: dict) -> None:
         console.print("[bold]Masked during compile[/] no: the predicate does not check is_compiling()")
 
 
-def _source(console, lines, token: str) -> None:
+def _source(console: Console, lines, token: str) -> None:
     for row in source_rows(lines, token):
         console.print(row)
 
@@ -123,7 +128,7 @@ def source_rows(lines, token: str) -> list:
     return rows
 
 
-def _backward(console, facts: dict) -> None:
+def _backward(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     backward = facts.get("backward_compile") or {}
@@ -148,7 +153,7 @@ def _backward(console, facts: dict) -> None:
         console.print("[bold]Non-lazy switch[/] none in this release")
 
 
-def _state(console, facts: dict) -> None:
+def _state(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     source = facts.get("state_source", "?")
@@ -180,7 +185,7 @@ def _cache_text(cache: dict) -> str:
     return f"{cache['bytes'] / 1e6:.1f} MB in {cache['entries']}{more} files"
 
 
-def _probes(console, facts: dict) -> None:
+def _probes(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted
@@ -207,7 +212,7 @@ def _probes(console, facts: dict) -> None:
     console.print(fitted(console, columns, rows))
 
 
-def _hazards(console, facts: dict) -> None:
+def _hazards(console: Console, facts: dict) -> None:
     """One row per hazard: its verdict, the lines that decided it (relative to the torch folder), the probe that
     bore on it, and the registry's fixes for it on this release. The verdict's reasons follow in full."""
     import os
@@ -236,7 +241,7 @@ def _hazards(console, facts: dict) -> None:
     console.print(fitted(console, columns, rows))
 
 
-def _fixes(console, fixes: list) -> None:
+def _fixes(console: Console, fixes: list) -> None:
     from rich.markup import escape
 
     if not fixes:

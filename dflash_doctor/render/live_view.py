@@ -1,9 +1,14 @@
 """Text views of `run` and `attach`: what ran, how it ended, which processes the tool saw."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.markup import escape
 
 from dflash_doctor.printable import printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _ranks(processes) -> str:
@@ -11,7 +16,7 @@ def _ranks(processes) -> str:
     return f" (ranks {', '.join(map(str, ranks))})" if ranks else ""
 
 
-def render_run_facts(console, facts: dict) -> None:
+def render_run_facts(console: Console, facts: dict) -> None:
     command = " ".join(facts.get("command") or [])
     fixes = ", ".join(facts.get("fixes") or []) or "none"
     console.print(f"[bold]run[/] {escape(printable(command))}  [dim]fixes: {escape(fixes)}; cache: "
@@ -29,7 +34,7 @@ def render_run_facts(console, facts: dict) -> None:
                       f"non-zero exit in {rate.get('exit_nonzero')}")
 
 
-def render_attach_facts(console, facts: dict) -> None:
+def render_attach_facts(console: Console, facts: dict) -> None:
     console.print(f"[bold]attach[/] pid {facts.get('pid')}: {facts.get('samples')} samples "
                   f"{facts.get('interval_s')} s apart; GPUs: {escape(str(facts.get('gpus')))}")
     for process in facts.get("processes") or []:

@@ -1,10 +1,19 @@
 """Text view of `logs` facts: every worker's last step, throughput and fate, the root cause, and what to do next."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional, Sequence
+
 from dflash_doctor.printable import printable_log as printable  # tabs spelled out, as logs/ shows them
 
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
-def safe(value) -> str:
+    from dflash_doctor.findings import Finding
+
+    from dflash_doctor.logs.facts import LogsFacts
+
+
+def safe(value: object) -> str:
     from rich.markup import escape
 
     return escape(printable(str(value)))
@@ -13,7 +22,7 @@ def safe(value) -> str:
 THREAD_COLUMNS = ("worker", "last step", "at line", "rate", "fate")
 
 
-def threads_table(console, facts: dict):
+def threads_table(console: Console, facts: LogsFacts) -> RenderableType:
     from dflash_doctor.render.tables import Column, fitted
 
     columns = [Column(header, wrap=header == "fate") for header in THREAD_COLUMNS]
@@ -39,7 +48,7 @@ def threads_table(console, facts: dict):
     return fitted(console, columns, rows)
 
 
-def render_next_steps(console, steps) -> None:
+def render_next_steps(console: Console, steps: Optional[Sequence[str]]) -> None:
     if not steps:
         return
     console.print("[bold]Next[/]")
@@ -47,7 +56,7 @@ def render_next_steps(console, steps) -> None:
         console.print(f"  • {safe(step)}")
 
 
-def render_logs(console, facts: dict) -> None:
+def render_logs(console: Console, facts: LogsFacts) -> None:
     mib = facts.get("bytes", 0) / 2 ** 20
     compression = f", {facts['compression']}-compressed" if facts.get("compression") else ""
     console.print(f"[bold]Log[/] [dim]{safe(facts.get('path'))}: {facts.get('lines', 0):,} lines, {mib:,.1f} MiB"
@@ -67,7 +76,7 @@ def render_logs(console, facts: dict) -> None:
     console.print()
 
 
-def render_finding_live(console, finding) -> None:
+def render_finding_live(console: Console, finding: Finding) -> None:
     """One finding as it is found by --follow (the full report follows at the end)."""
     console.print(f"[dim]{safe(finding.path)}:{finding.line}:[/] [bold]{finding.code}[/] {finding.name} "
                   f"{safe(finding.message)}")

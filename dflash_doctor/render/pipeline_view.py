@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Dict, Iterator, Optional
 from dflash_doctor.reference.results import Progress
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+if TYPE_CHECKING:
     from rich.progress import TaskID
 
 _OUTCOME_STYLE = {"ok": "green", "error": "bold red", "killed": "bold red", "stopped": "yellow", "hung": "bold red"}
@@ -49,7 +52,7 @@ def stopped_summary(facts: dict) -> str:
             f"{facts.get('steps', 0)} steps; partial report written")
 
 
-def render_pipeline(console, facts: dict) -> None:
+def render_pipeline(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted

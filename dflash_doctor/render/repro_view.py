@@ -1,9 +1,14 @@
 """Text view of repro facts: the phases, who blamed whom, the hang chain, a per-thread timeline, the matrix."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor.outcomes import FailureKind, ThreadOutcome
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 TIMELINE_WIDTH = 60
 # Later entries win when several things fall into one column.
@@ -99,7 +104,7 @@ def verdict_line(facts: dict) -> str:
     return f"verdict: {verdict_words(facts)}"
 
 
-def render_repro_facts(console, facts: dict) -> None:
+def render_repro_facts(console: Console, facts: dict) -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted
@@ -173,7 +178,7 @@ def stress_cells(tally: dict) -> str:
     return " · ".join(cells)
 
 
-def render_matrix(console, rows: Sequence[dict]) -> None:
+def render_matrix(console: Console, rows: Sequence[dict]) -> None:
     from rich.markup import escape
 
     console.print("[bold]mitigation matrix[/] [dim](per stress: trials that reproduced / trials run)[/]")

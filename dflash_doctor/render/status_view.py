@@ -1,21 +1,29 @@
 """Text view of `status`: who died, what killed them, what they left idle, what the others do, what to try."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Optional
+
 from dflash_doctor.render.logs_view import render_next_steps, safe
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def _gib(mib) -> str:
+    from dflash_doctor.status.facts import StatusFacts
+
+
+def _gib(mib: Optional[float]) -> str:
     return "?" if mib is None else f"{mib / 1024:.1f} GiB"
 
 
-def render_status(console, facts: dict) -> None:
+def render_status(console: Console, facts: StatusFacts) -> None:
     workers = facts.get("workers", [])
     dead = [w for w in workers if w["state"] == "dead"]
     console.print("[bold]Dead workers[/]")
     if not dead:
         console.print("  none in the log")
-    for w in sorted(dead, key=lambda w: (not (w["cause"] or {}).get("root_cause"), w["cause"]["line"])):
-        cause = w["cause"]
+    # A dead worker always has its cause (status/join.py sets both from the log's death).
+    causes = [(w, w["cause"]) for w in dead if w["cause"] is not None]
+    for w, cause in sorted(causes, key=lambda pair: (not pair[1].get("root_cause"), pair[1]["line"])):
         what = cause.get("exception") or (f"killed by {cause['signal']}" if cause.get("signal") else "died")
         first = " [bold](failed first)[/]" if cause.get("root_cause") else ""
         step = "" if w["last_step"] is None else f", last step {w['last_step']}"

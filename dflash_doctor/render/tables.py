@@ -11,8 +11,13 @@ cell), or vanish. Here a table is drawn only where it fits:
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 from typing import List, Sequence
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
 
 COLUMN_GAP = 2  # the blank columns between two cells
 WRAPPED_MIN = 12  # a wrapping column narrower than this is no longer readable
@@ -26,15 +31,15 @@ class Column:
     min_width: int = WRAPPED_MIN
 
 
-def _width(console, markup: str) -> int:
+def _width(console: Console, markup: str) -> int:
     return console.render_str(markup).cell_len
 
 
-def _longest_word(console, markup: str) -> int:
+def _longest_word(console: Console, markup: str) -> int:
     return max((len(word) for word in console.render_str(markup).plain.split()), default=0)
 
 
-def layout(console, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> str:
+def layout(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> str:
     """`table`, `wrapped` or `list`: what `fitted` draws at this console's width."""
     if not rows:
         return "table"
@@ -51,7 +56,7 @@ def layout(console, columns: Sequence[Column], rows: Sequence[Sequence[str]]) ->
     return "wrapped" if sum(least) + gaps <= console.width else "list"
 
 
-def fitted(console, columns: Sequence[Column], rows: Sequence[Sequence[str]]):
+def fitted(console: Console, columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> RenderableType:
     """A renderable for `rows` (cells are rich markup, already escaped) laid out by `layout`."""
     from rich.console import Group
     from rich.table import Table

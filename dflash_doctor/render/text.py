@@ -4,16 +4,22 @@ from __future__ import annotations
 import os
 
 import functools
-from typing import Optional, TextIO
+from typing import TYPE_CHECKING, Any, Optional, TextIO, Type
 
 from dflash_doctor.findings import Report, Severity
 from dflash_doctor.printable import printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from dflash_doctor.render import F, FactsView
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 @functools.lru_cache(maxsize=None)
-def _safe_console_class():
+def _safe_console_class() -> Type[Console]:
     from rich.console import Console
 
     class SafeConsole(Console):
@@ -21,7 +27,7 @@ def _safe_console_class():
         file name or a log line cannot move the cursor, clear the screen or hide text; line breaks stay, since
         views lay text out over several lines (data that must stay on one line is escaped where it is put)."""
 
-        def render_str(self, text, **kwargs):
+        def render_str(self, text: str, **kwargs: Any) -> Text:
             return super().render_str(printable(text, keep_newlines=True), **kwargs)
 
         def on_broken_pipe(self) -> None:
@@ -35,12 +41,13 @@ def _safe_console_class():
     return SafeConsole
 
 
-def console_for(stream: TextIO):
+def console_for(stream: TextIO) -> Console:
     # No emoji codes: a file named `:fire:.py` is shown as it is named.
     return _safe_console_class()(file=stream, highlight=False, soft_wrap=True, emoji=False)
 
 
-def render_text(report: Report, out: TextIO, err: TextIO, *, facts_view=None, exit_code: int) -> None:
+def render_text(report: Report[F], out: TextIO, err: TextIO, *, facts_view: Optional[FactsView[F]] = None,
+                exit_code: int) -> None:
     from rich.markup import escape
 
     console = console_for(out)

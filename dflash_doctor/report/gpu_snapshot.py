@@ -5,10 +5,11 @@ import time
 from typing import TYPE_CHECKING, Callable, Optional
 
 if TYPE_CHECKING:
+    from dflash_doctor.gpus.facts import GpuFacts
     from dflash_doctor.gpus.nvml import NvmlDevices
 
 
-def _row(gpu: dict) -> dict:
+def _row(gpu: GpuFacts) -> dict:
     processes = gpu.get("processes") or []
     return {
         "index": gpu.get("index"),

@@ -7,13 +7,16 @@ dflash_doctor.gpus.roles.gpu_for_thread), then rankN on GPU N (one rank per GPU,
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, cast
 
 from dflash_doctor.findings import Report
+from dflash_doctor.gpus.facts import GpusFacts
 from dflash_doctor.gpus.next_steps import next_steps as gpu_steps
 from dflash_doctor.gpus.roles import RoleMap, gpu_for_thread, role_of
+from dflash_doctor.logs.facts import DeathFacts, LogsFacts, ThreadFacts
 from dflash_doctor.logs.next_steps import next_steps as log_steps
 from dflash_doctor.rules.logs import DEATH_CODES
+from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
 
 _RANK = re.compile(r"^rank(?P<n>\d+)$")
 
@@ -27,7 +30,7 @@ def _gpu_codes(gpus_report: Report) -> Dict[int, List[str]]:
     return codes
 
 
-def _state(thread: dict, stalled: set, name: str) -> str:
+def _state(thread: ThreadFacts, stalled: set, name: str) -> str:
     if thread.get("died"):
         return "dead"
     if name in stalled:
@@ -35,12 +38,14 @@ def _state(thread: dict, stalled: set, name: str) -> str:
     return "progressing" if thread.get("last_step") is not None or thread.get("last_rate") else "unknown"
 
 
-def worker_gpu(name: str, thread: dict, roles: RoleMap, thread_map: Optional[Dict[str, int]]) -> Optional[int]:
+def worker_gpu(name: str, thread: ThreadFacts, roles: RoleMap,
+               thread_map: Optional[Dict[str, int]]) -> Optional[int]:
     if thread_map and name in thread_map:
         return thread_map[name]
-    death = thread.get("died") or {}
-    if death.get("gpu") is not None:
-        return int(death["gpu"])
+    death = thread.get("died")
+    gpu_named = death.get("gpu") if death else None
+    if gpu_named is not None:
+        return int(gpu_named)
     gpu = gpu_for_thread(name, roles, thread_map)
     if gpu is not None:
         return gpu
@@ -51,9 +56,16 @@ def worker_gpu(name: str, thread: dict, roles: RoleMap, thread_map: Optional[Dic
     return None
 
 
-def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
-                thread_map: Optional[Dict[str, int]] = None) -> Report:
-    report = Report(command="status")
+def _cause(death: Optional[DeathFacts]) -> Optional[CauseFacts]:
+    if not death:
+        return None
+    return {"code": death.get("code"), "exception": death.get("exception"), "message": death.get("message"),
+            "line": death.get("line"), "signal": death.get("signal"), "root_cause": death.get("root_cause")}
+
+
+def join_status(logs_report: Report[LogsFacts], gpus_report: Report[GpusFacts], roles: RoleMap,
+                thread_map: Optional[Dict[str, int]] = None) -> Report[StatusFacts]:
+    report: Report[StatusFacts] = Report(command="status")
     report.findings = list(logs_report.findings) + list(gpus_report.findings)
     report.problems = list(logs_report.problems) + list(gpus_report.problems)
     gpus = {g["index"]: g for g in gpus_report.facts.get("gpus", [])}
@@ -61,8 +73,8 @@ def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
     stalled = {f.evidence.get("thread") for f in logs_report.findings if f.code == "DFD507"}
     owner = role_of(roles)
 
-    workers = []
-    claimed = {}
+    workers: List[WorkerFacts] = []
+    claimed: Dict[int, str] = {}
     for name, thread in logs_report.facts.get("threads", {}).items():
         gpu = worker_gpu(name, thread, roles, thread_map)
         reading = gpus.get(gpu) if gpu is not None else None
@@ -74,8 +86,7 @@ def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
             "state": _state(thread, stalled, name),
             "gpu": gpu,
             "role": owner.get(gpu) if gpu is not None else None,
-            "cause": None if not death else {k: death.get(k) for k in ("code", "exception", "message", "line",
-                                                                       "signal", "root_cause")},
+            "cause": _cause(death),
             "last_step": thread.get("last_step"),
             "last_tok_s": thread.get("last_tok_s"),
             "gpu_utilization": reading.get("utilization") if reading else None,
@@ -83,7 +94,7 @@ def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
             "gpu_findings": gpu_codes.get(gpu, []) if gpu is not None else [],
         })
 
-    others = [
+    others: List[GpuStatusFacts] = [
         {"gpu": index, "role": g.get("role"), "thread": claimed.get(index), "utilization": g.get("utilization"),
          "memory_used_mib": g.get("memory_used_mib"), "findings": gpu_codes.get(index, [])}
         for index, g in sorted(gpus.items())
@@ -105,12 +116,15 @@ def join_status(logs_report: Report, gpus_report: Report, roles: RoleMap,
     return report
 
 
-def next_steps(logs_report: Report, gpus_report: Report, workers: List[dict], roles: RoleMap,
+def next_steps(logs_report: Report[LogsFacts], gpus_report: Report[GpusFacts], workers: List[WorkerFacts],
+               roles: RoleMap,
                unexplained: List[int]) -> List[str]:
     dead = [w for w in workers if w["state"] == "dead"]
     race_role = next((w["role"] for w in dead if w["cause"] and w["cause"]["code"] == "DFD501" and w["role"]), None)
     count = len(roles.get(race_role, ())) if race_role else None
-    steps = log_steps(logs_report.findings, logs_report.facts.get("threads", {}), workers=count)
+    # (log_steps reads the threads as plain dicts, which they are)
+    steps = log_steps(logs_report.findings, cast(Dict[str, dict], logs_report.facts.get("threads", {})),
+                      workers=count)
     if unexplained:
         if dead or any(f.code in DEATH_CODES for f in logs_report.findings):
             steps.append(f"GPU {', '.join(map(str, unexplained))} idle with no dead worker mapped to it: "

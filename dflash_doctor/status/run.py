@@ -6,6 +6,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Report
+from dflash_doctor.status.facts import StatusFacts
 from dflash_doctor.gpus.analyze import Thresholds
 from dflash_doctor.gpus.roles import RoleMap
 from dflash_doctor.logs.options import make_options
@@ -24,7 +25,7 @@ def status_report(
     interval: float = 0.5,
     thread_pattern: Optional[str] = None,
     sleep: Callable[[float], None] = time.sleep,
-) -> Report:
+) -> Report[StatusFacts]:
     """The joined Report: the log scanned with the logs defaults, the GPUs from a CSV (`source`) or live NVML."""
     from dflash_doctor.gpus.sources import report_from_csv_input, report_from_nvml
     from dflash_doctor.logs.source import scan_log

@@ -1,0 +1,77 @@
+"""The JSON facts of logs, gpus and status hold exactly the keys of their typed models (logs/facts.py,
+gpus/facts.py, status/facts.py): a key renamed or dropped on either side fails here, not in a consumer's jq."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Mapping, Type, get_type_hints
+
+import pytest
+
+from dflash_doctor.gpus.facts import GpuFacts, GpusFacts, ProcessFacts
+from dflash_doctor.logs.facts import DeathFacts, LogsFacts, RootCauseFacts, ThreadFacts
+from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
+
+REPO = Path(__file__).resolve().parent.parent
+LOGS = REPO / "fixtures" / "logs"
+GPUS = REPO / "fixtures" / "gpus"
+
+
+def _facts(*args: str) -> Dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "dflash_doctor", *args, "-f", "json"], capture_output=True,
+                          text=True, cwd=REPO, timeout=120)
+    return json.loads(done.stdout)["facts"]
+
+
+def _check(value: Mapping[str, Any], model: Type[Any], *, all_keys: bool = False) -> None:
+    """Every key of `value` is in `model`; every required key of `model` is in `value` (every key, with
+    `all_keys`: a run that fills all of them)."""
+    declared = set(get_type_hints(model))
+    assert set(value) <= declared, f"{model.__name__}: keys not in the model: {set(value) - declared}"
+    needed = declared if all_keys else set(model.__required_keys__)
+    assert needed <= set(value), f"{model.__name__}: keys missing from the JSON: {needed - set(value)}"
+
+
+def test_logs_facts_match_the_model() -> None:
+    facts = _facts("logs", str(LOGS / "rank_killed.log"))
+    _check(facts, LogsFacts)
+    assert {"root_cause", "untracked_threads", "progress_sampled", "repeats", "suppressed", "next_steps",
+            "compression"} <= set(facts)
+    assert facts["threads"]
+    for thread in facts["threads"].values():
+        _check(thread, ThreadFacts, all_keys=True)
+        if thread["died"]:
+            _check(thread["died"], DeathFacts, all_keys=True)
+    root = _facts("logs", str(LOGS / "torchrun_summary.log"))["root_cause"]
+    _check(root, RootCauseFacts, all_keys=True)
+
+
+def test_unreadable_log_facts_match_the_model() -> None:
+    _check(_facts("logs", "/dev/null"), LogsFacts)  # a device is a problem, not a scan: the base keys only
+
+
+@pytest.mark.parametrize("snapshot", ["seed003_snapshot.csv", "h100_header_with_total.csv"])
+def test_gpus_facts_match_the_model(snapshot: str) -> None:
+    facts = _facts("gpus", "--from", str(GPUS / snapshot), "--roles", "target=0-4,drafter=5-7")
+    _check(facts, GpusFacts)
+    assert {"path", "roles", "role_busy_level", "thresholds", "skipped_checks", "columns", "header", "rows",
+            "next_steps"} <= set(facts)
+    for gpu in facts["gpus"]:
+        _check(gpu, GpuFacts, all_keys=True)
+        for process in gpu["processes"]:
+            _check(process, ProcessFacts, all_keys=True)
+
+
+def test_status_facts_match_the_model() -> None:
+    facts = _facts("status", "--log", str(LOGS / "seed003_grep.log"), "--from", str(GPUS / "seed003_snapshot.csv"),
+                   "--roles", "target=0-4,drafter=5-7")
+    _check(facts, StatusFacts, all_keys=True)
+    assert any(w["cause"] for w in facts["workers"])
+    for worker in facts["workers"]:
+        _check(worker, WorkerFacts, all_keys=True)
+        if worker["cause"]:
+            _check(worker["cause"], CauseFacts, all_keys=True)
+    for gpu in facts["gpus"]:
+        _check(gpu, GpuStatusFacts, all_keys=True)
