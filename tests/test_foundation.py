@@ -75,7 +75,8 @@ def test_python_bad_examples_mark_their_own_code():
 
 
 def test_every_format_is_renderable():
-    assert {f.value for f in OutputFormat} == {"text", "json", "sarif", "junit"}
+    # the formats come from the enum (render/formats.py); these four are a public contract and never go away
+    assert {"text", "json", "sarif", "junit"} <= {f.value for f in OutputFormat}
 
 
 def test_explain_prints_each_rule_with_its_examples():

@@ -42,7 +42,7 @@ def test_docs_and_help_are_generated_from_the_registry():
     from dflash_doctor.render.mitigations_doc import render
 
     assert (REPO / "docs" / "mitigations.md").read_text(encoding="utf-8") == render(), (
-        "regenerate: python -m dflash_doctor.render.mitigations_doc > docs/mitigations.md")
+        "regenerate: python -m dflash_doctor.render.mitigations_doc --write")
     proc = run_cli("repro", "--help", timeout=60)
     # rich wraps long names at their hyphens ("single-" / "thread-autograd"): join those back
     help_text = " ".join(proc.stdout.split()).replace("- ", "-")

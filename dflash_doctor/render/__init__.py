@@ -1,28 +1,21 @@
 """Output formats. Renderers are the only code (besides cli.py) that writes to the terminal.
 
-`OutputFormat` is the one list of formats; `formatter_for` maps each to its formatter (render/formats.py) and ends
-in `assert_never`, so a format added to the enum without a formatter fails the type check and the tests instead
-of falling through to another format's output.
+`OutputFormat` (the one list of formats) and the formatter of each are declared in render/formats.py, whose
+`FORMATTERS` map is checked exhaustive at import; `formatter_for` looks a format up there, and anything that is
+not a member is an error, never another format's output.
 """
 from __future__ import annotations
 
-import enum
 import sys
 from typing import TYPE_CHECKING, Callable, NoReturn, Optional, TextIO, TypeVar
 
 from dflash_doctor.findings import FailOn, Report
+from dflash_doctor.render.formats import FORMATTERS, OutputFormat
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from dflash_doctor.render.formats import Formatter
-
-
-class OutputFormat(str, enum.Enum):
-    TEXT = "text"
-    JSON = "json"
-    SARIF = "sarif"
-    JUNIT = "junit"
 
 
 F = TypeVar("F")
@@ -37,18 +30,11 @@ def assert_never(value: NoReturn) -> NoReturn:
 
 
 def formatter_for(fmt: OutputFormat) -> "Formatter":
-    # Imported per branch: the SARIF and JUnit writers (rule registry, ElementTree) load only when asked for.
-    from dflash_doctor.render import formats
-
-    if fmt is OutputFormat.TEXT:
-        return formats.TextFormatter()
-    if fmt is OutputFormat.JSON:
-        return formats.JsonFormatter()
-    if fmt is OutputFormat.SARIF:
-        return formats.SarifFormatter()
-    if fmt is OutputFormat.JUNIT:
-        return formats.JunitFormatter()
-    assert_never(fmt)
+    # The formatters import their writers (rule registry, ElementTree) only when they write.
+    formatter = FORMATTERS.get(fmt) if isinstance(fmt, OutputFormat) else None
+    if formatter is None:
+        assert_never(fmt)  # type: ignore[arg-type]
+    return formatter()
 
 
 def emit(

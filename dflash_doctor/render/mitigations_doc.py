@@ -1,12 +1,15 @@
 """docs/mitigations.md and `dflash-doctor explain mitigations`, generated from the mitigation registry.
 
-    python -m dflash_doctor.render.mitigations_doc > docs/mitigations.md
+    python -m dflash_doctor.render.mitigations_doc --write     # (or `> docs/mitigations.md`; --check: stale?)
 
-A test regenerates the page and compares, so the doc cannot drift from dflash_doctor/mitigations.py.
+`python -m dflash_doctor.render.rules_doc --write` runs it too. A test regenerates the page and compares, so the
+doc cannot drift from dflash_doctor/mitigations.py.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+import sys
+from pathlib import Path
+from typing import List, Optional, Tuple
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.hazards import Hazard, Release
@@ -112,5 +115,25 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+MITIGATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "mitigations.md"
+REGENERATE = "python -m dflash_doctor.render.mitigations_doc --write"
+
+
+def main(argv: Optional[List[str]] = None, doc: Path = MITIGATIONS_DOC) -> int:
+    """`--write` regenerates docs/mitigations.md; `--check` exits 1 when it is stale; with neither, print it."""
+    args = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--write" in args:
+        doc.write_text(text, encoding="utf-8")
+        return 0
+    if "--check" in args:
+        if (doc.read_text(encoding="utf-8") if doc.exists() else "") != text:
+            sys.stderr.write(f"{doc} is stale; regenerate it with: {REGENERATE}\n")
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    raise SystemExit(main())

@@ -1,7 +1,9 @@
 """docs/rules.md, generated from the rule registry so the page can never drift from the code.
 
 Regenerate with `python -m dflash_doctor.render.rules_doc --write`; tests/render/test_rules_doc.py fails when the
-committed page is stale.
+committed page is stale. `--write` (on the real page) regenerates every other generated doc too:
+docs/mitigations.md (render/mitigations_doc.py) and the registries' lists in the hand-written pages
+(render/doc_lists.py), so one command follows a new rule, mitigation or format everywhere.
 """
 from __future__ import annotations
 
@@ -104,6 +106,11 @@ def main(argv: Optional[List[str]] = None, doc: Path = RULES_DOC) -> int:
     text = current_rules_markdown()
     if "--write" in args:
         doc.write_text(text, encoding="utf-8")
+        if doc == RULES_DOC:  # the real page (tests hand a temporary one): every generated doc with it
+            from dflash_doctor.render import doc_lists, mitigations_doc
+
+            mitigations_doc.main(["--write"])
+            doc_lists.main(["--write"])
         return 0
     if "--check" in args:
         current = doc.read_text(encoding="utf-8") if doc.exists() else ""
