@@ -8,7 +8,8 @@ of a small eager nn.Linear (the call itself, `__call__`, goes through the dispat
 an attribute lookup that reaches nn.Module.__getattr__ (`module.weight`), timed with perf_counter_ns:
 
 - bare: torch as installed, no trace running (the anchor);
-- isolated, idle: the shim installed, no trace running (the dispatchers are only in place while a trace is);
+- isolated, idle: the shim installed, no trace running (nn.Module's dispatchers stay in place from install on;
+  the autowrapped functions' only while a trace is);
 - isolated, tracing: the shim installed while another thread sits inside symbolic_trace (its forward waits on an
   Event, so it holds no GIL): every call of this thread goes through the dispatcher to the original.
 
@@ -89,11 +90,14 @@ def render(results: dict, args, torch_version: str) -> str:
                      f"{(r['call']['min_ns'] - bare['call']['min_ns']) / 1000:+.2f} us | "
                      f"{r['getattr']['median_ns']:.0f} ns ({r['getattr']['min_ns']:.0f}) | "
                      f"{r['getattr']['min_ns'] - bare['getattr']['min_ns']:+.0f} ns | {r['dispatching']} |")
-    lines += ["", "Differences are of the fastest rounds (noise on shared cores only adds time). With no trace running "
-              "the shim leaves torch's own `nn.Module.__call__` and `__getattr__` in place, so it costs nothing; while a "
-              "thread traces, every other thread's module call and module attribute lookup pays one Python call of "
-              "the dispatcher (a thread-local read and a dict lookup). Without the shim that call raises NameError "
-              "instead (the FX patcher race), so there is no faster alternative that runs it.", ""]
+    lines += ["", "Differences are of the fastest rounds (noise on shared cores only adds time). From install on the "
+              "shim keeps its dispatcher in `nn.Module.__call__` and `__getattr__`, traced or not: a Dynamo compile "
+              "in another thread that saw them come and go failed (InternalTorchDynamoError in CLOSURE_MATCH, "
+              "'Guard failed on the same frame it was created'; tests/runtime/test_fx_patches.py), so every module "
+              "call and module attribute lookup pays one Python call of the dispatcher (a thread-local read and a "
+              "dict lookup) whether or not a thread traces. Without the shim the call made while another thread "
+              "traces raises NameError instead (the FX patcher race), so there is no faster alternative that runs "
+              "it.", ""]
     return "\n".join(lines)
 
 

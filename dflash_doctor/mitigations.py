@@ -275,11 +275,12 @@ REGISTRY: Tuple[Mitigation, ...] = (
                  "math's functions are left unpatched (a module's globals are shared by every thread, and another "
                  "thread's compile reading math.sqrt broke on a patch there): in the tracing thread math.f(proxy) "
                  "raises instead of being recorded",
-                 "while a trace runs, another thread's compile sees the dispatcher as nn.Module.__call__, as it would "
-                 "see torch's own wrapper without the fix"),
-        cost="nothing while no thread traces; while one does, each eager module call and module attribute "
-             "lookup of the other threads goes through a dispatcher (about +10 us per nn.Linear(8, 8) call and +1.6 "
-             "us per attribute lookup on a loaded 2-core box: benchmarks/results/fx_patches.md)",
+                 "nn.Module.__call__ and __getattr__ hold the dispatcher from install on, for the whole run (a "
+                 "compile in another thread broke when they came and went with each trace): every compile sees it "
+                 "as nn.Module.__call__"),
+        cost="every eager module call and module attribute lookup goes through a dispatcher from install on "
+             "(+1.7 us per nn.Linear(8, 8) call and +0.2 us per attribute lookup with no trace running, +5.5 us and "
+             "+1.0 us while another thread traces, on the 2-core box: benchmarks/results/fx_patches.md)",
         unavailable=_needs_shared_patches,
         setup=_setup_isolate_fx_patches,
         source_markers=("isolate_fx_patches",),

@@ -21,11 +21,18 @@ def _frame(file: str, line: int, function: str, source: str = "", withs: Optiona
 
 
 def _process(pid: int, rank: Optional[int] = None, blames: Optional[list] = None, hang: Optional[dict] = None,
-             fixes: Optional[List[str]] = None) -> dict:
+             fixes: Optional[List[str]] = None, deaths: Optional[list] = None) -> dict:
     return {"pid": pid, "ppid": 1, "argv": ["train.py"], "rank": rank, "local_rank": rank,
             "torch_version": "2.13.0+cpu", "fx_flag_thread_local": False, "fixes": fixes or [], "problems": [],
-            "events": [], "blames": blames or [], "hang": hang, "ended": None if hang else "exit",
-            "started_at": 1764620000.0}
+            "events": [], "blames": blames or [], "hang": hang, "deaths": deaths or [],
+            "ended": None if hang else "exit", "started_at": 1764620000.0}
+
+
+def _death(thread: str, error_type: str, error: str, raised_at: list, tracing: Optional[List[str]] = None,
+           tracing_stack: Optional[list] = None) -> dict:
+    return {"thread": thread, "error_type": error_type, "error": error, "at_s": 3.2,
+            "patcher_race": "not installed as a submodule" in error or "CURRENT_PATCHER" in error,
+            "raised_at": raised_at, "tracing": tracing or [], "tracing_stack": tracing_stack or []}
 
 
 def _hang(cycle: str, kind: str, threads: List[str], chain: List[str], stacks: Optional[list] = None) -> dict:
@@ -118,5 +125,52 @@ LIVE_NO_PROGRESS = register(Rule(
     bad=_facts(_process(4242, rank=0, hang=_hang(
         "no-cycle", "other-error", ["MainThread"],
         ["no progress for 120.0 s and no lock cycle in the stacks", "MainThread at train.py:88 in wait_for_peer"]))),
+    good=_GOOD,
+))
+
+
+RUN_PATCHER_RACE = register(Rule(
+    code="DFD905",
+    name="run-fx-patcher-race",
+    severity=Severity.ERROR,
+    summary="a thread of your run died of the FX patcher race: another thread's torch.fx trace patched nn.Module "
+            "for every thread",
+    rationale=(
+        "torch.fx's Tracer.trace replaces nn.Module.__call__ and __getattr__ on the classes while it traces, for "
+        "every thread, and keeps its patcher in the module global CURRENT_PATCHER (docs/races.md, 'The FX "
+        "patcher race'). A module call in another thread then raises 'NameError: module is not installed as a "
+        "submodule' (inside a compile: Dynamo's 'RuntimeError when making fake tensor call ... got "
+        "NameError(...)'), and two overlapping traces end in 'AssertionError: CURRENT_PATCHER is None in finally "
+        "block'. `run` watches every thread's end around its `run()` (a trainer's own threading.excepthook "
+        "does not hide it) and, at that moment, names the threads that were inside an FX trace, with the "
+        "first one's stack: the profiler or graph inspection whose patches the dead thread met."
+    ),
+    fix=fix_text(Hazard.PATCHER_RACE) + " Prove it in your own trainer: the same command under "
+        "`dflash-doctor run --fix isolate-fx-patches -- ...`.",
+    example_format="live-facts",
+    bad=_facts(_process(4242, deaths=[_death(
+        "worker-0", "NameError", "module is not installed as a submodule",
+        [_frame("train.py", 52, "worker", "loss = step_fn(x).pow(2).mean()")], ["monitor"],
+        [_frame("train.py", 74, "monitor", "graph = torch.fx.symbolic_trace(model)")])])),
+    good=_GOOD,
+))
+
+RUN_THREAD_DIED = register(Rule(
+    code="DFD906",
+    name="run-thread-died",
+    severity=Severity.ERROR,
+    summary="a thread of your run died with an exception no other rule explains",
+    rationale=(
+        "A thread whose target raised is gone, and whatever it fed (a GPU, a queue) is starved, while the "
+        "process may still end with exit code 0: many trainers only log a thread's death. `run` watches every "
+        "thread's end around its `run()`, so a trainer's own threading.excepthook does not hide it; the "
+        "evidence keeps the traceback. The FX-tracing error (DFD901) and the FX patcher race (DFD905) are "
+        "reported as such instead."
+    ),
+    fix="Read the exception and its traceback in the evidence; `dflash-doctor logs` on the run's output joins "
+        "it with the worker's last step.",
+    example_format="live-facts",
+    bad=_facts(_process(4242, deaths=[_death(
+        "loader", "KeyError", "'input_ids'", [_frame("train.py", 31, "collate", "ids = batch['input_ids']")])])),
     good=_GOOD,
 ))

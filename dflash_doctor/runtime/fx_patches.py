@@ -38,6 +38,12 @@ PATCHER_ERROR_MARKS = ("module is not installed as a submodule", "CURRENT_PATCHE
 _REQUIRED = ("_Patcher", "_create_wrapped_func", "_PatchedFnSetItem", "_PatchedFnDel", "_PatchedFnSetAttr",
              "_new_patcher", "_maybe_revert_all_patches", "_autowrap_check")
 _MISSING = object()
+# nn.Module's places every trace patches get their dispatcher at install, for the life of the process, instead of
+# at each trace's first patch and back at its last revert: a Dynamo compile in another thread that met
+# nn.Module.__call__ as a dispatcher, then built its guards after the trace had put the original back, failed
+# (InternalTorchDynamoError: TypeError: 'NoneType' object is not subscriptable, in CLOSURE_MATCH; torch 2.13, a
+# trainer compiling its whole model beside a thread that traced it). One identity for the whole run.
+PINNED = ("__call__", "__getattr__")
 
 # .patches: Dict[key, List[_Entry]]; .patcher: the thread's current _Patcher; .busy: keys whose guarded patch
 # is running in this thread
@@ -176,6 +182,18 @@ def _push(owner: Any, name: str, new_fn: Callable[..., Any], is_class: bool) -> 
         _own_patches().setdefault(key, []).append(entry)
 
 
+def _pin(owner: Any, name: str) -> None:
+    """Put the dispatcher in a class's place now, for good (a user that never pops): see PINNED."""
+    key = (id(owner), name)
+    with _table_lock:
+        slot = _slots.get(key)
+        if slot is None:
+            original = _read(owner, name, True)
+            slot = _slots[key] = _Slot(owner, name, original)
+            _write(owner, name, _cached_dispatcher(key, original), True)
+        slot.users += 1
+
+
 def _pop(owner: Any, name: str, new_fn: Callable[..., Any], is_class: bool) -> None:
     key = (id(owner), name)
     with _table_lock:
@@ -307,6 +325,10 @@ def isolate_fx_patches() -> PatchIsolation:
                         "_autowrap_check": autowrap_check}
         for name, replacement in replacements.items():  # module globals torch.fx looks up on every use
             setattr(fx, name, replacement)
+        import torch
+
+        for name in PINNED:
+            _pin(torch.nn.Module, name)
         _installed = PatchIsolation("installed", "nn.Module.__call__/__getattr__ and autowrapped functions now "
                                                  "dispatch per thread (math's own functions are left unpatched); "
                                                  "the current patcher is per thread",

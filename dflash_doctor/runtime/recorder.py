@@ -139,6 +139,24 @@ class FlightRecorder:
             return Blame(victim, victim, self.now(), BlameKind.NESTED_TRACE, str(exc))
         return Blame(victim, None, self.now(), BlameKind.UNKNOWN, str(exc))
 
+    def tracing_now(self) -> List[Tuple[str, Tuple[Frame, ...]]]:
+        """The other threads inside an FX trace at this moment, each with its stack: whose patches a module call
+        of this thread may have gone through (the FX patcher race), read the moment the caller learns of it."""
+        me = threading.get_ident()
+        with self._lock:
+            holding = sorted((self._names.get(tid, f"thread-{tid}"), tid) for tid, depth in self._inside.items()
+                             if depth > 0 and tid != me)
+        frames = sys._current_frames()
+        return [(name, tuple(frames_of(frames.get(tid)))) for name, tid in holding]
+
+    def last_tracer(self) -> Optional[Tuple[str, float]]:
+        """(the other thread whose FX trace ended last, when): who traced just before, when none traces now."""
+        me = threading.get_ident()
+        for event in reversed(self.events):
+            if event.kind == "fx-trace" and event.tid != me:
+                return event.thread, event.t
+        return None
+
     def fx_holders(self) -> List[str]:
         with self._lock:
             return sorted(self._names.get(tid, f"thread-{tid}") for tid, depth in self._inside.items() if depth > 0)

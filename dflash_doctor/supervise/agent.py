@@ -105,6 +105,7 @@ class Agent:
         self.torch_version: Optional[str] = None
         self.fx_flag_thread_local: Optional[bool] = None
         self.hang: Optional[dict] = None
+        self.deaths: List[dict] = []  # DeathRecord.to_dict() of each thread whose target raised
         self.ended: Optional[str] = None
         self.watchdog: Optional["Watchdog"] = None
         self._fixes = [(lookup or registry.get)(name) for name in config.fixes]
@@ -116,8 +117,7 @@ class Agent:
 
     # -- start-up ------------------------------------------------------------------------------------------
     def start(self) -> None:
-        if any(fix.in_each_thread is not None for fix in self._fixes):
-            self._hook_thread_start()
+        self._hook_thread_start()  # the per-thread fixes, and every thread's death
         if "torch" in sys.modules:  # a sitecustomize chained before us imported it
             self.on_torch_imported()
         else:
@@ -240,22 +240,66 @@ class Agent:
                                       "hint": f"not applied in thread {threading.current_thread().name}"})
 
     def _hook_thread_start(self) -> None:
-        """Every thread started from now on enters the per-thread fixes around its whole life. The hook sits on
-        Thread._bootstrap_inner, which runs `run()` for subclasses that override it too. Threads that start
-        before torch is imported run without them (entering them would import torch)."""
+        """Every thread started from now on enters the per-thread fixes around its whole life, and its death is
+        watched. The hook sits on Thread._bootstrap_inner, which runs `run()` for subclasses that override it
+        too. Threads that start before torch is imported run without the fixes (entering them would import
+        torch), not without the watch."""
         agent = self
         owner = threading.Thread
         name = "_bootstrap_inner" if hasattr(owner, "_bootstrap_inner") else "run"
         original = getattr(owner, name)
+        per_thread = any(fix.in_each_thread is not None for fix in self._fixes)
 
         def bootstrap(thread_self):
-            if "torch" not in sys.modules or thread_self.name.startswith(TOOL_THREAD_PREFIX):
+            if thread_self.name.startswith(TOOL_THREAD_PREFIX):
+                return original(thread_self)
+            if name == "_bootstrap_inner":
+                agent._watch_death(thread_self)
+            if not per_thread or "torch" not in sys.modules:
                 return original(thread_self)
             with contextlib.ExitStack() as stack:
                 agent._enter_thread_fixes(stack)
                 return original(thread_self)
 
         setattr(owner, name, bootstrap)
+
+    def _watch_death(self, thread: threading.Thread) -> None:
+        """Catch what escapes the thread's `run` (then re-raise it for whatever excepthook is there): a trainer
+        that sets threading.excepthook to its own logger replaces the recorder's hook, and its dead threads
+        would otherwise go unseen (a run that reads "no findings" while workers died)."""
+        run = thread.run
+
+        def watched_run() -> None:
+            try:
+                run()
+            except SystemExit:  # threading ignores it too: the thread chose to end
+                raise
+            except BaseException as exc:
+                self.on_thread_death(exc)
+                raise
+
+        thread.run = watched_run  # type: ignore[method-assign]  # an instance attribute, this thread only
+
+    def on_thread_death(self, exc: BaseException) -> None:
+        import traceback
+
+        from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
+        from dflash_doctor.runtime.stacks import Frame
+        from dflash_doctor.supervise.records import DeathRecord
+
+        tracing = self.recorder.tracing_now()  # first: the tracer may leave its trace at any moment
+        last = None if tracing else self.recorder.last_tracer()
+        raised_at = tuple(Frame(f.filename, f.lineno or 0, f.name, (f.line or "").strip())
+                          for f in traceback.extract_tb(exc.__traceback__))
+        text = str(exc)
+        death = DeathRecord(threading.current_thread().name, type(exc).__name__, text[:500],
+                            round(self.recorder.now(), 6), any(mark in text for mark in PATCHER_ERROR_MARKS),
+                            raised_at, tuple(name for name, _ in tracing), tracing[0][1] if tracing else (),
+                            last[0] if last else None, round(last[1], 6) if last else None)
+        self.recorder.record("thread-died", "I", type=death.error_type, message=death.error[:200])
+        with self._write_lock:
+            self.deaths.append(death.to_dict())
+        self.write()
 
     # -- hangs and exits -----------------------------------------------------------------------------------
     def on_hang(self, report) -> None:
@@ -332,7 +376,7 @@ class Agent:
             "fx_flag_thread_local": self.fx_flag_thread_local, "fixes": list(self.config.fixes),
             "fix_facts": self.fix_facts, "problems": list(self.problems),
             "events": [event.to_dict() for event in events], "blames": [b.to_dict() for b in self.recorder.blames],
-            "hang": self.hang, "ended": self.ended, "started_at": self.started_at,
+            "hang": self.hang, "deaths": list(self.deaths), "ended": self.ended, "started_at": self.started_at,
         }
 
     def write(self) -> None:

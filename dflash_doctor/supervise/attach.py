@@ -259,6 +259,7 @@ def _report(spec: AttachSpec, samples: Dict[int, List[Dump]], commands: Dict[int
             pid=pid, ppid=ppid, argv=argv or (commands.get(pid, ""),), rank=rank, local_rank=local_rank,
             torch_version=_torch_version(last.stacks), fx_flag_thread_local=None, fixes=(), problems=(), events=(),
             blames=(), hang=HangRecord(diagnosis, last.stacks, round(elapsed, 3), None) if cycle_still else None,
+            deaths=(),
             ended=None, started_at=0.0)
         for finding in findings_from_records([record]):
             report.findings.append(_with_gpus(finding, gpus.get(pid)))

@@ -15,7 +15,7 @@ from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.rules import live as rules
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
 from dflash_doctor.runtime.stacks import Frame
-from dflash_doctor.supervise.records import BlameRecord, ProcessRecord
+from dflash_doctor.supervise.records import BlameRecord, DeathRecord, ProcessRecord
 
 STACK_FRAMES = 12  # frames of a holder's stack kept in a finding's evidence (innermost)
 
@@ -55,6 +55,8 @@ def _own_frame(frames: Sequence[Frame]) -> Optional[Frame]:
     stdlib = sysconfig.get_paths()["stdlib"].replace("\\", "/")
     for frame in reversed(frames):
         path = frame.file.replace("\\", "/")
+        if path.startswith("<"):  # '<string>' (an exec, Dynamo's guard evaluation), '<frozen ...>'
+            continue
         if not path.startswith(stdlib) and "/torch/" not in path and "site-packages" not in path:
             return frame
     return frames[-1] if frames else None
@@ -137,10 +139,53 @@ def _hang_finding(record: ProcessRecord) -> Optional[Finding]:
     return rule.finding(message, evidence=evidence, **_location(own))
 
 
+def _trace_entry(frames: Sequence[Frame]) -> Optional[Frame]:
+    """Where the tracing thread's code called into torch.fx (its symbolic_trace or Tracer().trace line): the
+    line to change. The innermost user frame would be a module's forward, run by the trace."""
+    for index, frame in enumerate(frames):
+        if "/torch/fx/" in frame.file.replace("\\", "/"):
+            return _own_frame(frames[:index])
+    return _own_frame(frames)
+
+
+def _death_finding(record: ProcessRecord, death: DeathRecord) -> Finding:
+    raised = _own_frame(death.raised_at)
+    where = f" at {raised.where()}" if raised is not None else ""
+    evidence = {**_base(record), "worker": death.thread, "error_type": death.error_type, "error": death.error,
+                "at_s": death.at_s, "traceback": _where(death.raised_at), "tracing": list(death.tracing),
+                "tracing_stack": _where(death.tracing_stack), "last_tracer": death.last_tracer}
+    said = f"{death.error_type}: {death.error.splitlines()[0] if death.error else ''}"
+    if death.patcher_race:
+        step = next_step(Hazard.PATCHER_RACE, record)
+        entry = _trace_entry(death.tracing_stack)
+        if death.tracing:
+            inner = entry.where() if entry is not None else "a frame not captured"
+            held = f"{', '.join(death.tracing)} was inside an FX trace started at {inner}"
+        elif death.last_tracer is not None:
+            held = (f"no other thread traced at that moment; the last FX trace before it was {death.last_tracer}'s, "
+                    f"ended at {death.last_trace_at_s:.1f} s")
+        else:
+            held = "no other thread was inside an FX trace when it died (the trace that patched it had ended)"
+        message = (f"{death.thread} ({record.label}) died of the FX patcher race at {death.at_s:.1f} s{where}: "
+                   f"{said}; {held}. Next: {step}")
+        # SARIF points at the tracing thread's line when there is one: that is the line to change
+        located = entry or raised
+        return rules.RUN_PATCHER_RACE.finding(message, evidence={**evidence, "next": step}, **_location(located))
+    message = f"{death.thread} ({record.label}) died at {death.at_s:.1f} s{where}: {said}"
+    return rules.RUN_THREAD_DIED.finding(message[:600], evidence=evidence, **_location(raised))
+
+
+def _death_findings(record: ProcessRecord) -> List[Finding]:
+    """One finding per dead thread, except the FX-tracing error's victims: DFD901 already says who held the flag."""
+    blamed = {blame.victim for blame in record.blames}
+    return [_death_finding(record, death) for death in record.deaths if death.thread not in blamed]
+
+
 def findings_from_records(records: Sequence[ProcessRecord]) -> List[Finding]:
     findings: List[Finding] = []
     for record in records:
         findings.extend(_fx_findings(record))
+        findings.extend(_death_findings(record))
         hang = _hang_finding(record)
         if hang is not None:
             findings.append(hang)

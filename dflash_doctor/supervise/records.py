@@ -36,6 +36,40 @@ class BlameRecord:
 
 
 @dataclass(frozen=True)
+class DeathRecord:
+    """A thread of the user's run whose target raised: caught around the thread's `run`, so a trainer that routes
+    threading.excepthook to its logger is seen too. `tracing` names the other threads that were inside an FX trace
+    at that moment, with the first one's stack: whose patches a module call went through, for the patcher race."""
+
+    thread: str
+    error_type: str
+    error: str
+    at_s: float
+    patcher_race: bool  # the error is one of the FX patcher race's (runtime/fx_patches.PATCHER_ERROR_MARKS)
+    raised_at: Tuple[Frame, ...] = ()  # the traceback, outermost first
+    tracing: Tuple[str, ...] = ()
+    tracing_stack: Tuple[Frame, ...] = ()
+    last_tracer: Optional[str] = None  # when none traced at that moment: whose trace ended last, and when
+    last_trace_at_s: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return {"thread": self.thread, "error_type": self.error_type, "error": self.error, "at_s": self.at_s,
+                "patcher_race": self.patcher_race, "raised_at": [f.to_dict() for f in self.raised_at],
+                "tracing": list(self.tracing), "tracing_stack": [f.to_dict() for f in self.tracing_stack],
+                "last_tracer": self.last_tracer, "last_trace_at_s": self.last_trace_at_s}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "DeathRecord":
+        return cls(str(data["thread"]), str(data.get("error_type", "")), str(data.get("error", "")),
+                   float(data.get("at_s", 0.0)), bool(data.get("patcher_race")),
+                   tuple(Frame.from_dict(f) for f in data.get("raised_at") or ()),
+                   tuple(str(t) for t in data.get("tracing") or ()),
+                   tuple(Frame.from_dict(f) for f in data.get("tracing_stack") or ()),
+                   data.get("last_tracer"), None if data.get("last_trace_at_s") is None
+                   else float(data["last_trace_at_s"]))
+
+
+@dataclass(frozen=True)
 class HangRecord:
     diagnosis: HangDiagnosis
     stacks: Tuple[ThreadStack, ...]
@@ -82,6 +116,7 @@ class ProcessRecord:
     events: Tuple[Event, ...]
     blames: Tuple[BlameRecord, ...]
     hang: Optional[HangRecord]
+    deaths: Tuple[DeathRecord, ...]
     ended: Optional[str]  # exit | os._exit | None while it runs (or when it was killed)
     started_at: float  # wall clock (time.time()) of the agent's start: aligns processes in one trace
 
@@ -104,6 +139,7 @@ class ProcessRecord:
             events=tuple(Event.from_dict(e) for e in data.get("events") or ()),
             blames=tuple(BlameRecord.from_dict(b) for b in data.get("blames") or ()),
             hang=None if not data.get("hang") else HangRecord.from_dict(data["hang"]),
+            deaths=tuple(DeathRecord.from_dict(d) for d in data.get("deaths") or ()),
             ended=data.get("ended"), started_at=float(data.get("started_at") or 0.0),
         )
 

@@ -224,3 +224,46 @@ def test_cache_cold_gives_each_trial_a_fresh_inductor_cache_and_removes_it(cli, 
     warm = cli("run", "--", sys.executable, "-c", script, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "warm")},
                timeout=60)
     assert warm.stdout.strip() == str(tmp_path / "warm")  # --cache warm (the default) leaves the user's as it is
+
+
+def _graph_inspector_line(text: str) -> int:
+    source = Path(program("graph_inspector.py")).read_text().splitlines()
+    return next(number for number, line in enumerate(source, 1) if text in line)
+
+
+@pytest.mark.timeout(120)
+def test_a_thread_killed_by_the_patcher_race_is_named_with_the_tracing_thread_despite_its_own_excepthook(
+        cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "--expect", "clean", "-f", "json", "-o", out, "--", sys.executable,
+               program("graph_inspector.py"), timeout=110)
+    assert "Exception in thread worker-0: NameError" in proc.stderr  # the trainer's own logger still logs it
+    assert proc.returncode == 1, proc.stderr  # the trainer exits 0; --expect clean makes the finding count
+    finding, = _report(out)["findings"]
+    evidence = finding["evidence"]
+    assert finding["code"] == "DFD905"
+    assert (evidence["worker"], evidence["error_type"], evidence["tracing"]) == (
+        "worker-0", "NameError", ["graph-inspector"])
+    assert finding["path"].endswith("graph_inspector.py")
+    assert finding["line"] == _graph_inspector_line("torch.fx.symbolic_trace(Probe())")  # the line to change
+    assert "isolate-fx-patches" in evidence["next"]
+
+
+@pytest.mark.timeout(120)
+def test_isolate_fx_patches_under_run_lets_that_worker_live(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "--fix", "isolate-fx-patches", "--expect", "clean", "-f", "json", "-o", out, "--",
+               sys.executable, program("graph_inspector.py"), timeout=110)
+    assert proc.returncode == 0, proc.stderr
+    assert "worker: step=1" in proc.stderr and _report(out)["findings"] == []
+
+
+@pytest.mark.timeout(120)
+def test_any_other_thread_death_is_reported_with_its_traceback(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "-f", "json", "-o", out, "--", sys.executable, program("graph_inspector.py"), "--die",
+               timeout=110)
+    assert proc.returncode == 0, proc.stderr  # the command's own exit code
+    finding, = _report(out)["findings"]
+    assert finding["code"] == "DFD906" and finding["evidence"]["error_type"] == "KeyError"
+    assert finding["line"] == _graph_inspector_line('batch["input_ids"]')
