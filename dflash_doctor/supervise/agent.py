@@ -88,6 +88,31 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
         return spec
 
 
+# A Dynamo guard that broke while another thread traced (or had just traced) is the patcher race too: the trace
+# swapped nn.Module.__call__ / __getattr__ on the class under the compile that was building its guards.
+TRACE_NEARBY_S = 1.0
+_GUARD_FUNCTIONS = ("CLOSURE_MATCH", "FUNCTION_MATCH", "ID_MATCH")
+
+
+def _guard_broke(exc: BaseException) -> bool:
+    """Whether `exc` or its causes is Dynamo failing on a guard of its own: 'Guard failed on the same frame it
+    was created', or an error raised inside a guard builder (InternalTorchDynamoError: TypeError: 'NoneType'
+    object is not subscriptable, from CLOSURE_MATCH, seen beside a tracing thread on torch 2.13)."""
+    import traceback
+
+    seen = 0
+    current: Optional[BaseException] = exc
+    while current is not None and seen < 6:
+        if "Guard failed on the same frame it was created" in str(current):
+            return True
+        for frame in traceback.extract_tb(current.__traceback__):
+            if frame.name in _GUARD_FUNCTIONS and frame.filename.replace("\\", "/").endswith("_dynamo/guards.py"):
+                return True
+        current = current.__cause__ or current.__context__
+        seen += 1
+    return False
+
+
 class Agent:
     def __init__(self, session: Path, config: RunConfig, clock: Callable[[], float] = time.perf_counter,
                  lookup: Optional[Callable[[str], "Mitigation"]] = None) -> None:
@@ -292,8 +317,10 @@ class Agent:
         raised_at = tuple(Frame(f.filename, f.lineno or 0, f.name, (f.line or "").strip())
                           for f in traceback.extract_tb(exc.__traceback__))
         text = str(exc)
+        traced_nearby = bool(tracing) or (last is not None and self.recorder.now() - last[1] <= TRACE_NEARBY_S)
+        race = any(mark in text for mark in PATCHER_ERROR_MARKS) or (traced_nearby and _guard_broke(exc))
         death = DeathRecord(threading.current_thread().name, type(exc).__name__, text[:500],
-                            round(self.recorder.now(), 6), any(mark in text for mark in PATCHER_ERROR_MARKS),
+                            round(self.recorder.now(), 6), race,
                             raised_at, tuple(name for name, _ in tracing), tracing[0][1] if tracing else (),
                             last[0] if last else None, round(last[1], 6) if last else None)
         self.recorder.record("thread-died", "I", type=death.error_type, message=death.error[:200])
