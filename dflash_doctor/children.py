@@ -106,12 +106,45 @@ def popen(argv: "Sequence[str]", **kwargs: "Any") -> "subprocess.Popen[Any]":
     """subprocess.Popen in a new session (so the child and what it starts are one group), registered."""
     import subprocess
 
-    with _LOCK:
+    with _LOCK, _signals_deferred():
         if _STOPPED:
             raise ChildrenStopped("the command is stopping; no new child is started")
         proc: "subprocess.Popen[Any]" = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
         _LIVE[proc.pid] = True
     return proc
+
+
+class _signals_deferred:
+    """Hold Ctrl-C and SIGTERM until the child is registered. Popen forks, execs, then reads a pipe from the
+    child: a KeyboardInterrupt raised inside it leaves a running child that no one registered, so no one kills it
+    (seen: a repro child still writing its result into a removed folder seconds after `repro` had exited on
+    SIGTERM). The held signal is handled right after, where it would have been. Python runs signal handlers in the
+    main thread only, so another thread's Popen cannot be interrupted and needs no deferral. (A class, not a
+    contextlib generator: this module imports only os and sys.)"""
+
+    def __enter__(self) -> None:
+        import signal
+        import threading
+
+        self.caught: "List[int]" = []
+        self.previous: "Dict[int, Any]" = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self.previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, lambda number, frame: self.caught.append(number))
+
+    def __exit__(self, *exc_info: "Any") -> None:
+        import signal
+
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        for signum in self.caught[:1]:  # the first one, as if it had come now
+            handler = self.previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
 
 
 def adopt(pid: int) -> None:

@@ -110,6 +110,8 @@ class Harness:
                  capabilities: Optional[Capabilities] = None, poll_s: float = POLL_S) -> None:
         self.spec = spec
         self.poll_s = poll_s  # between looks at the running children; a runner whose children end at once needs none
+        self._started: List[Child] = []  # every child this run started, killed before its folder is removed
+        self._interrupted = False
         self.runner = runner or ProcessRunner(clock=clock)
         self.progress = progress
         self.clock = clock
@@ -142,6 +144,7 @@ class Harness:
                         user_code=self.spec.user_code)
         child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt",
                                   user_code=self.spec.user_code)
+        self._started.append(child)
         return phase_dir, child
 
     def clean_caches(self, phase_dirs: Sequence[Path]) -> None:
@@ -191,6 +194,14 @@ class Harness:
         try:
             return self._run(root, matrix)
         finally:
+            # Every child first (kill() is a no-op for one that ended): a signal leaves trials running, and a
+            # disturbance child that writes its result.json after the folder is removed makes it again.
+            for child in self._started:
+                child.kill()
+            if self._interrupted:  # the signal may have landed inside start_child, after the child's start and
+                from dflash_doctor import children  # before it was listed here; the registry has every one
+
+                children.stop_all(reopen=True)
             shutil.rmtree(root, ignore_errors=True)
 
     def _run(self, root: Path, matrix: bool) -> Report:
@@ -206,6 +217,7 @@ class Harness:
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the report is made of the trials that had ended
             from dflash_doctor.errors import stop_signal
 
+            self._interrupted = True
             stopped, control, results = stop_signal(exc), self.control, self.results
         report = Report(command="repro")
         facts = self._base_facts(control, caps)

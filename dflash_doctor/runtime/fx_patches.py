@@ -34,6 +34,11 @@ _FX_MODULE = "torch.fx._symbolic_trace"
 # What the race raises, as the classifiers (repro, the pipeline's findings) recognise it: Tracer.path_of_module's
 # NameError and the finally block of _new_patcher (docs/races.md, "The FX patcher race").
 PATCHER_ERROR_MARKS = ("module is not installed as a submodule", "CURRENT_PATCHER")
+# What a Dynamo compile prints when torch.fx's patches swap nn.Module.__call__ / __getattr__ under it while it
+# builds its guards (seen on torch 2.13 beside a tracing thread: InternalTorchDynamoError wrapping these). Alone
+# they are not specific; next to a thread that traces they are this race (repro/classify.py, supervise/agent.py).
+GUARD_BREAK_MARKS = ("Guard failed on the same frame it was created", "object has no attribute '__closure__'",
+                     "'NoneType' object is not subscriptable")
 # What _Patcher uses and this shim replaces; a release missing one is a layout the shim does not know.
 _REQUIRED = ("_Patcher", "_create_wrapped_func", "_PatchedFnSetItem", "_PatchedFnDel", "_PatchedFnSetAttr",
              "_new_patcher", "_maybe_revert_all_patches", "_autowrap_check")

@@ -102,8 +102,10 @@ def _guard_broke(exc: BaseException) -> bool:
 
     seen = 0
     current: Optional[BaseException] = exc
+    from dflash_doctor.runtime.fx_patches import GUARD_BREAK_MARKS
+
     while current is not None and seen < 6:
-        if "Guard failed on the same frame it was created" in str(current):
+        if GUARD_BREAK_MARKS[0] in str(current):
             return True
         for frame in traceback.extract_tb(current.__traceback__):
             if frame.name in _GUARD_FUNCTIONS and frame.filename.replace("\\", "/").endswith("_dynamo/guards.py"):

@@ -165,7 +165,7 @@ def test_a_tracing_thread_kills_a_worker_with_the_patcher_race_and_isolate_fx_pa
     dead = [w for w in facts["workers"] if w["outcome"] == "error"]
     assert dead and all("module is not installed as a submodule" in w["error"] or "CURRENT_PATCHER" in w["error"]
                         for w in dead), dead
-    assert {f["code"] for f in doc["findings"]} == {"DFD807"} and facts["failed_worker"] == dead[0]["name"]
+    assert {f["code"] for f in doc["findings"]} == {"DFD807"} and facts["failed_worker"] in {w["name"] for w in dead}
     proc, doc = run_cli_json(*TINY, "--steps", "6", "--tracing-thread", "--mitigation", "isolate-fx-patches",
                              timeout=90)
     facts = doc["facts"]

@@ -129,3 +129,21 @@ def test_a_child_that_never_reports_is_killed_and_its_faulthandler_dump_classifi
     assert result["hang"]["cycle"] == "lock-cycle"
     assert set(result["hang"]["threads"]) == {"drafter-0", "drafter-1"}
     assert json.dumps(result)  # what the parent reports stays JSON
+
+
+# The errors a worker's compile printed under repro's foreign-trace stress on the 2-core box (torch 2.13): the
+# tracer swapped nn.Module.__call__ while Dynamo built the compile's guards.
+GUARD_BREAKS = ("InternalTorchDynamoError: AttributeError: 'builtin_function_or_method' object has no attribute "
+                "'__closure__'\n",
+                "InternalTorchDynamoError: TypeError: 'NoneType' object is not subscriptable\n",
+                "AssertionError: Guard failed on the same frame it was created. This is a bug - please create an "
+                "issue.")
+
+
+@pytest.mark.parametrize("error", GUARD_BREAKS)
+def test_a_compile_whose_guards_broke_beside_a_tracing_thread_is_the_patcher_race(error):
+    tracer = {"name": "fx-profiler", "outcome": "ok", "error": None}
+    result = {"outcome": "error", "threads": [thread("a", "error", error, 0)], "tracing_thread": tracer}
+    assert classify_phase(result)[0] == "fx-patcher-race"
+    # without a thread that traced, the same words are not evidence of the race
+    assert classify_phase({"outcome": "error", "threads": [thread("a", "error", error, 0)]})[0] == "other-error"

@@ -73,6 +73,7 @@ def test_gpus_from_a_device_or_a_fifo_without_writer(hostile, source):
     _refused(run("gpus", "--from", path, timeout=BOUND_S), str(path))
 
 
+@pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run); a million rows through the CLI
 def test_gpus_from_stdin_is_capped():
     from dflash_doctor.gpus.csv_snapshot import MAX_ROWS
 

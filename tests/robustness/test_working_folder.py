@@ -12,9 +12,10 @@ TORCH_COMMANDS = [
     pytest.param(["check", "train.py", "--timeout", "60"], id="check"),
     pytest.param(["repro", "--mode", "forced", "--device", "cpu", "--threads", "2", "--steps", "1",
                   "--timeout", "120", "--hang-after", "60"], id="repro-forced-cpu"),
-    pytest.param(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "2"], id="pipeline-threads"),
+    pytest.param(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "2"], id="pipeline-threads",
+                 marks=pytest.mark.slow),  # (end to end: a real training run; guards, check and repro stay)
     pytest.param(["pipeline", "--device", "cpu", "--preset", "tiny", "--steps", "2", "--workers", "processes"],
-                 id="pipeline-processes", marks=pytest.mark.slow),  # (the threads form stays in the default run)
+                 id="pipeline-processes", marks=pytest.mark.slow),
 ]
 
 

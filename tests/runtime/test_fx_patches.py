@@ -81,6 +81,7 @@ def test_the_minimal_case_raises_and_isolate_fx_patches_stops_it_over_twenty_run
         original_call = torch.nn.Module.__call__
         from dflash_doctor import mitigations as registry
         facts = registry.get("isolate-fx-patches").setup()
+        pinned = torch.nn.Module.__call__
         after = minimal_case(20)
         # Two overlapping traces (A enters, B enters, A leaves, B leaves): each its own patcher, both graphs kept.
         graphs, failures = [], []
@@ -102,14 +103,16 @@ def test_the_minimal_case_raises_and_isolate_fx_patches_stops_it_over_twenty_run
         b = threading.Thread(target=overlapping, args=events[2:]); b.start(); events[2].wait(5)
         events[1].set(); a.join(10); events[3].set(); b.join(10)
         print(json.dumps({"before": before, "after": after, "facts": facts, "graphs": graphs, "failures": failures,
-                          "call_restored": torch.nn.Module.__call__ is original_call}))
+                          "call_pinned": torch.nn.Module.__call__ is pinned and pinned is not original_call
+                                         and pinned.__wrapped__ is original_call}))
     """)
     assert result["before"]["raised"] == 1 and result["before"]["errors"] == ["module is not installed as a submodule"]
     assert result["after"] == {"raised": 0, "intact": 20, "errors": []}
     assert result["facts"]["fx_patches"]["state"] == "installed" and result["facts"]["fx_patches_check"]["ok"]
     assert result["failures"] == [] and len(result["graphs"]) == 2
     assert all("call_module" in ops for ops in result["graphs"])
-    assert result["call_restored"], "with no trace running, nn.Module.__call__ is torch's own again"
+    # one dispatcher in nn.Module.__call__ from install on, standing for torch's own (fx_patches.PINNED)
+    assert result["call_pinned"], "nn.Module.__call__ changed identity across the traces"
 
 
 # Every fix that does not claim the patcher race and applies inside a process by a hook this test can run.
