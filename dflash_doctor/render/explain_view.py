@@ -1,7 +1,7 @@
 """Text views of the rule registry for `explain`."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import sys
 
@@ -10,8 +10,11 @@ from dflash_doctor.render.text import _STYLE, console_for
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dflash_doctor.mitigations import Mitigation
+    from dflash_doctor.rules.registry import Rule
 
-def render_rule_list(rules) -> None:
+
+def render_rule_list(rules: Iterable[Rule]) -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted
@@ -24,7 +27,7 @@ def render_rule_list(rules) -> None:
     console.print(fitted(console, columns, rows))
 
 
-def render_rule(rule) -> None:
+def render_rule(rule: Rule) -> None:
     from rich.markup import escape
     from rich.syntax import Syntax
 
@@ -42,7 +45,7 @@ def render_rule(rule) -> None:
     console.print(Syntax(rule.good.rstrip("\n"), lexer, line_numbers=False, theme="ansi_dark"))
 
 
-def rules_json(rules, *, single: bool) -> str:
+def rules_json(rules: Sequence[Rule], *, single: bool) -> str:
     import json
 
     docs = [
@@ -55,7 +58,7 @@ def rules_json(rules, *, single: bool) -> str:
     return json.dumps(docs[0] if single else docs, indent=2)
 
 
-def render_mitigations(console: Console, entries, *, ranking: bool) -> None:
+def render_mitigations(console: Console, entries: Sequence[Mitigation], *, ranking: bool) -> None:
     """`explain mitigations` (or one of them) for a terminal: the registry's words as docs/mitigations.md has
     them, laid out as text instead of Markdown."""
     from rich.markup import escape

@@ -54,7 +54,7 @@ class TextFormatter(Formatter):
         render_text(report, out, err, facts_view=facts_view, exit_code=exit_code)
 
     @staticmethod
-    def codes(document):
+    def codes(document: str) -> List[str]:
         return _CODE.findall(document)
 
 
@@ -83,7 +83,7 @@ class JsonFormatter(DocumentFormatter):
         return render_json(report, exit_code)
 
     @staticmethod
-    def codes(document):
+    def codes(document: str) -> List[str]:
         import json
 
         return [finding["code"] for finding in json.loads(document)["findings"]]
@@ -98,7 +98,7 @@ class SarifFormatter(DocumentFormatter):
         return render_sarif(report, exit_code)
 
     @staticmethod
-    def codes(document):
+    def codes(document: str) -> List[str]:
         import json
 
         return [result["ruleId"] for run in json.loads(document)["runs"] for result in run["results"]]
@@ -114,7 +114,7 @@ class JunitFormatter(DocumentFormatter):
         return render_junit(report, exit_code, fail_on)
 
     @staticmethod
-    def codes(document):
+    def codes(document: str) -> List[str]:
         import xml.etree.ElementTree as ET
 
         # a finding's case is classname "dflash-doctor.<domain>.<code>"; clean parts and problems are not findings

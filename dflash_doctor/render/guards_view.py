@@ -3,7 +3,7 @@ caches, probes, a verdict per hazard, the headline and ranked fixes. Draws only 
 follow it (render/text.py)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, List, Sequence
 
 import textwrap
 
@@ -102,12 +102,12 @@ def _guard(console: Console, facts: dict) -> None:
         console.print("[bold]Masked during compile[/] no: the predicate does not check is_compiling()")
 
 
-def _source(console: Console, lines, token: str) -> None:
+def _source(console: Console, lines: Sequence[Sequence[Any]], token: str) -> None:
     for row in source_rows(lines, token):
         console.print(row)
 
 
-def source_rows(lines, token: str) -> list:
+def source_rows(lines: Sequence[Sequence[Any]], token: str) -> List[Any]:
     """Numbered source lines as rich Texts, dedented, every occurrence of `token` highlighted, gaps marked."""
     from rich.text import Text
 

@@ -8,7 +8,7 @@ them back, so the test that every example appears unbroken in `--help` needs no 
 from __future__ import annotations
 
 import re
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import typer.core
 
@@ -61,7 +61,7 @@ class _UnbrokenFormatter(_FormatterBase):
     def write_text(self, text: str) -> None:
         super().write_text(_hold(text))
 
-    def write_dl(self, rows, *args, **kwargs) -> None:
+    def write_dl(self, rows: Sequence[Tuple[str, str]], *args: Any, **kwargs: Any) -> None:
         super().write_dl([(_hold(term), _hold(text)) for term, text in rows], *args, **kwargs)
 
     def getvalue(self) -> str:
@@ -81,7 +81,7 @@ class HelpCommand(typer.core.TyperCommand):
 
     context_class = _Context
 
-    def collect_usage_pieces(self, ctx) -> List[str]:
+    def collect_usage_pieces(self, ctx: Any) -> List[str]:  # a click Context
         return [_REQUIRED.sub(r"\g<name>", piece) for piece in super().collect_usage_pieces(ctx)]
 
 

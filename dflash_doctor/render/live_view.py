@@ -1,7 +1,7 @@
 """Text views of `run` and `attach`: what ran, how it ended, which processes the tool saw."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rich.markup import escape
 
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def _ranks(processes) -> str:
+def _ranks(processes: Sequence[Mapping[str, Any]]) -> str:
     ranks = sorted({p["rank"] for p in processes if p.get("rank") is not None})
     return f" (ranks {', '.join(map(str, ranks))})" if ranks else ""
 

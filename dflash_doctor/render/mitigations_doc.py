@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.hazards import Hazard, Release
@@ -27,7 +27,7 @@ RELEASE_FAMILIES: Tuple[Tuple[str, Release], ...] = (
 )
 
 
-def _titles(hazards) -> str:
+def _titles(hazards: Iterable[Hazard]) -> str:
     return ", ".join(h.label for h in sorted(hazards, key=lambda h: list(Hazard).index(h))) or "-"
 
 
@@ -56,7 +56,7 @@ def entry_lines(entry: registry.Mitigation) -> List[str]:
 RankedFixes = List[Tuple[str, str, str]]
 
 
-def _ranking(hazards, release: Release) -> RankedFixes:
+def _ranking(hazards: Iterable[Hazard], release: Release) -> RankedFixes:
     return [(r.label, _titles(r.gaps) if r.gaps else "", r.evidence_label)
             for r in registry.recommend(hazards, release)]
 

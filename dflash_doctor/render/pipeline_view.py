@@ -16,13 +16,13 @@ if TYPE_CHECKING:
 _OUTCOME_STYLE = {"ok": "green", "error": "bold red", "killed": "bold red", "stopped": "yellow", "hung": "bold red"}
 
 
-def _rate(tokens_per_s) -> str:
+def _rate(tokens_per_s: Optional[float]) -> str:
     if tokens_per_s is None:
         return "n/a"
     return f"{tokens_per_s / 1000:.1f} Ktok/s" if tokens_per_s >= 1000 else f"{tokens_per_s:.0f} tok/s"
 
 
-def _loss(value) -> str:
+def _loss(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
@@ -118,7 +118,7 @@ class LiveProgress(Progress):
             latest = " · ".join(f"{name}: {what}" for name, what in list(self.phases.items())[-2:])
             self.bar.update(self.task, info=latest)
 
-    def step(self, done: int, total: int, loss: float, tokens_per_s) -> None:
+    def step(self, done: int, total: int, loss: float, tokens_per_s: Optional[float]) -> None:
         if self.task is not None:
             rate = f" {tokens_per_s:,.0f} tok/s" if tokens_per_s else ""
             self.bar.update(self.task, description="training", completed=done, info=f"loss {loss:.4f}{rate}")

@@ -12,10 +12,13 @@ import contextlib
 import sys
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Optional, TextIO, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.printable import printable
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 HEARTBEAT_S = 15.0  # a plain log says what is still running after this long without a line
 LIVE_REFRESH_PER_S = 4
@@ -95,7 +98,7 @@ class _LiveTasks:
     def __init__(self, command: str, tasks: _Tasks) -> None:
         self.command, self.tasks = command, tasks
 
-    def __rich__(self):
+    def __rich__(self) -> "Text":
         from rich.text import Text
 
         now = self.tasks.now_s()

@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional
+
+if TYPE_CHECKING:
+    from dflash_doctor.rules.registry import Rule
 
 RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
 REGENERATE = "python -m dflash_doctor.render.rules_doc --write"
@@ -27,7 +30,7 @@ _DOMAINS = (
 _FENCE_LANG = {"python": "python", "torch-layout": "python", "log": "text", "nvidia-smi-csv": "csv"}
 
 
-def rule_anchor(rule) -> str:
+def rule_anchor(rule: Rule) -> str:
     """The anchor GitHub derives from the rule's heading (`### DFD101 checkpoint-use-reentrant-true`)."""
     return f"{rule.code.lower()}-{rule.name}"
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from dflash_doctor import TOOL_NAME, __version__
-from dflash_doctor.findings import Finding, Report, Severity
+from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.render.paths import relative_uri, repo_root
 from dflash_doctor.printable import without_surrogates
 from dflash_doctor.render.rules_doc import rule_anchor
 from dflash_doctor.rules import all_rules
+from dflash_doctor.rules.registry import Rule
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 INFORMATION_URI = "https://github.com/dflash-doctor/dflash-doctor"
@@ -40,7 +41,7 @@ def environment_artifact(root: Path) -> str:
     return ENVIRONMENT_ARTIFACT
 
 
-def _rule_entry(rule) -> dict:
+def _rule_entry(rule: Rule) -> dict:
     fix = f"\n\nFix: {rule.fix}" if rule.fix else ""
     fix_md = f"\n\n**Fix:** {rule.fix}" if rule.fix else ""
     lexer = "python" if rule.example_format in ("python", "torch-layout") else ""
@@ -119,7 +120,7 @@ def _deduplicate_fingerprints(results: list) -> None:
             result["partialFingerprints"][FINGERPRINT_KEY] = f"{fingerprint}:{seen[fingerprint]}"
 
 
-def _problem_text(problem) -> str:
+def _problem_text(problem: Problem) -> str:
     hint = f" ({problem.hint})" if problem.hint else ""
     return f"could not check {problem.subject}: {problem.reason}{hint}"
 
@@ -159,7 +160,7 @@ def sarif_document(report: Report, exit_code: int, root: Optional[Path] = None) 
     }
 
 
-def _valid_unicode(value):
+def _valid_unicode(value: Any) -> Any:
     """The document with every string valid Unicode: a file name that is not UTF-8 (lone surrogates) would
     otherwise reach the JSON as escapes that strict SARIF consumers reject."""
     if isinstance(value, str):
