@@ -149,9 +149,10 @@ class FlightRecorder:
         frames = sys._current_frames()
         return [(name, tuple(frames_of(frames.get(tid)))) for name, tid in holding]
 
-    def last_tracer(self) -> Optional[Tuple[str, float]]:
-        """(the other thread whose FX trace ended last, when): who traced just before, when none traces now."""
-        me = threading.get_ident()
+    def last_tracer(self, include_self: bool = False) -> Optional[Tuple[str, float]]:
+        """(the other thread whose FX trace ended last, when): who traced just before, when none traces now.
+        `include_self`: the caller's own traces count too (an error another thread raised, re-raised here)."""
+        me = None if include_self else threading.get_ident()
         for event in reversed(self.events):
             if event.kind == "fx-trace" and event.tid != me:
                 return event.thread, event.t

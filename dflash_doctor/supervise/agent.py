@@ -307,7 +307,9 @@ class Agent:
 
         thread.run = watched_run  # type: ignore[method-assign]  # an instance attribute, this thread only
 
-    def on_thread_death(self, exc: BaseException) -> None:
+    def on_thread_death(self, exc: BaseException, reraised: bool = False) -> None:
+        """Record a thread's death by `exc`. `reraised`: the main thread's, whose error may come from another
+        thread (a ThreadPoolExecutor's future.result() raises the worker's): its own traces count as a tracer's."""
         import traceback
 
         from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
@@ -315,7 +317,7 @@ class Agent:
         from dflash_doctor.supervise.records import DeathRecord
 
         tracing = self.recorder.tracing_now()  # first: the tracer may leave its trace at any moment
-        last = None if tracing else self.recorder.last_tracer()
+        last = None if tracing else self.recorder.last_tracer(include_self=reraised)
         raised_at = tuple(Frame(f.filename, f.lineno or 0, f.name, (f.line or "").strip())
                           for f in traceback.extract_tb(exc.__traceback__))
         text = str(exc)
@@ -355,6 +357,10 @@ class Agent:
         def excepthook(kind, value, traceback):
             if value is not None:
                 self.recorder.exception(value)
+                if not isinstance(value, (KeyboardInterrupt, SystemExit)):
+                    # the main thread dies of it: often a worker's error re-raised by future.result()
+                    with contextlib.suppress(Exception):
+                        self.on_thread_death(value, reraised=True)
             previous_excepthook(kind, value, traceback)
 
         sys.excepthook = excepthook

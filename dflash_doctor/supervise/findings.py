@@ -162,6 +162,9 @@ def _death_finding(record: ProcessRecord, death: DeathRecord) -> Finding:
         if death.tracing:
             inner = entry.where() if entry is not None else "a frame not captured"
             held = f"{', '.join(death.tracing)} was inside an FX trace started at {inner}"
+        elif death.last_tracer == death.thread:
+            held = (f"the last FX trace before it was {death.thread}'s own, ended at {death.last_trace_at_s:.1f} s: "
+                    "a thread it waited on met that trace's patches and the error was re-raised here")
         elif death.last_tracer is not None:
             held = (f"no other thread traced at that moment; the last FX trace before it was {death.last_tracer}'s, "
                     f"ended at {death.last_trace_at_s:.1f} s")

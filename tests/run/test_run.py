@@ -267,3 +267,13 @@ def test_any_other_thread_death_is_reported_with_its_traceback(cli, tmp_path):
     finding, = _report(out)["findings"]
     assert finding["code"] == "DFD906" and finding["evidence"]["error_type"] == "KeyError"
     assert finding["line"] == _graph_inspector_line('batch["input_ids"]')
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_workers_patcher_race_re_raised_in_the_main_thread_is_named_too(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "-f", "json", "-o", out, "--", sys.executable, program("pool_inspector.py"), timeout=110)
+    assert proc.returncode == 1, proc.stderr  # the trainer's own exit: future.result() raised in the main thread
+    finding, = _report(out)["findings"]
+    assert finding["code"] == "DFD905" and finding["evidence"]["worker"] == "MainThread"
+    assert finding["evidence"]["last_tracer"] == "MainThread" and "re-raised here" in finding["message"]
