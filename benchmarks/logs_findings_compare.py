@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator, Set, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # findings_dump.py, beside this script
 sys.path.insert(0, str(REPO))
 
 from dflash_doctor.logs.options import LogOptions  # noqa: E402
@@ -73,29 +74,14 @@ def dump() -> Iterator[str]:
 
 
 def main() -> int:
+    from findings_dump import write_or_check
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--out", type=Path, help="write the dump here")
     group.add_argument("--check", type=Path, help="compare with a dump written earlier")
     args = parser.parse_args()
-    lines = list(dump())
-    if args.out is not None:
-        args.out.write_text("\n".join(lines) + "\n", encoding="ascii")
-        sys.stderr.write(f"{len(lines)} scans written to {args.out}\n")
-        return 0
-    # Compared by name: stand-ins added since the dump (new tests) have nothing to be compared with.
-    before = {json.loads(line)["name"]: line for line in args.check.read_text(encoding="ascii").splitlines()}
-    now = {json.loads(line)["name"]: line for line in lines}
-    missing = sorted(set(before) - set(now))
-    if missing:
-        sys.stderr.write(f"{len(missing)} logs of the dump are gone, the first: {missing[0]}\n")
-        return 1
-    for name, old in before.items():
-        if now[name] != old:
-            sys.stderr.write(f"{name} differs:\n- {old[:2000]}\n+ {now[name][:2000]}\n")
-            return 1
-    sys.stderr.write(f"{len(before)} scans identical; {len(now) - len(before)} new logs not in the dump\n")
-    return 0
+    return write_or_check(list(dump()), args.out, args.check, "logs")
 
 
 if __name__ == "__main__":

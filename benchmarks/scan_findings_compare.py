@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Iterator, List, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # findings_dump.py, beside this script
 FIXTURES = "fixtures/scan"
 TIMING = ("seconds",)  # facts that measure the run, not what it found
 
@@ -110,6 +111,8 @@ def dump(sources: Path, torch: bool) -> Iterator[str]:
 
 
 def main() -> int:
+    from findings_dump import write_or_check
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--out", type=Path, help="write the dump here")
@@ -118,24 +121,7 @@ def main() -> int:
     parser.add_argument("--sources", type=Path, default=REPO,
                         help="a copy of the repository to scan (default: this checkout)")
     args = parser.parse_args()
-    lines = list(dump(args.sources.resolve(), args.torch))
-    if args.out is not None:
-        args.out.write_text("\n".join(lines) + "\n", encoding="ascii")
-        sys.stderr.write(f"{len(lines)} scans written to {args.out}\n")
-        return 0
-    # Compared by name: files added since the dump (new fixtures) have nothing to be compared with.
-    before = {json.loads(line)["name"]: line for line in args.check.read_text(encoding="ascii").splitlines()}
-    now = {json.loads(line)["name"]: line for line in lines}
-    missing = sorted(set(before) - set(now))
-    if missing:
-        sys.stderr.write(f"{len(missing)} scans of the dump are gone, the first: {missing[0]}\n")
-        return 1
-    for name, old in before.items():
-        if now[name] != old:
-            sys.stderr.write(f"{name} differs:\n- {old[:2000]}\n+ {now[name][:2000]}\n")
-            return 1
-    sys.stderr.write(f"{len(before)} scans identical; {len(now) - len(before)} new scans not in the dump\n")
-    return 0
+    return write_or_check(list(dump(args.sources.resolve(), args.torch)), args.out, args.check, "scans")
 
 
 if __name__ == "__main__":
