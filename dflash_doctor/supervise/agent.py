@@ -100,10 +100,10 @@ def _guard_broke(exc: BaseException) -> bool:
     object is not subscriptable, from CLOSURE_MATCH, seen beside a tracing thread on torch 2.13)."""
     import traceback
 
-    seen = 0
-    current: Optional[BaseException] = exc
     from dflash_doctor.runtime.fx_patches import GUARD_BREAK_MARKS
 
+    seen = 0
+    current: Optional[BaseException] = exc
     while current is not None and seen < 6:
         if GUARD_BREAK_MARKS[0] in str(current):
             return True
@@ -302,7 +302,8 @@ class Agent:
             except SystemExit:  # threading ignores it too: the thread chose to end
                 raise
             except BaseException as exc:
-                self.on_thread_death(exc)
+                with contextlib.suppress(Exception):  # the tool's own failure never replaces the user's error
+                    self.on_thread_death(exc)
                 raise
 
         thread.run = watched_run  # type: ignore[method-assign]  # an instance attribute, this thread only

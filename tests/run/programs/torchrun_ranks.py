@@ -39,5 +39,7 @@ if rank == 1:
     holder.join(60)
     outcome = result.get("error", "ok")
 dist.barrier()
-print(json.dumps({"rank": rank, "outcome": outcome}), flush=True)
+# one write of the whole line: two ranks share the pipe, and print's text and newline arrived apart once
+# ('{"rank": 1, ...}{"rank": 0, ...}' on one line)
+os.write(1, (json.dumps({"rank": rank, "outcome": outcome}) + "\n").encode())
 dist.destroy_process_group()
