@@ -8,6 +8,7 @@
 #   P2  P1 again on the caches P1 left (a second trial of each)
 # Everything lands in $OUT/gpu-evidence.tgz, re-packed after each part so a cut-off call still brings back what
 # finished. DEVICE=cpu PRESET=tiny PROFILE_PRESET=tiny runs the same on a machine with no GPU (a dry run).
+# PARTS="P1" runs a subset (default: P1 Q P2).
 set -u
 OUT="${OUT:-$(mktemp -d)}"; mkdir -p "$OUT"
 cd "$(dirname "$0")/../.."
@@ -44,10 +45,14 @@ print(sys.argv[1].rsplit("/", 1)[-1], "exit", doc["exit_code"], "findings", [f["
 PY
   done
 }
-step "P1 seeds --tracing-thread, without and with isolate-fx-patches, cold caches"; pair 1 150; pack
-step "Q profile $PROFILE_PRESET"
-timeout 150 python3 benchmarks/gpu/profile_pipeline.py --preset "$PROFILE_PRESET" --device "$DEVICE" --steps 30 \
-  --from-step 15 --to-step 25 --out "$R/Q_profile" >"$R/Q.stdout" 2>"$R/Q.log"; echo "Q exit $?" | tee -a "$R/steps.log"
-pack
-step "P2 again, warm caches"; pair 2 90; pack
+PARTS="${PARTS:-P1 Q P2}"
+for part in $PARTS; do case "$part" in
+P1) step "P1 seeds --tracing-thread, without and with isolate-fx-patches, cold caches"; pair 1 150; pack ;;
+Q)
+  step "Q profile $PROFILE_PRESET"
+  timeout 150 python3 benchmarks/gpu/profile_pipeline.py --preset "$PROFILE_PRESET" --device "$DEVICE" --steps 30 \
+    --from-step 15 --to-step 25 --out "$R/Q_profile" >"$R/Q.stdout" 2>"$R/Q.log"; echo "Q exit $?" | tee -a "$R/steps.log"
+  pack ;;
+P2) step "P2 again, warm caches"; pair 2 90; pack ;;
+esac; done
 step done
