@@ -1,28 +1,40 @@
-"""The JSON facts of logs, gpus and status hold exactly the keys of their typed models (logs/facts.py,
-gpus/facts.py, status/facts.py): a key renamed or dropped on either side fails here, not in a consumer's jq."""
+"""The JSON facts of logs, gpus, status, run and attach hold exactly the keys of their typed models (logs/facts.py,
+gpus/facts.py, status/facts.py, supervise/facts.py): a key renamed or dropped on either side fails here, not in a
+consumer's jq."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict, Mapping, Type, get_type_hints
+from typing import Any, Dict, Mapping, Optional, Type, get_type_hints
 
 import pytest
 
 from dflash_doctor.gpus.facts import GpuFacts, GpusFacts, ProcessFacts
 from dflash_doctor.logs.facts import DeathFacts, LogsFacts, RootCauseFacts, ThreadFacts
 from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
+from dflash_doctor.supervise.facts import (
+    AttachFacts,
+    AttachProcessFacts,
+    RateFacts,
+    RunFacts,
+    RunProcessFacts,
+    TrialFacts,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 LOGS = REPO / "fixtures" / "logs"
 GPUS = REPO / "fixtures" / "gpus"
 
 
-def _facts(*args: str) -> Dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "dflash_doctor", *args, "-f", "json"], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
-    return json.loads(done.stdout)["facts"]
+def _facts(*args: str, after: tuple = (), report: Optional[Path] = None) -> Dict[str, Any]:
+    """The facts of `dflash-doctor ARGS -f json [-o REPORT] AFTER` (run and attach write their report to -o)."""
+    output = ("-o", str(report)) if report is not None else ()
+    done = subprocess.run([sys.executable, "-m", "dflash_doctor", *args, "-f", "json", *output, *after],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    text = report.read_text() if report is not None else done.stdout
+    return json.loads(text)["facts"]
 
 
 def _check(value: Mapping[str, Any], model: Type[Any], *, all_keys: bool = False) -> None:
@@ -75,3 +87,27 @@ def test_status_facts_match_the_model() -> None:
             _check(worker["cause"], CauseFacts, all_keys=True)
     for gpu in facts["gpus"]:
         _check(gpu, GpuStatusFacts, all_keys=True)
+
+
+@pytest.mark.timeout(120)
+def test_run_facts_match_the_model(tmp_path: Path) -> None:
+    facts = _facts("run", after=("--", sys.executable, "-c", "import sys; sys.exit(0)"), report=tmp_path / "r.json")
+    _check(facts, RunFacts, all_keys=True)
+    _check(facts["rate"], RateFacts, all_keys=True)
+    trial, = facts["trials"]
+    _check(trial, TrialFacts, all_keys=True)
+    process, = trial["processes"]
+    _check(process, RunProcessFacts, all_keys=True)
+
+
+@pytest.mark.timeout(120)
+def test_attach_facts_match_the_model(tmp_path: Path) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        facts = _facts("attach", str(sleeper.pid), "--samples", "2", "--interval", "0.2", report=tmp_path / "a.json")
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+    _check(facts, AttachFacts, all_keys=True)
+    process, = facts["processes"]
+    _check(process, AttachProcessFacts, all_keys=True)

@@ -18,6 +18,7 @@ from dflash_doctor.errors import DoctorError, MissingDependency, UsageError
 from dflash_doctor.findings import EXIT_PROBLEMS, Finding, Problem, Report
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT, classify_hang
 from dflash_doctor.runtime.stacks import ThreadStack
+from dflash_doctor.supervise.facts import AttachFacts, AttachProcessFacts
 from dflash_doctor.supervise.findings import findings_from_records
 from dflash_doctor.supervise.records import HangRecord, ProcessRecord
 
@@ -194,7 +195,7 @@ class AttachSpec:
 
 def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep=time.sleep,
            open_nvml: Optional[Callable[[], object]] = None, pid_exists: Optional[Callable[[int], bool]] = None,
-           clock: Callable[[], float] = time.perf_counter) -> Report:
+           clock: Callable[[], float] = time.perf_counter) -> "Report[AttachFacts]":
     import psutil
 
     exists = pid_exists or psutil.pid_exists
@@ -244,9 +245,9 @@ def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep
 
 
 def _report(spec: AttachSpec, samples: Dict[int, List[Dump]], commands: Dict[int, str],
-            gpus: Dict[int, List[int]], gpu_note: Optional[str], elapsed: float) -> Report:
-    report = Report(command="attach")
-    processes = []
+            gpus: Dict[int, List[int]], gpu_note: Optional[str], elapsed: float) -> "Report[AttachFacts]":
+    report: Report[AttachFacts] = Report(command="attach")
+    processes: List[AttachProcessFacts] = []
     for pid in sorted(samples):
         dumps = samples[pid]
         last = dumps[-1]

@@ -20,13 +20,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem
+from dflash_doctor.supervise.facts import RateFacts, RunFacts, TrialFacts
 from dflash_doctor.supervise.findings import findings_from_records
 from dflash_doctor.supervise.records import ProcessRecord, load_session
 from dflash_doctor.supervise.session import RunConfig, child_environment
+
+if TYPE_CHECKING:
+    from dflash_doctor.findings import Report
 from dflash_doctor.vocabularies import OnHang
 
 POLL_S = 0.25
@@ -242,17 +246,17 @@ def _bootstrap_problems(session: Path) -> List[Problem]:
             for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
 
 
-def trial_rate(results: Sequence[TrialResult]) -> Dict[str, int]:
+def trial_rate(results: Sequence[TrialResult]) -> RateFacts:
     return {"trials": len(results), "with_findings": sum(not r.clean for r in results),
             "exit_nonzero": sum(r.exit_code != 0 for r in results)}
 
 
-def report_for(spec: RunSpec, results: Sequence[TrialResult], expect_clean: bool = False):
+def report_for(spec: RunSpec, results: Sequence[TrialResult], expect_clean: bool = False) -> "Report[RunFacts]":
     """One report for the whole run: every trial's findings (each naming its trial, process and rank), the
     processes seen, the rate over trials, and the exit code (the command's own; see `exit_code_for`)."""
     from dflash_doctor.findings import Report
 
-    report = Report(command="run")
+    report: Report[RunFacts] = Report(command="run")
     for result in results:
         for finding in result.findings:
             evidence = dict(finding.evidence, trial=result.index + 1) if len(results) > 1 else finding.evidence
@@ -279,7 +283,7 @@ def exit_code_for(results: Sequence[TrialResult], expect_clean: bool) -> int:
     return code
 
 
-def _trial_facts(result: TrialResult) -> dict:
+def _trial_facts(result: TrialResult) -> TrialFacts:
     return {
         "trial": result.index + 1, "exit_code": result.exit_code, "seconds": result.seconds,
         "findings": len(result.findings), "killed_on_hang": result.killed_on_hang,

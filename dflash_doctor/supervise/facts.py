@@ -1,0 +1,70 @@
+"""The typed model of `run` and `attach` facts (`facts` in the JSON envelope): what supervisor.py and attach.py
+fill and render/live_view.py reads. TypedDicts, so the facts stay plain dicts and the JSON is unchanged;
+tests/test_facts_shapes.py holds the JSON keys to these models."""
+from __future__ import annotations
+
+from typing import List, Optional, TypedDict
+
+
+class RunProcessFacts(TypedDict):
+    """One Python process of a trial, as its agent's record says."""
+
+    pid: int
+    rank: Optional[int]
+    argv: List[str]
+    torch: Optional[str]  # the torch version it imported; None: it never imported torch
+    ended: Optional[str]  # exit | os._exit | None (killed, or still running when the trial ended)
+    events: int
+    fx_errors: int
+    hang: Optional[str]  # the cycle its watchdog named
+    hang_latency_s: Optional[float]
+
+
+class TrialFacts(TypedDict):
+    trial: int
+    exit_code: int
+    seconds: float
+    findings: int
+    killed_on_hang: bool
+    signals_forwarded: List[str]
+    session: Optional[str]  # the session folder, when it was kept
+    processes: List[RunProcessFacts]
+
+
+class RateFacts(TypedDict):
+    trials: int
+    with_findings: int
+    exit_nonzero: int
+
+
+class RunFacts(TypedDict):
+    command: List[str]
+    fixes: List[str]
+    cache: str  # cold | as-is
+    on_hang: str
+    hang_after_s: float
+    trials: List[TrialFacts]
+    rate: RateFacts
+
+
+class AttachProcessFacts(TypedDict):
+    pid: int
+    command: Optional[str]
+    rank: Optional[int]
+    gpus: Optional[List[int]]
+    threads: List[str]
+    still: List[str]  # threads whose stacks did not move over the samples
+    cycle: Optional[str]  # the lock cycle the last sample showed, if any
+    cycle_threads_still: bool  # ... and its threads had not moved since it formed: the finding's condition
+    chain: List[str]
+    samples: int
+
+
+class AttachFacts(TypedDict):
+    pid: int
+    subprocesses: bool
+    samples: int
+    interval_s: float
+    seconds: float
+    processes: List[AttachProcessFacts]
+    gpus: str  # read | unavailable: why
