@@ -1,5 +1,5 @@
-"""The JSON facts of logs, gpus, status, run and attach hold exactly the keys of their typed models (logs/facts.py,
-gpus/facts.py, status/facts.py, supervise/facts.py): a key renamed or dropped on either side fails here, not in a
+"""The JSON facts of logs, gpus, status, run, attach and guards hold exactly the keys of their typed models
+(logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py): a key renamed or dropped on either side fails here, not in a
 consumer's jq."""
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Type, get_type_hints
 import pytest
 
 from dflash_doctor.gpus.facts import GpuFacts, GpusFacts, ProcessFacts
+from dflash_doctor.guards.facts import GuardsFacts, ReleaseFacts
 from dflash_doctor.logs.facts import DeathFacts, LogsFacts, RootCauseFacts, ThreadFacts
 from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
 from dflash_doctor.supervise.facts import (
@@ -111,3 +112,10 @@ def test_attach_facts_match_the_model(tmp_path: Path) -> None:
     _check(facts, AttachFacts, all_keys=True)
     process, = facts["processes"]
     _check(process, AttachProcessFacts, all_keys=True)
+
+
+@pytest.mark.parametrize("release", ["torch-2.13", "torch-2.14"])
+def test_guards_facts_match_the_model(release: str) -> None:
+    facts = _facts("guards", "--torch-root", str(REPO / "fixtures" / "guards" / release), "--no-probes")
+    _check(facts, GuardsFacts, all_keys=True)
+    _check(facts["release"], ReleaseFacts, all_keys=True)

@@ -10,6 +10,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Set
 
 from dflash_doctor.errors import UsageError, require_torch
 from dflash_doctor.findings import Problem, Report
+from dflash_doctor.guards.facts import GuardsFacts
 from dflash_doctor.guards.ranking import hazard_fixes, rank_fixes, upgrade
 from dflash_doctor.guards.hazard_findings import layout_findings, state_findings
 from dflash_doctor.guards.layout import Layout, read_layout
@@ -44,7 +45,7 @@ def run_guards(
     fork: Optional[bool] = None,
     clock: Callable[[], float] = time.monotonic,
     progress: Reporter = silent,
-) -> Report:
+) -> Report[GuardsFacts]:
     """Read the guard layout, the state and (unless `probes=False`) run the live probes; see the module docs.
 
     `torch_root` analyses another torch source tree (an unpacked wheel) statically: probes, live state, this
@@ -61,7 +62,7 @@ def run_guards(
     layout = read_layout(root)
     layout_seconds = clock() - began
     progress(ProgressEvent(EventKind.FINISHED, "source", "read", round(layout_seconds, 3)))
-    report = Report("guards")
+    report: Report[GuardsFacts] = Report("guards")
     tree_only = torch_root is not None
     host = {} if tree_only else _host_facts(environ)  # before the probes, whose compiles may create the caches
 

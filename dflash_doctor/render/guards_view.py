@@ -10,13 +10,15 @@ import textwrap
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dflash_doctor.guards.facts import GuardsFacts
+
 _VERDICT_STYLE = {"vulnerable": "bold red", "safe": "bold green", "unknown": "bold magenta"}
 _STATE_STYLE = {"present": "red", "absent": "green", "unknown": "magenta"}
 _OUTCOME_STYLE = {"reproduced": "red", "not-reproduced": "green", "skipped": "dim", "error": "magenta"}
 HIGHLIGHT = "bold black on yellow"
 
 
-def guards_view(console: Console, facts: dict) -> None:
+def guards_view(console: Console, facts: GuardsFacts) -> None:
     from rich.markup import escape
 
     _versions(console, facts)
@@ -35,7 +37,7 @@ def guards_view(console: Console, facts: dict) -> None:
     console.print()
 
 
-def _versions(console: Console, facts: dict) -> None:
+def _versions(console: Console, facts: GuardsFacts) -> None:
     from rich.markup import escape
 
     versions = facts.get("versions") or {}
@@ -59,7 +61,7 @@ def _versions(console: Console, facts: dict) -> None:
                       f"{escape(', '.join(table['differences']))}: the source read here decides[/]")
 
 
-def _guard(console: Console, facts: dict) -> None:
+def _guard(console: Console, facts: GuardsFacts) -> None:
     from rich.markup import escape
 
     guard = facts.get("guard") or {}
@@ -128,7 +130,7 @@ def source_rows(lines: Sequence[Sequence[Any]], token: str) -> List[Any]:
     return rows
 
 
-def _backward(console: Console, facts: dict) -> None:
+def _backward(console: Console, facts: GuardsFacts) -> None:
     from rich.markup import escape
 
     backward = facts.get("backward_compile") or {}
@@ -153,7 +155,7 @@ def _backward(console: Console, facts: dict) -> None:
         console.print("[bold]Non-lazy switch[/] none in this release")
 
 
-def _state(console: Console, facts: dict) -> None:
+def _state(console: Console, facts: GuardsFacts) -> None:
     from rich.markup import escape
 
     source = facts.get("state_source", "?")
@@ -165,13 +167,13 @@ def _state(console: Console, facts: dict) -> None:
         flag_text = "[bold red]True: this process is corrupted[/]" if flag_now else escape(str(flag_now))
         console.print("  " + "  ".join(f"{escape(k)}={escape(str(v))}" for k, v in config.items())
                       + f"  FX flag now={flag_text}")
-    for label, key in (("inductor cache", "compile_cache"), ("triton cache", "triton_cache")):
-        cache = facts.get(key)
+    for label, cache in (("inductor cache", facts["compile_cache"]), ("triton cache", facts["triton_cache"])):
         if cache:
             console.print(f"  {label} {escape(cache['dir'])}: {escape(_cache_text(cache))}")
-    if facts.get("env") is None:
+    seen = facts["env"]
+    if seen is None:
         return
-    env = {k: v for k, v in facts["env"].items() if v is not None}
+    env = {k: v for k, v in seen.items() if v is not None}
     console.print("  env: " + (escape("  ".join(f"{k}={v}" for k, v in env.items())) if env
                                else "[dim]none of the relevant variables is set[/]"))
 
@@ -185,7 +187,7 @@ def _cache_text(cache: dict) -> str:
     return f"{cache['bytes'] / 1e6:.1f} MB in {cache['entries']}{more} files"
 
 
-def _probes(console: Console, facts: dict) -> None:
+def _probes(console: Console, facts: GuardsFacts) -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted
@@ -212,7 +214,7 @@ def _probes(console: Console, facts: dict) -> None:
     console.print(fitted(console, columns, rows))
 
 
-def _hazards(console: Console, facts: dict) -> None:
+def _hazards(console: Console, facts: GuardsFacts) -> None:
     """One row per hazard: its verdict, the lines that decided it (relative to the torch folder), the probe that
     bore on it, and the registry's fixes for it on this release. The verdict's reasons follow in full."""
     import os
