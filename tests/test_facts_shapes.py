@@ -1,5 +1,5 @@
-"""The JSON facts of logs, gpus, status, run, attach and guards hold exactly the keys of their typed models
-(logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py): a key renamed or dropped on either side fails here, not in a
+"""The JSON facts of logs, gpus, status, run, attach, guards and scan hold exactly the keys of their typed models
+(logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py, scan/facts.py): a key renamed or dropped on either side fails here, not in a
 consumer's jq."""
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 from dflash_doctor.gpus.facts import GpuFacts, GpusFacts, ProcessFacts
 from dflash_doctor.guards.facts import GuardsFacts, ReleaseFacts
+from dflash_doctor.scan.facts import ScanFacts, SkippedFolderFacts
 from dflash_doctor.logs.facts import DeathFacts, LogsFacts, RootCauseFacts, ThreadFacts
 from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
 from dflash_doctor.supervise.facts import (
@@ -119,3 +120,15 @@ def test_guards_facts_match_the_model(release: str) -> None:
     facts = _facts("guards", "--torch-root", str(REPO / "fixtures" / "guards" / release), "--no-probes")
     _check(facts, GuardsFacts, all_keys=True)
     _check(facts["release"], ReleaseFacts, all_keys=True)
+
+
+def test_scan_facts_match_the_model(tmp_path: Path) -> None:
+    (tmp_path / "node_modules").mkdir()  # a folder scan skips, so skipped_folders has an entry to check
+    (tmp_path / "train.py").write_text("import torch\nstep = torch.compile(lambda x: x)\n", encoding="utf-8")
+    facts = _facts("scan", str(tmp_path))
+    _check(facts, ScanFacts)
+    assert "statistics" not in facts
+    skipped, = facts["skipped_folders"]
+    _check(skipped, SkippedFolderFacts, all_keys=True)
+    counted = _facts("scan", str(tmp_path), "--statistics")
+    _check(counted, ScanFacts, all_keys=True)  # --statistics adds the one optional key

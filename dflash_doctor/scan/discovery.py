@@ -8,11 +8,14 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass, field
-from typing import Iterable, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Iterable, List, Sequence, Tuple
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.scan.config import matches, relative_to
 from dflash_doctor.findings import Problem
+
+if TYPE_CHECKING:
+    from dflash_doctor.scan.facts import SkippedFolderFacts
 
 DEFAULT_EXTENSIONS = (".py",)
 # Never the user's own code: version control, tool caches and installed-package stores, whatever they contain.
@@ -33,7 +36,7 @@ class Skipped:
     path: str
     reason: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> "SkippedFolderFacts":
         return {"path": self.path, "reason": self.reason}
 
 

@@ -19,6 +19,7 @@ from dflash_doctor.rules.scan import (
 )
 from dflash_doctor.scan import baseline as baseline_file
 from dflash_doctor.scan import config as config_file
+from dflash_doctor.scan.facts import ScanFacts
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.config import ScanConfig
 from dflash_doctor.scan.context import noqa_directives, suppressed
@@ -470,7 +471,7 @@ def scan_paths(
     parallel_min_files: int = PARALLEL_MIN_FILES,
     clock: Callable[[], float] = time.perf_counter,
     transformers: VersionSource = installed_transformers,
-) -> Report:
+) -> Report[ScanFacts]:
     """Scan files and folders for the DFD1xx-3xx hazards. Never imports or runs the scanned code.
 
     `select`/`ignore` replace the configuration's lists when given; `exclude` adds to its excludes. `baseline`
@@ -492,7 +493,7 @@ def scan_paths(
     problems.add(scanned.imports.problems)
     findings, loaded_for_flex = compiled_elsewhere(findings, scanned.files, scanned.index, max_bytes)
     per_file = [f for f in findings if f.path is None or f.code not in _per_file_ignored(config, f.path)]
-    report = Report("scan", problems=problems.items)
+    report: Report[ScanFacts] = Report("scan", problems=problems.items)
     report.findings, matched = baseline_file.apply(baseline_file.add_fingerprints(per_file), known)
     report.facts = _facts(paths, scanned, analysed, config, enabled, report.findings, _Outcome(
         ignored=len(findings) - len(per_file),
@@ -623,7 +624,7 @@ class _Outcome:
 
 
 def _facts(paths: List[str], scanned: _Scanned, analysed: _Analysed, config: ScanConfig, enabled: FrozenSet[str],
-           reported: Sequence[Finding], outcome: _Outcome) -> dict:
+           reported: Sequence[Finding], outcome: _Outcome) -> ScanFacts:
     """The report's facts, keys in the order the JSON report has always listed them."""
     results = analysed.results
     found = scanned.discovery

@@ -75,8 +75,9 @@ def test_fixes_that_leave_the_patcher_race_open_fail_under_it_and_say_so(runs, e
         assert facts["kind"] == "fx-patcher-race"
         assert any(mark in error for error in _errors(facts) for mark in PATCHER_ERRORS)
         assert [f["code"] for f in doc["findings"]] == ["DFD706"]
-    else:  # single-thread-autograd leaves the module-global FX flag too: either race may break it first
-        assert facts["kind"] in ("fx-patcher-race", "fx-flag-leak")
+    else:  # single-thread-autograd leaves the module-global FX flag too: the patcher race, the flag's leak or the
+        # flag left stuck by two overlapping traces may break it first (each seen on the 2-core box)
+        assert facts["kind"] in ("fx-patcher-race", "fx-flag-leak", "stuck-flag")
     assert any("FX patcher race" in line for line in facts["next_steps"])
     on = extra is SINGLE
     assert [t["autograd_multithreading"] for t in facts["multi_thread"]["threads"]] == [not on, not on]
