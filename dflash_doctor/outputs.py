@@ -123,6 +123,8 @@ def check_output(path: Optional[PathLike], inputs: Iterable[Optional[PathLike]] 
     if path is None:
         return
     shown = os.fspath(path)
+    if shown == "-":  # many tools read it as stdout; here it would make a file named '-' in the working folder
+        raise UsageError(f"{option} -: name a file (without {option} the output goes to the terminal)")
     try:
         found = _stat(path)
     except OSError as exc:

@@ -123,6 +123,14 @@ def test_an_unwritable_output_is_refused_before_any_work(inputs, command, option
     assert not list(inputs.glob("**/.*.tmp")), "a temporary file was left behind"
 
 
+@pytest.mark.parametrize("command, option", output_options())
+def test_a_dash_output_is_refused_and_makes_no_file_named_dash(inputs, command, option):
+    args = [command, *required_args(command, inputs), option, "-"]
+    result = run(*args, cwd=inputs, timeout=30)
+    assert_one_error_line(result, 2, f"{option} -:")  # (report asks for a .md or .html name before that)
+    assert not (inputs / "-").exists()
+
+
 def _has_open(pid: int, path) -> bool:
     import psutil
 
