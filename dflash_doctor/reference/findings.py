@@ -11,7 +11,7 @@ from dflash_doctor.findings import Finding, Problem
 from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.reference.results import Outcome
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
-from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
+from dflash_doctor.runtime.fx_patches import is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 from dflash_doctor.rules import pipeline as rules
 
@@ -85,10 +85,6 @@ def _death_finding(facts: dict, worker: dict) -> Finding:
 
 def is_fx_error(error: Optional[str]) -> bool:
     return error is not None and FX_ERROR_PREFIX in error
-
-
-def is_patcher_error(error: Optional[str]) -> bool:
-    return error is not None and any(mark in error for mark in PATCHER_ERROR_MARKS)
 
 
 def _patcher_finding(facts: dict, worker: dict) -> Finding:

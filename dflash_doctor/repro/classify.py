@@ -4,24 +4,12 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple
 
 from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
-from dflash_doctor.runtime.fx_patches import GUARD_BREAK_MARKS, PATCHER_ERROR_MARKS
+from dflash_doctor.runtime.fx_patches import is_guard_break, is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 
 
 def is_fx_error_text(error: Optional[str]) -> bool:
     return error is not None and FX_ERROR_PREFIX in error
-
-
-def is_patcher_error_text(error: Optional[str]) -> bool:
-    return error is not None and any(mark in error for mark in PATCHER_ERROR_MARKS)
-
-
-def is_guard_break_text(error: Optional[str]) -> bool:
-    """A Dynamo compile failing on its own guards: the patcher race when a thread traced beside it."""
-    if error is None:
-        return False
-    return GUARD_BREAK_MARKS[0] in error or ("TorchDynamo" in error
-                                             and any(mark in error for mark in GUARD_BREAK_MARKS[1:]))
 
 
 def classify_phase(result: dict) -> Tuple[Optional[FailureKind], List[dict]]:
@@ -41,9 +29,9 @@ def classify_phase(result: dict) -> Tuple[Optional[FailureKind], List[dict]]:
         if any(b.get("kind") == BlameKind.STUCK_FLAG for b in blame):
             return FailureKind.STUCK_FLAG, blame
         return FailureKind.FX_FLAG_LEAK, blame
-    if any(is_patcher_error_text(e) for e in errors):
+    if any(is_patcher_error(e) for e in errors):
         return FailureKind.PATCHER_RACE, blame
-    if tracer and any(is_guard_break_text(e) for e in errors):  # the foreign trace swapped nn.Module under a compile
+    if tracer and any(is_guard_break(e) for e in errors):  # the foreign trace swapped nn.Module under a compile
         return FailureKind.PATCHER_RACE, blame
     return FailureKind.OTHER_ERROR, blame
 

@@ -39,6 +39,19 @@ PATCHER_ERROR_MARKS = ("module is not installed as a submodule", "CURRENT_PATCHE
 # they are not specific; next to a thread that traces they are this race (repro/classify.py, supervise/agent.py).
 GUARD_BREAK_MARKS = ("Guard failed on the same frame it was created", "object has no attribute '__closure__'",
                      "'NoneType' object is not subscriptable")
+
+
+def is_patcher_error(error: Optional[str]) -> bool:
+    """An error in the race's own words (NameError, the CURRENT_PATCHER assertions): the race, wherever seen."""
+    return error is not None and any(mark in error for mark in PATCHER_ERROR_MARKS)
+
+
+def is_guard_break(error: Optional[str]) -> bool:
+    """A Dynamo compile failing on its own guards: the patcher race when a thread traced beside it."""
+    if error is None:
+        return False
+    return GUARD_BREAK_MARKS[0] in error or ("TorchDynamo" in error
+                                             and any(mark in error for mark in GUARD_BREAK_MARKS[1:]))
 # What _Patcher uses and this shim replaces; a release missing one is a layout the shim does not know.
 _REQUIRED = ("_Patcher", "_create_wrapped_func", "_PatchedFnSetItem", "_PatchedFnDel", "_PatchedFnSetAttr",
              "_new_patcher", "_maybe_revert_all_patches", "_autowrap_check")

@@ -313,7 +313,7 @@ class Agent:
         thread (a ThreadPoolExecutor's future.result() raises the worker's): its own traces count as a tracer's."""
         import traceback
 
-        from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
+        from dflash_doctor.runtime.fx_patches import is_patcher_error
         from dflash_doctor.runtime.stacks import Frame
         from dflash_doctor.supervise.records import DeathRecord
 
@@ -323,7 +323,7 @@ class Agent:
                           for f in traceback.extract_tb(exc.__traceback__))
         text = str(exc)
         traced_nearby = bool(tracing) or (last is not None and self.recorder.now() - last[1] <= TRACE_NEARBY_S)
-        race = any(mark in text for mark in PATCHER_ERROR_MARKS) or (traced_nearby and _guard_broke(exc))
+        race = is_patcher_error(text) or (traced_nearby and _guard_broke(exc))
         death = DeathRecord(threading.current_thread().name, type(exc).__name__, text[:500],
                             round(self.recorder.now(), 6), race,
                             raised_at, tuple(name for name, _ in tracing), tracing[0][1] if tracing else (),

@@ -14,7 +14,7 @@ from dflash_doctor.hazards import Hazard, Release
 from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.rules import live as rules
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
-from dflash_doctor.runtime.fx_patches import PATCHER_ERROR_MARKS
+from dflash_doctor.runtime.fx_patches import is_patcher_error
 from dflash_doctor.runtime.stacks import Frame
 from dflash_doctor.supervise.records import BlameRecord, DeathRecord, ProcessRecord
 
@@ -170,7 +170,7 @@ def _death_finding(record: ProcessRecord, death: DeathRecord) -> Finding:
                     f"ended at {death.last_trace_at_s:.1f} s")
         else:
             held = "no other thread was inside an FX trace when it died (the trace that patched it had ended)"
-        how = "" if any(mark in death.error for mark in PATCHER_ERROR_MARKS) else \
+        how = "" if is_patcher_error(death.error) else \
             " (a Dynamo guard broke while torch.fx's patches swapped nn.Module.__call__ under the compile)"
         message = (f"{death.thread} ({record.label}) died of the FX patcher race at {death.at_s:.1f} s{where}: "
                    f"{said}{how}; {held}. Next: {step}")
