@@ -139,19 +139,16 @@ def check_save_folder(path: str) -> None:
 
 
 def _check_failure_hook(options: PipelineOptions, names: List[str]) -> FailHow:
-    if options.fail_at_step < 1:
-        raise ValueError(f"--fail-at-step must be at least 1 (a worker's first step is 1), got {options.fail_at_step}")
+    """What check_options could not judge: the worker names, which follow the devices torch sees."""
     if options.fail_worker and options.fail_worker not in names:
         raise ValueError(f"--fail-worker {options.fail_worker!r} is not a worker of this run ({', '.join(names)})")
     return _choice(FailHow, options.fail_how, "--fail-how")
 
 
-def _check_transport(options: PipelineOptions, targets: List[str], drafters: List[str], workers: str) -> Transport:
+def _check_transport(options: PipelineOptions, targets: List[str], drafters: List[str]) -> Transport:
     from dflash_doctor.reference.transport import routes
 
-    transport = _choice(Transport, options.transport, "--transport")
-    if transport is not Transport.AUTO and workers == "threads":
-        raise ValueError(f"--transport {transport.value} is for --workers processes (threads share one queue)")
+    transport = _choice(Transport, options.transport, "--transport")  # (with threads, refused by check_options)
     if transport is Transport.IPC:
         sources, _ = routes(len(targets), len(drafters))
         crossing = sorted({(targets[t], drafters[d]) for d, own in enumerate(sources) for t in own
@@ -215,7 +212,7 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     cfg = preset(options.preset)
     if options.batch_size is not None:
         cfg = replace(cfg, batch_size=options.batch_size)
-    names, workers = resolve_mitigations(options)
+    names = resolve_mitigations(options)[0]
     available = (cuda_device_count or torch.cuda.device_count)() if options.device == "cuda" else 0
     if options.device == "cuda" and available == 0:
         raise ValueError("--device cuda: no CUDA device is visible to this torch "
@@ -228,7 +225,7 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     steps = cfg.steps if options.steps is None else options.steps
     worker_names = [f"target-{i}" for i in range(len(targets))] + [f"drafter-{i}" for i in range(len(drafters))]
     fail_how = _check_failure_hook(options, worker_names)
-    transport = _check_transport(options, targets, drafters, workers)
+    transport = _check_transport(options, targets, drafters)
     state = load_drafter(options.save_dir, cfg.name) if options.resume and options.save_dir else None
     if options.resume and state is None:
         raise ValueError(f"--resume: no checkpoint in {options.save_dir}")
