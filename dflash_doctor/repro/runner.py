@@ -40,17 +40,27 @@ class Child(Protocol):
 
 
 class ChildProcess:
-    """A running child; `wait(timeout)` kills its process group when the time is up."""
+    """A running child; `wait(timeout)` kills its process group when the time is up.
 
-    def __init__(self, popen: subprocess.Popen, log_handle, clock: Callable[[], float]) -> None:
+    `result_path`: the child's result file. A phase child writes it atomically as its very last act, so once it
+    is there the child has said everything; `poll` then ends it at once instead of waiting for the interpreter's
+    shutdown (torch's atexit hooks and inductor's compile-worker pool took 1.7 s to 3.9 s a trial on the 2-core
+    CPU box, benchmarks/results/repro_phases.md)."""
+
+    def __init__(self, popen: subprocess.Popen, log_handle, clock: Callable[[], float],
+                 result_path: Optional[Path] = None) -> None:
         self._popen = popen
         self._log = log_handle
         self._clock = clock
         self._started = clock()
+        self._result_path = result_path
 
     def poll(self, timeout_s: float) -> Optional[ChildExit]:
-        """Non-blocking: how the child ended, or None while it runs; past `timeout_s` it is killed."""
+        """Non-blocking: how the child ended, or None while it runs; past `timeout_s` it is killed. A child whose
+        result is written has ended, whether or not its interpreter has finished shutting down."""
         if self._popen.poll() is None:
+            if self._result_path is not None and self._result_path.exists():
+                return self.stop()
             if self._clock() - self._started < timeout_s:
                 return None
             return self.wait(0.0)
@@ -112,7 +122,7 @@ class ProcessRunner:
         except BaseException:
             log.close()
             raise
-        return ChildProcess(popen, log, self.clock)
+        return ChildProcess(popen, log, self.clock, result_path)
 
 
 def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None,
@@ -127,9 +137,9 @@ def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] 
     source = os.environ if base is None else base
     if compile_threads and "TORCHINDUCTOR_COMPILE_THREADS" not in source:
         extra["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
-    if cold_cache:
-        extra = {"TORCHINDUCTOR_CACHE_DIR": str(phase_dir / "inductor-cache"),
-                 "TRITON_CACHE_DIR": str(phase_dir / "triton-cache")}
+    if cold_cache:  # beside the compile threads' share, not instead of it
+        extra.update(TORCHINDUCTOR_CACHE_DIR=str(phase_dir / "inductor-cache"),
+                     TRITON_CACHE_DIR=str(phase_dir / "triton-cache"))
     if user_code and base is None:
         return user_env(extra)
     return clean_env(base, extra)

@@ -147,3 +147,58 @@ def test_a_compile_whose_guards_broke_beside_a_tracing_thread_is_the_patcher_rac
     assert classify_phase(result)[0] == "fx-patcher-race"
     # without a thread that traced, the same words are not evidence of the race
     assert classify_phase({"outcome": "error", "threads": [thread("a", "error", error, 0)]})[0] == "other-error"
+
+
+LINGERING_CHILD = '''
+import json, os, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+tmp = out / "result.json.tmp"
+tmp.write_text(json.dumps({"phase": "multi", "outcome": "ok", "threads": []}))
+os.replace(tmp, out / "result.json")  # atomically, as the phase child writes it
+time.sleep(60)  # an interpreter shutdown that takes its time (torch's atexit hooks, compile workers)
+'''
+
+
+@pytest.mark.timeout(60)
+def test_a_child_whose_result_is_written_is_ended_without_waiting_for_its_shutdown(tmp_path):
+    script = tmp_path / "lingering_child.py"
+    script.write_text(LINGERING_CHILD)
+    log = open(tmp_path / "log.txt", "wb")
+    popen = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=log, stderr=subprocess.STDOUT,
+                             cwd=REPO, env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+    child = ChildProcess(popen, log, time.monotonic, tmp_path / "result.json")
+    began = time.monotonic()
+    ended = None
+    while ended is None and time.monotonic() - began < 30:
+        ended = child.poll(timeout_s=300.0)
+        time.sleep(0.01)
+    assert ended is not None and not ended.timed_out
+    assert time.monotonic() - began < 15  # not the 60 s of its shutdown
+    assert popen.poll() is not None  # the process is gone, not left running
+    assert read_phase_result(tmp_path, ended, spec(()))["outcome"] == "ok"
+
+
+@pytest.mark.timeout(60)
+def test_without_a_result_file_a_running_child_is_left_alone(tmp_path):
+    script = tmp_path / "slow_child.py"
+    script.write_text("import time; time.sleep(60)\n")
+    log = open(tmp_path / "log.txt", "wb")
+    popen = subprocess.Popen([sys.executable, str(script)], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                             env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+    child = ChildProcess(popen, log, time.monotonic, tmp_path / "result.json")
+    try:
+        time.sleep(0.5)
+        assert child.poll(timeout_s=300.0) is None and popen.poll() is None
+    finally:
+        child.kill()
+
+
+def test_a_cold_cache_keeps_the_compile_threads_share_of_trials_side_by_side(tmp_path):
+    from dflash_doctor.repro.runner import child_env
+
+    env = child_env(tmp_path, cold_cache=True, base={"PATH": "/usr/bin"}, compile_threads=4)
+    assert env["TORCHINDUCTOR_COMPILE_THREADS"] == "4"  # was dropped when the cache dirs were set
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor-cache")
+    user_set = child_env(tmp_path, cold_cache=True, base={"TORCHINDUCTOR_COMPILE_THREADS": "1"}, compile_threads=4)
+    assert user_set["TORCHINDUCTOR_COMPILE_THREADS"] == "1"  # the user's own setting wins
