@@ -156,6 +156,16 @@ def adopt(pid: int) -> None:
         _LIVE[pid] = False
 
 
+def register_group(pid: int) -> None:
+    """Register a child that leads a process group of its own but was not started by `popen` (a phase child
+    forked by repro's warm-start server); after stop_all it is killed at once."""
+    with _LOCK:
+        if _STOPPED:
+            _kill(pid, True)
+            return
+        _LIVE[pid] = True
+
+
 def release(pid: int) -> None:
     """The child has been reaped: forget it (its pid may be reused)."""
     with _LOCK:

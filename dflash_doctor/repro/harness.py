@@ -23,7 +23,7 @@ from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.repro import ladder
 from dflash_doctor.repro.capabilities import Capabilities, assess
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
-from dflash_doctor.repro.runner import Child, ChildExit, ProcessRunner, child_env, read_phase_result, write_spec
+from dflash_doctor.repro.runner import Child, ChildExit, child_env, read_phase_result, write_spec
 from dflash_doctor.repro.spec import PhaseSpec, ReproSpec
 
 EXIT_NOT_REPRODUCED = 0
@@ -112,7 +112,9 @@ class Harness:
         self.poll_s = poll_s  # between looks at the running children; a runner whose children end at once needs none
         self._started: List[Child] = []  # every child this run started, killed before its folder is removed
         self._interrupted = False
-        self.runner = runner or ProcessRunner(clock=clock)
+        # None: the run's own, made once its folder exists (warm_start.WarmStartRunner forks children from a
+        # server that imported torch once); tests pass a runner of their own.
+        self.runner = runner
         self.progress = progress
         self.clock = clock
         self.workdir = workdir
@@ -191,6 +193,11 @@ class Harness:
     # -- a whole run -------------------------------------------------------------------------------------
     def run(self, matrix: bool = False) -> Report:
         root = Path(tempfile.mkdtemp(prefix="dflash-repro-", dir=self.workdir))
+        own_runner = self.runner is None
+        if own_runner:
+            from dflash_doctor.repro.warm_start import WarmStartRunner
+
+            self.runner = WarmStartRunner(root, clock=self.clock)
         try:
             return self._run(root, matrix)
         finally:
@@ -202,6 +209,8 @@ class Harness:
                 from dflash_doctor import children  # before it was listed here; the registry has every one
 
                 children.stop_all(reopen=True)
+            if own_runner:
+                self.runner.close()
             shutil.rmtree(root, ignore_errors=True)
 
     def _run(self, root: Path, matrix: bool) -> Report:

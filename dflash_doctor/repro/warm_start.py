@@ -1,0 +1,355 @@
+"""Phase children forked from one interpreter that has imported torch and Dynamo once, instead of each child
+importing them again (about 3 s a child on the 2-core CPU box: torch 1.4 s, torch._dynamo 1.6 s;
+benchmarks/results/repro_phases.md).
+
+What a forked child shares with a fresh one: the imports every phase child makes in its main thread before any
+worker thread starts (torch, torch._dynamo, which the flight recorder hooks, the reference drafter's modules), and
+nothing else. The server never compiles, never touches CUDA and never starts a thread, so each child still begins
+with empty Dynamo and inductor caches and initialises its own device; inductor's compile code (imported inside
+the first compile, in a worker thread) is left for the child to import, so the first compile's length, the
+window the races need, is what it was. The few settings torch reads from the environment when it is imported are
+read again in the child (`_settings_from_env`), and a child whose environment differs from the server's in any
+other way (WARM_ENV_KEYS) is started fresh, as is any child when the server cannot start.
+
+The server (`python -m dflash_doctor.repro.warm_start`) reads one JSON request a line on stdin and answers on
+stdout: `{"ready": pid}` once, `{"id": n, "pid": pid}` per fork, `{"pid": pid, "status": code}` per exit. Each
+child leads a session of its own (its compile workers are killed with it) and dies with the server
+(PR_SET_PDEATHSIG), and the server exits when the harness closes its stdin or dies.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Callable, Dict, List, Mapping, Optional
+
+from dflash_doctor.repro.runner import ChildExit, ProcessRunner
+
+# The keys a forked child's environment may differ in from the server's: what torch and triton read only when
+# they compile (the caches), what the child re-reads (_settings_from_env), and the import path, which the child
+# sets itself. Any other difference might have been read at import time: that child starts fresh.
+WARM_ENV_KEYS = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
+                           "PYTHONPATH", "PYTHONSAFEPATH"})
+READY_TIMEOUT_S = 120.0  # the server's imports on a loaded 2-core machine; past it, every child starts fresh
+REAP_S = 0.05  # how often the server looks for ended children between requests
+PR_SET_PDEATHSIG = 1
+
+
+# -- the server ----------------------------------------------------------------------------------------------
+def _preload() -> None:
+    """What every phase child imports in its main thread before its workers start (repro/child.py's run)."""
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401 - the flight recorder hooks it before the workers start
+    import torch.fx  # noqa: F401
+
+    import dflash_doctor.mitigations  # noqa: F401
+    import dflash_doctor.reference.replay  # noqa: F401
+    import dflash_doctor.repro.child  # noqa: F401
+    import dflash_doctor.repro.disturb  # noqa: F401
+    import dflash_doctor.repro.steps  # noqa: F401
+    import dflash_doctor.runtime  # noqa: F401
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - without it the harness's kill of the child's group still ends it
+        return
+
+
+def _settings_from_env() -> None:
+    """Settings torch fixed while the server imported it, read again from this child's environment."""
+    threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    if threads:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = int(threads)
+
+
+def _become_child(request: dict) -> None:
+    """In the forked process: become the phase child the request describes, run it, and never return."""
+    code = 1
+    try:
+        os.setsid()
+        _die_with_parent()
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(signum, signal.SIG_DFL)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(devnull)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        extra_path = [p for p in request.get("path", []) if p not in sys.path]
+        sys.path[1:1] = extra_path  # a --model child's folder and the user's PYTHONPATH, as a fresh child has
+        import random
+
+        random.seed()  # the server's state would otherwise be every child's
+        _settings_from_env()
+        from dflash_doctor.repro import child
+
+        sys.argv = ["dflash_doctor.repro.child", *request["argv"]]
+        code = child.main(request["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the traceback goes to the child's log; the parent sees no result
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _say(out: IO[str], message: dict) -> None:
+    out.write(json.dumps(message) + "\n")
+    out.flush()
+
+
+def _reap(out: IO[str], forked: set) -> None:
+    while forked:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        forked.discard(pid)
+        _say(out, {"pid": pid, "status": os.waitstatus_to_exitcode(status)})
+
+
+def serve(stdin: IO[str], stdout: IO[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle; it closes our stdin
+    _preload()
+    forked: set = set()
+    _say(stdout, {"ready": os.getpid()})
+    buffer = ""
+    while True:
+        readable, _, _ = select.select([stdin], [], [], REAP_S)
+        _reap(stdout, forked)
+        if not readable:
+            continue
+        chunk = os.read(stdin.fileno(), 65536).decode("utf-8")
+        if not chunk:  # the harness closed our stdin, or died: its children die with us (PR_SET_PDEATHSIG)
+            return 0
+        buffer += chunk
+        while "\n" in buffer:
+            line, buffer = buffer.split("\n", 1)
+            request = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                _become_child(request)
+            forked.add(pid)
+            _say(stdout, {"id": request["id"], "pid": pid})
+
+
+# -- the harness's side --------------------------------------------------------------------------------------
+class _Server:
+    """The running server and what it has said: the pid of each fork, the status of each exit."""
+
+    def __init__(self, popen: subprocess.Popen, log: IO[bytes]) -> None:
+        self.popen = popen
+        self._log = log
+        self._changed = threading.Condition()
+        self.pids: Dict[int, int] = {}
+        self.exits: Dict[int, int] = {}
+        self.ready = False
+        self.gone = False
+        self._next_id = 0
+        self._write_lock = threading.Lock()
+        threading.Thread(target=self._read, name="warm-start-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            with self._changed:
+                if "ready" in message:
+                    self.ready = True
+                elif "id" in message:
+                    self.pids[message["id"]] = message["pid"]
+                elif "status" in message:
+                    self.exits[message["pid"]] = message["status"]
+                self._changed.notify_all()
+        with self._changed:
+            self.gone = True
+            self._changed.notify_all()
+
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: condition() or self.gone, timeout_s) and condition()
+
+    def fork(self, request: dict, timeout_s: float = 30.0) -> Optional[int]:
+        with self._write_lock:
+            self._next_id += 1
+            ident = self._next_id
+            assert self.popen.stdin is not None
+            try:
+                self.popen.stdin.write((json.dumps({**request, "id": ident}) + "\n").encode("utf-8"))
+                self.popen.stdin.flush()
+            except (BrokenPipeError, OSError):
+                return None
+        if not self.wait_until(lambda: ident in self.pids, timeout_s):
+            return None
+        return self.pids[ident]
+
+    def close(self) -> None:
+        from dflash_doctor import children
+
+        try:
+            if self.popen.stdin is not None:
+                self.popen.stdin.close()
+            self.popen.wait(5.0)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(5.0)
+            children.release(self.popen.pid)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.close()
+
+
+class ForkedChild:
+    """A phase child the server forked: the same `Child` interface as runner.ChildProcess."""
+
+    def __init__(self, server: _Server, pid: int, result_path: Path, clock: Callable[[], float]) -> None:
+        self._server = server
+        self.pid = pid
+        self._result_path = result_path
+        self._clock = clock
+        self._started = clock()
+
+    def _exit(self, timed_out: bool = False) -> ChildExit:
+        self.kill()
+        self._server.wait_until(lambda: self.pid in self._server.exits, 10.0)
+        from dflash_doctor import children
+
+        children.release(self.pid)
+        return ChildExit(self._server.exits.get(self.pid), timed_out, self._clock() - self._started)
+
+    def poll(self, timeout_s: float) -> Optional[ChildExit]:
+        if self.pid in self._server.exits or self._server.gone or self._result_path.exists():
+            return self._exit()
+        if self._clock() - self._started < timeout_s:
+            return None
+        return self._exit(timed_out=True)
+
+    def stop(self) -> ChildExit:
+        return self._exit()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)  # the child and its compile workers: its session is its own
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class WarmStartRunner:
+    """The harness's default runner: phase children forked from a warm server, or started fresh (ProcessRunner)
+    where that cannot be done the same way; `fresh_reason` says why the last child started fresh, if one did."""
+
+    def __init__(self, workdir: Path, python: str = sys.executable,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.workdir = workdir
+        self.clock = clock
+        self.fresh = ProcessRunner(python=python, clock=clock)
+        self.python = python
+        self._server: Optional[_Server] = None
+        self._server_env: Optional[Dict[str, str]] = None
+        self.unavailable: Optional[str] = None  # why no server could be had; then every child starts fresh
+        self.forked = 0
+        self.started_fresh = 0
+
+    def _start_server(self, env: Mapping[str, str]) -> Optional[_Server]:
+        from dflash_doctor import children
+
+        server_env = {k: v for k, v in env.items() if k not in WARM_ENV_KEYS or k in ("PYTHONPATH", "PYTHONSAFEPATH")}
+        log = open(self.workdir / "warm-start.log", "wb")
+        argv = children.python_argv("dflash_doctor.repro.warm_start", python=self.python)
+        try:
+            popen = children.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                   env=server_env, cwd=str(self.workdir))
+        except children.ChildrenStopped:
+            log.close()
+            raise
+        except OSError as exc:
+            log.close()
+            self.unavailable = f"the warm-start server could not start: {exc}"
+            return None
+        server = _Server(popen, log)
+        if not server.wait_until(lambda: server.ready, READY_TIMEOUT_S):
+            server.close()
+            self.unavailable = "the warm-start server did not get ready"
+            return None
+        self._server_env = server_env
+        return server
+
+    def _differs(self, env: Mapping[str, str]) -> bool:
+        assert self._server_env is not None
+        keys = (set(env) | set(self._server_env)) - WARM_ENV_KEYS
+        return any(env.get(k) != self._server_env.get(k) for k in keys)
+
+    def start(self, spec_path: Path, result_path: Path, env: Dict[str, str], log_path: Path,
+              user_code: bool = False):
+        if self._server is None and self.unavailable is None:
+            self._server = self._start_server(env)
+        if self._server is None or self._server.gone or self._differs(env):
+            self.started_fresh += 1
+            return self.fresh.start(spec_path, result_path, env, log_path, user_code=user_code)
+        cwd = os.getcwd() if user_code else str(spec_path.parent)
+        path = [cwd] if user_code else []
+        path += [os.path.join(cwd, p) if not os.path.isabs(p) else p
+                 for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        from dflash_doctor import children
+
+        request = {"argv": [str(spec_path), str(result_path)], "env": dict(env), "cwd": cwd,
+                   "log": str(log_path), "path": path}
+        pid = self._server.fork(request)
+        if pid is None:  # the server died between children: this one and the rest start fresh
+            self.unavailable = "the warm-start server stopped answering"
+            self.started_fresh += 1
+            return self.fresh.start(spec_path, result_path, env, log_path, user_code=user_code)
+        children.register_group(pid)
+        self.forked += 1
+        return ForkedChild(self._server, pid, result_path, self.clock)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+def main() -> int:
+    return serve(sys.stdin, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__: List[str] = ["ForkedChild", "WarmStartRunner", "WARM_ENV_KEYS", "serve"]
