@@ -78,6 +78,10 @@ def register(app: typer.Typer) -> None:
         steps: Optional[int] = typer.Option(None, "--steps", help="Drafter steps to run (default: the preset's)."),
         batch_size: Optional[int] = typer.Option(None, "--batch-size",
                                                  help="Sequences per drafter step (default: the preset's)."),
+        compile_dense: Optional[bool] = typer.Option(
+            None, "--compile-dense/--no-compile-dense",
+            help="Compile the drafter's norms, projections, MLP and loss chunks whole, flex_attention still its own "
+            "compiled call (default: on for small, off for the presets that reproduce the incident)."),
         checkpoint: Checkpoint = typer.Option(Checkpoint.NONE, "--checkpoint",
                                               help="Loss chunks under torch.utils.checkpoint."),
         target_devices: Optional[str] = typer.Option(None, "--target-devices",
@@ -140,7 +144,7 @@ def register(app: typer.Typer) -> None:
             fail_at_step=fail_at_step, fail_how=FailHow(fail_how).value,
             hf_checkpoint=str(target_checkpoint) if target_checkpoint else None, stall_timeout_s=stall_timeout,
             mitigation=mitigation, transport=Transport(transport).value, batch_size=batch_size,
-            tracing_thread=tracing_thread,
+            compile_dense=compile_dense, tracing_thread=tracing_thread,
         )
         try:
             check_options(options)

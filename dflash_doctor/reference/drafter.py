@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from dflash_doctor.reference.config import ModelSpec
+from dflash_doctor.reference.dense_compile import compiled
 from dflash_doctor.reference.layers import QKV, RMSNorm, Rope, SwiGLU, init_weights, rope_cos_sin
 
 
@@ -22,21 +23,33 @@ class DrafterLayer(nn.Module):
         self.post_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.mlp = SwiGLU(spec.hidden_size, spec.intermediate_size)
 
-    def forward(self, x, context, block_rope: Rope, context_rope: Rope, attend):
+    def project(self, x, context, block_rope: Rope, context_rope: Rope):
+        """Everything before the attention: q of the block, k and v of cat(context, block)."""
         h = self.input_norm(x)
         q = self.attn.query(h, block_rope)
         k_ctx, v_ctx = self.attn.key_value(context, context_rope)  # context K/V injected into every layer
         k_blk, v_blk = self.attn.key_value(h, block_rope)
-        out = attend(q, torch.cat([k_ctx, k_blk], dim=2), torch.cat([v_ctx, v_blk], dim=2))
-        x = x + self.attn.output(out)
+        return q, torch.cat([k_ctx, k_blk], dim=2), torch.cat([v_ctx, v_blk], dim=2)
+
+    def finish(self, x, attn_out):
+        """Everything after it: the output projection, the MLP and both residuals."""
+        x = x + self.attn.output(attn_out)
         return x + self.mlp(self.post_norm(x))
+
+    def forward(self, x, context, block_rope: Rope, context_rope: Rope, attend, compile_dense: bool = False):
+        project, finish = DrafterLayer.project, DrafterLayer.finish
+        if compile_dense:  # one compiled graph for each stretch, the attention between them its own call
+            project, finish = compiled(project), compiled(finish)
+        q, k, v = project(self, x, context, block_rope, context_rope)
+        return finish(self, x, attend(q, k, v))
 
 
 class Drafter(nn.Module):
     def __init__(self, spec: ModelSpec, num_layers: int, num_features: int, embed_weight: torch.Tensor,
-                 lm_head_weight: torch.Tensor, seed: int = 0):
+                 lm_head_weight: torch.Tensor, seed: int = 0, compile_dense: bool = False):
         super().__init__()
         self.spec = spec
+        self.compile_dense = compile_dense  # reference/dense_compile.py: the throughput presets' fused layers
         self.fc = nn.Linear(num_features * spec.hidden_size, spec.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.layers = nn.ModuleList(DrafterLayer(spec) for _ in range(num_layers))
@@ -61,5 +74,5 @@ class Drafter(nn.Module):
         block_rope = rope_cos_sin(block_pos, spec.head_dim, spec.rope_theta, dtype)
         x = nn.functional.embedding(block_ids, self.shared["embed"]).to(self.fc.weight.dtype)
         for layer in self.layers:
-            x = layer(x, context, block_rope, context_rope, attend)
+            x = layer(x, context, block_rope, context_rope, attend, self.compile_dense)
         return x

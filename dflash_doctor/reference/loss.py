@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from dflash_doctor.reference.config import CHECKPOINT_MODES
+from dflash_doctor.reference.dense_compile import compiled
 from dflash_doctor.reference.layers import rms_norm
 
 
@@ -43,11 +44,12 @@ def _chunk_loss(hidden, norm_weight, eps, lm_head_weight, labels, weights):
 
 
 def chunked_loss(hidden: torch.Tensor, norm, lm_head_weight: torch.Tensor, labels: torch.Tensor,
-                 weights: torch.Tensor, chunk: int, checkpoint: str) -> torch.Tensor:
+                 weights: torch.Tensor, chunk: int, checkpoint: str, compile_dense: bool = False) -> torch.Tensor:
     """Weighted mean CE over query rows; each chunk of rows recomputes its logits in backward when checkpointed.
 
     `checkpoint`: "reentrant" (use_reentrant=True), "non-reentrant" (use_reentrant=False) or "none". The seeds
     toggled exactly this; checkpointing only applies when autograd records (a no-grad replay has nothing to save).
+    `compile_dense`: each chunk's norm, head and cross-entropy as one compiled graph (reference/dense_compile.py).
     """
     if checkpoint not in CHECKPOINT_MODES:
         raise ValueError(f"checkpoint must be one of {CHECKPOINT_MODES}, not {checkpoint!r}")
@@ -57,11 +59,12 @@ def chunked_loss(hidden: torch.Tensor, norm, lm_head_weight: torch.Tensor, label
     labels, weights = labels.reshape(-1), weights.reshape(-1).to(rows.device)
     recording = torch.is_grad_enabled() and rows.requires_grad
     total = rows.new_zeros((), dtype=torch.float32)
+    chunk_loss = compiled(_chunk_loss) if compile_dense else _chunk_loss
     for start in range(0, rows.shape[0], chunk):
         part = (rows[start:start + chunk], norm.weight, norm.eps, lm_head_weight,
                 labels[start:start + chunk], weights[start:start + chunk])
         if checkpoint == "none" or not recording:
-            total = total + _chunk_loss(*part)
+            total = total + chunk_loss(*part)
         else:
-            total = total + torch_checkpoint(_chunk_loss, *part, use_reentrant=checkpoint == "reentrant")
+            total = total + torch_checkpoint(chunk_loss, *part, use_reentrant=checkpoint == "reentrant")
     return total / weights.sum().clamp_min(1e-6)

@@ -37,6 +37,7 @@ class PipelineOptions:
     mitigation: str = "none"  # names from dflash_doctor.mitigations, comma-separated
     transport: str = Transport.AUTO.value
     batch_size: Optional[int] = None  # sequences per drafter step; default: the preset's
+    compile_dense: Optional[bool] = None  # the drafter's dense stretches compiled whole; default: the preset's
     tracing_thread: bool = False  # threads only: a thread looping torch.fx.symbolic_trace beside the workers
 
 
@@ -212,6 +213,8 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     cfg = preset(options.preset)
     if options.batch_size is not None:
         cfg = replace(cfg, batch_size=options.batch_size)
+    if options.compile_dense is not None:
+        cfg = replace(cfg, compile_dense=options.compile_dense)
     names = resolve_mitigations(options)[0]
     available = (cuda_device_count or torch.cuda.device_count)() if options.device == "cuda" else 0
     if options.device == "cuda" and available == 0:

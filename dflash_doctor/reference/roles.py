@@ -67,7 +67,7 @@ class DrafterRole:
         embed, lm_head = heads
         with torch.device(device):
             self.drafter = Drafter(cfg.target, cfg.drafter_layers, len(cfg.target_layer_ids), embed, lm_head,
-                                   derive_seed(seed, "drafter"))
+                                   derive_seed(seed, "drafter"), compile_dense=cfg.compile_dense)
         self.params: List[torch.nn.Parameter] = [p for p in self.drafter.parameters() if p.requires_grad]
         # One kernel for the whole update on a GPU (fused), one launch per op for all parameters elsewhere.
         on_gpu = device.type == "cuda"

@@ -113,4 +113,4 @@ def drafter_loss(drafter, batch: TargetBatch, cfg: PipelineConfig, anchor_genera
         labels = block_labels(batch.greedy, anchors, block)
         weights = loss_weights(anchors, batch.lengths, block, cfg.loss_decay)
         return chunked_loss(hidden, drafter.norm, drafter.shared["lm_head"], labels, weights, cfg.loss_chunk,
-                            checkpoint)
+                            checkpoint, cfg.compile_dense)
