@@ -138,6 +138,11 @@ def _reap(out: IO[str], forked: set) -> None:
 def serve(stdin: IO[str], stdout: IO[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle; it closes our stdin
     _preload()
+    import torch
+
+    if torch.cuda.is_initialized():  # a forked child could not use the GPU: say so, and every child starts fresh
+        sys.stderr.write("warm start: CUDA was initialised by the imports; children cannot be forked\n")
+        return 3
     forked: set = set()
     _say(stdout, {"ready": os.getpid()})
     buffer = ""
