@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The speed issue's table on one H200, each row as a user types it, every figure from the tool's own JSON:
 #   run(command="bash benchmarks/gpu/speed_h200.sh", timeout_s=600)
+# $OUT then holds speed.tgz (every JSON, log and the profile summary) and table.md.
 # Parts, most wanted first (PARTS="..." runs a subset); each bounded by `timeout` and skipped when less than its
 # cap is left of BUDGET_S (default 570), so the call ends with what it has:
 #   P  pipeline --preset small --device cuda (its defaults: batch 16, the dense stretches compiled)
@@ -47,3 +48,5 @@ F) timed F_profile 130 python3 benchmarks/gpu/profile_pipeline.py --preset small
 esac; done
 rm -f "$OUT"/F_profile/trace.json.gz 2>/dev/null  # tens of MB; summary.json and summary.md stay
 python3 benchmarks/gpu/speed_table.py "$OUT" | tee "$OUT/table.md"
+# The device tool brings back only a few files: everything goes back as one archive, beside the table.
+(cd "$OUT" && tar czf speed.tgz --exclude=speed.tgz --exclude=table.md * && find . -mindepth 1 ! -name speed.tgz ! -name table.md -delete)
