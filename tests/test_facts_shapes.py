@@ -1,6 +1,7 @@
-"""The JSON facts of logs, gpus, status, run, attach, guards, scan and pipeline hold exactly the keys of their
-typed models (logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py, scan/facts.py,
-reference/facts.py): a key renamed or dropped on either side fails here, not in a consumer's jq."""
+"""The JSON facts of logs, gpus, status, run, attach, guards, scan, pipeline and check hold exactly the keys of
+their typed models (logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py,
+scan/facts.py, reference/facts.py, check/facts.py): a key renamed or dropped on either side fails here, not in a
+consumer's jq."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from typing import Any, Dict, Mapping, Optional, Type, get_type_hints
 
 import pytest
 
+from dflash_doctor.check.facts import CheckFacts
 from dflash_doctor.gpus.facts import GpuFacts, GpusFacts, ProcessFacts
 from dflash_doctor.guards.facts import GuardsFacts, ReleaseFacts
 from dflash_doctor.scan.facts import ScanFacts, SkippedFolderFacts
@@ -186,3 +188,12 @@ def test_blame_entries_match_the_model() -> None:
     _check(blame, BlameFacts, all_keys=True)
     _check(blame["holder_stack"][0], FrameFacts, all_keys=True)
 
+
+@pytest.mark.timeout(120)
+def test_check_facts_match_the_model(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import torch\nstep = torch.compile(lambda x: x)\n", encoding="utf-8")
+    facts = _facts("check", str(tmp_path), "--no-probes", "--repro", "--timeout", "60")
+    _check(facts, CheckFacts)
+    assert facts["parts"] == ["scan", "guards", "repro"] and "partial" not in facts
+    _check(facts["scan"], ScanFacts)
+    _check(facts["guards"], GuardsFacts, all_keys=True)
