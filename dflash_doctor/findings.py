@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Generic, List, Mapping, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Dict, Generic, List, Mapping, Optional, Tuple, TypedDict, cast
 
 if TYPE_CHECKING:
     # PEP 696 defaults (typing.TypeVar takes `default=` from 3.13 only): a bare `Report` keeps untyped facts.
@@ -89,6 +89,18 @@ class Problem:
         return {"subject": self.subject, "reason": self.reason, "hint": self.hint}
 
 
+class PartialFacts(TypedDict):
+    """`facts.partial` of a run a signal ended early (Report.mark_stopped): a facts model that can hold it
+    declares it as an optional key of this type."""
+
+    stopped_by: str  # SIGINT | SIGTERM
+    unfinished: str  # what did not finish, in words
+
+
+def stopped_facts(signal_name: str, unfinished: str) -> PartialFacts:
+    return {"stopped_by": signal_name, "unfinished": unfinished}
+
+
 def _empty_facts() -> Any:
     return {}
 
@@ -115,7 +127,7 @@ class Report(Generic[FactsT]):
         import signal
 
         self.stopped_by = signal_name
-        cast(Dict[str, Any], self.facts)["partial"] = {"stopped_by": signal_name, "unfinished": unfinished}
+        cast(Dict[str, Any], self.facts)["partial"] = stopped_facts(signal_name, unfinished)
         self.problems.append(Problem(self.command, f"stopped by {signal_name} before the end: {unfinished}",
                                      "what had finished is reported; run it again to complete it"))
         self.exit_code_override = 128 + int(signal.Signals[signal_name])

@@ -1,5 +1,6 @@
-"""The JSON facts of logs, gpus, status, run, attach, guards and scan hold exactly the keys of their typed models
-(logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py, scan/facts.py): a key renamed or dropped on either side fails here, not in a
+"""The JSON facts of logs, gpus, status, run, attach, guards, scan, pipeline and check hold exactly the keys of
+their typed models (logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py,
+scan/facts.py, reference/facts.py, check/facts.py): a key renamed or dropped on either side fails here, not in a
 consumer's jq."""
 from __future__ import annotations
 
@@ -11,10 +12,21 @@ from typing import Any, Dict, Mapping, Optional, Type, get_type_hints
 
 import pytest
 
+from dflash_doctor.check.facts import CheckFacts
 from dflash_doctor.gpus.facts import GpuFacts, GpusFacts, ProcessFacts
 from dflash_doctor.guards.facts import GuardsFacts, ReleaseFacts
 from dflash_doctor.scan.facts import ScanFacts, SkippedFolderFacts
 from dflash_doctor.logs.facts import DeathFacts, LogsFacts, RootCauseFacts, ThreadFacts
+from dflash_doctor.reference.facts import (
+    HangFacts,
+    PipelineFacts,
+    PipelineWorkerFacts,
+    StepTimeFacts,
+    ThreadStackFacts,
+    WrittenCorpusFacts,
+)
+from dflash_doctor.runtime.recorder import Blame, BlameFacts
+from dflash_doctor.runtime.stacks import Frame, FrameFacts
 from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
 from dflash_doctor.supervise.facts import (
     AttachFacts,
@@ -132,3 +144,56 @@ def test_scan_facts_match_the_model(tmp_path: Path) -> None:
     _check(skipped, SkippedFolderFacts, all_keys=True)
     counted = _facts("scan", str(tmp_path), "--statistics")
     _check(counted, ScanFacts, all_keys=True)  # --statistics adds the one optional key
+
+
+def _check_workers(facts: Mapping[str, Any]) -> None:
+    for worker in facts["workers"]:
+        _check(worker, PipelineWorkerFacts, all_keys=True)
+
+
+@pytest.mark.timeout(120)
+def test_pipeline_facts_match_the_model() -> None:
+    facts = _facts("pipeline", "--preset", "tiny", "--device", "cpu", "--steps", "2")
+    _check(facts, PipelineFacts, all_keys=True)
+    _check_workers(facts)
+    _check(facts["step_time_s"], StepTimeFacts, all_keys=True)
+    _check(facts["corpus"], WrittenCorpusFacts, all_keys=True)
+
+
+@pytest.mark.timeout(120)
+def test_hung_pipeline_facts_match_the_model() -> None:
+    """A worker deadlocked by --fail-how hang: the stall's diagnosis and every thread's stack fill hang and
+    stacks (the flight recorder's blame needs a real FX race: the next test holds its entries to the model)."""
+    facts = _facts("pipeline", "--preset", "tiny", "--device", "cpu", "--steps", "3", "--fail-worker", "drafter-0",
+                   "--fail-how", "hang", "--stall-timeout", "2")
+    _check(facts, PipelineFacts, all_keys=True)
+    _check_workers(facts)
+    assert facts["failed_worker"] == "drafter-0"
+    _check(facts["hang"], HangFacts, all_keys=True)
+    assert facts["stacks"]
+    for stack in facts["stacks"]:
+        _check(stack, ThreadStackFacts, all_keys=True)
+        for frame in stack["frames"]:
+            _check(frame, FrameFacts, all_keys=True)
+
+
+def test_blame_entries_match_the_model() -> None:
+    """`blame` entries are the flight recorder's Blame.to_dict(), as a run that raised the FX error fills them; one
+    costs a real race, so the entry is built here and put through JSON as the report would."""
+    from dflash_doctor.outcomes import BlameKind
+
+    frame = Frame("train.py", 3, "step", "loss = model(x)", ((2, "lock"),))
+    blame = json.loads(json.dumps(Blame("drafter-0", "drafter-1", 1.5, BlameKind.FX_FLAG_LEAK, "RuntimeError: ...",
+                                        (frame,)).to_dict()))
+    _check(blame, BlameFacts, all_keys=True)
+    _check(blame["holder_stack"][0], FrameFacts, all_keys=True)
+
+
+@pytest.mark.timeout(120)
+def test_check_facts_match_the_model(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import torch\nstep = torch.compile(lambda x: x)\n", encoding="utf-8")
+    facts = _facts("check", str(tmp_path), "--no-probes", "--repro", "--timeout", "60")
+    _check(facts, CheckFacts)
+    assert facts["parts"] == ["scan", "guards", "repro"] and "partial" not in facts
+    _check(facts["scan"], ScanFacts)
+    _check(facts["guards"], GuardsFacts, all_keys=True)

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor.errors import MissingDependency
-from dflash_doctor.findings import Finding, Problem, Report, Severity
+from dflash_doctor.findings import Finding, Problem, Report, Severity, stopped_facts
 from dflash_doctor.progress import Reporter, shifted, silent
+
+if TYPE_CHECKING:
+    from dflash_doctor.check.facts import CheckFacts, CheckPartsFacts, PartName
 
 Part = Callable[[], Report]
 
-PART_ORDER = ("scan", "guards", "repro")
+PART_ORDER: Tuple[PartName, ...] = ("scan", "guards", "repro")
 # Environment parts: what they find breaks threaded compiled code, and only that.
-ENVIRONMENT_PARTS = ("guards", "repro")
+ENVIRONMENT_PARTS: Tuple[PartName, ...] = ("guards", "repro")
 # Scan codes that show the scanned code calls compiled code from threads: the pattern the environment breaks.
 THREADED_COMPILE_CODES = frozenset({"DFD201"})
 DOWNGRADED = (
@@ -46,7 +49,7 @@ class CheckPlan:
 
 
 def default_parts(plan: CheckPlan, progress: Reporter = silent,
-                  elapsed: Callable[[], float] = lambda: 0.0) -> Dict[str, Part]:
+                  elapsed: Callable[[], float] = lambda: 0.0) -> Dict[PartName, Part]:
     """The real parts, each importing its domain only when it runs; the live ones tell `progress` how they go,
     on the check's clock (`elapsed`)."""
 
@@ -67,7 +70,7 @@ def default_parts(plan: CheckPlan, progress: Reporter = silent,
 
         return quick_forced_repro(timeout=plan.timeout, progress=shifted(progress, elapsed()))
 
-    parts = {"scan": scan, "guards": guards}
+    parts: Dict[PartName, Part] = {"scan": scan, "guards": guards}
     if plan.repro:
         parts["repro"] = repro
     return parts
@@ -101,14 +104,15 @@ def _downgraded(finding: Finding) -> Finding:
 def run_check(
     plan: CheckPlan = CheckPlan(),
     *,
-    parts: Optional[Dict[str, Part]] = None,
+    parts: Optional[Dict[PartName, Part]] = None,
     clock: Callable[[], float] = time.perf_counter,
     progress: Reporter = silent,
-) -> Report:
+) -> Report[CheckFacts]:
     """Run every part in order and merge them into one Report (command "check").
 
-    facts: {"parts": [names that ran], "<part>": that part's facts, "seconds": {part: wall}}. A part's own
-    exit-code contract (repro's) does not leak: the merged exit code follows findings and problems only.
+    facts (CheckFacts, check/facts.py): the parts that ran, each one's wall seconds, and each one's own facts
+    under its name. A part's own exit-code contract (repro's) does not leak: the merged exit code follows
+    findings and problems only.
     UsageError (a path that does not exist) propagates, as in `scan`.
 
     The environment parts find torch behaviour that breaks compiled code called from several threads. When the
@@ -118,27 +122,37 @@ def run_check(
     """
     began = clock()
     parts = default_parts(plan, progress, lambda: clock() - began) if parts is None else parts
-    merged: Report = Report("check", facts={"parts": [], "seconds": {}})
-    by_part: Dict[str, Report] = {}
+    ran: List[str] = []
+    seconds: Dict[str, float] = {}
+    kept: CheckPartsFacts = {}
+    stopped: Optional[Tuple[str, str]] = None  # (the signal, what did not finish)
+    by_part: Dict[PartName, Report] = {}
     order = sorted(parts, key=lambda n: PART_ORDER.index(n) if n in PART_ORDER else len(PART_ORDER))
     for index, name in enumerate(order):
         try:
-            report, ran, seconds = _run_part(name, parts[name], clock)
+            report, finished, wall = _run_part(name, parts[name], clock)
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the parts that finished are the report
             from dflash_doctor.errors import stop_signal
 
-            merged.mark_stopped(stop_signal(exc), f"part {', '.join(order[index:])} did not finish")
+            stopped = (stop_signal(exc), f"part {', '.join(order[index:])} did not finish")
+            kept["partial"] = stopped_facts(*stopped)
             break
         by_part[name] = report
-        merged.facts["seconds"][name] = round(seconds, 3)
-        if ran:
-            merged.facts["parts"].append(name)
-            merged.facts[name] = report.facts
+        seconds[name] = round(wall, 3)
+        if finished:
+            ran.append(name)
+            kept[name] = report.facts
 
     # A DFD201 at info is mitigated: the scanned program applies fixes that cover every hazard (scan/fixes.py).
-    threaded = "scan" not in merged.facts["parts"] or plan.assume_threads or any(
+    threaded = "scan" not in ran or plan.assume_threads or any(
         f.code in THREADED_COMPILE_CODES and f.severity is not Severity.INFO for f in by_part["scan"].findings)
-    merged.facts["environment_findings"] = "as reported" if threaded else "downgraded to info (no DFD201)"
+    # Built once every part is done, in the order the JSON has always had: the parts' own facts (and `partial`)
+    # before the verdict on the environment findings, which needs the scan's.
+    facts: CheckFacts = {"parts": ran, "seconds": seconds, **kept,
+                         "environment_findings": "as reported" if threaded else "downgraded to info (no DFD201)"}
+    merged: Report[CheckFacts] = Report("check", facts=facts)
+    if stopped is not None:
+        merged.mark_stopped(*stopped)  # its problem and exit code (it sets the same `partial` again, in place)
     for name, report in by_part.items():
         if name in ENVIRONMENT_PARTS and not threaded:
             report = Report(name, findings=[_downgraded(f) for f in report.findings], problems=report.problems)

@@ -31,25 +31,6 @@ EPILOG = epilog(
 )
 
 
-def _parts_view(console, facts: dict) -> None:
-    """One line per part: what ran, how long it took; findings follow as in `scan`."""
-    from rich.markup import escape
-
-    seconds = facts.get("seconds", {})
-    for name in seconds:
-        state = "ran" if name in facts.get("parts", []) else "[magenta]could not run[/]"
-        detail = ""
-        part = facts.get(name)
-        if isinstance(part, dict):
-            verdict = part.get("verdict")
-            files = part.get("files_scanned", part.get("files"))
-            if verdict is not None:
-                detail = f", verdict: {escape(str(verdict))}"
-            elif files is not None:
-                detail = f", {escape(str(files))} file{'' if files == 1 else 's'}"
-        console.print(f"[bold]{name}[/] {state} in {seconds[name]:.1f}s{detail}")
-
-
 def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG)
     @guarded
@@ -79,6 +60,7 @@ def register(app: typer.Typer) -> None:
         """CI pre-flight: scan the code and check the installed PyTorch's guards in one report (SARIF, JUnit...)."""
         check_output(output, paths or [Path(".")], read_suffixes=(".py",))
         from dflash_doctor.check import CheckPlan, run_check
+        from dflash_doctor.render.check_view import render_check
 
         plan = CheckPlan(
             paths=tuple(str(p) for p in paths) if paths else (".",),
@@ -92,4 +74,4 @@ def register(app: typer.Typer) -> None:
 
         with reporting("check", quiet=quiet) as progress:
             report = run_check(plan, progress=progress)
-        return finish(report, fmt, fail_on, output, facts_view=_parts_view)
+        return finish(report, fmt, fail_on, output, facts_view=render_check)

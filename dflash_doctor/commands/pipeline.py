@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -17,6 +17,9 @@ from dflash_doctor.inputs import SAVE_FOLDER, SOURCE_FOLDER, input_option
 from dflash_doctor.vocabularies import Checkpoint, FailHow, Transport
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
+
+if TYPE_CHECKING:
+    from dflash_doctor.reference.facts import PipelineFacts
 
 EPILOG = epilog(
     ["dflash-doctor pipeline --preset tiny --device cpu --steps 30",
@@ -180,8 +183,8 @@ def register(app: typer.Typer) -> None:
             logger.removeHandler(handler)
 
         facts = result.facts()
-        report = Report("pipeline", findings=findings_from_facts(facts), facts=facts,
-                        problems=problems_from_facts(facts, options.save_dir))
+        report: Report[PipelineFacts] = Report("pipeline", findings=findings_from_facts(facts), facts=facts,
+                                               problems=problems_from_facts(facts, options.save_dir))
         if result.interrupted:
             report.exit_code_override = exit_code_for(result.interrupted)
         elif not result.ok:

@@ -18,6 +18,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+from dflash_doctor.reference.facts import WrittenCorpusFacts
 from dflash_doctor.reference.graphs import CapturedCall, try_capture
 from dflash_doctor.reference.layers import derive_seed
 
@@ -31,7 +32,7 @@ class CorpusFacts:
     decode: str  # cuda-graph | eager
     eager_reason: Optional[str] = None  # why the decode step was not replayed from a CUDA graph
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> WrittenCorpusFacts:
         return {"sequences": self.sequences, "prompt_len": self.prompt_len, "seq_len": self.seq_len,
                 "seconds": round(self.seconds, 3), "decode": self.decode, "eager_reason": self.eager_reason}
 

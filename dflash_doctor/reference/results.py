@@ -2,10 +2,19 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
 
 from dflash_doctor.reference.config import PipelineConfig
+from dflash_doctor.reference.facts import (
+    BlameFacts,
+    HangFacts,
+    PipelineFacts,
+    PipelineWorkerFacts,
+    StepTimeFacts,
+    ThreadStackFacts,
+    WrittenCorpusFacts,
+)
 from dflash_doctor.vocabularies import FailHow, Transport
 
 
@@ -80,11 +89,11 @@ class WorkerOutcome:
     autograd_multithreading: Optional[bool] = None
     save_error: Optional[str] = None  # --save: why the trained drafter could not be written (disk full...)
 
-    def to_dict(self) -> dict:
-        doc = asdict(self)
-        doc["outcome"] = self.outcome.value
-        doc["wait_s"] = round(self.wait_s, 3)
-        return doc
+    def to_dict(self) -> PipelineWorkerFacts:
+        return {"name": self.name, "role": self.role, "device": self.device, "outcome": self.outcome.value,
+                "error": self.error, "steps": self.steps, "traceback": self.traceback, "phase": self.phase,
+                "wait_s": round(self.wait_s, 3), "autograd_multithreading": self.autograd_multithreading,
+                "save_error": self.save_error}
 
 
 @dataclass(frozen=True)
@@ -123,17 +132,17 @@ class PipelineResult:
     warmup_s: Optional[float] = None  # run start to the first completed step (set-up and the first step's compile)
     setup_s: Optional[float] = None  # start to the end of set-up (models, corpus, CUDA graphs, warm-up)
     setup: Dict[str, float] = field(default_factory=dict)  # seconds per set-up phase
-    step_time_s: Optional[Dict[str, float]] = None  # percentiles of the interval between consecutive steps
+    step_time_s: Optional[StepTimeFacts] = None  # percentiles of the interval between consecutive steps
     wall_s: float = 0.0
     workers: List[WorkerOutcome] = field(default_factory=list)
     failed_worker: Optional[str] = None
     mitigation: str = "none"
-    mitigation_facts: dict = field(default_factory=dict)  # what each mitigation's set-up reported
-    hang: Optional[dict] = None  # the classified stall: kind, cycle, chain, threads
-    stacks: List[dict] = field(default_factory=list)  # every thread's stack when the stall was declared
-    blame: List[dict] = field(default_factory=list)  # the flight recorder's blame for FX errors
+    mitigation_facts: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # what each one's set-up reported
+    hang: Optional[HangFacts] = None  # the classified stall: kind, cycle, chain, threads
+    stacks: List[ThreadStackFacts] = field(default_factory=list)  # every thread's stack when the stall was declared
+    blame: List[BlameFacts] = field(default_factory=list)  # the flight recorder's blame for FX errors
     interrupted: Optional[str] = None  # SIGINT | SIGTERM when the run was stopped by a signal
-    corpus: Optional[dict] = None
+    corpus: Optional[WrittenCorpusFacts] = None
     target_forward: Optional[str] = None  # cuda-graph | eager (with the reason)
     flops_per_token: Optional[float] = None
     mfu: Optional[float] = None
@@ -144,13 +153,23 @@ class PipelineResult:
     def ok(self) -> bool:
         return self.failed_worker is None and self.interrupted is None
 
-    def facts(self) -> dict:
-        doc = asdict(self)
-        doc["workers"] = [w.to_dict() for w in self.workers]
-        doc["loss_first"] = self.losses[0] if self.losses else None
-        doc["loss_last"] = self.losses[-1] if self.losses else None
-        doc["ok"] = self.ok
-        return doc
+    def facts(self) -> PipelineFacts:
+        """The JSON facts: every field in declaration order, then the first and last loss and `ok`. Containers
+        are copied, so a caller changing the facts leaves the result as it was."""
+        return {
+            "preset": self.preset, "workers_mode": self.workers_mode, "device_type": self.device_type,
+            "steps": self.steps, "start_step": self.start_step, "losses": list(self.losses), "tokens": self.tokens,
+            "tokens_per_s": self.tokens_per_s, "startup_s": self.startup_s, "warmup_s": self.warmup_s,
+            "setup_s": self.setup_s, "setup": dict(self.setup), "step_time_s": self.step_time_s,
+            "wall_s": self.wall_s, "workers": [w.to_dict() for w in self.workers], "failed_worker": self.failed_worker,
+            "mitigation": self.mitigation, "mitigation_facts": dict(self.mitigation_facts), "hang": self.hang,
+            "stacks": list(self.stacks), "blame": list(self.blame), "interrupted": self.interrupted,
+            "corpus": self.corpus, "target_forward": self.target_forward, "flops_per_token": self.flops_per_token,
+            "mfu": self.mfu, "saved_to": self.saved_to, "transport": self.transport,
+            "loss_first": self.losses[0] if self.losses else None,
+            "loss_last": self.losses[-1] if self.losses else None,
+            "ok": self.ok,
+        }
 
 
 class Progress:
@@ -197,5 +216,8 @@ class StepAggregator:
             return None
         return self.steady_tokens() / (self.step_ends[-1] - self.step_ends[0])
 
-    def step_times(self) -> Optional[Dict[str, float]]:
-        return percentiles([b - a for a, b in zip(self.step_ends, self.step_ends[1:])])
+    def step_times(self) -> Optional[StepTimeFacts]:
+        spread = percentiles([b - a for a, b in zip(self.step_ends, self.step_ends[1:])])
+        if spread is None:
+            return None
+        return {"p50": spread["p50"], "p90": spread["p90"], "p99": spread["p99"], "max": spread["max"]}

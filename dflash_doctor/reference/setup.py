@@ -12,11 +12,12 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, Sequence, Tuple
 
 import torch
 
 from dflash_doctor import mitigations
+from dflash_doctor.reference.facts import WrittenCorpusFacts
 from dflash_doctor.reference.results import Progress, RunPlan
 from dflash_doctor.reference.roles import DrafterRole, target_dtype
 
@@ -48,7 +49,7 @@ class SetupLog:
         self.seconds[name] = round(self.seconds.get(name, 0.0) + self.clock() - began, 3)
 
 
-def apply_mitigations(names: Sequence[str]) -> dict:
+def apply_mitigations(names: Sequence[str]) -> Dict[str, Dict[str, Any]]:
     """Run each mitigation's process-wide set-up (before any compile wrapper exists); raises MitigationFailed
     when one cannot apply to this torch. Returns what each reported."""
     facts = {}
@@ -81,7 +82,7 @@ def build_target(plan: RunPlan, device: torch.device):
     return build_random(cfg.target, cfg.target_layer_ids, plan.seed, device, target_dtype(device))
 
 
-def write_corpus(plan: RunPlan, target, device: torch.device) -> Tuple[torch.Tensor, dict]:
+def write_corpus(plan: RunPlan, target, device: torch.device) -> Tuple[torch.Tensor, WrittenCorpusFacts]:
     from dflash_doctor.reference.corpus import write_corpus as write
 
     cfg = plan.cfg
@@ -137,7 +138,7 @@ class ThreadWorld:
     corpus: torch.Tensor
     forwards: Dict[str, Callable]  # per target device
     drafters: list  # DrafterRole per drafter worker
-    corpus_facts: dict
+    corpus_facts: WrittenCorpusFacts
     target_forward: str
 
 

@@ -24,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set, Union
 
+from dflash_doctor.reference.facts import BlameFacts, WrittenCorpusFacts
 from dflash_doctor.reference.results import (
     FAILED, Outcome, PipelineResult, Progress, RunPlan, StepAggregator, StepRecord, WorkerOutcome,
 )
@@ -229,7 +230,7 @@ class Rank:
             dist.send(torch.tensor([1.0 if problem is None else 0.0]), t)
         return verdict
 
-    def blame(self) -> List[dict]:
+    def blame(self) -> List[BlameFacts]:
         return [b.to_dict() for b in self.recorder.blames] if self.recorder else []
 
 
@@ -336,8 +337,11 @@ class ProcessRun:
         self.phases: Dict[str, str] = {n: "starting" for n in self.names}
         self.ready: set = set()
         self.thread_names: Dict[str, Dict[int, str]] = {}
-        self.blame: List[dict] = []
-        self.facts: dict = {}
+        self.blame: List[BlameFacts] = []
+        # What the ranks report for the facts besides their outcomes and steps.
+        self.corpus: Optional[WrittenCorpusFacts] = None  # target-0 writes it
+        self.target_forward: Optional[str] = None
+        self.transport_fallbacks: List[str] = []  # IPC routes that fell back to gloo, and why
         self.aggregator = StepAggregator(len(plan.drafter_devices), plan.steps, progress,
                                          first_step=plan.start_step + 1)
         self.steps_done: Dict[str, int] = {n: 0 for n in plan.drafter_names()}
@@ -402,10 +406,12 @@ class ProcessRun:
             self.thread_names[message[1]] = message[2]
         elif kind == "blame":
             self.blame.extend(message[1])
-        elif kind in ("corpus", "target_forward"):
-            self.facts[kind] = message[1]
+        elif kind == "corpus":
+            self.corpus = message[1]
+        elif kind == "target_forward":
+            self.target_forward = message[1]
         elif kind == "transport_fallback":
-            self.facts.setdefault("transport_fallbacks", []).append(message[1])
+            self.transport_fallbacks.append(message[1])
         elif kind == "outcome":
             outcome = message[1]
             self.reported[outcome.name] = outcome
@@ -550,13 +556,13 @@ class ProcessRun:
             setup_s=self.setup_s, step_time_s=aggregator.step_times(), wall_s=self.clock() - self.started,
             workers=outcomes, failed_worker=failed, mitigation=mitigations.label(plan.mitigations),
             mitigation_facts=self.mitigation_facts, hang=hang.to_dict() if hang else None, stacks=[s.to_dict() for s in self.hang_stacks],
-            blame=self.blame, interrupted=self.stop.signal_name, corpus=self.facts.get("corpus"),
-            target_forward=self.facts.get("target_forward"),
+            blame=self.blame, interrupted=self.stop.signal_name, corpus=self.corpus,
+            target_forward=self.target_forward,
             saved_to=saved_path(plan, failed or self.stop.signal_name, outcomes), transport=self.transport(),
         )
 
     def transport(self) -> str:
-        fallbacks = self.facts.get("transport_fallbacks")
+        fallbacks = self.transport_fallbacks
         return describe(self.plan) + (f" (fell back on {len(fallbacks)} route(s): {'; '.join(fallbacks)})"
                                       if fallbacks else "")
 

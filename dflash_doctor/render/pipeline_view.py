@@ -3,12 +3,14 @@ progress on a terminal (what each worker is doing during set-up, then the steps)
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
 
 from dflash_doctor.reference.results import Progress
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from dflash_doctor.reference.facts import PipelineFacts
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -26,66 +28,72 @@ def _loss(value: Optional[float]) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
-def _timing(facts: dict) -> str:
+def _timing(facts: PipelineFacts) -> str:
     parts = []
-    if facts.get("setup_s") is not None:
-        phases = ", ".join(f"{name} {seconds:.1f}" for name, seconds in (facts.get("setup") or {}).items())
-        parts.append(f"set-up {facts['setup_s']:.1f} s" + (f" ({phases})" if phases else ""))
-    if facts.get("warmup_s") is not None:
-        parts.append(f"first step done at {facts['warmup_s']:.1f} s")
-    steps = facts.get("step_time_s")
+    setup_s = facts["setup_s"]
+    if setup_s is not None:
+        phases = ", ".join(f"{name} {seconds:.1f}" for name, seconds in facts["setup"].items())
+        parts.append(f"set-up {setup_s:.1f} s" + (f" ({phases})" if phases else ""))
+    warmup_s = facts["warmup_s"]
+    if warmup_s is not None:
+        parts.append(f"first step done at {warmup_s:.1f} s")
+    steps = facts["step_time_s"]
     if steps:
         parts.append(f"step p50 {1000 * steps['p50']:.0f} ms, p90 {1000 * steps['p90']:.0f} ms")
     parts.append(f"wall {facts['wall_s']:.1f} s")
-    if facts.get("flops_per_token"):
-        parts.append(f"{facts['flops_per_token'] / 1e9:.2f} GFLOP/token")
-    if facts.get("mfu") is not None:
-        parts.append(f"MFU {100 * facts['mfu']:.1f}%")
+    flops = facts["flops_per_token"]
+    if flops:
+        parts.append(f"{flops / 1e9:.2f} GFLOP/token")
+    mfu = facts["mfu"]
+    if mfu is not None:
+        parts.append(f"MFU {100 * mfu:.1f}%")
     return " · ".join(parts)
 
 
-def stopped_summary(facts: dict) -> str:
+def stopped_summary(facts: PipelineFacts) -> str:
     """`interrupted (SIGINT): stopped 3 workers (...) after 12 of 30 steps; partial report written`."""
-    workers = facts.get("workers", [])
+    workers = facts["workers"]
     names = ", ".join(f"{w['name']} ({w['phase']})" for w in workers)
-    return (f"interrupted ({facts.get('interrupted')}): stopped {len(workers)} workers [{names}] after "
-            f"{facts.get('steps', 0)} steps; partial report written")
+    return (f"interrupted ({facts['interrupted']}): stopped {len(workers)} workers [{names}] after "
+            f"{facts['steps']} steps; partial report written")
 
 
-def render_pipeline(console: Console, facts: dict) -> None:
+def render_pipeline(console: Console, facts: PipelineFacts) -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted
 
-    first = facts.get("start_step", 0)
+    first = facts["start_step"]
     console.print(
         f"[bold]pipeline[/] {facts['preset']} · {facts['workers_mode']} · {facts['device_type']} · "
-        f"mitigation {escape(str(facts.get('mitigation')))} · steps {first + 1}-{first + facts['steps']} · "
-        f"[bold]{_rate(facts.get('tokens_per_s'))}[/] · "
-        f"loss {_loss(facts.get('loss_first'))} -> {_loss(facts.get('loss_last'))}"
+        f"mitigation {escape(facts['mitigation'])} · steps {first + 1}-{first + facts['steps']} · "
+        f"[bold]{_rate(facts['tokens_per_s'])}[/] · "
+        f"loss {_loss(facts['loss_first'])} -> {_loss(facts['loss_last'])}"
     )
     console.print(f"[dim]{escape(_timing(facts))}[/]")
-    corpus = facts.get("corpus")
+    corpus = facts["corpus"]
     if corpus:
         console.print(f"[dim]corpus {corpus['sequences']} x {corpus['seq_len']} tokens in {corpus['seconds']:.1f} s "
-                      f"({escape(corpus['decode'])} decode) · target forward {escape(str(facts.get('target_forward')))}"
-                      f" · transport {escape(str(facts.get('transport')))}[/]")
-    if facts.get("saved_to"):
-        console.print(f"[dim]drafter saved to {escape(facts['saved_to'])}[/]")
+                      f"({escape(corpus['decode'])} decode) · target forward {escape(str(facts['target_forward']))}"
+                      f" · transport {escape(str(facts['transport']))}[/]")
+    saved_to = facts["saved_to"]
+    if saved_to:
+        console.print(f"[dim]drafter saved to {escape(saved_to)}[/]")
 
     columns = [Column(header, wrap=header in ("last phase", "error")) for header in
                ("worker", "role", "device", "outcome", "steps", "waited s", "last phase", "error")]
-    rows = []
-    for worker in facts.get("workers", []):
+    rows: List[List[str]] = []
+    for worker in facts["workers"]:
         style = _OUTCOME_STYLE.get(worker["outcome"], "")
         rows.append([escape(worker["name"]), escape(worker["role"]), escape(worker["device"]),
-                     f"[{style}]{worker['outcome']}[/]", str(worker["steps"]), f"{worker.get('wait_s', 0):.1f}",
-                     escape(worker.get("phase") or ""), escape(worker.get("error") or "")])
+                     f"[{style}]{worker['outcome']}[/]", str(worker["steps"]), f"{worker['wait_s']:.1f}",
+                     escape(worker["phase"]), escape(worker["error"] or "")])
     console.print(fitted(console, columns, rows))
-    if facts.get("interrupted"):
-        console.print(f"[yellow]run stopped by {escape(facts['interrupted'])}[/]: partial report")
-    elif facts.get("failed_worker"):
-        console.print(f"[bold red]run stopped:[/] worker {escape(facts['failed_worker'])} failed; "
+    interrupted, failed = facts["interrupted"], facts["failed_worker"]
+    if interrupted:
+        console.print(f"[yellow]run stopped by {escape(interrupted)}[/]: partial report")
+    elif failed:
+        console.print(f"[bold red]run stopped:[/] worker {escape(failed)} failed; "
                       "the other workers were shut down")
 
 

@@ -12,7 +12,7 @@ import linecache
 import re
 from dataclasses import dataclass
 from types import FrameType
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 
 from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
@@ -27,6 +27,17 @@ _ACQUIRE = re.compile(r"([\w.\[\]'\"]+)\.acquire\(")
 _WITH_HEADER = re.compile(r"^\s*(?:async\s+)?with\b")
 
 
+class HangFacts(TypedDict):
+    """A HangDiagnosis as the facts JSON writes it (HangDiagnosis.to_dict): pipeline, repro and run reports carry it."""
+
+    kind: str  # outcomes.FailureKind: deadlock | other-error
+    cycle: str
+    chain: List[str]
+    threads: List[str]
+    stalled_s: float
+    hint: str
+
+
 @dataclass(frozen=True)
 class HangDiagnosis:
     kind: FailureKind  # DEADLOCK, or OTHER_ERROR (no lock cycle in the stacks)
@@ -39,7 +50,7 @@ class HangDiagnosis:
     def summary(self) -> str:
         return "; ".join(self.chain)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> HangFacts:
         return {"kind": self.kind, "cycle": self.cycle, "chain": list(self.chain), "threads": list(self.threads),
                 "stalled_s": round(self.stalled_s, 3), "hint": self.hint}
 

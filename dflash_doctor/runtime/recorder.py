@@ -19,10 +19,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, TypedDict
 
 from dflash_doctor.outcomes import BlameKind
-from dflash_doctor.runtime.stacks import Frame, frames_of
+from dflash_doctor.runtime.stacks import Frame, FrameFacts, frames_of
 
 FX_ERROR_PREFIX = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
 
@@ -52,6 +52,17 @@ class Event:
                    dict(data.get("detail") or {}))
 
 
+class BlameFacts(TypedDict):
+    """A Blame as the facts JSON writes it (Blame.to_dict): pipeline, repro and run reports carry it."""
+
+    victim: str
+    holder: Optional[str]
+    at_s: float
+    kind: str  # outcomes.BlameKind
+    error: str
+    holder_stack: List[FrameFacts]
+
+
 @dataclass(frozen=True)
 class Blame:
     victim: str
@@ -63,7 +74,7 @@ class Blame:
     # in the victim's thread, so it is the holder's stack while it still held the flag, not after.
     holder_stack: Tuple[Frame, ...] = ()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> BlameFacts:
         return {"victim": self.victim, "holder": self.holder, "at_s": round(self.at_s, 6), "kind": self.kind,
                 "error": self.error, "holder_stack": [frame.to_dict() for frame in self.holder_stack]}
 

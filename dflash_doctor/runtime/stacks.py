@@ -14,7 +14,25 @@ import sys
 import threading
 from types import FrameType
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, TypedDict, Union
+
+
+class FrameFacts(TypedDict):
+    """A Frame as the facts JSON writes it (Frame.to_dict): pipeline, repro and run reports carry these."""
+
+    file: str
+    line: int
+    function: str
+    source: str
+    enclosing_with: List[List[Union[int, str]]]  # [line, context expression] pairs (JSON has no tuples)
+
+
+class ThreadStackFacts(TypedDict):
+    """A ThreadStack as the facts JSON writes it (ThreadStack.to_dict)."""
+
+    name: str
+    ident: int
+    frames: List[FrameFacts]  # outermost first
 
 
 @dataclass(frozen=True)
@@ -30,7 +48,7 @@ class Frame:
     def where(self) -> str:
         return f"{self.file}:{self.line} in {self.function}"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> FrameFacts:
         return {"file": self.file, "line": self.line, "function": self.function, "source": self.source,
                 "enclosing_with": [list(pair) for pair in self.enclosing_with]}
 
@@ -50,7 +68,7 @@ class ThreadStack:
     def innermost(self) -> Optional[Frame]:
         return self.frames[-1] if self.frames else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> ThreadStackFacts:
         return {"name": self.name, "ident": self.ident, "frames": [f.to_dict() for f in self.frames]}
 
     @classmethod

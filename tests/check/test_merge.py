@@ -122,3 +122,16 @@ def test_problems_of_a_part_that_ran_are_kept():
 def test_the_plan_decides_which_real_parts_run():
     assert list(default_parts(CheckPlan())) == ["scan", "guards"]
     assert list(default_parts(CheckPlan(repro=True))) == ["scan", "guards", "repro"]
+
+
+def test_a_signal_keeps_the_finished_parts_and_says_what_did_not_finish():
+    def interrupted():
+        raise KeyboardInterrupt
+
+    report = run_check(parts={"scan": _scan, "guards": _guards, "repro": interrupted}, clock=_ticks())
+    # The JSON's order: the finished parts' facts, then `partial`, then the environment verdict.
+    assert list(report.facts) == ["parts", "seconds", "scan", "guards", "partial", "environment_findings"]
+    assert report.facts["parts"] == ["scan", "guards"] and "repro" not in report.facts["seconds"]
+    assert report.facts["partial"] == {"stopped_by": "SIGINT", "unfinished": "part repro did not finish"}
+    assert report.stopped_by == "SIGINT" and report.exit_code(FailOn.WARNING) == 130
+    assert [p.subject for p in report.problems] == ["check"]
