@@ -49,11 +49,14 @@ class BlameFacts(TypedDict):
     """Who held the FX flag when a thread raised the FX-tracing error (runtime/recorder.py Blame.to_dict)."""
 
     victim: str
-    holder: Optional[str]  # None: no other thread was inside a trace (a stuck flag, or the victim's own trace)
+    # The threads inside a trace (comma-joined), the trace that left the flag stuck, or the victim itself (its own
+    # nested trace); None: the recorder found no one.
+    holder: Optional[str]
     at_s: float
     kind: str  # BlameKind: fx-flag-leak | stuck-flag | nested-trace | unknown
     error: str
-    holder_stack: List[FrameFacts]  # where the holder was at the raise, read from the victim's thread
+    # Where the (first) holder was at the raise, read from the victim's thread; empty but for a leak.
+    holder_stack: List[FrameFacts]
 
 
 class HangFacts(TypedDict):
@@ -129,7 +132,7 @@ class PhaseExtras(TypedDict, total=False):
     copies exactly these, in this order."""
 
     run_s: float  # the workers' own time, from their start to the last one's end
-    setup_s: float
+    setup_s: float  # building the steps (and any warm-up) before the workers start
     warmup_s: List[float]  # per step, where a mitigation warms up before the threads start
     hang: HangFacts
     stacks: List[StackFacts]  # every thread at the hang, so a cycle the classifier did not name can still be read
@@ -233,7 +236,7 @@ class _SettingsFactsAlways(TypedDict):
     mitigation: str  # label: none, or names joined by commas
     cache: str  # cold | warm
     backward: bool  # as run (off on a CPU unless asked for)
-    checkpoint: str
+    checkpoint: str  # none | reentrant | non-reentrant
     shapes: str  # same | per-thread
     steps: int
     jobs: int  # trials side by side, as run
