@@ -1,14 +1,16 @@
-"""The JSON facts of logs, gpus, status, run, attach, guards, scan, pipeline and check hold exactly the keys of
-their typed models (logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py,
-scan/facts.py, reference/facts.py, check/facts.py): a key renamed or dropped on either side fails here, not in a
-consumer's jq."""
+"""The JSON facts of logs, gpus, status, run, attach, guards, scan, pipeline, check and repro hold exactly the keys
+of their typed models (logs/facts.py, gpus/facts.py, status/facts.py, supervise/facts.py, guards/facts.py,
+scan/facts.py, reference/facts.py, check/facts.py, repro/facts.py): a key renamed or dropped on either side fails
+here, not in a consumer's jq."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections import defaultdict
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Type, get_type_hints
+from typing import Any, Callable, Dict, Mapping, Optional, Set, Type, get_type_hints
 
 import pytest
 
@@ -27,6 +29,7 @@ from dflash_doctor.reference.facts import (
 )
 from dflash_doctor.runtime.recorder import Blame, BlameFacts
 from dflash_doctor.runtime.stacks import Frame, FrameFacts
+from dflash_doctor.repro import facts as repro
 from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
 from dflash_doctor.supervise.facts import (
     AttachFacts,
@@ -42,11 +45,13 @@ LOGS = REPO / "fixtures" / "logs"
 GPUS = REPO / "fixtures" / "gpus"
 
 
-def _facts(*args: str, after: tuple = (), report: Optional[Path] = None) -> Dict[str, Any]:
+def _facts(*args: str, after: tuple = (), report: Optional[Path] = None,
+           env: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """The facts of `dflash-doctor ARGS -f json [-o REPORT] AFTER` (run and attach write their report to -o)."""
     output = ("-o", str(report)) if report is not None else ()
     done = subprocess.run([sys.executable, "-m", "dflash_doctor", *args, "-f", "json", *output, *after],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+                          capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**os.environ, **env} if env is not None else None)
     text = report.read_text() if report is not None else done.stdout
     return json.loads(text)["facts"]
 
@@ -197,3 +202,233 @@ def test_check_facts_match_the_model(tmp_path: Path) -> None:
     assert facts["parts"] == ["scan", "guards", "repro"] and "partial" not in facts
     _check(facts["scan"], ScanFacts)
     _check(facts["guards"], GuardsFacts, all_keys=True)
+# -- repro ---------------------------------------------------------------------------------------------------
+Check = Callable[..., None]
+
+
+def _check_phase(phase: Mapping[str, Any], check: Check) -> None:
+    check(phase, repro.PhaseFacts)
+    for thread in phase["threads"]:
+        check(thread, repro.ThreadFacts)
+    for event in phase["events"]:
+        check(event, repro.EventFacts, all_keys=True)
+    if "hang" in phase:
+        check(phase["hang"], repro.HangFacts, all_keys=True)
+    for stack in phase.get("stacks", []):
+        check(stack, repro.StackFacts, all_keys=True)
+        for frame in stack["frames"]:
+            check(frame, repro.FrameFacts, all_keys=True)
+    for key, model in (("shim", repro.ShimStatusFacts), ("shim_check", repro.SelfCheckFacts),
+                       ("fx_patches", repro.PatchIsolationFacts), ("fx_patches_check", repro.SelfCheckFacts),
+                       ("tracing_thread", repro.TracingThreadFacts)):
+        if key in phase:
+            check(phase[key], model, all_keys=True)
+    for process in phase.get("processes", []):
+        check(process, repro.ProcessFacts, all_keys=True)
+        for event in process["events"]:
+            check(event, repro.EventFacts, all_keys=True)
+
+
+def _check_levels(levels: Mapping[str, Any], check: Check) -> None:
+    for level in levels.values():
+        check(level, repro.LevelFacts)
+
+
+def _check_repro(facts: Mapping[str, Any], check: Check = _check) -> None:
+    """Every part of a repro facts document against its model."""
+    check(facts, repro.ReproFacts)
+    check(facts["capabilities"], repro.CapabilitiesFacts, all_keys=True)
+    for phase in (facts["single_thread"], facts["multi_thread"]):
+        if phase is not None:
+            _check_phase(phase, check)
+    for blame in facts["blame"]:
+        check(blame, repro.BlameFacts, all_keys=True)
+        for frame in blame["holder_stack"]:
+            check(frame, repro.FrameFacts, all_keys=True)
+    _check_levels(facts.get("levels", {}), check)
+    _check_levels(facts.get("baseline_levels", {}), check)
+    for trial in facts.get("trials", []):
+        check(trial, repro.TrialFacts)
+    if facts.get("hang"):
+        check(facts["hang"], repro.HangFacts, all_keys=True)
+    if "shim" in facts:
+        check(facts["shim"], repro.ShimFacts, all_keys=True)
+        check(facts["shim"]["self_check"], repro.SelfCheckFacts, all_keys=True)
+    for row in facts.get("matrix", []):
+        check(row, repro.MatrixRowFacts)
+        _check_levels(row["stresses"], check)
+    if "partial" in facts:
+        check(facts["partial"], repro.PartialFacts, all_keys=True)
+
+
+@pytest.mark.timeout(120)
+def test_a_real_forced_repro_matches_the_model(tmp_path: Path) -> None:
+    facts = _facts("repro", "--mode", "forced", "--device", "cpu", "--expect", "reproduced", "-q",
+                   env={"DFLASH_DOCTOR_CACHE": str(tmp_path)})  # its last-repro.json stays out of the user's cache
+    _check_repro(facts)
+    assert facts["verdict"] == "reproduced" and facts["blame"], "the FX-flag leak and who held the flag"
+    assert {"levels", "trials", "next_steps", "made", "expect"} <= set(facts)
+    multi = facts["multi_thread"]
+    assert {"run_s", "setup_s", "disturbance"} <= set(multi)
+    for thread in multi["threads"]:
+        _check(thread, repro.ThreadFacts, all_keys=True)  # a real worker records its autograd switch
+
+
+# Child results as a phase child writes them, built with the producers' own to_dict()s (the real ones are the
+# runtime's), so a key renamed there fails here as it would in the JSON.
+def _frames() -> list:
+    from dflash_doctor.runtime.stacks import Frame
+
+    return [Frame("train.py", 3, "step", "loss.backward()", ((2, "torch.no_grad()"),))]
+
+
+def _child_result(spec: Dict[str, Any], outcome: str = "ok", error: Optional[str] = None, **keys: Any) -> dict:
+    from dflash_doctor.runtime.recorder import Event
+
+    names = spec["thread_names"]
+    threads = [{"name": n, "outcome": outcome, "error": error, "steps": 0 if error else spec["steps"], "seconds": 0.5,
+                "autograd_multithreading": True} for n in names]
+    result = {"phase": spec["phase"], "problems": [], "shim": None, "shim_check": None, "warmup_s": [], "hang": None,
+              "stacks": [], "torch_version": "2.13.0+cpu", "python": "3.11.7", "pid": 7, "setup_s": 0.1,
+              "thread_ids": {}, "run_s": 0.5, "outcome": outcome, "threads": threads, "blame": [], "seconds": 1.0,
+              "events": [Event(0.1, n, i, "step", "I").to_dict() for i, n in enumerate(names)]}
+    result.update(keys)
+    return result
+
+
+def _leak(spec: Dict[str, Any]) -> dict:
+    from dflash_doctor.outcomes import BlameKind
+    from dflash_doctor.runtime.recorder import Blame
+
+    error = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function."
+    blame = [Blame(n, "fx-holder", 0.2, BlameKind.FX_FLAG_LEAK, error, tuple(_frames())).to_dict()
+             for n in spec["thread_names"]]
+    return _child_result(spec, "error", error, blame=blame, disturbance="fx-holder holds the FX flag")
+
+
+def _deadlock(spec: Dict[str, Any]) -> dict:
+    from dflash_doctor.outcomes import FailureKind
+    from dflash_doctor.runtime.deadlock import HangDiagnosis
+    from dflash_doctor.runtime.stacks import ThreadStack
+
+    hang = HangDiagnosis(FailureKind.DEADLOCK, "compile-lock-autograd", ("a waits", "b waits"), ("a", "b"), 60.0)
+    stacks = [ThreadStack(n, i, tuple(_frames())).to_dict() for i, n in enumerate(spec["thread_names"])]
+    return _child_result(spec, "hung", hang=hang.to_dict(), stacks=stacks)
+
+
+def _with_mitigations(spec: Dict[str, Any], result: dict) -> dict:
+    """What each mitigation's set-up adds to the result (mitigations.py), and a foreign trace's thread."""
+    from dflash_doctor.runtime.fx_flag import ShimStatus
+    from dflash_doctor.runtime.fx_patches import PatchIsolation
+
+    check = {"ok": True, "detail": "a second thread's trace left this thread's flag alone"}
+    if "threadlocal-flag" in spec["mitigation"]:
+        result.update(shim=ShimStatus("installed", "patched", ("torch.fx._symbolic_trace.is_fx_tracing",)).to_dict(),
+                      shim_check=check)
+    if "isolate-fx-patches" in spec["mitigation"]:
+        result.update(fx_patches=PatchIsolation("installed", "isolated", ("_Patcher",)).to_dict(),
+                      fx_patches_check=check)
+    if "warmup" in spec["mitigation"]:
+        result["warmup_s"] = [0.5]
+    if spec["mode"] == "foreign-trace" and spec["phase"] == "multi":
+        result["tracing_thread"] = {"name": "fx-profiler", "outcome": "ok", "error": None, "traces": 4}
+    return result
+
+
+def _races(spec: Dict[str, Any]) -> Optional[dict]:
+    """No mitigation deadlocks naturally and leaks the flag under the other stresses; the fixes hold."""
+    if spec["phase"] != "multi" or spec["threads"] == 1:
+        return _child_result(spec)
+    if spec["mitigation"]:
+        return _with_mitigations(spec, _child_result(spec))
+    return _deadlock(spec) if spec["mode"] in ("natural", "amplified") else _leak(spec)
+
+
+class _Runner:
+    """tests/repro/test_harness.py's FakeRunner, with a signal at the `stop_at`-th child and a child that dies
+    without a result (`crash`)."""
+
+    def __init__(self, behaviour: Callable[[Dict[str, Any]], Optional[dict]], stop_at: int = 0,
+                 crash: bool = False) -> None:
+        from tests.repro.test_harness import FakeRunner
+
+        self.fake, self.stop_at, self.crash, self.started = FakeRunner(behaviour), stop_at, crash, 0
+
+    def start(self, spec_path: Path, result_path: Path, env: dict, log_path: Path, user_code: bool = False) -> Any:
+        from dflash_doctor.repro.runner import ChildExit
+
+        self.started += 1
+        if self.started == self.stop_at:
+            raise KeyboardInterrupt  # Ctrl-C while the run starts its next child
+        child = self.fake.start(spec_path, result_path, env, log_path, user_code)
+        if self.crash and json.loads(Path(spec_path).read_text())["phase"] == "multi":
+            log_path.write_text("Fatal Python error: Segmentation fault\n")
+            child.poll = lambda timeout_s: ChildExit(-11, False, 1.0)  # killed, no result.json
+        return child
+
+
+def _fake_repro(tmp_path: Path, matrix: bool = False, stop_at: int = 0, crash: bool = False,
+                behaviour: Callable[[Dict[str, Any]], Optional[dict]] = _races, **spec: Any) -> Dict[str, Any]:
+    from dflash_doctor.hazards import Stress
+    from dflash_doctor.repro.capabilities import Capabilities
+    from dflash_doctor.repro.harness import run_repro
+    from dflash_doctor.repro.spec import ReproSpec
+
+    caps = Capabilities(skipped={Stress.STUCK: "the FX flag is thread-local in torch 2.14"},
+                        cannot_show=("a note",), flag_storage="module-global", masked_during_compile=False,
+                        torch_version="2.13.0")
+    report = run_repro(ReproSpec(**spec), matrix=matrix, runner=_Runner(behaviour, stop_at, crash),
+                       workdir=tmp_path, capabilities=caps, poll_s=0.001)
+    return json.loads(json.dumps(report.facts, default=str))  # as the JSON envelope has them
+
+
+def _control_fails(spec: Dict[str, Any]) -> dict:
+    return _child_result(spec, "error", "NotImplementedError: no CPU backward")
+
+
+# Each run fills some of the optional keys; together they fill every key of every model.
+FAKE_RUNS: Dict[str, Dict[str, Any]] = {
+    "matrix": {"matrix": True, "trials": 2},
+    "deadlock": {"mode": "natural", "trials": 2},
+    "leak": {"mode": "forced"},
+    "shim": {"mode": "forced", "mitigation": ("threadlocal-flag",)},
+    "warm-up": {"mitigation": ("warmup",), "trials": 2},
+    "processes": {"mode": "forced", "mitigation": ("processes",), "threads": 2},
+    "foreign-trace": {"mode": "foreign-trace", "mitigation": ("isolate-fx-patches",)},
+    "control-fails": {"jobs": 1, "behaviour": _control_fails},
+    "crash": {"mode": "forced", "crash": True},
+    "stopped-matrix": {"matrix": True, "trials": 2, "stop_at": 8},
+}
+
+
+def test_fake_repro_runs_match_the_model_and_fill_every_key_of_it(tmp_path: Path) -> None:
+    seen: Dict[Type[Any], Set[str]] = defaultdict(set)
+
+    def check(value: Mapping[str, Any], model: Type[Any], *, all_keys: bool = False) -> None:
+        _check(value, model, all_keys=all_keys)
+        seen[model] |= set(value)
+
+    runs = {name: _fake_repro(tmp_path, **options) for name, options in FAKE_RUNS.items()}
+    for facts in runs.values():
+        _check_repro(facts, check)
+    cli_only = {"made", "expect"}  # the command's, not the harness's: the real run above has them
+    for model, keys in seen.items():
+        declared = set(get_type_hints(model)) - (cli_only if model is repro.ReproFacts else set())
+        assert keys == declared, f"{model.__name__}: keys no run filled: {declared - keys}"
+    models = {name for name in dir(repro) if name.endswith("Facts") and not name.startswith("_")}
+    merged = {"HeadlineFacts", "SettingsFacts"}  # parts the harness merges into ReproFacts, never alone in the JSON
+    assert models - merged <= {model.__name__ for model in seen}, "a model no run's facts were checked against"
+    failed = runs["control-fails"]
+    assert failed["multi_thread"] is None and not {"levels", "trials", "next_steps"} & set(failed)
+    stopped = runs["stopped-matrix"]
+    assert stopped["partial"]["stopped_by"] == "SIGINT" and "next_steps" not in stopped
+    assert any(row["finished"] for row in stopped["matrix"])
+    assert "log_tail" in runs["crash"]["multi_thread"]
+    assert "autograd_multithreading" not in runs["crash"]["multi_thread"]["threads"][0]  # the parent made it up
+
+
+def test_the_view_tests_example_facts_match_the_model() -> None:
+    from tests.repro.example_facts import phase, repro_facts, thread
+
+    _check_repro(repro_facts(single_thread=phase("ok", [thread("drafter-0")]),
+                             multi_thread=phase("error", [thread("drafter-1", "error", "boom")])))

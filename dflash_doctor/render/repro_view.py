@@ -1,14 +1,14 @@
 """Text view of repro facts: the phases, who blamed whom, the hang chain, a per-thread timeline, the matrix."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from dflash_doctor.repro.facts import EventFacts, LevelFacts, MatrixRowFacts, PhaseFacts, ReproFacts
 
 TIMELINE_WIDTH = 60
 # Later entries win when several things fall into one column.
@@ -20,7 +20,7 @@ _OUTCOME_STYLE: Dict[Optional[str], str] = {ThreadOutcome.OK: "green", ThreadOut
                                              ThreadOutcome.HUNG: "bold magenta"}
 
 
-def _spans(events: Sequence[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
+def _spans(events: Sequence[EventFacts]) -> Dict[str, List[Tuple[str, float, float]]]:
     """Per thread: (kind, start, end) for begin/end pairs and instants (start == end)."""
     open_: Dict[Tuple[str, str], List[float]] = {}
     spans: Dict[str, List[Tuple[str, float, float]]] = {}
@@ -41,7 +41,7 @@ def _spans(events: Sequence[dict]) -> Dict[str, List[Tuple[str, float, float]]]:
     return spans
 
 
-def timeline_rows(events: Sequence[dict], width: int = TIMELINE_WIDTH) -> List[Tuple[str, str]]:
+def timeline_rows(events: Sequence[EventFacts], width: int = TIMELINE_WIDTH) -> List[Tuple[str, str]]:
     """(thread, row of glyphs) with one column per 1/width of the phase; pure, so it is tested directly."""
     if not events:
         return []
@@ -65,126 +65,131 @@ def timeline_rows(events: Sequence[dict], width: int = TIMELINE_WIDTH) -> List[T
     return sorted(rows)
 
 
-def _phase_row(label: str, phase: Optional[dict]) -> Optional[list]:
+def _phase_row(label: str, phase: Optional[PhaseFacts]) -> Optional[List[str]]:
     if not phase:
         return None
-    threads = phase.get("threads", [])
-    counts = {o: sum(1 for t in threads if t.get("outcome") == o) for o in (ThreadOutcome.OK, ThreadOutcome.ERROR, ThreadOutcome.HUNG)}
+    threads = phase["threads"]
+    counts = {o: sum(1 for t in threads if t["outcome"] == o)
+              for o in (ThreadOutcome.OK, ThreadOutcome.ERROR, ThreadOutcome.HUNG)}
     summary = ", ".join(f"{n} {o}" for o, n in counts.items() if n)
-    rate = phase.get("steps_per_s")
-    style = _OUTCOME_STYLE.get(phase.get("outcome"), "")
-    return [label, f"[{style}]{phase.get('outcome')}[/]", f"{phase.get('seconds', 0):.1f}",
+    rate = phase["steps_per_s"]
+    style = _OUTCOME_STYLE.get(phase["outcome"], "")
+    return [label, f"[{style}]{phase['outcome']}[/]", f"{phase['seconds']:.1f}",
             f"{rate:.2f}" if rate else "-", summary]
 
 
 _WORD_STYLE: Dict[Optional[str], str] = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow",
                                           "reproduced": "bold red", "not-reproduced": "green"}
-def verdict_words(facts: dict) -> str:
+def verdict_words(facts: ReproFacts) -> str:
     """The verdict in words: which race, under which stress, how often, and when it first showed (the run's
     clock, as the progress lines give it); or where nothing showed."""
-    verdict = facts.get("verdict")
+    verdict = facts["verdict"]
     if verdict is None:
         return "no verdict (no trial ran to an end)"
     levels = facts.get("levels") or {}
     if verdict == "reproduced":
-        level = facts.get("level")
-        entry = levels.get(level) or {}
-        at = facts.get("time_to_verdict_s")
-        when = f"; first at {at:.1f} s" if isinstance(at, (int, float)) else ""
-        return (f"reproduced ({facts.get('kind')}) under {level} stress, {entry.get('reproduced')}/"
-                f"{entry.get('ran')} trials{when}")
-    ran = ", ".join(f"{stress} 0/{entry['ran']}" for stress, entry in levels.items() if entry.get("ran"))
+        level = facts["level"]
+        entry = levels.get(level) if level is not None else None
+        counted = f"{entry['reproduced']}/{entry['ran']}" if entry else "?/?"
+        return (f"reproduced ({facts['kind']}) under {level} stress, {counted} trials; first at "
+                f"{facts['time_to_verdict_s']:.1f} s")
+    ran = ", ".join(f"{stress} 0/{entry['ran']}" for stress, entry in levels.items() if entry["ran"])
     wall = facts.get("wall_s")
-    took = f" in {wall:.1f} s" if isinstance(wall, (int, float)) else ""
+    took = f" in {wall:.1f} s" if wall is not None else ""
     return f"not reproduced ({ran or 'no stress could run here'}){took}"
 
 
-def verdict_line(facts: dict) -> str:
+def verdict_line(facts: ReproFacts) -> str:
     """The headline: `verdict: ` and the verdict in words."""
     return f"verdict: {verdict_words(facts)}"
 
 
-def render_repro_facts(console: Console, facts: dict) -> None:
+def render_repro_facts(console: Console, facts: ReproFacts) -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted
 
     console.print(
-        f"[bold]repro[/] torch {escape(str(facts.get('torch_version')))} · device "
-        f"{escape(str(facts.get('device')))} · {facts.get('threads')} threads · mode {facts.get('mode')} · "
-        f"mitigation {escape(str(facts.get('mitigation')))} · cache {facts.get('cache')}"
+        f"[bold]repro[/] torch {escape(str(facts['torch_version']))} · device "
+        f"{escape(facts['device'])} · {facts['threads']} threads · mode {facts['mode']} · "
+        f"mitigation {escape(facts['mitigation'])} · cache {facts['cache']}"
     )
-    for line in (facts.get("capabilities") or {}).get("cannot_show", []):
+    for line in facts["capabilities"]["cannot_show"]:
         console.print(f"[dim]note: {escape(line)}[/]")
     shim = facts.get("shim")
     if shim:
-        check = shim.get("self_check") or {}
-        console.print(f"threadlocal-flag shim: {shim.get('state')}"
-                      f"{' · self-check ' + ('passed' if check.get('ok') else 'FAILED') if check else ''}")
+        check = shim["self_check"]
+        console.print(f"threadlocal-flag shim: {shim['state']}"
+                      f"{' · self-check ' + ('passed' if check['ok'] else 'FAILED') if check else ''}")
     columns = [Column("phase", wrap=False), Column("outcome", wrap=False), Column("took s", "right", wrap=False),
                Column("steps/s", "right", wrap=False), Column("threads")]
-    phases = [row for row in (_phase_row(label, facts.get(key)) for label, key in (
-        ("single-thread", "single_thread"), (f"{facts.get('threads')} threads", "multi_thread"))) if row]
+    phases = [row for row in (_phase_row("single-thread", facts["single_thread"]),
+                              _phase_row(f"{facts['threads']} threads", facts["multi_thread"])) if row]
     console.print(fitted(console, columns, phases))
-    if facts.get("levels"):
-        console.print(f"stresses: {escape(stress_cells(facts['levels']))}")
-    multi = facts.get("multi_thread") or {}
-    if multi.get("disturbance"):
-        console.print(f"[dim]{escape(multi['disturbance'])}[/]")
-    for thread in multi.get("threads", []):
-        if thread.get("error"):
-            console.print(f"  {escape(thread['name'])}: [red]{escape(thread['error'][:200])}[/]")
-    for blame in facts.get("blame") or []:
+    levels = facts.get("levels")
+    if levels:
+        console.print(f"stresses: {escape(stress_cells(levels))}")
+    multi = facts["multi_thread"]
+    disturbance = multi.get("disturbance") if multi else None
+    if disturbance:
+        console.print(f"[dim]{escape(disturbance)}[/]")
+    for thread in multi["threads"] if multi else []:
+        error = thread["error"]
+        if error:
+            console.print(f"  {escape(thread['name'])}: [red]{escape(error[:200])}[/]")
+    for blame in facts["blame"]:
         # No time here: the trial's end (in the progress lines and the verdict) is the one time it is given.
         console.print(f"  blame: {escape(blame['victim'])} failed while the FX flag was held by "
-                      f"[bold]{escape(str(blame.get('holder')))}[/]")
+                      f"[bold]{escape(str(blame['holder']))}[/]")
     hang = facts.get("hang")
     if hang:
-        console.print(f"[bold magenta]hung[/] ({hang.get('cycle')}):")
-        for step in hang.get("chain", []):
+        console.print(f"[bold magenta]hung[/] ({hang['cycle']}):")
+        for step in hang["chain"]:
             console.print(f"  {escape(step)}")
-    rows = timeline_rows(multi.get("events", []))
+    rows = timeline_rows(multi["events"] if multi else [])
     if rows:
         console.print("[bold]timeline[/] [dim](= step, C compile, T FX trace, ! flag stuck, H hang, X exception)[/]")
-        for thread, row in rows:
-            console.print(f"  {escape(thread):>16} {row}")
-    if facts.get("matrix"):
-        render_matrix(console, facts["matrix"])
-    style = "bold red" if facts.get("verdict") == "reproduced" else "bold green"
+        for thread_name, row in rows:
+            console.print(f"  {escape(thread_name):>16} {row}")
+    matrix = facts.get("matrix")
+    if matrix:
+        render_matrix(console, matrix)
+    style = "bold red" if facts["verdict"] == "reproduced" else "bold green"
     console.print(f"[{style}]{escape(verdict_line(facts))}[/]")
-    if facts.get("outcome"):
-        word = facts["outcome"]
-        console.print(f"mitigation {escape(str(facts.get('mitigation')))}: [{_WORD_STYLE.get(word, '')}]{word}[/] "
-                      f"[dim]({escape(str(facts.get('outcome_reason', '')))})[/]")
+    outcome = facts.get("outcome")
+    if outcome:
+        console.print(f"mitigation {escape(facts['mitigation'])}: [{_WORD_STYLE.get(outcome, '')}]{outcome}[/] "
+                      f"[dim]({escape(facts.get('outcome_reason', ''))})[/]")
     for line in facts.get("next_steps") or []:
         console.print(f"[dim]next:[/] {escape(line)}")
 
 
-_KIND_SHORT = {FailureKind.FX_FLAG_LEAK: "leak", FailureKind.STUCK_FLAG: "stuck", FailureKind.DEADLOCK: "deadlock",
-               FailureKind.OTHER_ERROR: "other"}
+# Keyed by the kind's word: a kind read back from JSON is a plain str, equal to its FailureKind.
+_KIND_SHORT: Dict[str, str] = {FailureKind.FX_FLAG_LEAK: "leak", FailureKind.STUCK_FLAG: "stuck",
+                               FailureKind.DEADLOCK: "deadlock", FailureKind.OTHER_ERROR: "other"}
 
 
-def stress_cells(tally: dict) -> str:
+def stress_cells(tally: Mapping[str, LevelFacts]) -> str:
     """`natural 0/3 · amplified 1/2 leak · forced skip`: per stress, reproduced/ran and the kinds seen."""
     cells = []
     for stress, entry in tally.items():
         if entry.get("skipped"):
             cells.append(f"{stress} skip")
-        elif entry.get("ran"):
-            kinds = " ".join(_KIND_SHORT.get(k, k) for k in entry.get("kinds") or {})
+        elif entry["ran"]:
+            kinds = " ".join(_KIND_SHORT.get(k, k) for k in entry["kinds"])
             cells.append(f"{stress} {entry['reproduced']}/{entry['ran']}" + (f" {kinds}" if kinds else ""))
         else:
             cells.append(f"{stress} -")
     return " · ".join(cells)
 
 
-def render_matrix(console: Console, rows: Sequence[dict]) -> None:
+def render_matrix(console: Console, rows: Sequence[MatrixRowFacts]) -> None:
     from rich.markup import escape
 
     console.print("[bold]mitigation matrix[/] [dim](per stress: trials that reproduced / trials run)[/]")
     width = max(len(row["mitigation"]) for row in rows)
     for row in rows:
-        word = row.get("outcome") or row.get("verdict")
-        rate = row.get("steps_per_s")
+        word = row["outcome"]
+        rate = row["steps_per_s"]
         console.print(f"  {escape(row['mitigation']).ljust(width)}  [{_WORD_STYLE.get(word, '')}]{word:<14}[/] "
-                      f"{escape(stress_cells(row.get('stresses') or {}))}{f' · {rate:.2f} steps/s' if rate else ''}")
+                      f"{escape(stress_cells(row['stresses']))}{f' · {rate:.2f} steps/s' if rate else ''}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
 from dflash_doctor.hazards import Stress
+from dflash_doctor.repro.facts import CapabilitiesFacts
 
 LayoutTraits = Tuple[Optional[str], Optional[bool], Optional[str]]  # (storage, masked during compile, version)
 
@@ -42,7 +43,7 @@ class Capabilities:
     masked_during_compile: Optional[bool] = None
     torch_version: Optional[str] = None  # as read from the installed source
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> CapabilitiesFacts:
         return {"skipped": {s.value: why for s, why in self.skipped.items()}, "cannot_show": list(self.cannot_show),
                 "fx_flag_storage": self.flag_storage, "masked_during_compile": self.masked_during_compile,
                 "torch_version": self.torch_version}

@@ -1,9 +1,10 @@
 """From phase results to the verdict: reproduced or not, which kind, and who is to blame. Pure data in, data out."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, cast
 
 from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
+from dflash_doctor.repro.facts import PhaseExtras, PhaseFacts, ThreadFacts
 from dflash_doctor.runtime.fx_patches import is_guard_break, is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 
@@ -36,20 +37,21 @@ def classify_phase(result: dict) -> Tuple[Optional[FailureKind], List[dict]]:
     return FailureKind.OTHER_ERROR, blame
 
 
-def phase_facts(result: dict) -> dict:
+def phase_facts(result: dict) -> PhaseFacts:
     """The contract's phase object ({outcome, seconds, threads}) plus what the views and the trace need."""
-    threads = [{"name": t["name"], "outcome": t["outcome"], "error": t.get("error"), "steps": t.get("steps", 0),
-                **({"autograd_multithreading": t["autograd_multithreading"]}
-                   if "autograd_multithreading" in t else {})}
-               for t in result.get("threads", [])]
-    facts = {"outcome": result.get("outcome", ThreadOutcome.ERROR), "seconds": result.get("seconds", 0.0), "threads": threads}
-    # stacks: every thread's frames at the hang, so a cycle the classifier did not name can still be read.
-    for key in ("run_s", "setup_s", "warmup_s", "hang", "stacks", "disturbance", "crash", "log_tail", "shim",
-                "shim_check", "fx_patches", "fx_patches_check", "tracing_thread"):
-        if result.get(key):
-            facts[key] = result[key]
-    facts["steps_per_s"] = steps_per_second(result)
-    facts["events"] = result.get("events", [])
+    threads: List[ThreadFacts] = [_thread_facts(t) for t in result.get("threads", [])]
+    # PhaseExtras declares the keys a child fills only sometimes, in their order: the model is the one list of them.
+    extras = cast(PhaseExtras, {key: result[key] for key in PhaseExtras.__annotations__ if result.get(key)})
+    return {"outcome": result.get("outcome", ThreadOutcome.ERROR), "seconds": result.get("seconds", 0.0),
+            "threads": threads, **extras, "steps_per_s": steps_per_second(result), "events": result.get("events", [])}
+
+
+def _thread_facts(record: dict) -> ThreadFacts:
+    """A worker's record as the facts keep it (the child's also has its traceback and time)."""
+    facts: ThreadFacts = {"name": record["name"], "outcome": record["outcome"], "error": record.get("error"),
+                          "steps": record.get("steps", 0)}
+    if "autograd_multithreading" in record:
+        facts["autograd_multithreading"] = record["autograd_multithreading"]
     return facts
 
 

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.findings import Problem, Report
@@ -23,6 +23,15 @@ from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.repro import ladder
 from dflash_doctor.repro.capabilities import Capabilities, assess
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
+from dflash_doctor.repro.facts import (
+    BlameFacts,
+    HeadlineFacts,
+    LevelFacts,
+    MatrixRowFacts,
+    PhaseFacts,
+    ReproFacts,
+    SettingsFacts,
+)
 from dflash_doctor.repro.runner import Child, ChildExit, child_env, read_phase_result, write_spec
 from dflash_doctor.repro.spec import PhaseSpec, ReproSpec
 
@@ -191,7 +200,7 @@ class Harness:
         return baseline, [baseline] + rows, headline
 
     # -- a whole run -------------------------------------------------------------------------------------
-    def run(self, matrix: bool = False) -> Report:
+    def run(self, matrix: bool = False) -> Report[ReproFacts]:
         root = Path(tempfile.mkdtemp(prefix="dflash-repro-", dir=self.workdir))
         own_runner = self.runner is None
         if own_runner:
@@ -213,7 +222,7 @@ class Harness:
                 self.runner.close()
             shutil.rmtree(root, ignore_errors=True)
 
-    def _run(self, root: Path, matrix: bool) -> Report:
+    def _run(self, root: Path, matrix: bool) -> Report[ReproFacts]:
         spec = self.spec
         caps = self.capabilities or assess(spec.effective_backward, spec.on_cpu)
         for line in caps.cannot_show:
@@ -228,23 +237,20 @@ class Harness:
 
             self._interrupted = True
             stopped, control, results = stop_signal(exc), self.control, self.results
-        report = Report(command="repro")
-        facts = self._base_facts(control, caps)
-        report.facts = facts
+        report: Report[ReproFacts] = Report(command="repro")
+        settings = self._base_facts(control, caps)
         if control is not None and control.get("usage_error"):
             from dflash_doctor.errors import UsageError
 
             raise UsageError(control["usage_error"])
+        single = phase_facts(control) if control is not None else None
         if control is not None:
-            facts["single_thread"] = phase_facts(control)
             report.problems.extend(_problems(control))
             if control.get("outcome") != ThreadOutcome.OK:
-                return self._control_failed(report, control)
-        else:
-            facts["single_thread"] = None
+                return self._control_failed(report, settings, single, control)
         if stopped is not None:
-            return self._stopped(report, stopped, rows, baseline, headline, matrix)
-        self._headline_facts(facts, headline, baseline)
+            return self._stopped(report, settings, single, stopped, rows, baseline, headline, matrix)
+        facts = report.facts = {**settings, "single_thread": single, **self._headline_facts(headline, baseline)}
         if matrix:
             facts["matrix"] = [self._matrix_row(row, baseline) for row in self._matrix_order(rows)]
         report.problems.extend(Problem(p["subject"], p["reason"], p.get("hint", ""))
@@ -368,13 +374,14 @@ class Harness:
                                                      f"not reproduced ({result.get('outcome')})")
         finished_at = self.elapsed()  # the one time this trial's end is given: progress, verdict and JSON
         outcome = ThreadOutcome(result.get("outcome", ThreadOutcome.ERROR))
-        return ladder.TrialResult(task, kind, outcome, seconds, finished_at, phase,
+        # ladder.TrialResult keeps the phase as the plain dict it is at run time; _phase() reads it back typed.
+        return ladder.TrialResult(task, kind, outcome, seconds, finished_at, cast(dict, phase),
                                   tuple(blame), tuple(problems), no_verdict), said
 
     # -- facts -------------------------------------------------------------------------------------------
-    def _base_facts(self, control: Optional[dict], caps: Capabilities) -> dict:
+    def _base_facts(self, control: Optional[dict], caps: Capabilities) -> SettingsFacts:
         spec = self.spec
-        facts = {
+        facts: SettingsFacts = {
             "torch_version": (control or {}).get("torch_version") or caps.torch_version,
             "device": ",".join(spec.devices),
             "threads": spec.threads,
@@ -393,32 +400,35 @@ class Harness:
             facts["amplify_ms"] = spec.amplify_ms
         return facts
 
-    def _headline_facts(self, facts: dict, row: ladder.Row, baseline: ladder.Row) -> None:
+    def _headline_facts(self, row: ladder.Row, baseline: ladder.Row) -> HeadlineFacts:
         level = ladder.headline_level(row)
         first = row.failed()
         done = [r for s in STRESS_ORDER for r in row.done_at(s)]
         chosen = first or (done[-1] if done else None)
+        phase = _phase(chosen) if chosen else None
         verdict = "reproduced" if first else ("not-reproduced" if any(not r.no_verdict for r in done) else None)
         at = level or next((s for s in reversed(STRESS_ORDER) if row.done_at(s)), None)
-        tally = row.tally()
+        tally = _levels(row)
         counted = tally.get(at.value) if at else None
-        facts.update(
-            verdict=verdict, kind=first.kind if first else None, level=level.value if level else None,
-            levels=tally, blame=list(chosen.blame) if chosen else [],
-            multi_thread=chosen.phase if chosen else None,
-            hang=(chosen.phase or {}).get("hang") if chosen else None,
-            trials=[{"stress": r.task.stress.value, "trial": r.task.index + 1, "outcome": r.outcome, "kind": r.kind,
-                     "seconds": round(r.seconds, 3)} for r in done],
-            reproduction_rate=round(counted["reproduced"] / counted["ran"], 3) if counted and counted["ran"] else None,
-            time_to_verdict_s=round(first.finished_at_s if first else self.elapsed(), 3),
-            wall_s=round(self.elapsed(), 3),
-        )
-        shim = chosen.phase.get("shim") if chosen else None
-        if chosen and shim:
-            facts["shim"] = {**shim, "self_check": chosen.phase.get("shim_check")}
+        facts: HeadlineFacts = {
+            "verdict": verdict, "kind": first.kind if first else None, "level": level.value if level else None,
+            "levels": tally, "blame": _blame(chosen) if chosen else [], "multi_thread": phase,
+            "hang": phase.get("hang") if phase is not None else None,
+            "trials": [{"stress": r.task.stress.value, "trial": r.task.index + 1, "outcome": r.outcome,
+                        "kind": r.kind, "seconds": round(r.seconds, 3)} for r in done],
+            "reproduction_rate": round(counted["reproduced"] / counted["ran"], 3) if counted and counted["ran"]
+            else None,
+            "time_to_verdict_s": round(first.finished_at_s if first else self.elapsed(), 3),
+            "wall_s": round(self.elapsed(), 3),
+        }
+        shim = phase.get("shim") if phase else None
+        if phase and shim:
+            facts["shim"] = {**shim, "self_check": phase.get("shim_check")}
         if row.names:
             outcome, reason = ladder.judge(row, baseline)
-            facts.update(outcome=outcome.value, outcome_reason=reason, baseline_levels=baseline.tally())
+            facts["outcome"], facts["outcome_reason"] = outcome.value, reason
+            facts["baseline_levels"] = _levels(baseline)
+        return facts
 
     @staticmethod
     def _matrix_order(rows: List[ladder.Row]) -> List[ladder.Row]:
@@ -426,34 +436,36 @@ class Harness:
         order = [(), *registry.MATRIX[1:]]
         return sorted(rows, key=lambda r: order.index(r.names) if r.names in order else -1)
 
-    def _matrix_row(self, row: ladder.Row, baseline: ladder.Row) -> dict:
+    def _matrix_row(self, row: ladder.Row, baseline: ladder.Row) -> MatrixRowFacts:
         first = row.failed()
         clean = next((r for s in STRESS_ORDER for r in row.done_at(s) if not r.reproduced and not r.no_verdict),
                      None)
-        entry = {"mitigation": row.label, "verdict": "reproduced" if first else "not-reproduced",
-                 "kind": first.kind if first else None, "stresses": row.tally(),
-                 "steps_per_s": (clean.phase or {}).get("steps_per_s") if clean else None,
-                 "seconds": round(max((r.seconds for s in STRESS_ORDER for r in row.done_at(s)), default=0.0), 3)}
+        verdict = "reproduced" if first else "not-reproduced"
         if row.names:
-            outcome, reason = ladder.judge(row, baseline)
-            entry.update(outcome=outcome.value, reason=reason,
-                         covers=sorted(h.value for h in registry.covers(row.names)),
-                         caveats=list(registry.caveats_for(row.names)))
-        else:
+            judged, reason = ladder.judge(row, baseline)
+            outcome = judged.value
+        else:  # the baseline row's outcome is its verdict
             level = ladder.headline_level(row)
-            entry.update(outcome="reproduced" if first else "not-reproduced",
-                         reason=f"{first.kind} under {level.value}" if first and level else
-                         "the race did not show under any stress that ran")
+            outcome, reason = verdict, (f"{first.kind} under {level.value}" if first and level else
+                                        "the race did not show under any stress that ran")
+        entry: MatrixRowFacts = {
+            "mitigation": row.label, "verdict": verdict, "kind": first.kind if first else None,
+            "stresses": _levels(row), "steps_per_s": _phase(clean).get("steps_per_s") if clean else None,
+            "seconds": round(max((r.seconds for s in STRESS_ORDER for r in row.done_at(s)), default=0.0), 3),
+            "outcome": outcome, "reason": reason}
+        if row.names:
+            entry["covers"] = sorted(h.value for h in registry.covers(row.names))
+            entry["caveats"] = list(registry.caveats_for(row.names))
         return entry
 
-    def _stopped(self, report: Report, signal_name: str, rows: List[ladder.Row], baseline: ladder.Row,
-                 headline: ladder.Row, matrix: bool) -> Report:
+    def _stopped(self, report: Report[ReproFacts], settings: SettingsFacts, single: Optional[PhaseFacts],
+                 signal_name: str, rows: List[ladder.Row], baseline: ladder.Row, headline: ladder.Row,
+                 matrix: bool) -> Report[ReproFacts]:
         """The report of a run a signal ended: the verdict so far, its findings and, for the matrix, the rows
         with a trial that ended (each says whether all of its trials did); no advice drawn from a part-run."""
         from dflash_doctor.repro.findings import findings_from_facts
 
-        facts = report.facts
-        self._headline_facts(facts, headline, baseline)
+        facts = report.facts = {**settings, "single_thread": single, **self._headline_facts(headline, baseline)}
         if matrix:  # the rows with a trial that ended, each saying whether all of its trials did
             ended = {result.task.row for result in self.results}
             facts["matrix"] = [{**self._matrix_row(row, baseline), "finished": row.finished()}
@@ -464,16 +476,31 @@ class Harness:
                             + (", ".join(unfinished) if unfinished else "none"))
         return report
 
-    def _control_failed(self, report: Report, control: dict) -> Report:
+    def _control_failed(self, report: Report[ReproFacts], settings: SettingsFacts, single: Optional[PhaseFacts],
+                        control: dict) -> Report[ReproFacts]:
         failed = [t for t in control.get("threads", []) if t.get("error")]
         reason = failed[0]["error"] if failed else control.get("crash") or f"outcome {control.get('outcome')}"
         report.problems.append(Problem(
             "single-thread phase", f"the step fails in one thread, so threads cannot be blamed: {reason}",
             "fix the step (or the --model factory) first; the child's log tail is in the JSON facts"))
-        report.facts.update(multi_thread=None, verdict="not-reproduced", kind=None, blame=[], level=None,
-                            time_to_verdict_s=round(self.elapsed(), 3))
+        report.facts = {**settings, "single_thread": single, "multi_thread": None, "verdict": "not-reproduced",
+                        "kind": None, "blame": [], "level": None, "time_to_verdict_s": round(self.elapsed(), 3)}
         report.exit_code_override = EXIT_HARNESS_FAILURE
         return report
+
+
+# ladder.py keeps what a trial left as plain dicts (it is scheduling data); these read them back as the model
+# says they are: phase_facts made the phase, the child's recorder the blame, Row.tally the tallies.
+def _phase(result: ladder.TrialResult) -> PhaseFacts:
+    return cast(PhaseFacts, result.phase)
+
+
+def _blame(result: ladder.TrialResult) -> List[BlameFacts]:
+    return [cast(BlameFacts, entry) for entry in result.blame]
+
+
+def _levels(row: ladder.Row) -> Dict[str, LevelFacts]:
+    return cast(Dict[str, LevelFacts], row.tally())
 
 
 def _problems(result: dict) -> List[Problem]:
@@ -482,20 +509,21 @@ def _problems(result: dict) -> List[Problem]:
 
 def run_repro(spec: ReproSpec, *, matrix: bool = False, runner=None, progress: Reporter = silent,
               clock: Callable[[], float] = time.perf_counter, workdir: Optional[Path] = None,
-              capabilities: Optional[Capabilities] = None, poll_s: float = POLL_S) -> Report:
+              capabilities: Optional[Capabilities] = None, poll_s: float = POLL_S) -> Report[ReproFacts]:
     """Run a repro (or the mitigation matrix) and return its Report; see the module docstring."""
     return Harness(spec.validate(), runner=runner, progress=progress, clock=clock, workdir=workdir,
                    capabilities=capabilities, poll_s=poll_s).run(matrix)
 
 
-def trace_phases(facts: dict) -> Sequence[tuple]:
+def trace_phases(facts: ReproFacts) -> Sequence[tuple]:
     """(phase name, events) pairs for the Chrome trace: the control, then the reported multi-thread run."""
-    phases = [("single-thread", (facts.get("single_thread") or {}).get("events", []))]
-    multi = facts.get("multi_thread") or {}
-    if multi.get("processes"):
-        phases.extend((f"process {', '.join(p['threads'])}", p["events"]) for p in multi["processes"])
+    single, multi = facts["single_thread"], facts["multi_thread"]
+    phases = [("single-thread", single["events"] if single else [])]
+    processes = multi.get("processes") if multi else None
+    if processes:
+        phases.extend((f"process {', '.join(p['threads'])}", p["events"]) for p in processes)
     else:
-        phases.append((f"{facts.get('threads')} threads", multi.get("events", [])))
+        phases.append((f"{facts['threads']} threads", multi["events"] if multi else []))
     return phases
 
 

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from dflash_doctor.render.tables import Column, fitted, layout
 from tests.conftest import REPO, run_cli_json
+from tests.repro.example_facts import phase, repro_facts, thread
 
 WIDTHS = (40, 80, 200)
 TARGETS = [(width, terminal) for width in WIDTHS for terminal in (True, False)]
@@ -135,15 +136,12 @@ def test_gpus_keep_index_role_and_figures(gpus_facts, width, terminal):
         assert util in text and f"{gpu['memory_used_mib'] / 1024:.1f}" in text
 
 
-REPRO_FACTS = {
-    "torch_version": "2.13.0+cpu", "device": "cpu", "threads": 3, "mode": "forced", "mitigation": "none",
-    "cache": "warm", "verdict": "reproduced", "kind": "fx-flag-leak", "level": "forced", "time_to_verdict_s": 6.8,
-    "levels": {"forced": {"ran": 1, "reproduced": 1, "kinds": {"fx-flag-leak": 1}}},
-    "single_thread": {"outcome": "ok", "seconds": 3.25, "steps_per_s": 1.5,
-                      "threads": [{"name": "drafter-0", "outcome": "ok"}]},
-    "multi_thread": {"outcome": "error", "seconds": 6.5, "steps_per_s": None,
-                     "threads": [{"name": f"drafter-{i}", "outcome": "error"} for i in range(3)]},
-}
+REPRO_FACTS = repro_facts(
+    mode="forced", cache="warm", verdict="reproduced", kind="fx-flag-leak", level="forced", time_to_verdict_s=6.8,
+    levels={"forced": {"ran": 1, "reproduced": 1, "kinds": {"fx-flag-leak": 1}}},
+    single_thread=phase("ok", [thread("drafter-0")], seconds=3.25, steps_per_s=1.5),
+    multi_thread=phase("error", [thread(f"drafter-{i}", "error") for i in range(3)], seconds=6.5),
+)
 
 
 @pytest.mark.parametrize("width, terminal", TARGETS)

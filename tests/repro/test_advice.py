@@ -5,9 +5,10 @@ from __future__ import annotations
 from dflash_doctor import mitigations as registry
 from dflash_doctor.hazards import Release
 from dflash_doctor.repro.next_steps import fix_line, next_steps
+from tests.repro.example_facts import capabilities, repro_facts
 
-GLOBAL_FLAG = {"capabilities": {"fx_flag_storage": "module-global"}, "torch_version": "2.11.0"}
-THREAD_LOCAL = {"capabilities": {"fx_flag_storage": "thread-local"}, "torch_version": "2.14.1"}
+GLOBAL_FLAG = repro_facts(capabilities=capabilities("module-global"), torch_version="2.11.0")
+THREAD_LOCAL = repro_facts(capabilities=capabilities("thread-local"), torch_version="2.14.1")
 
 
 def test_the_fix_line_is_the_registrys_first_complete_recommendation_for_the_release():
@@ -55,7 +56,7 @@ def test_the_matrix_lists_holds_fails_and_inconclusive_and_what_to_apply():
             {"mitigation": "warmup", "outcome": "holds", "reason": "r1"},
             {"mitigation": "first-call-lock", "outcome": "fails", "reason": "r2"},
             {"mitigation": "processes", "outcome": "inconclusive", "reason": "r3"}]
-    assert next_steps({"matrix": rows}) == [
+    assert next_steps(repro_facts(matrix=rows)) == [
         "holds: warmup (r1)", "fails: first-call-lock (r2)", "inconclusive: processes (r3)",
         "apply in your trainer: warmup (each is a call in dflash_doctor.runtime; README: 'Fix it in your own "
         "trainer')"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dflash_doctor.render.repro_view import timeline_rows
+from tests.repro.example_facts import repro_facts
 
 
 def ev(t, thread, kind, phase):
@@ -42,10 +43,9 @@ def test_the_text_view_ends_with_the_next_steps():
     from dflash_doctor.render.repro_view import render_repro_facts
 
     console = Console(file=io.StringIO(), width=200, color_system=None)
-    render_repro_facts(console, {"device": "cpu", "threads": 3, "mode": "natural", "mitigation": "none",
-                                 "verdict": "not-reproduced", "time_to_verdict_s": 1.0, "wall_s": 2.5,
-                                 "levels": {"natural": {"ran": 3, "reproduced": 0, "kinds": {}}},
-                                 "next_steps": ["first thing", "second [thing]"]})
+    render_repro_facts(console, repro_facts(mode="natural", verdict="not-reproduced", time_to_verdict_s=1.0,
+                                            wall_s=2.5, levels={"natural": {"ran": 3, "reproduced": 0, "kinds": {}}},
+                                            next_steps=["first thing", "second [thing]"]))
     lines = console.file.getvalue().splitlines()
     assert lines[-3] == "verdict: not reproduced (natural 0/3) in 2.5 s"
     assert lines[-2:] == ["next: first thing", "next: second [thing]"]
@@ -54,8 +54,8 @@ def test_the_text_view_ends_with_the_next_steps():
 def test_verdict_line_names_the_stress_and_the_rate():
     from dflash_doctor.render.repro_view import verdict_line
 
-    facts = {"verdict": "reproduced", "kind": "deadlock", "level": "natural", "time_to_verdict_s": 28.2,
-             "levels": {"natural": {"ran": 3, "reproduced": 2, "kinds": {"deadlock": 2}}}}
+    facts = repro_facts(verdict="reproduced", kind="deadlock", level="natural", time_to_verdict_s=28.2,
+                        levels={"natural": {"ran": 3, "reproduced": 2, "kinds": {"deadlock": 2}}})
     assert verdict_line(facts) == ("verdict: reproduced (deadlock) under natural stress, 2/3 trials; first at "
                                    "28.2 s")
 
