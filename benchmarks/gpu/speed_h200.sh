@@ -11,6 +11,7 @@
 #   X  repro --threads 3 --shapes per-thread --matrix --device cuda
 #   E  pipeline --preset small --device cuda --no-compile-dense (the same run as before the change: the A/B)
 #   F  the profile of P's run (benchmarks/gpu/profile_pipeline.py)
+#   B  P at --batch-size 32 (does a larger batch still pay, once the layers are fused?)
 # Every command gets fresh inductor and triton caches: a user's first run. Wall seconds per part in $OUT/steps.log;
 # `python3 benchmarks/gpu/speed_table.py $OUT` renders the table.
 set -u
@@ -44,6 +45,7 @@ M) for m in mlp attention; do
    done ;;
 X) timed X_matrix 330 $DD repro --threads 3 --shapes per-thread --matrix --device cuda -f json -o "$OUT/X_matrix.json" ;;
 E) timed E_small_eager 120 $DD pipeline --preset small --device cuda --no-compile-dense -f json -o "$OUT/E_small_eager.json" ;;
+B) timed B_small_batch32 150 $DD pipeline --preset small --device cuda --batch-size 32 -f json -o "$OUT/B_small_batch32.json" ;;
 F) timed F_profile 130 python3 benchmarks/gpu/profile_pipeline.py --preset small --device cuda --steps 30 --from-step 15 --to-step 25 --out "$OUT/F_profile" ;;
 esac; done
 rm -f "$OUT"/F_profile/trace.json.gz 2>/dev/null  # tens of MB; summary.json and summary.md stay

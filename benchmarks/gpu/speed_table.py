@@ -66,6 +66,7 @@ def rows(out: Path) -> List[Tuple[str, str, str, str]]:
     table = [
         ("pipeline --preset small --device cuda (defaults)", _pipeline(small), "MFU 35 %", mfu_met(small)),
         ("... --no-compile-dense (as before the change)", _pipeline(eager), "(the A/B)", "-"),
+        ("... --batch-size 32", _pipeline(_facts(out, "B_small_batch32")), "(not the default)", "-"),
         ("repro --threads 3 --device cuda", _verdict(_facts(out, "R_default")), "20 s to the first verdict",
          met(verdict_s(_facts(out, "R_default")), 20.0)),
         ("repro --threads 3 --shapes per-thread --matrix", f"{matrix.get('wall_s')} s (facts.wall_s); "

@@ -81,7 +81,8 @@ class PipelineFacts(TypedDict):
     blame: List[BlameFacts]  # the flight recorder's blame for FX errors
     interrupted: Optional[str]  # SIGINT | SIGTERM when a signal stopped the run
     corpus: Optional[WrittenCorpusFacts]  # None: the set-up ended before the corpus was written
-    target_forward: Optional[str]  # cuda-graph | eager (with the reason)
+    target_forward: Optional[str]  # cuda-graph | eager (with the reason), "compiled, " first when fused
+    compile_dense: bool  # the dense stretches compiled whole (reference/dense_compile.py; the small preset)
     flops_per_token: Optional[float]  # on a GPU only, as mfu
     mfu: Optional[float]
     saved_to: Optional[str]

@@ -143,7 +143,8 @@ class PipelineResult:
     blame: List[BlameFacts] = field(default_factory=list)  # the flight recorder's blame for FX errors
     interrupted: Optional[str] = None  # SIGINT | SIGTERM when the run was stopped by a signal
     corpus: Optional[WrittenCorpusFacts] = None
-    target_forward: Optional[str] = None  # cuda-graph | eager (with the reason)
+    target_forward: Optional[str] = None  # cuda-graph | eager (with the reason), "compiled, " first when fused
+    compile_dense: bool = False  # the drafter's (and target's) dense stretches compiled whole (dense_compile.py)
     flops_per_token: Optional[float] = None
     mfu: Optional[float] = None
     saved_to: Optional[str] = None
@@ -164,7 +165,8 @@ class PipelineResult:
             "wall_s": self.wall_s, "workers": [w.to_dict() for w in self.workers], "failed_worker": self.failed_worker,
             "mitigation": self.mitigation, "mitigation_facts": dict(self.mitigation_facts), "hang": self.hang,
             "stacks": list(self.stacks), "blame": list(self.blame), "interrupted": self.interrupted,
-            "corpus": self.corpus, "target_forward": self.target_forward, "flops_per_token": self.flops_per_token,
+            "corpus": self.corpus, "target_forward": self.target_forward,
+            "compile_dense": self.compile_dense, "flops_per_token": self.flops_per_token,
             "mfu": self.mfu, "saved_to": self.saved_to, "transport": self.transport,
             "loss_first": self.losses[0] if self.losses else None,
             "loss_last": self.losses[-1] if self.losses else None,

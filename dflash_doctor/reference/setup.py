@@ -108,9 +108,13 @@ def target_forward(plan: RunPlan, target, device: torch.device) -> Tuple[Callabl
 
     if plan.hf_checkpoint or device.type != "cuda":
         return target, "eager"
+    # The throughput presets fuse the target's layers too: eager, its norms, RoPE and residuals were a third of
+    # the GPU's busy time once the drafter's were compiled (docs/gpu-results.md). The capture's warm-up compiles
+    # them here, in the main thread, before any worker thread exists.
+    target.compile_layers = plan.cfg.compile_dense
     graphed = GraphedForward(target, plan.cfg.batch_size, plan.cfg.seq_len, device)
     how = graphed.mode if graphed.fallback_reason is None else f"eager ({graphed.fallback_reason})"
-    return graphed, how
+    return graphed, ("compiled, " + how) if target.compile_layers else how
 
 
 def drafter_heads(plan: RunPlan, device: torch.device, target=None) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dflash_doctor.reference.config import ModelSpec
+from dflash_doctor.reference.dense_compile import compiled
 from dflash_doctor.reference.layers import QKV, RMSNorm, Rope, SwiGLU, init_weights, rope_cos_sin
 
 
@@ -68,9 +69,13 @@ class Target(nn.Module):
         self.spec = spec
         self.layer_ids = tuple(layer_ids)
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_layers))
+        self.layers: Sequence[DecoderLayer] = nn.ModuleList(  # type: ignore[assignment]
+            DecoderLayer(spec) for _ in range(spec.num_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.norm_eps)
         self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        # Each layer one compiled graph (reference/dense_compile.py): set by the set-up of the throughput presets,
+        # whose first forward, the capture's warm-up, compiles it in the main thread before any worker exists.
+        self.compile_layers = False
 
     def greedy(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         # Chunked over positions so (seq x vocab) logits never exist at once.
@@ -85,8 +90,10 @@ class Target(nn.Module):
         rope = self.rope(pos)
         x = self.embed(tokens)
         features = []
+        # One graph for every layer: the layers are alike, so Dynamo reuses it (the weights are its inputs).
+        forward = compiled(DecoderLayer.forward) if self.compile_layers else DecoderLayer.forward
         for i, layer in enumerate(self.layers):
-            x = layer(x, rope)
+            x = forward(layer, x, rope)
             if i in self.layer_ids:
                 features.append(x)
         return TargetOutput(features=torch.cat(features, dim=-1), greedy=self.greedy(x))

@@ -549,6 +549,7 @@ class ProcessRun:
             path.unlink()
         os.rmdir(self.workdir)
         return PipelineResult(
+            compile_dense=plan.cfg.compile_dense,
             preset=plan.cfg.name, workers_mode="processes", device_type=plan.device_type,
             steps=len(aggregator.losses), start_step=plan.start_step, losses=aggregator.losses,
             tokens=aggregator.steady_tokens(), tokens_per_s=aggregator.tokens_per_s(),
@@ -619,6 +620,7 @@ def _under_torchrun(plan: RunPlan, progress: Progress, clock) -> PipelineResult:
         for record in sorted(rank_records, key=lambda r: r.step):
             aggregator.add(record)
     return PipelineResult(
+        compile_dense=plan.cfg.compile_dense,
         preset=plan.cfg.name, workers_mode="processes", device_type=plan.device_type,
         steps=len(aggregator.losses), start_step=plan.start_step, losses=aggregator.losses,
         tokens=aggregator.steady_tokens(), tokens_per_s=aggregator.tokens_per_s(),

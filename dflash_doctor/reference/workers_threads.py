@@ -364,6 +364,7 @@ class ThreadRun:
         failed = self.run.failed_worker if self.hang or any(w.outcome in FAILED for w in workers) else None
         hang = self.hang
         return PipelineResult(
+            compile_dense=plan.cfg.compile_dense,
             preset=plan.cfg.name, workers_mode="threads", device_type=plan.device_type,
             steps=len(aggregator.losses), start_step=plan.start_step, losses=aggregator.losses,
             tokens=aggregator.steady_tokens(), tokens_per_s=aggregator.tokens_per_s(),

@@ -35,3 +35,22 @@ def test_compiled_dense_stretches_give_the_eager_loss_and_gradients():
 def test_only_the_throughput_preset_compiles_the_dense_stretches():
     # The incident's presets keep the seeds' compile boundaries: flex_attention alone (docs/races.md).
     assert {name for name, cfg in PRESETS.items() if cfg.compile_dense} == {"small"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_targets_compiled_layers_give_its_eager_features_and_labels_with_one_graph():
+    from torch._dynamo.utils import counters
+
+    from dflash_doctor.reference.target import build_target
+
+    target = build_target(TINY.target, TINY.target_layer_ids, 0, torch.device("cpu"), torch.float32)
+    tokens = torch.randint(1, TINY.mask_token_id, (2, TINY.seq_len), generator=torch.Generator().manual_seed(0))
+    eager = target(tokens)
+    graphs_before = counters["stats"]["unique_graphs"]
+    target.compile_layers = True
+    fused = target(tokens)
+    assert torch.allclose(fused.features, eager.features, rtol=1e-4, atol=1e-5)
+    assert torch.equal(fused.greedy, eager.greedy)
+    # The layers are alike: one graph serves all of them (no compile per layer in the set-up).
+    assert counters["stats"]["unique_graphs"] - graphs_before == 1
