@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional
 from dflash_doctor import TOOL_NAME
 from dflash_doctor.findings import EXIT_FINDINGS, FailOn, Finding, Report, Severity
 from dflash_doctor.printable import without_surrogates
-from dflash_doctor.render.rules_doc import code_domain
+from dflash_doctor.render.rule_links import code_domain
 
 PROBLEMS_SUITE = "could-not-check"
 # XML 1.0 cannot carry most control characters at all (not even escaped); log excerpts can contain them.

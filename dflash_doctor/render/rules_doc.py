@@ -15,37 +15,12 @@ from typing import TYPE_CHECKING, Iterable, List, Optional
 if TYPE_CHECKING:
     from dflash_doctor.rules.registry import Rule
 
+from dflash_doctor.render.rule_links import domain_of, rule_anchor
+
 RULES_DOC = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
 REGENERATE = "python -m dflash_doctor.render.rules_doc --write"
 
-# (first code, last code, which command reports them); codes are grouped by hundreds in the registry.
-_DOMAINS = (
-    (100, 399, "scan", "Static scan of your sources (`dflash-doctor scan`, `check`)"),
-    (400, 499, "gpus", "GPU snapshots (`dflash-doctor gpus`, `status`)"),
-    (500, 599, "logs", "Training logs (`dflash-doctor logs`, `status`)"),
-    (600, 699, "guards", "The installed torch's guards (`dflash-doctor guards`, `check`)"),
-    (700, 799, "repro", "Reproductions (`dflash-doctor repro`, `check --repro`)"),
-    (800, 899, "pipeline", "The reference pipeline's workers (`dflash-doctor pipeline`)"),
-)
 _FENCE_LANG = {"python": "python", "torch-layout": "python", "log": "text", "nvidia-smi-csv": "csv"}
-
-
-def rule_anchor(rule: Rule) -> str:
-    """The anchor GitHub derives from the rule's heading (`### DFD101 checkpoint-use-reentrant-true`)."""
-    return f"{rule.code.lower()}-{rule.name}"
-
-
-def code_domain(code: str) -> str:
-    """Which part of the tool reports `code`: scan, gpus, logs, guards, repro (or other)."""
-    return _domain(code)[0]
-
-
-def _domain(code: str) -> tuple:
-    number = int(code[3:]) if code[3:].isdigit() else -1
-    for first, last, name, title in _DOMAINS:
-        if first <= number <= last:
-            return name, title
-    return "other", "Other rules"
 
 
 def _fenced(text: str, lang: str) -> List[str]:
@@ -70,14 +45,14 @@ def render_rules_markdown(rules: Iterable) -> str:
         "|---|---|---|---|---|",
     ]
     for rule in rules:
-        domain, _ = _domain(rule.code)
+        domain, _ = domain_of(rule.code)
         summary = rule.summary.replace("|", "\\|")
         lines.append(
             f"| [{rule.code}](#{rule_anchor(rule)}) | `{rule.name}` | {rule.severity.value} | {domain} | {summary} |"
         )
     current_domain = None
     for rule in rules:
-        domain, title = _domain(rule.code)
+        domain, title = domain_of(rule.code)
         if domain != current_domain:
             lines += ["", f"## {title}"]
             current_domain = domain

@@ -19,7 +19,7 @@ from dflash_doctor import TOOL_NAME, __version__
 from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.render.paths import relative_uri, repo_root
 from dflash_doctor.printable import without_surrogates
-from dflash_doctor.render.rules_doc import rule_anchor
+from dflash_doctor.render.rule_links import rule_anchor
 from dflash_doctor.rules import all_rules
 from dflash_doctor.rules.registry import Rule
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.findings import Problem, Report
-from dflash_doctor.render.rules_doc import rule_anchor
+from dflash_doctor.render.rule_links import rule_anchor
 from dflash_doctor.render.sarif import ENVIRONMENT_ARTIFACT, FINGERPRINT_KEY, render_sarif, sarif_document
 from dflash_doctor.rules import all_rules, lookup
 from tests.render.sarif_schema import assert_valid_sarif
