@@ -113,6 +113,7 @@ def render_repro_facts(console: Console, facts: ReproFacts) -> None:
         f"[bold]repro[/] torch {escape(str(facts['torch_version']))} · device "
         f"{escape(facts['device'])} · {facts['threads']} threads · mode {facts['mode']} · "
         f"mitigation {escape(facts['mitigation'])} · cache {facts['cache']}"
+        + (f" ({', '.join(facts['shared_cache'])} trials: one shared)" if facts["shared_cache"] else "")
     )
     for line in facts["capabilities"]["cannot_show"]:
         console.print(f"[dim]note: {escape(line)}[/]")

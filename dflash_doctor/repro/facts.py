@@ -235,6 +235,7 @@ class _SettingsFactsAlways(TypedDict):
     mode: str  # auto, or the one stress asked for
     mitigation: str  # label: none, or names joined by commas
     cache: str  # cold | warm
+    shared_cache: List[str]  # the stresses whose trials shared one compile cache (ReproSpec.shared_cache_stresses)
     backward: bool  # as run (off on a CPU unless asked for)
     checkpoint: str  # none | reentrant | non-reentrant
     shapes: str  # same | per-thread

@@ -63,6 +63,7 @@ class _Trial:
         self.children: List[Tuple[PhaseSpec, Path, Child]] = []
         self.disturber: Optional[Tuple[PhaseSpec, Path, Child]] = None
         self.exits: Dict[int, ChildExit] = {}
+        self.shared_cache = task is not None and task.stress in harness.spec.shared_cache_stresses
         if task is None:  # the single-thread control
             self._start(root, label, harness.phase_spec("single", 1, (), thread_names(1), Stress.NATURAL))
         elif task.row and registry.get(task.row[0]).separate_processes:
@@ -72,7 +73,7 @@ class _Trial:
                                                         thread_names(harness.spec.threads), task.stress))
 
     def _start(self, root: Path, label: str, spec: PhaseSpec) -> None:
-        self.children.append((spec, *self.harness.start_child(root, label, spec)))
+        self.children.append((spec, *self.harness.start_child(root, label, spec, self.shared_cache)))
 
     def _start_processes(self, root: Path, task: ladder.Task) -> None:
         harness = self.harness
@@ -147,11 +148,15 @@ class Harness:
                          amplify_ms=spec.amplify_ms, preset=spec.preset, model=spec.model, thread_names=names,
                          disturb_hold_s=spec.timeout_s, model_compile=spec.model_compile, step=spec.step)
 
-    def start_child(self, root: Path, label: str, phase_spec: PhaseSpec) -> Tuple[Path, Child]:
+    def start_child(self, root: Path, label: str, phase_spec: PhaseSpec,
+                    shared_cache: bool = False) -> Tuple[Path, Child]:
+        """Start one child in a folder of its own; it compiles into that folder's caches (a cold cache), or with
+        `shared_cache` into the one the run's flag-held trials share (ReproSpec.shared_cache_stresses)."""
         self._phase_counter += 1
         phase_dir = root / f"{self._phase_counter:03d}-{label}"
         spec_path = write_spec(phase_dir, phase_spec)
-        env = child_env(phase_dir, self.spec.cache == "cold", compile_threads=self.compile_threads,
+        env = child_env(root / "shared-cache" if shared_cache else phase_dir, self.spec.cache == "cold",
+                        compile_threads=self.compile_threads,
                         user_code=self.spec.user_code)
         child = self.runner.start(spec_path, phase_dir / "result.json", env, phase_dir / "log.txt",
                                   user_code=self.spec.user_code)
@@ -227,6 +232,10 @@ class Harness:
         caps = self.capabilities or assess(spec.effective_backward, spec.on_cpu)
         for line in caps.cannot_show:
             self.tell(EventKind.NOTE, "note", f"note: {line}")
+        if spec.shared_cache_stresses:
+            self.tell(EventKind.NOTE, "note", f"note: {' and '.join(s.value for s in spec.shared_cache_stresses)} "
+                      "trials share one compile cache: the FX flag is up for their whole run and no backward can "
+                      "deadlock, so a compile's length cannot change them; every other trial compiles cold")
         baseline, rows, headline = self.plan(matrix, caps)
         needs_control = any(s in (Stress.NATURAL, Stress.AMPLIFIED) for row in rows for s in row.runnable())
         stopped: Optional[str] = None
@@ -388,6 +397,7 @@ class Harness:
             "mode": spec.mode,
             "mitigation": registry.label(spec.mitigation),
             "cache": spec.cache,
+            "shared_cache": [stress.value for stress in spec.shared_cache_stresses],
             "backward": spec.effective_backward,
             "checkpoint": spec.checkpoint,
             "shapes": spec.shapes,

@@ -41,6 +41,9 @@ def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> i
     return max(1, min(MAX_GPU_JOBS, cores // 2))
 
 
+FLAG_HELD_STRESSES = (Stress.FORCED, Stress.STUCK)
+
+
 @dataclass(frozen=True)
 class ReproSpec:
     threads: int = 3
@@ -133,6 +136,18 @@ class ReproSpec:
     @property
     def effective_jobs(self) -> int:
         return self.jobs or default_jobs(self.devices)
+
+    @property
+    def shared_cache_stresses(self) -> Tuple[Stress, ...]:
+        """The stresses whose trials compile into one cache the run shares instead of a cold one each.
+
+        Under forced and stuck the FX flag is up from before the workers start until after they end (held by a
+        trace, or stuck), so how long their compile takes cannot change what they meet; without a backward the
+        compile-lock / autograd deadlock, the one race a compile's length decides, cannot form (docs/races.md).
+        There they are the same trials on a fraction of the CPU. Everywhere else each trial compiles cold."""
+        if self.cache != Cache.COLD.value or self.effective_backward:
+            return ()
+        return FLAG_HELD_STRESSES
 
     @property
     def pinned_stress(self) -> Optional[Stress]:

@@ -48,6 +48,8 @@ class FakeRunner:
 
     def start(self, spec_path, result_path, env, log_path, user_code=False):
         spec = json.loads(Path(spec_path).read_text())
+        spec["cache_dir"] = env.get("TORCHINDUCTOR_CACHE_DIR")  # where the child would have compiled
+        spec["label"] = Path(spec_path).parent.name  # NNN-row-stress-tN[-procK]: the trial's stress
         self.specs.append(spec)
         return FakeChild(Path(result_path), self.behaviour(spec))
 
@@ -196,6 +198,28 @@ def test_the_matrix_judges_every_row_against_one_baseline_like_the_h200(tmp_path
     assert report.facts["verdict"] == "reproduced" and report.exit_code_override == 1
     holds = next(step for step in report.facts["next_steps"] if step.startswith("holds: "))
     assert "global-lock" in holds and "first-call-lock" not in holds
+
+
+@pytest.mark.parametrize("devices", [("cpu",), ("cuda:0",)])
+def test_flag_held_trials_share_one_compile_cache_only_where_no_backward_can_deadlock(tmp_path, devices):
+    report, runner = repro(ReproSpec(trials=2, devices=devices), like_the_h200, tmp_path, matrix=True)
+    trials = [s for s in runner.specs if s["phase"] == "multi"]
+    held = [s["cache_dir"] for s in trials if "-forced-" in s["label"] or "-stuck-" in s["label"]]
+    cold = [s["cache_dir"] for s in trials if not ("-forced-" in s["label"] or "-stuck-" in s["label"])]
+    assert held and len(set(cold)) == len(cold)  # natural, amplified, foreign-trace: each its own cold cache
+    if devices == ("cuda:0",):  # a backward: a compile's length can decide the deadlock, so every trial is cold
+        assert report.facts["shared_cache"] == [] and len(set(held)) == len(held) and not set(held) & set(cold)
+    else:  # the processes row's workers under forced and stuck share it too
+        assert report.facts["shared_cache"] == ["forced", "stuck"]
+        assert len(set(held)) == 1 and not set(held) & set(cold)
+    # what the rows report is the trials' own outcomes either way (the fake decides them from the stress alone)
+    outcomes = {row["mitigation"]: row["outcome"] for row in report.facts["matrix"]}
+    assert outcomes["threadlocal-flag,non-lazy-backward"] == "holds" and outcomes["none"] == "reproduced"
+
+
+def test_a_warm_cache_shares_nothing_it_did_not_ask_for(tmp_path):
+    report, runner = repro(ReproSpec(trials=2, cache="warm"), like_the_h200, tmp_path, matrix=True)
+    assert report.facts["shared_cache"] == []
 
 
 def test_nothing_is_held_against_a_baseline_that_never_reproduced(tmp_path):
