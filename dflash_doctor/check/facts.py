@@ -1,13 +1,14 @@
 """The typed model of `check` facts (`facts` in the JSON envelope): what check/__init__.py's `run_check` fills and
 render/check_view.py reads. Each part that ran keeps its own command's facts under its name, typed by that
-command's model (scan/facts.py, guards/facts.py). TypedDicts, so the facts stay a plain dict and the JSON is
+command's model (scan/facts.py, guards/facts.py, repro/facts.py). TypedDicts, so the facts stay a plain dict and the JSON is
 unchanged; tests/test_facts_shapes.py holds the JSON keys to this model."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, TypedDict
+from typing import Dict, List, Literal, TypedDict
 
 from dflash_doctor.findings import PartialFacts
 from dflash_doctor.guards.facts import GuardsFacts
+from dflash_doctor.repro.facts import ReproFacts
 from dflash_doctor.scan.facts import ScanFacts
 
 # The parts check knows, each a key of CheckFacts: a name spelled as a literal is one mypy checks there.
@@ -20,7 +21,7 @@ class CheckPartsFacts(TypedDict, total=False):
 
     scan: ScanFacts
     guards: GuardsFacts
-    repro: Dict[str, Any]  # repro/harness.py's facts; repro has no typed model yet
+    repro: ReproFacts
     partial: PartialFacts
 
 

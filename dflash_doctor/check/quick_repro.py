@@ -4,14 +4,19 @@ so the verdict says whether this torch lets one thread's trace break another's c
 without depending on timing luck."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dflash_doctor.findings import Report
 from dflash_doctor.progress import Reporter, silent
+
+if TYPE_CHECKING:
+    from dflash_doctor.repro.facts import ReproFacts
 
 QUICK_THREADS = 2
 QUICK_STEPS = 1
 
 
-def quick_forced_repro(timeout: float = 120.0, runner=None, progress: Reporter = silent) -> Report:
+def quick_forced_repro(timeout: float = 120.0, runner=None, progress: Reporter = silent) -> "Report[ReproFacts]":
     """`repro --mode forced --device cpu --no-backward --threads 2 --steps 1 --cache warm` as a Report.
 
     Each of the two phases (single-thread control, then two threads) is killed after `timeout` seconds and

@@ -10,10 +10,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, List, Optional
-
-if TYPE_CHECKING:
-    from dflash_doctor.rules.registry import Rule
+from typing import Iterable, List, Optional
 
 from dflash_doctor.render.rule_links import domain_of, rule_anchor
 

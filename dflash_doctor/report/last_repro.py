@@ -13,7 +13,6 @@ import datetime as _dt
 import json
 import os
 import socket
-import stat
 import sys
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
