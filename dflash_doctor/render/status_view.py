@@ -1,7 +1,7 @@
 """Text view of `status`: who died, what killed them, what they left idle, what the others do, what to try."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional, Set
 
 from dflash_doctor.render.logs_view import render_next_steps, safe
 
@@ -9,6 +9,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from dflash_doctor.status.facts import StatusFacts
+    from dflash_doctor.status.facts import WorkerFacts as StatusWorkerFacts
 
 
 def _gib(mib: Optional[float]) -> str:
@@ -18,6 +19,16 @@ def _gib(mib: Optional[float]) -> str:
 def render_status(console: Console, facts: StatusFacts) -> None:
     workers = facts.get("workers", [])
     dead = [w for w in workers if w["state"] == "dead"]
+    _render_dead(console, dead)
+    console.print("\n[bold]The others[/]")
+    _render_alive(console, workers)
+    _render_gpus(console, facts, {w["gpu"] for w in dead})
+    console.print()
+    render_next_steps(console, facts.get("next_steps"))
+    console.print()
+
+
+def _render_dead(console: Console, dead: List[StatusWorkerFacts]) -> None:
     console.print("[bold]Dead workers[/]")
     if not dead:
         console.print("  none in the log")
@@ -33,13 +44,15 @@ def render_status(console: Console, facts: StatusFacts) -> None:
             console.print(f"    [dim]{safe(cause['message'])}[/]")
         if w["gpu"] is None:
             console.print("    GPU unknown: pass --roles or --map NAME=GPU")
-        else:
-            left = (f"left GPU {w['gpu']} ({safe(w['role'] or 'no role')}) at "
-                    f"{'?' if w['gpu_utilization'] is None else format(w['gpu_utilization'], '.0f')} % holding "
-                    f"{_gib(w['gpu_memory_used_mib'])}")
-            codes = ", ".join(w["gpu_findings"])
-            console.print(f"    {left}" + (f" [dim]({codes})[/]" if codes else ""))
-    console.print("\n[bold]The others[/]")
+            continue
+        left = (f"left GPU {w['gpu']} ({safe(w['role'] or 'no role')}) at "
+                f"{'?' if w['gpu_utilization'] is None else format(w['gpu_utilization'], '.0f')} % holding "
+                f"{_gib(w['gpu_memory_used_mib'])}")
+        codes = ", ".join(w["gpu_findings"])
+        console.print(f"    {left}" + (f" [dim]({codes})[/]" if codes else ""))
+
+
+def _render_alive(console: Console, workers: List[StatusWorkerFacts]) -> None:
     for w in workers:
         if w["state"] == "dead":
             continue
@@ -47,7 +60,10 @@ def render_status(console: Console, facts: StatusFacts) -> None:
         rate = "" if w["last_tok_s"] is None else f", {w['last_tok_s']:,.0f} tok/s"
         gpu = "" if w["gpu"] is None else f" on GPU {w['gpu']}"
         console.print(f"  {safe(w['thread'])}{gpu}: {w['state']}, {step}{rate}")
-    dead_gpus = {w["gpu"] for w in dead}
+
+
+def _render_gpus(console: Console, facts: StatusFacts, dead_gpus: Set[Optional[int]]) -> None:
+    """The GPUs no dead worker explains: a live worker's with findings, and those with no worker at all."""
     for g in facts.get("gpus", []):
         if g["gpu"] in dead_gpus or (g["thread"] is not None and not g["findings"]):
             continue
@@ -58,6 +74,3 @@ def render_status(console: Console, facts: StatusFacts) -> None:
     if facts.get("unexplained_idle_gpus"):
         console.print(f"  [yellow]idle GPUs with no dead worker mapped to them:[/] "
                       f"{', '.join(map(str, facts['unexplained_idle_gpus']))}")
-    console.print()
-    render_next_steps(console, facts.get("next_steps"))
-    console.print()
