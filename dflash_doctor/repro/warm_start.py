@@ -287,6 +287,8 @@ class WarmStartRunner:
         self._server: Optional[_Server] = None
         self._server_env: Optional[Dict[str, str]] = None
         self.unavailable: Optional[str] = None  # why no server could be had; then every child starts fresh
+        if not sys.platform.startswith("linux"):  # macOS's system libraries are not safe to fork after import
+            self.unavailable = f"no warm start on {sys.platform}: children start fresh"
         self.forked = 0
         self.started_fresh = 0
 
