@@ -87,17 +87,23 @@ class ChildProcess:
 
     def kill(self) -> None:
         """Kill the whole group (the child and anything it started); reap the child."""
-        from dflash_doctor import children
+        kill_group(self._popen)
 
-        try:
-            os.killpg(self._popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self._popen.wait(10)
-            children.release(self._popen.pid)
-        except subprocess.TimeoutExpired:
-            pass
+
+def kill_group(popen: subprocess.Popen, wait_s: float = 10.0) -> None:
+    """Kill the process group `popen` leads (it and anything it started) and reap it, forgetting it in the
+    registry of children once reaped (its pid may be reused)."""
+    from dflash_doctor import children
+
+    try:
+        os.killpg(popen.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        popen.wait(wait_s)
+        children.release(popen.pid)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 class ProcessRunner:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Dict, List, Mapping, Optional
 
-from dflash_doctor.repro.runner import ChildExit, ProcessRunner
+from dflash_doctor.repro.runner import ChildExit, ProcessRunner, kill_group
 
 # The keys a forked child's environment may differ in from the server's: what torch and triton read only when
 # they compile (the caches), what the child re-reads (_settings_from_env), and the import path, which the child
@@ -219,23 +219,14 @@ class _Server:
         return self.pids[ident]
 
     def close(self) -> None:
-        from dflash_doctor import children
-
+        """Close its stdin (it exits on its own), then make sure: its group killed and reaped."""
         try:
             if self.popen.stdin is not None:
                 self.popen.stdin.close()
             self.popen.wait(5.0)
         except (OSError, subprocess.TimeoutExpired):
             pass
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.popen.wait(5.0)
-            children.release(self.popen.pid)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_group(self.popen, 5.0)
         self._log.close()
 
 
