@@ -193,6 +193,9 @@ class _Server:
                     self.ready = True
                 elif "id" in message:
                     self.pids[message["id"]] = message["pid"]
+                    # A pid is reused only once the server has reaped and reported its last owner, so an exit
+                    # already on record for it belongs to that earlier child.
+                    self.exits.pop(message["pid"], None)
                 elif "status" in message:
                     self.exits[message["pid"]] = message["status"]
                 self._changed.notify_all()
