@@ -131,11 +131,12 @@ class ProcessRunner:
         return ChildProcess(popen, log, self.clock, result_path)
 
 
-def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None,
+def child_env(cache_root: Path, cold_cache: bool, base: Optional[Dict[str, str]] = None,
               compile_threads: Optional[int] = None, user_code: bool = False) -> Dict[str, str]:
     """The child's environment (children.child_env; children.user_env for a --model child, which keeps the
-    user's path): for a cold cache fresh inductor/triton caches, and with trials side by side a share of the
-    cores for inductor's compile workers (unless the user set it)."""
+    user's path): for a cold cache the inductor/triton caches under `cache_root` (the child's own folder, or the
+    one a run's flag-held trials share), and with trials side by side a share of the cores for inductor's compile
+    workers (unless the user set it)."""
     from dflash_doctor.children import child_env as clean_env
     from dflash_doctor.children import user_env
 
@@ -144,8 +145,8 @@ def child_env(phase_dir: Path, cold_cache: bool, base: Optional[Dict[str, str]] 
     if compile_threads and "TORCHINDUCTOR_COMPILE_THREADS" not in source:
         extra["TORCHINDUCTOR_COMPILE_THREADS"] = str(compile_threads)
     if cold_cache:  # beside the compile threads' share, not instead of it
-        extra.update(TORCHINDUCTOR_CACHE_DIR=str(phase_dir / "inductor-cache"),
-                     TRITON_CACHE_DIR=str(phase_dir / "triton-cache"))
+        extra.update(TORCHINDUCTOR_CACHE_DIR=str(cache_root / "inductor-cache"),
+                     TRITON_CACHE_DIR=str(cache_root / "triton-cache"))
     if user_code and base is None:
         return user_env(extra)
     return clean_env(base, extra)
