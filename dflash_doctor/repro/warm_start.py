@@ -34,8 +34,8 @@ from dflash_doctor.repro.runner import ChildExit, ProcessRunner, kill_group
 # The keys a forked child's environment may differ in from the server's: what torch and triton read only when
 # they compile (the caches), what the child re-reads (_settings_from_env), and the import path, which the child
 # sets itself. Any other difference might have been read at import time: that child starts fresh.
-WARM_ENV_KEYS = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS",
-                           "PYTHONPATH", "PYTHONSAFEPATH"})
+PER_CHILD_KEYS = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS"})
+WARM_ENV_KEYS = PER_CHILD_KEYS | {"PYTHONPATH", "PYTHONSAFEPATH"}
 READY_TIMEOUT_S = 120.0  # the server's imports on a loaded 2-core machine; past it, every child starts fresh
 REAP_S = 0.05  # how often the server looks for ended children between requests
 PR_SET_PDEATHSIG = 1
@@ -289,7 +289,7 @@ class WarmStartRunner:
     def _start_server(self, env: Mapping[str, str]) -> Optional[_Server]:
         from dflash_doctor import children
 
-        server_env = {k: v for k, v in env.items() if k not in WARM_ENV_KEYS or k in ("PYTHONPATH", "PYTHONSAFEPATH")}
+        server_env = {k: v for k, v in env.items() if k not in PER_CHILD_KEYS}  # no phase's caches or share
         log = open(self.workdir / "warm-start.log", "wb")
         argv = children.python_argv("dflash_doctor.repro.warm_start", python=self.python)
         try:
