@@ -93,7 +93,7 @@ class PartialFacts(TypedDict):
     """`facts.partial` of a run a signal ended early (Report.mark_stopped): a facts model that can hold it
     declares it as an optional key of this type."""
 
-    stopped_by: str  # SIGINT | SIGTERM
+    stopped_by: str  # SIGINT | SIGTERM | max-time (repro --max-time)
     unfinished: str  # what did not finish, in words
 
 

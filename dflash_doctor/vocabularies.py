@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import enum
 
-# repro --jobs: trials side by side with a GPU (repro/spec.py default_jobs), and the words --help and the
-# README use for its default (a test holds the README to them). Here, not in repro/spec.py, which --help does
-# not need to load.
-MAX_GPU_JOBS = 8
-JOBS_DEFAULT_TEXT = f"1 on a CPU; with a GPU, half the cores, up to {MAX_GPU_JOBS}"
+# repro --jobs: trials side by side (repro/spec.py default_jobs), and the words --help and the README use for
+# its default (a test holds the README to them). Here, not in repro/spec.py, which --help does not need to load.
+MAX_JOBS = 8
+JOBS_DEFAULT_TEXT = f"one a core on a CPU, half the cores with a GPU, up to {MAX_JOBS}"
 
 
 class Mode(str, enum.Enum):

@@ -4,6 +4,7 @@
 # $OUT then holds speed.tgz (every JSON, log and the profile summary) and table.md.
 # Parts, most wanted first (PARTS="..." runs a subset); each bounded by `timeout` and skipped when less than its
 # cap is left of BUDGET_S (default 570), so the call ends with what it has:
+#   A  the anchors (benchmarks/gpu/anchors.py): import torch, import torch._dynamo, making a compiled function
 #   P  pipeline --preset small --device cuda (its defaults: batch 16, the dense stretches compiled)
 #   R  repro --threads 3 --device cuda (first verdict)
 #   G  guards
@@ -37,6 +38,8 @@ timed() {
   echo "$name exit $rc wall $(python3 -c "print(round($(date +%s.%N) - $began, 2))") s" | tee -a "$OUT/steps.log"
 }
 for p in $PARTS; do case "$p" in
+A) began=$(date +%s.%N); python3 benchmarks/gpu/anchors.py >"$OUT/A_anchors.json" 2>"$OUT/A_anchors.stderr"
+   echo "A_anchors exit $? wall $(python3 -c "print(round($(date +%s.%N) - $began, 2))") s" | tee -a "$OUT/steps.log" ;;
 P) timed P_small 150 $DD pipeline --preset small --device cuda -f json -o "$OUT/P_small.json" ;;
 R) timed R_default 100 $DD repro --threads 3 --device cuda -f json -o "$OUT/R_default.json" ;;
 G) timed G_guards 60 $DD guards -f json -o "$OUT/G_guards.json" ;;

@@ -49,6 +49,25 @@ def _verdict(facts: Optional[dict]) -> str:
             f"{facts.get('time_to_verdict_s')} s, all trials {facts.get('wall_s')} s")
 
 
+def _anchors(out: Path) -> Optional[dict]:
+    path = out / "A_anchors.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except ValueError:
+        return None
+
+
+def _floor(facts: Optional[dict]) -> str:
+    """The matrix's CPU floor (facts.cpu) and how its children started (facts.warm_start)."""
+    cpu = (facts or {}).get("cpu")
+    if not cpu:
+        return ""
+    warm = (facts or {}).get("warm_start") or {}
+    return (f"; CPU {cpu['children_s']} s in {cpu['children']} children over {cpu['cores']} cores: floor "
+            f"{cpu['bound_s']} s, wall {facts['wall_s'] / max(cpu['bound_s'], 0.1):.2f}x it; children forked "
+            f"{warm.get('forked')}, fresh {warm.get('fresh')}")
+
+
 def rows(out: Path) -> List[Tuple[str, str, str, str]]:
     walls = _walls(out)
     wall = lambda name: f"{walls[name][1]:.1f} s wall (exit {walls[name][0]})" if name in walls else "not run"  # noqa: E731
@@ -71,7 +90,7 @@ def rows(out: Path) -> List[Tuple[str, str, str, str]]:
         ("repro --threads 3 --device cuda", _verdict(_facts(out, "R_default")), "20 s to the first verdict",
          met(verdict_s(_facts(out, "R_default")), 20.0)),
         ("repro --threads 3 --shapes per-thread --matrix", f"{matrix.get('wall_s')} s (facts.wall_s); "
-         + wall("X_matrix") if matrix else wall("X_matrix"), "180 s",
+         + wall("X_matrix") + _floor(matrix) if matrix else wall("X_matrix"), "180 s",
          met(matrix.get("wall_s") if matrix else None, 180.0)),
     ]
     for model in ("mlp", "attention"):
@@ -81,6 +100,15 @@ def rows(out: Path) -> List[Tuple[str, str, str, str]]:
     table.append(("guards", f"{guards_s} s (facts.seconds.total; torch's import in the probe host "
                   f"{(guards.get('seconds') or {}).get('probe_import')} s)" if guards else "not run", "8 s",
                   met(guards_s, 8.0)))
+    anchors = _anchors(out)
+    if anchors:
+        first, second = anchors["first"], anchors["second"]
+        table.append(("anchors (benchmarks/gpu/anchors.py)",
+                      f"import torch {first['import_torch_s']} s (again: {second['import_torch_s']} s), "
+                      f"torch._dynamo {second['import_dynamo_s']} s more, torch.compile(fn) made "
+                      f"{second['compile_wrapper_s']} s (CUDA initialised by it: torch "
+                      f"{second['torch_cuda_initialised']}, driver {second['driver_initialised']}; threads "
+                      f"{second['threads']})", "-", "-"))
     return table
 
 

@@ -173,7 +173,7 @@ def error_line(message: str) -> None:
 # `time.monotonic() + timeout` no longer fits a C timestamp (OverflowError inside a wait).
 DURATION_OPTIONS: Dict[str, float] = {
     "--timeout": 1.0, "--hang-after": 1.0, "--interval": 1.0, "--max-seconds": 1.0, "--stall-timeout": 1.0,
-    "--amplify-ms": 1e-3,
+    "--max-time": 1.0, "--amplify-ms": 1e-3,
 }
 MAX_DURATION_S = 7 * 24 * 3600.0  # a week
 

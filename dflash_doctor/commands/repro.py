@@ -19,6 +19,7 @@ EPILOG = epilog(
     ["dflash-doctor repro --threads 3",
      "dflash-doctor repro --device cuda --mitigation threadlocal-flag,non-lazy-backward",
      "dflash-doctor repro --device cuda --matrix",
+     "dflash-doctor repro --matrix --max-time 300     # at most five minutes, however loaded the machine",
      "dflash-doctor repro --mode forced --expect reproduced --format json",
      "dflash-doctor repro --model mypkg.drafter:build --trace trace.json",
      "dflash-doctor repro --model mypkg.drafter:build --model-compile yours --device cuda",
@@ -28,7 +29,8 @@ EPILOG = epilog(
     "against a baseline that reproduced under the same stresses; otherwise 'fails' or 'inconclusive'.",
     "Exit codes: 0 not reproduced; 1 reproduced (with --expect: 0 when the verdict matches, else 1); "
     "2 usage error (a --model that cannot be imported or built included); 3 harness failure (the single-thread "
-    "control failed, a mitigation could not be applied, no trial gave a verdict); 4 torch is missing.",
+    "control failed, a mitigation could not be applied, no trial gave a verdict, --max-time passed before "
+    "one did); 4 torch is missing.",
     "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index)); "
     "repro wraps the module in torch.compile unless --model-compile yours. --step replays your training step as "
     "written (your compiles, your forward and backward): make_step(device, shape_index) is called in each worker's "
@@ -103,6 +105,10 @@ def register(app: typer.Typer) -> None:
                                                        "stuck: one, they are deterministic)."),
         jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=f"Trials run side by side. Default: {JOBS_DEFAULT_TEXT}."),
         timeout: float = typer.Option(300.0, "--timeout", help="Seconds before a trial's child is killed."),
+        max_time: Optional[float] = typer.Option(
+            None, "--max-time", help="Seconds for the whole run: at it every trial still running is stopped and "
+            "the report keeps what had ended (facts.partial); a verdict found by then stands, an unfinished "
+            "row reads inconclusive. Bounds a --matrix on a loaded machine."),
         hang_after: float = typer.Option(
             60.0, "--hang-after", help="Seconds without progress before a child is called hung (a lock cycle in the "
                                        "stacks is reported within seconds, without waiting for this)."),
@@ -151,7 +157,7 @@ def register(app: typer.Typer) -> None:
             threads=threads, devices=devices, backward=backward, checkpoint=checkpoint.value, shapes=shapes.value,
             cache=cache.value, steps=steps, trials=trials, timeout_s=timeout, hang_after_s=hang_after,
             mode=mode.value, mitigation=registry.parse(mitigation), amplify_ms=amplify_ms, preset=preset or DEFAULT_PRESET,
-            model=model, model_compile=model_compile.value, step=step, jobs=jobs,
+            model=model, model_compile=model_compile.value, step=step, jobs=jobs, max_time_s=max_time,
         ).validate()
         check_torch(devices)
         started = utc_now()

@@ -25,6 +25,17 @@ FAULTHANDLER_GRACE_S = 15.0  # the C-level stack dump fires this long after the 
 OVERLAP_PAUSE_S = 0.001
 
 
+def _cpu_seconds() -> Optional[float]:
+    """CPU seconds this child and its compile workers used (a forked child's count starts at its fork): what the
+    harness adds up into the run's least possible wall time on this machine (facts.cpu)."""
+    from dflash_doctor.runtime.watchdog import process_tree_cpu_seconds
+
+    try:
+        return round(process_tree_cpu_seconds(), 3)
+    except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: the count is left out, not the result
+        return None
+
+
 def _write_json(path: Path, data: dict) -> None:
     from dflash_doctor.outputs import write_atomically
 
@@ -147,7 +158,7 @@ class PhaseChild:
             return
         self.result.update(outcome=outcome, threads=self.thread_results,
                            events=self.recorder.to_dicts(), blame=[b.to_dict() for b in self.recorder.blames],
-                           seconds=round(self.clock() - self.started, 6))
+                           seconds=round(self.clock() - self.started, 6), cpu_s=_cpu_seconds())
         _write_json(self.result_path, self.result)
 
     def rearm_faulthandler(self) -> None:

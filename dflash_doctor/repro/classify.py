@@ -75,6 +75,8 @@ def merge_process_results(results: Sequence[dict]) -> dict:
               "events": [], "problems": [p for r in results for p in r.get("problems") or []],
               "processes": [{"threads": [t["name"] for t in r.get("threads", [])], "events": r.get("events", [])}
                             for r in results]}
+    counted = [r["cpu_s"] for r in results if r.get("cpu_s") is not None]
+    merged["cpu_s"] = round(sum(counted), 3) if counted else None
     for result in results:
         if result.get("hang") and not merged.get("hang"):
             merged["hang"] = result["hang"]

@@ -221,10 +221,29 @@ class ShimFacts(ShimStatusFacts):
     self_check: Optional[SelfCheckFacts]
 
 
+class CpuFacts(TypedDict):
+    """What the run's phase children cost in CPU (harness._cpu_facts): `bound_s`, their CPU over the cores, is
+    the least wall time the same trials could take on this machine, whatever ran side by side."""
+
+    children_s: float  # CPU seconds of the control and every trial that ended, compile workers included
+    children: int  # how many children's counts were read
+    cores: int
+    bound_s: float  # children_s / cores
+
+
+class WarmStartFacts(TypedDict):
+    """How the phase children started (repro/warm_start.py): forked from the server that imported torch once, or
+    fresh, and why the server could not be had, if it could not."""
+
+    forked: int
+    fresh: int
+    unavailable: Optional[str]
+
+
 class PartialFacts(TypedDict):
     """A signal ended the run early (findings.Report.mark_stopped writes it)."""
 
-    stopped_by: str  # SIGINT | SIGTERM
+    stopped_by: str  # SIGINT | SIGTERM | max-time (repro --max-time)
     unfinished: str
 
 
@@ -269,6 +288,8 @@ class _HeadlineExtras(TypedDict, total=False):
     trials: List[TrialFacts]
     reproduction_rate: Optional[float]  # reproduced / ran at the verdict's stress; None: nothing ran there
     wall_s: float
+    cpu: CpuFacts
+    warm_start: WarmStartFacts  # absent where the harness was handed a runner of its own (tests)
     # Only where the reported trial ran the threadlocal-flag shim.
     shim: ShimFacts
     # Only for --mitigation: the row's judgement against the baseline that qualified it.

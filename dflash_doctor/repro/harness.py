@@ -25,6 +25,7 @@ from dflash_doctor.repro.capabilities import Capabilities, assess
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
 from dflash_doctor.repro.facts import (
     BlameFacts,
+    CpuFacts,
     HeadlineFacts,
     LevelFacts,
     MatrixRowFacts,
@@ -43,6 +44,11 @@ POLL_S = 0.2
 ESCALATION = (Stress.NATURAL, Stress.AMPLIFIED, Stress.FORCED)
 
 CONTROL = "single-thread control"
+MAX_TIME = "max-time"  # facts.partial.stopped_by of a run --max-time ended
+
+
+class _TimeUp(Exception):
+    """--max-time passed: stop every trial and report what had ended."""
 
 
 def trial_key(task: ladder.Task, total: int) -> str:
@@ -246,6 +252,8 @@ class Harness:
 
             self._interrupted = True
             stopped, control, results = stop_signal(exc), self.control, self.results
+        except _TimeUp:  # the same partial report, with the verdict's own exit code where there is one
+            stopped, control, results = MAX_TIME, self.control, self.results
         report: Report[ReproFacts] = Report(command="repro")
         settings = self._base_facts(control, caps)
         if control is not None and control.get("usage_error"):
@@ -304,7 +312,10 @@ class Harness:
                results: List[ladder.TrialResult], control: Optional[dict]):
         jobs = self.spec.effective_jobs
         by_row = {row.names: row for row in rows}
+        limit = self.spec.max_time_s
         while True:
+            if limit is not None and self.elapsed() >= limit:
+                raise _TimeUp()  # _execute kills what runs; what had ended is the report
             for row in rows:
                 for task in row.next_tasks():
                     if len(running) >= jobs:
@@ -341,7 +352,10 @@ class Harness:
                 self.tell(EventKind.FINISHED, trial.key, said, at_s=outcome.finished_at_s)
 
     def _wait(self, trial: _Trial) -> dict:
+        limit = self.spec.max_time_s
         while True:
+            if limit is not None and self.elapsed() >= limit:
+                raise _TimeUp()
             result = trial.poll()
             if result is not None:
                 self.control = result  # kept before it is announced, for a partial report
@@ -385,9 +399,21 @@ class Harness:
         outcome = ThreadOutcome(result.get("outcome", ThreadOutcome.ERROR))
         # ladder.TrialResult keeps the phase as the plain dict it is at run time; _phase() reads it back typed.
         return ladder.TrialResult(task, kind, outcome, seconds, finished_at, cast(dict, phase),
-                                  tuple(blame), tuple(problems), no_verdict), said
+                                  tuple(blame), tuple(problems), no_verdict, result.get("cpu_s")), said
 
     # -- facts -------------------------------------------------------------------------------------------
+    def _cpu_facts(self) -> CpuFacts:
+        """The CPU the control and the trials that ended used, and the least wall time that work needs here: a
+        run bound by it cannot be made faster by scheduling, only by compiling less. The warm-start server's one
+        import (beside the control) and trials stopped once their row had its verdict are left out, so the bound
+        is a floor."""
+        counted = [r.cpu_s for r in self.results if r.cpu_s is not None]
+        if self.control is not None and self.control.get("cpu_s") is not None:
+            counted.append(float(self.control["cpu_s"]))
+        cores = os.cpu_count() or 1
+        total = round(sum(counted), 1)
+        return {"children_s": total, "children": len(counted), "cores": cores, "bound_s": round(total / cores, 1)}
+
     def _base_facts(self, control: Optional[dict], caps: Capabilities) -> SettingsFacts:
         spec = self.spec
         facts: SettingsFacts = {
@@ -430,7 +456,11 @@ class Harness:
             else None,
             "time_to_verdict_s": round(first.finished_at_s if first else self.elapsed(), 3),
             "wall_s": round(self.elapsed(), 3),
+            "cpu": self._cpu_facts(),
         }
+        if hasattr(self.runner, "forked"):  # the warm-start runner: how its children started
+            facts["warm_start"] = {"forked": self.runner.forked, "fresh": self.runner.started_fresh,
+                                   "unavailable": self.runner.unavailable}
         shim = phase.get("shim") if phase else None
         if phase and shim:
             facts["shim"] = {**shim, "self_check": phase.get("shim_check")}
@@ -471,8 +501,9 @@ class Harness:
     def _stopped(self, report: Report[ReproFacts], settings: SettingsFacts, single: Optional[PhaseFacts],
                  signal_name: str, rows: List[ladder.Row], baseline: ladder.Row, headline: ladder.Row,
                  matrix: bool) -> Report[ReproFacts]:
-        """The report of a run a signal ended: the verdict so far, its findings and, for the matrix, the rows
-        with a trial that ended (each says whether all of its trials did); no advice drawn from a part-run."""
+        """The report of a run a signal or --max-time ended: the verdict so far, its findings and, for the matrix,
+        the rows with a trial that ended (each says whether all of its trials did); no advice drawn from a
+        part-run."""
         from dflash_doctor.repro.findings import findings_from_facts
 
         facts = report.facts = {**settings, "single_thread": single, **self._headline_facts(headline, baseline)}
@@ -481,9 +512,22 @@ class Harness:
             facts["matrix"] = [{**self._matrix_row(row, baseline), "finished": row.finished()}
                                for row in self._matrix_order(rows) if row.names in ended]
         report.findings.extend(findings_from_facts(facts))
-        unfinished = [row.label for row in rows if not row.finished()]
-        report.mark_stopped(signal_name, f"{len(self.results)} trial(s) had ended; not finished: "
-                            + (", ".join(unfinished) if unfinished else "none"))
+        # "none" is the baseline's label, and would read as "nothing": the words name it
+        unfinished = [row.label if row.names else "the baseline (no mitigation)" for row in rows
+                      if not row.finished()]
+        said = (f"{len(self.results)} trial(s) had ended; "
+                + (f"not finished: {', '.join(unfinished)}" if unfinished else "every row had finished"))
+        if signal_name != MAX_TIME:
+            report.mark_stopped(signal_name, said)
+            return report
+        from dflash_doctor.findings import stopped_facts
+
+        # A deadline is no signal: a verdict found in time stands (exit 1), and an unfinished row reads
+        # inconclusive, never holds (ladder.judge); with no verdict yet the run failed to answer (exit 3).
+        facts["partial"] = stopped_facts(MAX_TIME, said)
+        report.problems.append(Problem("repro", f"stopped at --max-time {self.spec.max_time_s:g} s: {said}",
+                                       "raise --max-time, or lower --trials / --jobs' load on this machine"))
+        report.exit_code_override = EXIT_REPRODUCED if facts["verdict"] == "reproduced" else EXIT_HARNESS_FAILURE
         return report
 
     def _control_failed(self, report: Report[ReproFacts], settings: SettingsFacts, single: Optional[PhaseFacts],

@@ -60,6 +60,7 @@ class TrialResult:
     blame: Tuple[dict, ...] = ()
     problems: Tuple[dict, ...] = ()
     no_verdict: bool = False  # killed while still making progress: neither reproduced nor clean
+    cpu_s: Optional[float] = None  # CPU seconds its children used (their compile workers included)
 
     @property
     def reproduced(self) -> bool:

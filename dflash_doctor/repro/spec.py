@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError, finite
 from dflash_doctor.hazards import Stress
-from dflash_doctor.vocabularies import MAX_GPU_JOBS, Cache, Checkpoint, Mode, ModelCompile, Shapes
+from dflash_doctor.vocabularies import MAX_JOBS, Cache, Checkpoint, Mode, ModelCompile, Shapes
 
 
 # The reference drafter the replay builds by default: big enough that compiled flex_attention takes the kernel
@@ -33,12 +33,13 @@ def parse_devices(text: str) -> Tuple[str, ...]:
 
 
 def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> int:
-    """Trials run side by side on a GPU machine (a trial is mostly one single-threaded Dynamo/AOT compile); one
-    at a time on a CPU, where the trials themselves are the CPU work."""
-    if devices == ("cpu",):
-        return 1
+    """Trials side by side. A CPU trial is about one core's work (its threads share one interpreter; forced and
+    stuck trials compile into a shared cache): one a core (the 2-core matrix: 209 s with 2 against 253 s with 1,
+    the same CPU floor of 170 s; benchmarks/results/repro_matrix_cpu/). A GPU trial also keeps triton's compile
+    workers busy: half the cores."""
     cores = cpu_count or os.cpu_count() or 1
-    return max(1, min(MAX_GPU_JOBS, cores // 2))
+    share = cores if devices == ("cpu",) else cores // 2
+    return max(1, min(MAX_JOBS, share))
 
 
 FLAG_HELD_STRESSES = (Stress.FORCED, Stress.STUCK)
@@ -64,6 +65,7 @@ class ReproSpec:
     model_compile: str = ModelCompile.WHOLE.value  # who compiles the --model module
     step: Optional[str] = None  # "pkg.module:make_step": the user's whole training step (runs user code)
     jobs: Optional[int] = None  # trials run side by side; None: default_jobs()
+    max_time_s: Optional[float] = None  # the whole run's wall-clock limit (--max-time); None: none
 
     def validate(self) -> "ReproSpec":
         """One UsageError line for the first option that is wrong, in the order the groups below are checked."""
@@ -85,6 +87,10 @@ class ReproSpec:
         for name, value in (("--timeout", self.timeout_s), ("--hang-after", self.hang_after_s),
                             ("--amplify-ms", self.amplify_ms)):
             finite(value, name)
+        if self.max_time_s is not None:
+            finite(self.max_time_s, "--max-time")
+            if self.max_time_s <= 0:
+                raise UsageError("--max-time must be a positive number of seconds")
         if self.hang_after_s <= 0 or self.timeout_s <= self.hang_after_s:
             raise UsageError("--timeout must be longer than --hang-after (the child reports a hang before it is "
                              "killed)")

@@ -5,9 +5,10 @@ benchmarks/results/repro_phases.md).
 What a forked child shares with a fresh one: the imports every phase child makes in its main thread before any
 worker thread starts (torch, torch._dynamo, which the flight recorder hooks, the reference drafter's modules), and
 nothing else. The server never compiles, never touches CUDA and never starts a thread, so each child still begins
-with empty Dynamo and inductor caches and initialises its own device; inductor's compile code (imported inside
-the first compile, in a worker thread) is left for the child to import, so the first compile's length, the
-window the races need, is what it was. The few settings torch reads from the environment when it is imported are
+with empty Dynamo and inductor caches and initialises its own device. On a CPU build it also makes the imports
+`torch.compile(fn)` makes (inductor's compile code), which a child made before its first compile anyway; what
+is imported inside a compile is left for the child, so the first compile's length, the window the races need,
+is what it was. The few settings torch reads from the environment when it is imported are
 read again in the child (`_settings_from_env`), and a child whose environment differs from the server's in any
 other way (WARM_ENV_KEYS) is started fresh, as is any child when the server cannot start.
 
@@ -54,6 +55,43 @@ def _preload() -> None:
     import dflash_doctor.repro.disturb  # noqa: F401
     import dflash_doctor.repro.steps  # noqa: F401
     import dflash_doctor.runtime  # noqa: F401
+
+
+def _identity(value):
+    return value
+
+
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def cuda_driver_initialised() -> bool:
+    """Whether this process has initialised the CUDA driver (cuInit), which a forked child cannot use. torch's
+    `torch.cuda.is_initialized()` says only whether torch did; a device count asked of the runtime initialises the
+    driver without it. Read without initialising anything: a driver that was never loaded was never initialised,
+    and a loaded one answers cuDeviceGetCount with CUDA_ERROR_NOT_INITIALIZED until cuInit ran."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            if "libcuda.so" not in maps.read():
+                return False
+        import ctypes
+
+        count = ctypes.c_int(0)
+        return ctypes.CDLL("libcuda.so.1").cuDeviceGetCount(ctypes.byref(count)) != CUDA_ERROR_NOT_INITIALIZED
+    except (OSError, AttributeError):  # no /proc (not Linux) or no libcuda to ask: nothing was initialised
+        return False
+
+
+def _preload_compile_entry() -> None:
+    """What `torch.compile(fn)` imports when it makes a compiled function (on torch 2.13 about 590 modules, 2 s on
+    the 2-core box: inductor's compile_fx, lowering and scheduler, the backends' registry). A child makes its
+    compiled function before its first compile begins, so every compile window in it began after these imports
+    anyway: making them here moves no window. Only on a build without CUDA or ROCm: a GPU build's inductor and
+    triton may ask the device while they import, which would initialise CUDA here and leave no child to fork."""
+    import torch
+
+    if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
+        return
+    torch.compile(_identity, dynamic=False)  # made, never called: nothing is compiled
 
 
 def _die_with_parent() -> None:
@@ -138,10 +176,14 @@ def _reap(out: IO[str], forked: set) -> None:
 def serve(stdin: IO[str], stdout: IO[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle; it closes our stdin
     _preload()
+    _preload_compile_entry()
     import torch
 
-    if torch.cuda.is_initialized():  # a forked child could not use the GPU: say so, and every child starts fresh
+    if torch.cuda.is_initialized() or cuda_driver_initialised():  # a forked child could not use the GPU
         sys.stderr.write("warm start: CUDA was initialised by the imports; children cannot be forked\n")
+        return 3
+    if threading.active_count() != 1:  # a fork keeps only this thread, and any lock another one held
+        sys.stderr.write("warm start: the imports started a thread; children cannot be forked\n")
         return 3
     forked: set = set()
     _say(stdout, {"ready": os.getpid()})

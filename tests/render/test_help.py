@@ -67,9 +67,9 @@ def test_jobs_default_is_said_alike_in_help_and_readme():
     assert f"Default: {JOBS_DEFAULT_TEXT}." in " ".join(_help(["repro"], 200).split())
     readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
     assert f"default {JOBS_DEFAULT_TEXT}" in readme
-    # and the words describe the function: one on a CPU; half the cores, at most 8, with a GPU
-    assert default_jobs(("cpu",), 16) == 1
-    assert default_jobs(("cuda",), 6) == 3 and default_jobs(("cuda",), 64) == 8
+    # and the words describe the function: one a core on a CPU; half the cores with a GPU; at most 8
+    assert default_jobs(("cpu",), 1) == 1 and default_jobs(("cpu",), 2) == 2 and default_jobs(("cpu",), 16) == 8
+    assert default_jobs(("cuda",), 6) == 3 and default_jobs(("cuda",), 64) == 8 and default_jobs(("cuda",), 1) == 1
 
 
 def test_epilog_refuses_an_example_that_is_not_one_line():

@@ -21,6 +21,10 @@ SHIM = ("--mitigation", "threadlocal-flag")
 SINGLE = ("--mitigation", "single-thread-autograd")
 ISOLATED = ("--mitigation", "threadlocal-flag,isolate-fx-patches")
 PATCHER_ERRORS = ("module is not installed as a submodule", "CURRENT_PATCHER")
+# The race's other form: the trace swapped nn.Module.__call__ / __getattr__ under a worker's Dynamo compile while
+# it built its guards (seen on the 2-core CI box, torch 2.13: InternalTorchDynamoError around one of these).
+GUARD_BREAKS = ("Guard failed on the same frame it was created", "object has no attribute '__closure__'",
+                "'NoneType' object is not subscriptable")
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +77,7 @@ def test_fixes_that_leave_the_patcher_race_open_fail_under_it_and_say_so(runs, e
     assert facts["outcome"] == "fails", facts.get("outcome_reason")
     if extra is SHIM:  # the leak is shut, so what breaks it is the patcher race alone
         assert facts["kind"] == "fx-patcher-race"
-        assert any(mark in error for error in _errors(facts) for mark in PATCHER_ERRORS)
+        assert any(mark in error for error in _errors(facts) for mark in PATCHER_ERRORS + GUARD_BREAKS), _errors(facts)
         assert [f["code"] for f in doc["findings"]] == ["DFD706"]
     else:  # single-thread-autograd leaves the module-global FX flag too: the patcher race, the flag's leak or the
         # flag left stuck by two overlapping traces may break it first (each seen on the 2-core box)

@@ -168,7 +168,9 @@ def test_a_pinned_mode_runs_even_what_the_machine_is_not_expected_to_show(tmp_pa
 
 
 def test_the_matrix_judges_every_row_against_one_baseline_like_the_h200(tmp_path):
-    report, runner = repro(ReproSpec(trials=2), like_the_h200, tmp_path, matrix=True)
+    # one trial at a time, so "stops at its first reproduction" means no second trial started (with --jobs N,
+    # up to N start together)
+    report, runner = repro(ReproSpec(trials=2, jobs=1), like_the_h200, tmp_path, matrix=True)
     rows = {row["mitigation"]: row for row in report.facts["matrix"]}
     assert list(rows) == [registry.label(names) for names in registry.MATRIX]
     outcomes = {name: row["outcome"] for name, row in rows.items()}
@@ -309,3 +311,68 @@ def test_a_child_killed_at_the_timeout_without_a_stack_dump_gives_no_verdict(tmp
     assert report.exit_code_override == EXIT_HARNESS_FAILURE
     reasons = [p.reason for p in report.problems]
     assert "still making progress when --timeout (100 s) ended it: no verdict" in reasons
+
+
+class _TickingClock:
+    """A run clock that advances one second each time the harness reads it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+class _RunningChild(FakeChild):
+    """A child that is still running when --max-time comes, unless its result is ready at once."""
+
+    def poll(self, timeout_s):
+        return super().poll(timeout_s) if self.result is not None else None
+
+
+def _slow_after_the_baseline(spec):
+    """The baseline reproduces at once; every mitigation's trial is still running at the limit."""
+    if spec["phase"] == "single":
+        return ok(spec)
+    return like_the_h200(spec) if "-none-" in spec["label"] else None  # `processes` children run no mitigation
+
+
+def test_max_time_keeps_a_verdict_found_in_time_and_never_calls_an_unfinished_row_held(tmp_path):
+    runner = FakeRunner(_slow_after_the_baseline)
+    runner_start = runner.start
+    runner.start = lambda *a, **k: _RunningChild(runner_start(*a, **k).result_path, runner.behaviour(runner.specs[-1]))
+    report = run_repro(ReproSpec(trials=2, max_time_s=40.0), matrix=True, runner=runner, workdir=tmp_path,
+                       capabilities=EVERYTHING_RUNS, poll_s=0.0, clock=_TickingClock())
+    facts = report.facts
+    assert facts["partial"]["stopped_by"] == "max-time"
+    assert facts["verdict"] == "reproduced" and report.exit_code_override == 1
+    rows = {row["mitigation"]: row for row in facts["matrix"]}
+    assert rows["none"]["outcome"] == "reproduced"
+    assert all(row["outcome"] != "holds" for row in rows.values()), rows
+    assert [p.reason for p in report.problems if "--max-time 40 s" in p.reason]
+    assert "next_steps" not in facts  # no advice from a part-run
+
+
+def test_max_time_before_any_verdict_is_a_harness_failure(tmp_path):
+    runner = FakeRunner(lambda spec: ok(spec) if spec["phase"] == "single" else None)
+    runner_start = runner.start
+    runner.start = lambda *a, **k: _RunningChild(runner_start(*a, **k).result_path, runner.behaviour(runner.specs[-1]))
+    report = run_repro(ReproSpec(trials=1, max_time_s=10.0), runner=runner, workdir=tmp_path,
+                       capabilities=EVERYTHING_RUNS, poll_s=0.0, clock=_TickingClock())
+    assert report.facts["verdict"] is None and report.exit_code_override == EXIT_HARNESS_FAILURE
+    assert report.facts["partial"]["stopped_by"] == "max-time"
+
+
+def test_the_cpu_floor_adds_up_what_the_children_that_ended_used(tmp_path):
+    def costly(spec):
+        result = like_the_h200(spec)
+        result["cpu_s"] = 3.0 if spec["phase"] == "multi" else 1.0
+        return result
+
+    report, runner = repro(ReproSpec(trials=2, mitigation=("warmup",)), costly, tmp_path)
+    cpu = report.facts["cpu"]
+    ended = [s for s in runner.specs if s["phase"] in ("single", "multi")]
+    assert cpu["children"] == len(ended) >= 3
+    assert cpu["children_s"] == 1.0 + 3.0 * (len(ended) - 1)
+    assert cpu["bound_s"] == round(cpu["children_s"] / cpu["cores"], 1)

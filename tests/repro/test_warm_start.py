@@ -140,3 +140,26 @@ def test_no_forked_child_outlives_its_server(tmp_path):
         fresh.kill()
     finally:
         runner.close()
+
+
+@pytest.mark.timeout(180)
+def test_the_server_makes_the_compile_entry_imports_on_a_cpu_build_and_nothing_else_a_fork_would_lose():
+    """What the server holds before its first fork, read in a fresh interpreter: on a CPU build torch.compile's
+    own imports (inductor's compile_fx among them), one thread, no child process, CUDA untouched, and no compile
+    (Dynamo's counters are empty)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, threading, json, psutil, torch\n"
+             "from dflash_doctor.repro import warm_start\n"
+             "warm_start._preload(); warm_start._preload_compile_entry()\n"
+             "from torch._dynamo.utils import counters\n"
+             "print(json.dumps({'compile_fx': 'torch._inductor.compile_fx' in sys.modules,"
+             " 'threads': threading.active_count(), 'children': len(psutil.Process().children()),"
+             " 'cuda': torch.cuda.is_initialized(), 'gpu_build': torch.version.cuda is not None,"
+             " 'frames': sum(counters['frames'].values())}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    held = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert held["compile_fx"] is not held["gpu_build"]  # a GPU build skips it (the device may be asked)
+    assert (held["threads"], held["children"], held["cuda"], held["frames"]) == (1, 0, False, 0)
