@@ -46,7 +46,10 @@ G) timed G_guards 60 $DD guards -f json -o "$OUT/G_guards.json" ;;
 M) for m in mlp attention; do
      timed "M_$m" 130 $DD repro --device cuda --model "benchmarks.gpu.user_models:$m" -f json -o "$OUT/M_$m.json"
    done ;;
-X) timed X_matrix 330 $DD repro --threads 3 --shapes per-thread --matrix --device cuda -f json -o "$OUT/X_matrix.json" ;;
+X) # with the machine's CPU and GPU use sampled every 5 s beside it: is the matrix bound by the cores, the GPU or neither?
+   (vmstat -n 5 >"$OUT/X_vmstat.txt" 2>&1 &) ; (nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 >"$OUT/X_gpu.csv" 2>&1 &)
+   timed X_matrix 330 $DD repro --threads 3 --shapes per-thread --matrix --device cuda -f json -o "$OUT/X_matrix.json"
+   pkill -f "vmstat -n 5" ; pkill -f "nvidia-smi --query-gpu" ;;
 E) timed E_small_eager 120 $DD pipeline --preset small --device cuda --no-compile-dense -f json -o "$OUT/E_small_eager.json" ;;
 B) timed B_small_batch32 150 $DD pipeline --preset small --device cuda --batch-size 32 -f json -o "$OUT/B_small_batch32.json" ;;
 F) timed F_profile 130 python3 benchmarks/gpu/profile_pipeline.py --preset small --device cuda --steps 30 --from-step 15 --to-step 25 --out "$OUT/F_profile" ;;
