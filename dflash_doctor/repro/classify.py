@@ -32,9 +32,18 @@ def classify_phase(result: dict) -> Tuple[Optional[FailureKind], List[dict]]:
         return FailureKind.FX_FLAG_LEAK, blame
     if any(is_patcher_error(e) for e in errors):
         return FailureKind.PATCHER_RACE, blame
-    if tracer and any(is_guard_break(e) for e in errors):  # the foreign trace swapped nn.Module under a compile
-        return FailureKind.PATCHER_RACE, blame
+    if _traced_beside_the_workers(result) and any(is_guard_break(e) for e in errors):
+        return FailureKind.PATCHER_RACE, blame  # a trace beside them swapped nn.Module under a compile
     return FailureKind.OTHER_ERROR, blame
+
+
+def _traced_beside_the_workers(result: dict) -> bool:
+    """A thread other than the workers ran a torch.fx trace: the foreign-trace stress's tracer, or the forced and
+    stuck stresses' holders, whose flag is held inside real traces (repro/disturb.py)."""
+    if result.get("tracing_thread"):
+        return True
+    workers = {t.get("name") for t in result.get("threads", [])}
+    return any(e.get("kind") == "fx-trace" and e.get("thread") not in workers for e in result.get("events") or [])
 
 
 def phase_facts(result: dict) -> PhaseFacts:

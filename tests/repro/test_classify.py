@@ -149,6 +149,19 @@ def test_a_compile_whose_guards_broke_beside_a_tracing_thread_is_the_patcher_rac
     assert classify_phase({"outcome": "error", "threads": [thread("a", "error", error, 0)]})[0] == "other-error"
 
 
+@pytest.mark.parametrize("error", GUARD_BREAKS)
+def test_a_compile_whose_guards_broke_beside_the_forced_holders_trace_is_the_patcher_race(error):
+    """The forced stress's holder keeps the FX flag up inside a real torch.fx trace, so it patches nn.Module as a
+    profiler's trace does: beside it (the shim on, so no leak) a broken guard is the patcher race too."""
+    events = [{"t": 0.1, "thread": "fx-holder", "kind": "fx-trace", "phase": "B", "detail": {}},
+              {"t": 0.2, "thread": "a", "kind": "fx-trace", "phase": "B", "detail": {}}]
+    result = {"outcome": "error", "threads": [thread("a", "error", error, 0)], "events": events}
+    assert classify_phase(result)[0] == "fx-patcher-race"
+    # a worker's own traces (Dynamo's and AOT's, inside its compile) are not a trace beside it
+    own = {"outcome": "error", "threads": [thread("a", "error", error, 0)], "events": events[1:]}
+    assert classify_phase(own)[0] == "other-error"
+
+
 LINGERING_CHILD = '''
 import json, os, sys, time
 from pathlib import Path
