@@ -104,6 +104,13 @@ def verdict_line(facts: ReproFacts) -> str:
     return f"verdict: {verdict_words(facts)}"
 
 
+def _shared_words(facts: ReproFacts) -> str:
+    """` (forced, stuck trials and every processes trial: one shared)`, or nothing where every trial was cold."""
+    parts = ([f"{', '.join(facts['shared_cache'])} trials"] if facts["shared_cache"] else []) + [
+        f"every {label} trial" for label in facts.get("shared_cache_fixes") or []]
+    return f" ({' and '.join(parts)}: one shared)" if parts else ""
+
+
 def render_repro_facts(console: Console, facts: ReproFacts) -> None:
     from rich.markup import escape
 
@@ -113,7 +120,7 @@ def render_repro_facts(console: Console, facts: ReproFacts) -> None:
         f"[bold]repro[/] torch {escape(str(facts['torch_version']))} · device "
         f"{escape(facts['device'])} · {facts['threads']} threads · mode {facts['mode']} · "
         f"mitigation {escape(facts['mitigation'])} · cache {facts['cache']}"
-        + (f" ({', '.join(facts['shared_cache'])} trials: one shared)" if facts["shared_cache"] else "")
+        + _shared_words(facts)
     )
     for line in facts["capabilities"]["cannot_show"]:
         console.print(f"[dim]note: {escape(line)}[/]")

@@ -255,6 +255,7 @@ class _SettingsFactsAlways(TypedDict):
     mitigation: str  # label: none, or names joined by commas
     cache: str  # cold | warm
     shared_cache: List[str]  # the stresses whose trials shared one compile cache (ReproSpec.shared_cache_stresses)
+    shared_cache_fixes: List[str]  # the rows every trial of which shared it (ReproSpec.shares_cache: processes)
     backward: bool  # as run (off on a CPU unless asked for)
     checkpoint: str  # none | reentrant | non-reentrant
     shapes: str  # same | per-thread

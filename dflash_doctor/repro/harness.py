@@ -69,7 +69,7 @@ class _Trial:
         self.children: List[Tuple[PhaseSpec, Path, Child]] = []
         self.disturber: Optional[Tuple[PhaseSpec, Path, Child]] = None
         self.exits: Dict[int, ChildExit] = {}
-        self.shared_cache = task is not None and task.stress in harness.spec.shared_cache_stresses
+        self.shared_cache = task is not None and harness.spec.shares_cache(task.stress, task.row)
         if task is None:  # the single-thread control
             self._start(root, label, harness.phase_spec("single", 1, (), thread_names(1), Stress.NATURAL))
         elif task.row and registry.get(task.row[0]).separate_processes:
@@ -138,6 +138,7 @@ class Harness:
         self._phase_counter = 0
         self.started = clock()
         self.control: Optional[dict] = None  # the control's result once it ended
+        self.shared_fixes: List[str] = []  # rows whose every trial shares the run's cache (ReproSpec.shares_cache)
         self.results: List[ladder.TrialResult] = []  # the trials that ended, in order
         # Trials side by side share the cores: each child's inductor worker pool gets its share, not all of them.
         jobs = spec.effective_jobs
@@ -243,6 +244,12 @@ class Harness:
                       "trials share one compile cache: the FX flag is up for their whole run and no backward can "
                       "deadlock, so a compile's length cannot change them; every other trial compiles cold")
         baseline, rows, headline = self.plan(matrix, caps)
+        self.shared_fixes = [row.label for row in rows if row.names
+                             and spec.shares_cache(Stress.NATURAL, row.names)]
+        if self.shared_fixes:
+            self.tell(EventKind.NOTE, "note", f"note: every {', '.join(self.shared_fixes)} trial shares one "
+                      "compile cache: a worker alone in its process has no second thread to race with, and the "
+                      "disturbances run in a process of their own, so a compile's length cannot change them")
         needs_control = any(s in (Stress.NATURAL, Stress.AMPLIFIED) for row in rows for s in row.runnable())
         stopped: Optional[str] = None
         try:
@@ -424,6 +431,7 @@ class Harness:
             "mitigation": registry.label(spec.mitigation),
             "cache": spec.cache,
             "shared_cache": [stress.value for stress in spec.shared_cache_stresses],
+            "shared_cache_fixes": list(self.shared_fixes),
             "backward": spec.effective_backward,
             "checkpoint": spec.checkpoint,
             "shapes": spec.shapes,

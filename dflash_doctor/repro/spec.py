@@ -155,6 +155,19 @@ class ReproSpec:
             return ()
         return FLAG_HELD_STRESSES
 
+    def shares_cache(self, stress: Stress, row: Tuple[str, ...]) -> bool:
+        """Whether a trial of `row` under `stress` compiles into the run's one shared cache instead of a cold one.
+
+        The flag-held stresses above; and every trial of a fix that runs each worker alone in a process of its
+        own (`processes`) under a cold cache: the FX flag's leak, the stuck flag and the compile-lock / autograd
+        deadlock all need a second thread in the worker's process, and that row's disturbances run in a process
+        of their own, so nothing a trial of it meets depends on how long a compile takes (docs/races.md)."""
+        if stress in self.shared_cache_stresses:
+            return True
+        from dflash_doctor import mitigations as registry
+
+        return self.cache == Cache.COLD.value and any(registry.get(name).separate_processes for name in row)
+
     @property
     def pinned_stress(self) -> Optional[Stress]:
         mode = Mode(self.mode)

@@ -265,11 +265,12 @@ def test_max_time_ends_a_run_that_has_no_verdict_yet_with_exit_3_and_says_what_h
 
     import psutil
 
-    before = {p.pid for p in psutil.process_iter()}
+    marker = tmp_path / "tmp"  # every process of this run has it as TMPDIR (other tests' runs do not)
+    marker.mkdir()
     started = time.monotonic()
     proc = run_cli("repro", "--threads", "2", "--device", "cpu", "--mode", "natural", "--preset", "tiny",
                    "--trials", "1", "--max-time", "2", "--format", "json", timeout=200,
-                   env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+                   env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(marker)})
     took = time.monotonic() - started
     doc = json.loads(proc.stdout)
     facts = doc["facts"]
@@ -283,6 +284,12 @@ def test_max_time_ends_a_run_that_has_no_verdict_yet_with_exit_3_and_says_what_h
     # so the bound is loose; what matters is that nothing waited for a trial to end
     assert took < 60, took
     time.sleep(1.0)
-    left = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
-            and "dflash_doctor" in " ".join(p.info["cmdline"] or [])]
+
+    def ours(process) -> bool:
+        try:
+            return process.environ().get("TMPDIR") == str(marker)
+        except (psutil.Error, OSError):  # gone, or not ours to read
+            return False
+
+    left = [p for p in psutil.process_iter(["cmdline"]) if ours(p)]
     assert left == [], [p.info["cmdline"] for p in left]

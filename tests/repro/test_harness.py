@@ -206,14 +206,21 @@ def test_the_matrix_judges_every_row_against_one_baseline_like_the_h200(tmp_path
 def test_flag_held_trials_share_one_compile_cache_only_where_no_backward_can_deadlock(tmp_path, devices):
     report, runner = repro(ReproSpec(trials=2, devices=devices), like_the_h200, tmp_path, matrix=True)
     trials = [s for s in runner.specs if s["phase"] == "multi"]
-    held = [s["cache_dir"] for s in trials if "-forced-" in s["label"] or "-stuck-" in s["label"]]
-    cold = [s["cache_dir"] for s in trials if not ("-forced-" in s["label"] or "-stuck-" in s["label"])]
+    alone = [s["cache_dir"] for s in trials if "-processes-" in s["label"]]
+    threads = [s for s in trials if "-processes-" not in s["label"]]
+    held = [s["cache_dir"] for s in threads if "-forced-" in s["label"] or "-stuck-" in s["label"]]
+    cold = [s["cache_dir"] for s in threads if not ("-forced-" in s["label"] or "-stuck-" in s["label"])]
     assert held and len(set(cold)) == len(cold)  # natural, amplified, foreign-trace: each its own cold cache
+    # a worker alone in its process has no second thread to race with: every processes trial shares the cache,
+    # with a backward too, and it is the one the flag-held trials share where they share one
+    assert report.facts["shared_cache_fixes"] == ["processes"] and len(set(alone)) == 1
+    assert not set(alone) & set(cold)
     if devices == ("cuda:0",):  # a backward: a compile's length can decide the deadlock, so every trial is cold
         assert report.facts["shared_cache"] == [] and len(set(held)) == len(held) and not set(held) & set(cold)
-    else:  # the processes row's workers under forced and stuck share it too
+        assert not set(held) & set(alone)
+    else:
         assert report.facts["shared_cache"] == ["forced", "stuck"]
-        assert len(set(held)) == 1 and not set(held) & set(cold)
+        assert set(held) == set(alone) and not set(held) & set(cold)
     # what the rows report is the trials' own outcomes either way (the fake decides them from the stress alone)
     outcomes = {row["mitigation"]: row["outcome"] for row in report.facts["matrix"]}
     assert outcomes["threadlocal-flag,non-lazy-backward"] == "holds" and outcomes["none"] == "reproduced"
@@ -221,7 +228,7 @@ def test_flag_held_trials_share_one_compile_cache_only_where_no_backward_can_dea
 
 def test_a_warm_cache_shares_nothing_it_did_not_ask_for(tmp_path):
     report, runner = repro(ReproSpec(trials=2, cache="warm"), like_the_h200, tmp_path, matrix=True)
-    assert report.facts["shared_cache"] == []
+    assert report.facts["shared_cache"] == [] and report.facts["shared_cache_fixes"] == []
 
 
 def test_nothing_is_held_against_a_baseline_that_never_reproduced(tmp_path):
