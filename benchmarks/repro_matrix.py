@@ -74,10 +74,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"{wall_s / TARGET_S:.2f}x the {TARGET_S:.0f} s target |",
         f"| the matrix, facts.wall_s | {facts['wall_s']:.1f} | |",
         *_cpu_lines(facts), "",
-        "| row | outcome | kind | trials' seconds (longest) |", "|---|---|---|---|",
+        "| row | outcome | kind | trials' seconds (longest) | its trials' CPU seconds |", "|---|---|---|---|---|",
     ]
-    lines += [f"| {row['mitigation']} | {row['outcome']} | {row.get('kind') or '-'} | {row['seconds']} |"
-              for row in facts["matrix"]]
+    lines += [f"| {row['mitigation']} | {row['outcome']} | {row.get('kind') or '-'} | {row['seconds']} | "
+              f"{row.get('cpu_s', '-')} |" for row in facts["matrix"]]
     sys.stdout.write("\n".join(lines) + "\n")
     if args.write:
         RESULTS.mkdir(parents=True, exist_ok=True)

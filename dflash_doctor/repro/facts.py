@@ -192,6 +192,7 @@ class _MatrixRowFactsAlways(TypedDict):
     stresses: Dict[str, LevelFacts]  # stress -> its tally
     steps_per_s: Optional[float]  # of the row's first clean trial: what the fix costs
     seconds: float  # the row's longest trial
+    cpu_s: float  # the CPU its trials that ended used (facts.cpu adds up every row's, the control's too)
     outcome: str  # fails | holds | inconclusive; the baseline row (none) repeats its verdict
     reason: str
 

@@ -500,6 +500,7 @@ class Harness:
             "mitigation": row.label, "verdict": verdict, "kind": first.kind if first else None,
             "stresses": _levels(row), "steps_per_s": _phase(clean).get("steps_per_s") if clean else None,
             "seconds": round(max((r.seconds for s in STRESS_ORDER for r in row.done_at(s)), default=0.0), 3),
+            "cpu_s": round(sum(r.cpu_s or 0.0 for s in STRESS_ORDER for r in row.done_at(s)), 1),
             "outcome": outcome, "reason": reason}
         if row.names:
             entry["covers"] = sorted(h.value for h in registry.covers(row.names))
