@@ -253,6 +253,12 @@ class PhaseChild:
 
     def run_disturbance_only(self) -> None:
         """The `processes` mitigation: the mode's disturbance in a process of its own, beside the workers."""
+        # Nothing in this process reaches the workers' processes, so the CPU it gets cannot change what they meet:
+        # it takes only what they leave (a tracing loop would otherwise hold a core of theirs for the whole trial).
+        try:
+            os.nice(19)
+        except OSError:  # not allowed here: it runs at its usual priority
+            pass
         disturbance = self.make_disturbance(self.spec.disturb_hold_s + 5.0)
         self.result["disturbance"] = disturbance.description if disturbance else None
         self.finish(ThreadOutcome.OK)

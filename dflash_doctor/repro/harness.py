@@ -8,6 +8,7 @@ control and every trial start and end, each event stamped with the run's clock, 
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -70,6 +71,8 @@ class _Trial:
         self.disturber: Optional[Tuple[PhaseSpec, Path, Child]] = None
         self.exits: Dict[int, ChildExit] = {}
         self.shared_cache = task is not None and harness.spec.shares_cache(task.stress, task.row)
+        # Workers held back while the first of them fills the shared cache (_start_processes)
+        self.deferred: List[Tuple[Path, str, PhaseSpec]] = []
         if task is None:  # the single-thread control
             self._start(root, label, harness.phase_spec("single", 1, (), thread_names(1), Stress.NATURAL))
         elif task.row and registry.get(task.row[0]).separate_processes:
@@ -87,20 +90,34 @@ class _Trial:
             spec = harness.phase_spec("disturb", 0, (), [], task.stress)
             self.disturber = (spec, *harness.start_child(root, f"{self.label}-disturb", spec))
         calm = Stress.AMPLIFIED if task.stress is Stress.AMPLIFIED else Stress.NATURAL
+        # Into a shared cache nobody has compiled into yet, the first worker goes alone and the others follow
+        # once it ended, each then loading what it compiled: workers alone in their processes cannot race with
+        # each other, so when they run cannot change what they meet (ReproSpec.shares_cache).
+        one_first = self.shared_cache and harness.shared_filled is False and harness.spec.shapes != "per-thread"
         for index, name in enumerate(thread_names(harness.spec.threads)):
             spec = harness.phase_spec("multi", 1, (), [name], calm)
             spec.shape_indices = [index if harness.spec.shapes == "per-thread" else 0]
             spec.devices = [harness.spec.devices[index % len(harness.spec.devices)]]
-            self._start(root, f"{self.label}-proc{index}", spec)
+            if one_first and index > 0:
+                self.deferred.append((root, f"{self.label}-proc{index}", spec))
+            else:
+                self._start(root, f"{self.label}-proc{index}", spec)
 
     def poll(self) -> Optional[dict]:
         """The phase result once every child has ended, else None."""
         timeout = self.harness.spec.timeout_s
-        for index, (_, _, child) in enumerate(self.children):
+        for index, (_, phase_dir, child) in enumerate(self.children):
             if index not in self.exits:
                 ended = child.poll(timeout)
                 if ended is not None:
                     self.exits[index] = ended
+                    if self.shared_cache:
+                        self.harness.note_shared_child(phase_dir)
+        if self.deferred and 0 in self.exits:  # the first worker has filled the cache: the rest start now
+            for root, label, spec in self.deferred:
+                self._start(root, label, spec)
+            self.deferred.clear()
+            return None
         if len(self.exits) < len(self.children):
             return None
         results = [read_phase_result(phase_dir, self.exits[i], spec)
@@ -116,6 +133,7 @@ class _Trial:
         return merged
 
     def kill(self) -> None:
+        self.deferred.clear()
         for _, _, child in self.children + ([self.disturber] if self.disturber else []):
             child.kill()
 
@@ -139,6 +157,11 @@ class Harness:
         self.started = clock()
         self.control: Optional[dict] = None  # the control's result once it ended
         self.shared_fixes: List[str] = []  # rows whose every trial shares the run's cache (ReproSpec.shares_cache)
+        # Until a child that shares the run's cache has finished a compile into it, one sharing trial at a time
+        # runs (the opener): trials started together would each compile the same graphs cold, and a sharing trial's
+        # outcome does not depend on when it runs. Other trials go on meanwhile.
+        self.shared_filled = False
+        self.shared_opener: Optional[_Trial] = None
         self.results: List[ladder.TrialResult] = []  # the trials that ended, in order
         # Trials side by side share the cores: each child's inductor worker pool gets its share, not all of them.
         jobs = spec.effective_jobs
@@ -169,6 +192,21 @@ class Harness:
                                   user_code=self.spec.user_code)
         self._started.append(child)
         return phase_dir, child
+
+    def note_shared_child(self, phase_dir: Path) -> None:
+        """A child that shares the run's cache ended: if it finished a compile, the cache holds what it compiled."""
+        if self.shared_filled:
+            return
+        try:
+            events = json.loads((phase_dir / "result.json").read_text(encoding="utf-8")).get("events") or []
+        except (OSError, ValueError, AttributeError):  # no result (killed, crashed): it filled nothing
+            return
+        self.shared_filled = any(e.get("kind") == "compile" and e.get("phase") == "E" for e in events)
+
+    def may_start(self, task: ladder.Task) -> bool:
+        """Whether a task may start now: a trial that shares the run's cache waits while another fills it."""
+        return (self.shared_filled or self.shared_opener is None
+                or not self.spec.shares_cache(task.stress, task.row))
 
     def clean_caches(self, phase_dirs: Sequence[Path]) -> None:
         if self.spec.cache == "cold":
@@ -327,12 +365,17 @@ class Harness:
                 for task in row.next_tasks():
                     if len(running) >= jobs:
                         break
+                    if not self.may_start(task):
+                        continue
                     row.mark_started(task)
                     label = f"{row.label.replace(',', '+')}-{task.stress.value}-t{task.index + 1}"
                     total = row.trials[task.stress]
                     key = trial_key(task, total)
                     self.tell(EventKind.STARTED, key, key, step=task.index + 1, total=total)
-                    running.append(_Trial(self, root, task, label, key))
+                    trial = _Trial(self, root, task, label, key)
+                    running.append(trial)
+                    if trial.shared_cache and not self.shared_filled and self.shared_opener is None:
+                        self.shared_opener = trial
             if not running:
                 return control, results
             time.sleep(self.poll_s)
@@ -340,12 +383,14 @@ class Harness:
                 if trial.task is not None and not by_row[trial.task.row].wanted(trial.task):
                     trial.kill()
                     running.remove(trial)
+                    self._release_opener(trial)
                     self.tell(EventKind.FINISHED, trial.key, "stopped: its row already has its verdict")
                     continue
                 result = trial.poll()
                 if result is None:
                     continue
                 running.remove(trial)
+                self._release_opener(trial)
                 if trial.task is None:
                     control = self.control = result
                     self._control_ended(result)
@@ -357,6 +402,10 @@ class Harness:
                 results.append(outcome)
                 # announced once recorded: what it says is in the report, should a signal come now
                 self.tell(EventKind.FINISHED, trial.key, said, at_s=outcome.finished_at_s)
+
+    def _release_opener(self, trial: _Trial) -> None:
+        if self.shared_opener is trial:  # it ended or was stopped; filled or not, the next sharing trial may go
+            self.shared_opener = None
 
     def _wait(self, trial: _Trial) -> dict:
         limit = self.spec.max_time_s

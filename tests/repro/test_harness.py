@@ -383,3 +383,66 @@ def test_the_cpu_floor_adds_up_what_the_children_that_ended_used(tmp_path):
     assert cpu["children"] == len(ended) >= 3
     assert cpu["children_s"] == 1.0 + 3.0 * (len(ended) - 1)
     assert cpu["bound_s"] == round(cpu["children_s"] / cpu["cores"], 1)
+
+
+class _Countdown(FakeChild):
+    """A child that ends on its third look, so what else runs meanwhile can be seen."""
+
+    def __init__(self, result_path, result, alive) -> None:
+        super().__init__(result_path, result)
+        self.looks, self.alive = 0, alive
+
+    def poll(self, timeout_s):
+        self.looks += 1
+        if self.looks < 3:
+            return None
+        self.alive.discard(self.result_path.parent.name)
+        return super().poll(timeout_s)
+
+    def stop(self):  # a disturber is stopped, not waited for
+        self.looks = 3
+        return self.poll(0)
+
+
+def _compiles(spec):
+    """Every worker finishes a compile (what fills a shared cache); the race shows nowhere."""
+    result = ok(spec)
+    result["events"] = result["events"] + [{"t": 0.2, "thread": spec["thread_names"][0] if spec["thread_names"]
+                                            else "x", "tid": 9, "kind": "compile", "phase": "E", "detail": {}}]
+    return result
+
+
+def test_the_first_trial_into_an_empty_shared_cache_goes_alone_and_its_first_worker_first(tmp_path):
+    """`processes` shares the run's cache: the first of its trials (the opener) starts its first worker alone,
+    the other workers once that one ended, and no other sharing trial starts before a compile has filled it."""
+    alive: set = set()
+    starts = []
+    runner = FakeRunner(_compiles)
+    base_start = runner.start
+
+    def start(spec_path, result_path, env, log_path, user_code=False):
+        child = base_start(spec_path, result_path, env, log_path, user_code)
+        name = Path(result_path).parent.name
+        starts.append((name, set(alive)))
+        alive.add(name)
+        return _Countdown(Path(result_path), child.result, alive)
+
+    runner.start = start
+    # on a GPU (a backward) the flag-held trials compile cold, so processes is the one row that shares
+    report = run_repro(ReproSpec(trials=2, jobs=4, mitigation=("processes",), devices=("cuda:0",)), runner=runner,
+                       workdir=tmp_path, capabilities=EVERYTHING_RUNS, poll_s=0.0)
+    assert report.facts["shared_cache_fixes"] == ["processes"]
+    def trial(name: str) -> str:  # 012-processes-natural-t2-proc1 -> processes-natural-t2
+        return name.split("-", 1)[1].rsplit("-proc", 1)[0]
+
+    workers = [(name, running) for name, running in starts if "-processes-" in name and "-proc" in name]
+    first, first_alive = workers[0]
+    assert first.endswith("-proc0")
+    # its other workers started only once its first had ended, and no other processes trial ran beside it
+    later = [(name, running) for name, running in workers if trial(name) == trial(first) and name != first]
+    assert len(later) == 2 and all(first not in running for _, running in later)
+    assert not any("-processes-" in other for other in first_alive)
+    assert all(first not in running for name, running in workers if trial(name) != trial(first))
+    # once filled, the rest start together: a later processes trial ran its three workers side by side
+    assert any(sum(1 for other in running if trial(other) == trial(name)) == 2
+               for name, running in workers if name.endswith("-proc2") and trial(name) != trial(first))
