@@ -175,8 +175,13 @@ class PhaseChild:
         from dflash_doctor.repro import disturb
         from dflash_doctor.repro.steps import build_thread_steps
 
+        import gc
+
         spec = self.spec
-        self.result.update(torch_version=torch.__version__, python=sys.version.split()[0], pid=os.getpid())
+        # gc_frozen: objects kept out of this child's collections (a timing-free child forked from the warm-start
+        # server keeps the server's; any other child has none, as a fresh interpreter)
+        self.result.update(torch_version=torch.__version__, python=sys.version.split()[0], pid=os.getpid(),
+                           gc_frozen=gc.get_freeze_count())
         self._fault_file = open(self.result_path.with_name("faulthandler.txt"), "w", encoding="utf-8")
         self.install_mitigations()
         runtime.install(self.recorder)

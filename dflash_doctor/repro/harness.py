@@ -184,6 +184,7 @@ class Harness:
         `shared_cache` into the one the run's flag-held trials share (ReproSpec.shared_cache_stresses)."""
         self._phase_counter += 1
         phase_dir = root / f"{self._phase_counter:03d}-{label}"
+        phase_spec.timing_free = shared_cache
         spec_path = write_spec(phase_dir, phase_spec)
         env = child_env(root / "shared-cache" if shared_cache else phase_dir, self.spec.cache == "cold",
                         compile_threads=self.compile_threads,

@@ -195,6 +195,9 @@ class PhaseSpec:
     disturb_hold_s: float = 0.0
     model_compile: str = ModelCompile.WHOLE.value
     step: Optional[str] = None
+    # Nothing this child meets depends on how long its compiles take (ReproSpec.shares_cache): a child forked from
+    # the warm-start server may keep the server's frozen objects out of its collections (warm_start.py).
+    timing_free: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -163,3 +163,25 @@ def test_the_server_makes_the_compile_entry_imports_on_a_cpu_build_and_nothing_e
     held = json.loads(proc.stdout.strip().splitlines()[-1])
     assert held["compile_fx"] is not held["gpu_build"]  # a GPU build skips it (the device may be asked)
     assert (held["threads"], held["children"], held["cuda"], held["frames"]) == (1, 0, False, 0)
+
+
+@pytest.mark.timeout(240)
+def test_only_a_child_whose_compile_length_cannot_matter_keeps_the_servers_objects_out_of_its_collections(tmp_path):
+    """The server freezes its imports' objects before it forks; a timing-free child (a shared-cache trial) keeps
+    them frozen, every other child unfreezes them and collects as a fresh interpreter does."""
+    runner = WarmStartRunner(tmp_path)
+    try:
+        frozen = {}
+        for timing_free in (True, False):
+            folder = tmp_path / f"free-{timing_free}"
+            spec = _phase(mode="forced")
+            spec.timing_free = timing_free
+            spec_path = write_spec(folder, spec)
+            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor-cache")}
+            child = runner.start(spec_path, folder / "result.json", env, folder / "log.txt")
+            assert isinstance(child, ForkedChild)
+            assert not _wait(child).timed_out
+            frozen[timing_free] = json.loads((folder / "result.json").read_text())["gc_frozen"]
+    finally:
+        runner.close()
+    assert frozen[True] > 10_000 and frozen[False] == 0, frozen
