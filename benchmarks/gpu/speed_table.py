@@ -57,14 +57,14 @@ def _anchors(out: Path) -> Optional[dict]:
         return None
 
 
-def _floor(facts: Optional[dict]) -> str:
-    """The matrix's CPU floor (facts.cpu) and how its children started (facts.warm_start)."""
+def _cpu_words(facts: Optional[dict]) -> str:
+    """The matrix's CPU with every core busy (facts.cpu) and how its children started (facts.warm_start)."""
     cpu = (facts or {}).get("cpu")
     if not cpu:
         return ""
     warm = (facts or {}).get("warm_start") or {}
-    return (f"; CPU {cpu['children_s']} s in {cpu['children']} children over {cpu['cores']} cores: floor "
-            f"{cpu['bound_s']} s, wall {facts['wall_s'] / max(cpu['bound_s'], 0.1):.2f}x it; children forked "
+    return (f"; CPU {cpu['children_s']} s in {cpu['children']} children over {cpu['cores']} cores: all busy "
+            f"{cpu['bound_s']} s, the run {facts['wall_s'] / max(cpu['bound_s'], 0.1):.2f}x that; children forked "
             f"{warm.get('forked')}, fresh {warm.get('fresh')}")
 
 
@@ -90,7 +90,7 @@ def rows(out: Path) -> List[Tuple[str, str, str, str]]:
         ("repro --threads 3 --device cuda", _verdict(_facts(out, "R_default")), "20 s to the first verdict",
          met(verdict_s(_facts(out, "R_default")), 20.0)),
         ("repro --threads 3 --shapes per-thread --matrix", f"{matrix.get('wall_s')} s (facts.wall_s); "
-         + wall("X_matrix") + _floor(matrix) if matrix else wall("X_matrix"), "180 s",
+         + wall("X_matrix") + _cpu_words(matrix) if matrix else wall("X_matrix"), "180 s",
          met(matrix.get("wall_s") if matrix else None, 180.0)),
     ]
     for model in ("mlp", "attention"):

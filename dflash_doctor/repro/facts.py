@@ -223,13 +223,15 @@ class ShimFacts(ShimStatusFacts):
 
 
 class CpuFacts(TypedDict):
-    """What the run's phase children cost in CPU (harness._cpu_facts): `bound_s`, their CPU over the cores, is
-    the least wall time the same trials could take on this machine, whatever ran side by side."""
+    """What the run's phase children cost in CPU (harness._cpu_facts). `bound_s`, their CPU over the cores, is the
+    wall time that CPU takes with every core busy throughout: a run near it was bound by its compiles, not by
+    waiting. It is not a floor for any schedule: CPU time itself grows when trials share cores (two logical cores
+    of one physical one, caches), and a run with fewer trials side by side uses less of it."""
 
     children_s: float  # CPU seconds of the control and every trial that ended, compile workers included
     children: int  # how many children's counts were read
     cores: int
-    bound_s: float  # children_s / cores
+    bound_s: float  # children_s / cores: the run's CPU with every core busy
 
 
 class WarmStartFacts(TypedDict):

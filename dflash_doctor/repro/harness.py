@@ -460,10 +460,9 @@ class Harness:
 
     # -- facts -------------------------------------------------------------------------------------------
     def _cpu_facts(self) -> CpuFacts:
-        """The CPU the control and the trials that ended used, and the least wall time that work needs here: a
-        run bound by it cannot be made faster by scheduling, only by compiling less. The warm-start server's one
-        import (beside the control) and trials stopped once their row had its verdict are left out, so the bound
-        is a floor."""
+        """The CPU the control and the trials that ended used, and that CPU spread over every core (CpuFacts). The
+        warm-start server's one import (beside the control) and trials stopped once their row had its verdict
+        are left out."""
         counted = [r.cpu_s for r in self.results if r.cpu_s is not None]
         if self.control is not None and self.control.get("cpu_s") is not None:
             counted.append(float(self.control["cpu_s"]))

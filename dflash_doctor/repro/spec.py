@@ -34,9 +34,9 @@ def parse_devices(text: str) -> Tuple[str, ...]:
 
 def default_jobs(devices: Tuple[str, ...], cpu_count: Optional[int] = None) -> int:
     """Trials side by side. A CPU trial is about one core's work (its threads share one interpreter; forced and
-    stuck trials compile into a shared cache): one a core (the 2-core matrix, back to back on a busy box, both
-    with a CPU floor of 170 s: 1.23x that floor with 2, 1.49x with 1; benchmarks/results/repro_matrix_cpu/). A GPU
-    trial also keeps triton's compile workers busy: half the cores."""
+    stuck trials compile into a shared cache): one a core (the 2-core matrix, back to back on a busy box: 209 s
+    with 2, 253 s with 1; benchmarks/results/repro_matrix_cpu/2026-12-02-jobs*-cpu.json). A GPU trial also keeps
+    triton's compile workers busy: half the cores."""
     cores = cpu_count or os.cpu_count() or 1
     share = cores if devices == ("cpu",) else cores // 2
     return max(1, min(MAX_JOBS, share))

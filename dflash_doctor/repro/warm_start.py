@@ -85,8 +85,9 @@ def _preload_compile_entry() -> None:
     """What `torch.compile(fn)` imports when it makes a compiled function (on torch 2.13 about 590 modules, 2 s on
     the 2-core box: inductor's compile_fx, lowering and scheduler, the backends' registry). A child makes its
     compiled function before its first compile begins, so every compile window in it began after these imports
-    anyway: making them here moves no window. Only on a build without CUDA or ROCm: a GPU build's inductor and
-    triton may ask the device while they import, which would initialise CUDA here and leave no child to fork."""
+    anyway: making them here moves no window. Only on a build without CUDA or ROCm: on the H200 (torch
+    2.11+cu130) making one initialised the CUDA driver (docs/gpu-results.md, call4's anchors), after which no
+    forked child could use the device."""
     import torch
 
     if torch.version.cuda is not None or getattr(torch.version, "hip", None) is not None:
