@@ -8,7 +8,6 @@ control and every trial start and end, each event stamped with the run's clock, 
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from dflash_doctor.repro.facts import (
     SettingsFacts,
 )
 from dflash_doctor.repro.runner import Child, ChildExit, child_env, read_phase_result, write_spec
+from dflash_doctor.repro.sharing import SharedCache
 from dflash_doctor.repro.spec import PhaseSpec, ReproSpec
 
 EXIT_NOT_REPRODUCED = 0
@@ -93,7 +93,7 @@ class _Trial:
         # Into a shared cache nobody has compiled into yet, the first worker goes alone and the others follow
         # once it ended, each then loading what it compiled: workers alone in their processes cannot race with
         # each other, so when they run cannot change what they meet (ReproSpec.shares_cache).
-        one_first = self.shared_cache and harness.shared_filled is False and harness.spec.shapes != "per-thread"
+        one_first = self.shared_cache and not harness.shared.filled and harness.spec.shapes != "per-thread"
         for index, name in enumerate(thread_names(harness.spec.threads)):
             spec = harness.phase_spec("multi", 1, (), [name], calm)
             spec.shape_indices = [index if harness.spec.shapes == "per-thread" else 0]
@@ -112,7 +112,7 @@ class _Trial:
                 if ended is not None:
                     self.exits[index] = ended
                     if self.shared_cache:
-                        self.harness.note_shared_child(phase_dir)
+                        self.harness.shared.child_ended(phase_dir)
         if self.deferred and 0 in self.exits:  # the first worker has filled the cache: the rest start now
             for root, label, spec in self.deferred:
                 self._start(root, label, spec)
@@ -157,11 +157,7 @@ class Harness:
         self.started = clock()
         self.control: Optional[dict] = None  # the control's result once it ended
         self.shared_fixes: List[str] = []  # rows whose every trial shares the run's cache (ReproSpec.shares_cache)
-        # Until a child that shares the run's cache has finished a compile into it, one sharing trial at a time
-        # runs (the opener): trials started together would each compile the same graphs cold, and a sharing trial's
-        # outcome does not depend on when it runs. Other trials go on meanwhile.
-        self.shared_filled = False
-        self.shared_opener: Optional[_Trial] = None
+        self.shared = SharedCache()  # who compiles first into the run's shared cache (repro/sharing.py)
         self.results: List[ladder.TrialResult] = []  # the trials that ended, in order
         # Trials side by side share the cores: each child's inductor worker pool gets its share, not all of them.
         jobs = spec.effective_jobs
@@ -193,21 +189,6 @@ class Harness:
                                   user_code=self.spec.user_code)
         self._started.append(child)
         return phase_dir, child
-
-    def note_shared_child(self, phase_dir: Path) -> None:
-        """A child that shares the run's cache ended: if it finished a compile, the cache holds what it compiled."""
-        if self.shared_filled:
-            return
-        try:
-            events = json.loads((phase_dir / "result.json").read_text(encoding="utf-8")).get("events") or []
-        except (OSError, ValueError, AttributeError):  # no result (killed, crashed): it filled nothing
-            return
-        self.shared_filled = any(e.get("kind") == "compile" and e.get("phase") == "E" for e in events)
-
-    def may_start(self, task: ladder.Task) -> bool:
-        """Whether a task may start now: a trial that shares the run's cache waits while another fills it."""
-        return (self.shared_filled or self.shared_opener is None
-                or not self.spec.shares_cache(task.stress, task.row))
 
     def clean_caches(self, phase_dirs: Sequence[Path]) -> None:
         if self.spec.cache == "cold":
@@ -366,7 +347,8 @@ class Harness:
                 for task in row.next_tasks():
                     if len(running) >= jobs:
                         break
-                    if not self.may_start(task):
+                    sharing = self.spec.shares_cache(task.stress, task.row)
+                    if not self.shared.may_start(sharing):
                         continue
                     row.mark_started(task)
                     label = f"{row.label.replace(',', '+')}-{task.stress.value}-t{task.index + 1}"
@@ -375,8 +357,7 @@ class Harness:
                     self.tell(EventKind.STARTED, key, key, step=task.index + 1, total=total)
                     trial = _Trial(self, root, task, label, key)
                     running.append(trial)
-                    if trial.shared_cache and not self.shared_filled and self.shared_opener is None:
-                        self.shared_opener = trial
+                    self.shared.started(trial, sharing)
             if not running:
                 return control, results
             time.sleep(self.poll_s)
@@ -384,14 +365,14 @@ class Harness:
                 if trial.task is not None and not by_row[trial.task.row].wanted(trial.task):
                     trial.kill()
                     running.remove(trial)
-                    self._release_opener(trial)
+                    self.shared.ended(trial)
                     self.tell(EventKind.FINISHED, trial.key, "stopped: its row already has its verdict")
                     continue
                 result = trial.poll()
                 if result is None:
                     continue
                 running.remove(trial)
-                self._release_opener(trial)
+                self.shared.ended(trial)
                 if trial.task is None:
                     control = self.control = result
                     self._control_ended(result)
@@ -403,10 +384,6 @@ class Harness:
                 results.append(outcome)
                 # announced once recorded: what it says is in the report, should a signal come now
                 self.tell(EventKind.FINISHED, trial.key, said, at_s=outcome.finished_at_s)
-
-    def _release_opener(self, trial: _Trial) -> None:
-        if self.shared_opener is trial:  # it ended or was stopped; filled or not, the next sharing trial may go
-            self.shared_opener = None
 
     def _wait(self, trial: _Trial) -> dict:
         limit = self.spec.max_time_s
