@@ -259,6 +259,10 @@ def _check_repro(facts: Mapping[str, Any], check: Check = _check) -> None:
         _check_levels(row["stresses"], check)
     if "partial" in facts:
         check(facts["partial"], repro.PartialFacts, all_keys=True)
+    if "cpu" in facts:
+        check(facts["cpu"], repro.CpuFacts, all_keys=True)
+    if "warm_start" in facts:
+        check(facts["warm_start"], repro.WarmStartFacts, all_keys=True)
 
 
 @pytest.mark.timeout(120)
@@ -267,7 +271,9 @@ def test_a_real_forced_repro_matches_the_model(tmp_path: Path) -> None:
                    env={"DFLASH_DOCTOR_CACHE": str(tmp_path)})  # its last-repro.json stays out of the user's cache
     _check_repro(facts)
     assert facts["verdict"] == "reproduced" and facts["blame"], "the FX-flag leak and who held the flag"
-    assert {"levels", "trials", "next_steps", "made", "expect"} <= set(facts)
+    assert {"levels", "trials", "next_steps", "made", "expect", "cpu", "warm_start"} <= set(facts)
+    assert facts["cpu"]["children_s"] > 0  # the real children's counts
+    assert facts["warm_start"]["forked"] >= 1 or not sys.platform.startswith("linux")  # forks on Linux only
     multi = facts["multi_thread"]
     assert {"run_s", "setup_s", "disturbance"} <= set(multi)
     for thread in multi["threads"]:
@@ -353,6 +359,9 @@ class _Runner:
         from tests.repro.test_harness import FakeRunner
 
         self.fake, self.stop_at, self.crash, self.started = FakeRunner(behaviour), stop_at, crash, 0
+
+    def warm_start_facts(self) -> dict:  # what warm_start.WarmStartRunner says of its children: all started fresh
+        return {"forked": 0, "fresh": self.started, "unavailable": "a fake runner forks nothing"}
 
     def start(self, spec_path: Path, result_path: Path, env: dict, log_path: Path, user_code: bool = False) -> Any:
         from dflash_doctor.repro.runner import ChildExit

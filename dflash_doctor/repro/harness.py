@@ -492,9 +492,9 @@ class Harness:
             "wall_s": round(self.elapsed(), 3),
             "cpu": self._cpu_facts(),
         }
-        if hasattr(self.runner, "forked"):  # the warm-start runner: how its children started
-            facts["warm_start"] = {"forked": self.runner.forked, "fresh": self.runner.started_fresh,
-                                   "unavailable": self.runner.unavailable}
+        started = getattr(self.runner, "warm_start_facts", None)  # the warm-start runner's: how children started
+        if started is not None:
+            facts["warm_start"] = started()
         shim = phase.get("shim") if phase else None
         if phase and shim:
             facts["shim"] = {**shim, "self_check": phase.get("shim_check")}

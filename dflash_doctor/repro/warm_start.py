@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Dict, List, Mapping, Optional
 
+from dflash_doctor.repro.facts import WarmStartFacts
 from dflash_doctor.repro.runner import ChildExit, ProcessRunner, kill_group
 
 # The keys a forked child's environment may differ in from the server's: what torch and triton read only when
@@ -401,6 +402,9 @@ class WarmStartRunner:
         children.register_group(pid)
         self.forked += 1
         return ForkedChild(self._server, pid, result_path, self.clock)
+
+    def warm_start_facts(self) -> WarmStartFacts:
+        return {"forked": self.forked, "fresh": self.started_fresh, "unavailable": self.unavailable}
 
     def close(self) -> None:
         if self._server is not None:

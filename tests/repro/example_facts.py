@@ -23,7 +23,7 @@ def repro_facts(**keys: Any) -> Dict[str, Any]:
     """A finished default run's facts on a CPU (no reproduction, nothing ran), with `keys` in their place."""
     facts: Dict[str, Any] = {
         "torch_version": "2.13.0+cpu", "device": "cpu", "threads": 3, "mode": "auto", "mitigation": "none",
-        "cache": "cold", "shared_cache": [], "backward": False, "checkpoint": "none", "shapes": "same", "steps": 3,
+        "cache": "cold", "shared_cache": [], "shared_cache_fixes": [], "backward": False, "checkpoint": "none", "shapes": "same", "steps": 3,
         "jobs": 1,
         "model": "reference drafter (replay)", "capabilities": capabilities(), "amplify_ms": 2.0,
         "single_thread": None, "verdict": "not-reproduced", "kind": None, "level": None, "levels": {}, "blame": [],
