@@ -178,16 +178,19 @@ _KIND_SHORT: Dict[str, str] = {FailureKind.FX_FLAG_LEAK: "leak", FailureKind.STU
 
 
 def stress_cells(tally: Mapping[str, LevelFacts]) -> str:
-    """`natural 0/3 · amplified 1/2 leak · forced skip`: per stress, reproduced/ran and the kinds seen."""
+    """`natural 0/1 +2 decided · amplified 1/1 leak · forced skip`: per stress, reproduced/ran, the kinds seen,
+    and the planned trials not waited for once the row was decided."""
     cells = []
     for stress, entry in tally.items():
+        early = entry.get("stopped_early")
+        decided = f" +{early} decided" if early else ""
         if entry.get("skipped"):
             cells.append(f"{stress} skip")
         elif entry["ran"]:
             kinds = " ".join(_KIND_SHORT.get(k, k) for k in entry["kinds"])
-            cells.append(f"{stress} {entry['reproduced']}/{entry['ran']}" + (f" {kinds}" if kinds else ""))
+            cells.append(f"{stress} {entry['reproduced']}/{entry['ran']}" + (f" {kinds}" if kinds else "") + decided)
         else:
-            cells.append(f"{stress} -")
+            cells.append(f"{stress} -{decided}")
     return " · ".join(cells)
 
 

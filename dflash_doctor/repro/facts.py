@@ -171,6 +171,7 @@ class LevelFacts(_LevelFactsAlways, total=False):
     """One stress of a row (ladder.py Row.tally)."""
 
     skipped: str  # why this machine cannot show anything under the stress; nothing ran
+    stopped_early: int  # planned trials the row did not wait for once its verdict was decided (stopped or unstarted)
 
 
 class _TrialFactsAlways(TypedDict):

@@ -138,8 +138,11 @@ class Row:
         return True
 
     def tally(self) -> Dict[str, dict]:
-        """Per stress: trials run, how many reproduced, of which kinds; or why it was skipped."""
+        """Per stress: trials run, how many reproduced, of which kinds; or why it was skipped; and, once the row
+        had its verdict, how many of its planned trials it did not wait for (`stopped_early`: stopped, or never
+        started), so a count like `natural 0/1` is not read as the plan."""
         out = {}
+        decided = self.finished()
         for stress in self.stresses:
             if stress in self.skipped:
                 out[stress.value] = {"ran": 0, "reproduced": 0, "kinds": {}, "skipped": self.skipped[stress]}
@@ -150,6 +153,9 @@ class Row:
                 if r.kind:
                     kinds[r.kind] = kinds.get(r.kind, 0) + 1
             out[stress.value] = {"ran": len(results), "reproduced": sum(kinds.values()), "kinds": kinds}
+            left = self.trials[stress] - len(self.done_at(stress))
+            if decided and left > 0:
+                out[stress.value]["stopped_early"] = left
         return out
 
 

@@ -194,8 +194,13 @@ def test_the_matrix_judges_every_row_against_one_baseline_like_the_h200(tmp_path
         "natural": {"ran": 2, "reproduced": 0, "kinds": {}}, "amplified": {"ran": 1, "reproduced": 0, "kinds": {}},
         "forced": {"ran": 1, "reproduced": 0, "kinds": {}}, "stuck": {"ran": 1, "reproduced": 0, "kinds": {}}}
     assert rows["warmup"]["stresses"].keys() == {"natural", "amplified"}  # it claims no flag safety
-    # a failing row stops at its first reproduction
+    # a failing row stops at its first reproduction, and says how many of its planned trials it did not wait for
     assert len(runner.trials(("threadlocal-flag",))) == 1
+    assert {stress: (t["ran"], t.get("stopped_early")) for stress, t in rows["threadlocal-flag"]["stresses"].items()
+            } == {"natural": (1, 1), "amplified": (0, 1), "forced": (0, 1), "stuck": (0, 1)}
+    from dflash_doctor.render.repro_view import stress_cells
+
+    assert stress_cells(rows["threadlocal-flag"]["stresses"]).startswith("natural 1/1 deadlock +1 decided · amplified - +1")
     assert [s["phase"] for s in runner.specs].count("single") == 1
     assert report.facts["verdict"] == "reproduced" and report.exit_code_override == 1
     holds = next(step for step in report.facts["next_steps"] if step.startswith("holds: "))
