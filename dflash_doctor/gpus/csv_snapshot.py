@@ -48,6 +48,8 @@ def parse_columns(spec: str) -> tuple:
 def parse_mib(text: str) -> Optional[float]:
     """'74989 MiB' / '74989' / '73.2 GiB' -> MiB; '[N/A]' -> None; anything else -> BadValue."""
     value = text.strip()
+    if value.isdecimal():  # `nounits` output, nearly every row of a long `-l 1` log: what _NUMBER would take
+        return float(value)
     if value.lower() in _MISSING:
         return None
     match = _NUMBER.match(value)
@@ -60,6 +62,10 @@ def parse_mib(text: str) -> Optional[float]:
 
 def parse_percent(text: str) -> Optional[float]:
     value = text.strip()
+    if value.isdecimal() and len(value) <= 3:  # `nounits` output (a longer run of digits is past 100 anyway)
+        percent = float(value)
+        if percent <= 100.0:
+            return percent
     if value.lower() in _MISSING:
         return None
     match = _NUMBER.match(value)
@@ -93,6 +99,20 @@ class CsvSnapshot:
     rows: int = 0
 
 
+class _Positions:
+    """Where a row's cells are, by column name: read once per set of names, not once a row (a day's `-l 1` log
+    is a million rows)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        position = {name: i for i, name in enumerate(self.names)}  # a repeated name: its last column, as before
+        self.index = position["index"]
+        self.utilization = position["utilization.gpu"]
+        self.memory_used = position["memory.used"]
+        self.memory_total = position.get("memory.total")
+        self.name = position.get("name")
+
+
 def _is_header(cells: Sequence[str]) -> bool:
     return not re.fullmatch(r"\s*\d+\s*", cells[0])
 
@@ -110,6 +130,7 @@ def read_csv_snapshot(lines: Iterable[str], source: str, columns: Optional[Seque
     has_header = False
     rows = 0
     skipped = 0
+    at: Optional[_Positions] = None
 
     def bad_line(subject: str, reason: str) -> None:
         nonlocal skipped
@@ -147,28 +168,31 @@ def read_csv_snapshot(lines: Iterable[str], source: str, columns: Optional[Seque
                 )
         elif has_header and text.strip() == header_text:
             continue
+        if at is None or at.names != names:
+            at = _Positions(names)
         if len(cells) != len(names):
             bad_line(f"{source}:{lineno}", f"{len(cells)} fields where the columns name {len(names)} "
                      f"({','.join(names)})")
             continue
-        row = dict(zip(names, cells))
         try:
-            if not re.fullmatch(r"\d{1,4}", row["index"]) or int(row["index"]) > MAX_GPU_INDEX:
-                raise BadValue(f"index {row['index'][:20]!r} is not a GPU index (0-{MAX_GPU_INDEX})")
-            index = int(row["index"])
-            if index not in gpus and len(gpus) >= MAX_GPUS:
+            cell = cells[at.index]
+            if not (cell.isdecimal() and len(cell) <= 4) or int(cell) > MAX_GPU_INDEX:
+                raise BadValue(f"index {cell[:20]!r} is not a GPU index (0-{MAX_GPU_INDEX})")
+            index = int(cell)
+            gpu = gpus.get(index)
+            if gpu is None and len(gpus) >= MAX_GPUS:
                 raise BadValue(f"more than {MAX_GPUS} GPUs in one snapshot")
-            reading = {
-                "utilization": parse_percent(row["utilization.gpu"]),
-                "memory_used_mib": parse_mib(row["memory.used"]),
-                "memory_total_mib": parse_mib(row["memory.total"]) if "memory.total" in row else None,
-            }
+            utilization = parse_percent(cells[at.utilization])
+            memory_used = parse_mib(cells[at.memory_used])
+            memory_total = parse_mib(cells[at.memory_total]) if at.memory_total is not None else None
         except BadValue as exc:
             bad_line(f"{source}:{lineno}", str(exc))
             continue
         rows += 1
-        gpu = gpus.setdefault(index, ReadingAccumulator(index, line=lineno))
-        gpu.add(name=row.get("name"), **reading)
+        if gpu is None:
+            gpu = gpus[index] = ReadingAccumulator(index, line=lineno)
+        gpu.add(utilization=utilization, memory_used_mib=memory_used, memory_total_mib=memory_total,
+                name=cells[at.name] if at.name is not None else None)
     if skipped:
         problems.append(Problem(source, f"{skipped:,} more malformed lines", "each was skipped"))
     return CsvSnapshot(
