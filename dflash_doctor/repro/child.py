@@ -27,7 +27,7 @@ OVERLAP_PAUSE_S = 0.001
 
 def _cpu_seconds() -> Optional[float]:
     """CPU seconds this child and its compile workers used (a forked child's count starts at its fork): what the
-    harness adds up into the run's least possible wall time on this machine (facts.cpu)."""
+    harness adds up into facts.cpu."""
     from dflash_doctor.runtime.watchdog import process_tree_cpu_seconds
 
     try:
