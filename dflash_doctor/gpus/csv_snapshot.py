@@ -100,12 +100,11 @@ class CsvSnapshot:
 
 
 class _Positions:
-    """Where a row's cells are, by column name: read once per set of names, not once a row (a day's `-l 1` log
-    is a million rows)."""
+    """Where a row's cells are, by column name: found once, not once a row (a day's `-l 1` log is a million
+    rows)."""
 
     def __init__(self, names: Sequence[str]) -> None:
-        self.names = tuple(names)
-        position = {name: i for i, name in enumerate(self.names)}  # a repeated name: its last column, as before
+        position = {name: i for i, name in enumerate(names)}  # a repeated name: its last column, as before
         self.index = position["index"]
         self.utilization = position["utilization.gpu"]
         self.memory_used = position["memory.used"]
@@ -168,7 +167,7 @@ def read_csv_snapshot(lines: Iterable[str], source: str, columns: Optional[Seque
                 )
         elif has_header and text.strip() == header_text:
             continue
-        if at is None or at.names != names:
+        if at is None:  # the names are fixed from here on
             at = _Positions(names)
         if len(cells) != len(names):
             bad_line(f"{source}:{lineno}", f"{len(cells)} fields where the columns name {len(names)} "

@@ -339,16 +339,13 @@ class Harness:
                results: List[ladder.TrialResult], control: Optional[dict]):
         jobs = self.spec.effective_jobs
         by_row = {row.names: row for row in rows}
-        limit = self.spec.max_time_s
         while True:
-            if limit is not None and self.elapsed() >= limit:
-                raise _TimeUp()  # _execute kills what runs; what had ended is the report
+            self._stop_at_max_time()
             for row in rows:
                 for task in row.next_tasks():
                     if len(running) >= jobs:
                         break
-                    sharing = self.spec.shares_cache(task.stress, task.row)
-                    if not self.shared.may_start(sharing):
+                    if not self.shared.may_start(self.spec.shares_cache(task.stress, task.row)):
                         continue
                     row.mark_started(task)
                     label = f"{row.label.replace(',', '+')}-{task.stress.value}-t{task.index + 1}"
@@ -357,7 +354,7 @@ class Harness:
                     self.tell(EventKind.STARTED, key, key, step=task.index + 1, total=total)
                     trial = _Trial(self, root, task, label, key)
                     running.append(trial)
-                    self.shared.started(trial, sharing)
+                    self.shared.started(trial, trial.shared_cache)
             if not running:
                 return control, results
             time.sleep(self.poll_s)
@@ -385,11 +382,14 @@ class Harness:
                 # announced once recorded: what it says is in the report, should a signal come now
                 self.tell(EventKind.FINISHED, trial.key, said, at_s=outcome.finished_at_s)
 
-    def _wait(self, trial: _Trial) -> dict:
+    def _stop_at_max_time(self) -> None:
         limit = self.spec.max_time_s
+        if limit is not None and self.elapsed() >= limit:
+            raise _TimeUp()  # _execute kills what runs; what had ended is the report
+
+    def _wait(self, trial: _Trial) -> dict:
         while True:
-            if limit is not None and self.elapsed() >= limit:
-                raise _TimeUp()
+            self._stop_at_max_time()
             result = trial.poll()
             if result is not None:
                 self.control = result  # kept before it is announced, for a partial report
