@@ -25,6 +25,9 @@ class FailureKind(WireEnum):
     # crossed (the CURRENT_PATCHER AssertionError)
     PATCHER_RACE = "fx-patcher-race"
     OTHER_ERROR = "other-error"  # anything else: an unrelated error, or a hang without a cycle
+    # nn.DataParallel replicated a torch.compile'd module: the wrapper forwarded the replica's `_parameters` and
+    # `_modules` to the user's model, which lost its submodules (repro/dataparallel.py); the replica thread raised
+    DATAPARALLEL_COMPILED_MODULE = "dataparallel-compiled-module"
 
 
 class BlameKind(WireEnum):

@@ -24,6 +24,9 @@ class Mode(str, enum.Enum):
     FORCED = "forced"
     STUCK = "stuck"
     FOREIGN_TRACE = "foreign-trace"  # a thread loops torch.fx.symbolic_trace next to the workers (the patcher race)
+    # Not a stress: nn.DataParallel's replica threads over a compiled model, each form in a child of its own
+    # (repro/dataparallel.py); --threads is the replica count
+    DATAPARALLEL = "dataparallel"
 
 
 class Shapes(str, enum.Enum):

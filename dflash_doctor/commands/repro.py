@@ -21,6 +21,7 @@ EPILOG = epilog(
      "dflash-doctor repro --device cuda --matrix",
      "dflash-doctor repro --matrix --max-time 300     # at most five minutes, however loaded the machine",
      "dflash-doctor repro --mode forced --expect reproduced --format json",
+     "dflash-doctor repro --mode dataparallel --threads 3 --device cuda",
      "dflash-doctor repro --model mypkg.drafter:build --trace trace.json",
      "dflash-doctor repro --model mypkg.drafter:build --model-compile yours --device cuda",
      "dflash-doctor repro --step mytrainer.replay:make_step --threads 3 --device cuda --mitigation threadlocal-flag"],
@@ -81,6 +82,28 @@ def check_torch(devices) -> None:
                          "--device cpu, or run where a CUDA build of torch is installed")
 
 
+def _dataparallel(threads: int, devices, steps: int, timeout: float, mitigation: str, fmt: OutputFormat,
+                  output: Optional[Path], quiet: bool, expect: Optional[Expect]) -> int:
+    """`--mode dataparallel`: each nn.DataParallel form in a child of its own (repro/dataparallel.py)."""
+    from dflash_doctor.errors import UsageError
+    from dflash_doctor.render.dataparallel_view import render_dataparallel_facts
+    from dflash_doctor.render.progress_view import reporting
+    from dflash_doctor.repro.dataparallel import EXIT_HARNESS_FAILURE, DataParallelSpec, parse_fixes, run_dataparallel
+
+    if len(devices) != 1 or not 2 <= threads <= 16 or not 1 <= steps <= 100:
+        raise UsageError("--mode dataparallel takes one --device (its replicas repeat it), --threads 2..16 "
+                         "replicas and --steps 1..100")
+    check_torch(devices)
+    spec = DataParallelSpec(replicas=threads, device=devices[0], steps=steps, fixes=parse_fixes(mitigation),
+                            timeout_s=timeout)
+    with reporting("repro", quiet=quiet) as progress:
+        report = run_dataparallel(spec, progress=progress)
+    if expect is not None and report.exit_code_override != EXIT_HARNESS_FAILURE:
+        report.facts["expect"] = expect.value
+        report.exit_code_override = 0 if report.facts.get("verdict") == expect.value else 1
+    return finish(report, fmt, output=output, facts_view=render_dataparallel_facts)
+
+
 def register(app: typer.Typer) -> None:
     @app.command(epilog=EPILOG)
     @guarded
@@ -115,7 +138,9 @@ def register(app: typer.Typer) -> None:
         mode: Mode = typer.Option(Mode.AUTO, "--mode",
                                   help="auto (climb the ladder); or one stress only: natural; amplified (sleep in FX "
                                        "proxy creation); forced (a thread holds the FX flag); stuck (two traces exit "
-                                       "out of order)."),
+                                       "out of order); dataparallel (nn.DataParallel's replica threads over a "
+                                       "compiled model, --threads replicas on one device, each form in its own "
+                                       "process; --mitigation compile-outside-dataparallel or processes)."),
         mitigation: str = typer.Option(registry.NONE, "--mitigation", help=registry.help_text()),
         matrix: bool = typer.Option(
             False, "--matrix", help="Put every mitigation through its stress ladder against one baseline; a row "
@@ -153,6 +178,8 @@ def register(app: typer.Typer) -> None:
         from dflash_doctor.repro.spec import DEFAULT_PRESET, ReproSpec, parse_devices
 
         devices = parse_devices(detect_device() if device is None else device)
+        if mode is Mode.DATAPARALLEL:
+            return _dataparallel(threads, devices, steps, timeout, mitigation, fmt, output, quiet, expect)
         spec = ReproSpec(
             threads=threads, devices=devices, backward=backward, checkpoint=checkpoint.value, shapes=shapes.value,
             cache=cache.value, steps=steps, trials=trials, timeout_s=timeout, hang_after_s=hang_after,

@@ -54,6 +54,10 @@ def findings_from_facts(facts: ReproFacts) -> List[Finding]:
         message = (f"{', '.join(victims) or 'a worker'} met another thread's torch.fx patches: "
                    f"{error or 'the FX patcher race'}")
         return [rules.FX_PATCHER_RACE.finding(message, evidence={**evidence, "victims": victims, "error": error})]
+    if kind == FailureKind.DATAPARALLEL_COMPILED_MODULE:
+        message = (f"nn.DataParallel replicated a compiled module and the user's model lost its submodules; "
+                   f"{', '.join(victims) or 'a replica'} raised: {error or 'an error'}")
+        return [rules.DATAPARALLEL_COMPILED_MODULE.finding(message, evidence=evidence)]
     message = f"{', '.join(victims) or 'a worker'} failed only when threaded: {error or 'hung without a lock cycle'}"
     return [rules.THREADED_STEP_FAILED.finding(message, evidence=evidence)]
 

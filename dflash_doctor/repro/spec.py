@@ -98,6 +98,8 @@ class ReproSpec:
     def _check_vocabularies(self) -> None:
         if self.mode not in {m.value for m in Mode}:
             raise UsageError(f"--mode must be one of {', '.join(m.value for m in Mode)}")
+        if self.mode == Mode.DATAPARALLEL.value:  # its own replay (repro/dataparallel.py), not the stress ladder
+            raise UsageError("--mode dataparallel replays nn.DataParallel's replicas, not the drafter ladder")
         if (self.checkpoint not in {c.value for c in Checkpoint} or self.shapes not in {s.value for s in Shapes}
                 or self.cache not in {c.value for c in Cache}):
             raise UsageError("bad --checkpoint, --shapes or --cache value")

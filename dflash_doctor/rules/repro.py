@@ -148,3 +148,27 @@ FX_PATCHER_RACE = register(Rule(
                mode="foreign-trace"),
     good=_GOOD,
 ))
+
+DATAPARALLEL_COMPILED_MODULE = register(Rule(
+    code="DFD707",
+    name="dataparallel-over-compiled-module",
+    severity=Severity.ERROR,
+    summary="nn.DataParallel around a torch.compile'd module broke the user's model at its first step",
+    rationale=(
+        "nn.DataParallel replicates its module on every forward with `_replicate_for_data_parallel()`, which "
+        "assigns the replica's `_parameters` and `_modules`. On a torch.compile'd module (OptimizedModule) those "
+        "assignments go through its `__setattr__`, which forwards them to the wrapped model: the user's own model "
+        "loses its parameters and submodules and becomes its own `_orig_mod` (torch 2.11 to 2.15, read). A replica "
+        "thread then raises, and DataParallel re-raises it as 'Caught <Error> in replica 0 on device 0' "
+        "(AttributeError on torch 2.13 CPU, a RecursionError in Dynamo's guard building on torch 2.11 H100). "
+        "No race is needed: it happens in the calling thread before any replica thread starts."
+    ),
+    fix="Compile outside the wrapper, `torch.compile(nn.DataParallel(model))`, or better one process per GPU "
+        "(torchrun with DistributedDataParallel, `accelerate launch`); `dflash-doctor repro --mode dataparallel` "
+        "runs each form and says which compiled anything.",
+    example_format="repro-facts",
+    bad=_facts("none", "reproduced", '"dataparallel-compiled-module"', "error",
+               '{"name": "replica-0", "outcome": "error", "steps": 0, "error": "AttributeError: Caught '
+               'AttributeError in replica 0 on device cpu."}', mode="dataparallel"),
+    good=_GOOD,
+))

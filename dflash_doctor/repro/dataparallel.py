@@ -1,0 +1,294 @@
+"""`repro --mode dataparallel`: nn.DataParallel's replica threads over a compiled model, each form in its own child.
+
+nn.DataParallel runs each replica's forward in a thread of its own (`parallel_apply`), and the Hugging Face
+Trainer wraps the model in it on a machine with several GPUs started without a launcher. The replay builds the
+forms trainers write and runs a few training steps of each in a fresh process (dataparallel_child.py), with the
+replicas on one device repeated (`device_ids=[0, 0, 0]` keeps one thread per replica), or on a CPU through the
+stand-in of dataparallel_cpu.py, which replays the same threads where torch refuses to.
+
+The baseline form, `nn.DataParallel(torch.compile(model))`, fails at its first step on every release read (2.11
+through 2.15): DataParallel's `replicate` calls `_replicate_for_data_parallel()` on the compiled wrapper, whose
+`__setattr__` forwards the replica's `_parameters = {}` and `_modules = {'_orig_mod': model}` to the wrapped
+model, so the user's own model loses its parameters and submodules and becomes its own child. The error the
+replica thread raises is a consequence (AttributeError on torch 2.13 CPU, a RecursionError in Dynamo's guard
+building on torch 2.11 H100: docs/races.md, "nn.DataParallel"). No second thread is needed: the corruption
+happens in the caller before any replica thread starts. The fixes below are the forms that avoid it, each run
+and checked the same way. Importing this module never imports torch.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+from dflash_doctor.errors import UsageError
+from dflash_doctor.findings import Problem, Report
+from dflash_doctor.outcomes import FailureKind, ThreadOutcome, WireEnum
+from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
+
+EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_HARNESS_FAILURE = 0, 1, 3
+RESULT_VERSION = 1
+
+
+class DataParallelForm(WireEnum):
+    """Who compiles what, and who runs the replicas."""
+
+    COMPILED_INSIDE = "compiled-inside"  # nn.DataParallel(torch.compile(model)): the form that fails
+    COMPILED_OUTSIDE = "compiled-outside"  # torch.compile(nn.DataParallel(model))
+    PER_REPLICA = "per-replica"  # parallel_apply over one separately compiled module per replica
+    COMPILED_FUNCTION = "compiled-function"  # nn.DataParallel(model) whose forward calls a compiled function
+    PROCESSES = "processes"  # one process per replica: DistributedDataParallel over gloo, compiled in each
+
+    @property
+    def code(self) -> str:
+        return _CODE[self]
+
+
+_CODE = {
+    DataParallelForm.COMPILED_INSIDE: "nn.DataParallel(torch.compile(model), device_ids=[0] * N)",
+    DataParallelForm.COMPILED_OUTSIDE: "torch.compile(nn.DataParallel(model, device_ids=[0] * N))",
+    DataParallelForm.PER_REPLICA: "parallel_apply([torch.compile(copy) for each replica], chunks)",
+    DataParallelForm.COMPILED_FUNCTION: "nn.DataParallel(model) with attend = torch.compile(flex_attention) inside",
+    DataParallelForm.PROCESSES: "torch.compile(DistributedDataParallel(model)), one process per replica",
+}
+BASELINE = DataParallelForm.COMPILED_INSIDE
+
+
+@dataclass(frozen=True)
+class DataParallelFix:
+    """Advice for a DataParallel trainer that repro applies (the form it builds) and checks (the form's steps)."""
+
+    name: str  # `repro --mode dataparallel --mitigation NAME`
+    form: DataParallelForm
+    api: str
+    caveat: str
+    registry_entry: Optional[str]  # the mitigation registry's entry it is an instance of, if any
+    measured: Tuple[Tuple[str, str, str], ...]  # (torch release, machine, what it showed)
+
+
+FIXES: Tuple[DataParallelFix, ...] = (
+    DataParallelFix(
+        name="compile-outside-dataparallel",
+        form=DataParallelForm.COMPILED_OUTSIDE,
+        api="model = torch.compile(nn.DataParallel(model))  # not nn.DataParallel(torch.compile(model))",
+        caveat="Dynamo skips DataParallel's own frames (torch's files) and the replica threads start without "
+               "Dynamo's per-thread frame hook, so the replicas can run uncompiled: `graphs` in the facts says "
+               "how many graphs the run compiled",
+        registry_entry=None,
+        measured=(("2.11", "H100", "3 steps, no error"),),
+    ),
+    DataParallelFix(
+        name="processes",
+        form=DataParallelForm.PROCESSES,
+        api="torchrun --nproc-per-node N train.py with DistributedDataParallel (one process per GPU), or "
+            "`accelerate launch`; the Hugging Face Trainer uses DDP when started by a launcher",
+        caveat="one CUDA context and one compile per process; several processes on one GPU (as replayed here) "
+               "share its memory",
+        registry_entry="processes",
+        measured=(),
+    ),
+)
+FIX_BY_NAME: Dict[str, DataParallelFix] = {fix.name: fix for fix in FIXES}
+
+
+@dataclass
+class FormSpec:
+    """What one child is told; travels as JSON."""
+
+    form: str
+    device: str
+    replicas: int
+    steps: int
+    width: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FormSpec":
+        return cls(**data)
+
+
+@dataclass
+class FormResult:
+    """What one child found; the child writes it, the parent reads it with from_dict (a missing field fails)."""
+
+    form: str
+    device: str
+    replicas: int
+    outcome: str = ThreadOutcome.RUNNING.value
+    steps: int = 0
+    step_s: List[float] = field(default_factory=list)
+    seconds: float = 0.0
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+    model_intact: Optional[bool] = None  # the user's model still has its own submodules after the steps
+    model_tree_after: List[str] = field(default_factory=list)
+    graphs: int = 0  # graphs Dynamo compiled in the process (0: everything ran uncompiled)
+    torch_version: Optional[str] = None
+    version: int = RESULT_VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FormResult":
+        names = {f.name for f in fields(cls)}
+        missing = {"form", "device", "replicas", "outcome", "version"} - set(data)
+        unknown = set(data) - names
+        if missing or unknown or data.get("version") != RESULT_VERSION:
+            raise ValueError(f"not a DataParallel form result: missing {sorted(missing)}, unknown {sorted(unknown)}")
+        return cls(**data)
+
+
+def parse_fixes(text: str) -> Tuple[str, ...]:
+    """--mitigation in this mode: none, or the DataParallel fixes by name."""
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if names in ((), ("none",)):
+        return ()
+    unknown = [name for name in names if name not in FIX_BY_NAME]
+    if unknown:
+        raise UsageError(f"--mode dataparallel takes --mitigation none or {', '.join(FIX_BY_NAME)}; "
+                         f"got {', '.join(unknown)}")
+    return names
+
+
+def classify(result: FormResult) -> Optional[FailureKind]:
+    """The failure a form ended in; None when every step ran and the user's model is as it was."""
+    if result.outcome == ThreadOutcome.OK and result.model_intact is not False:
+        return None
+    if result.model_intact is False:
+        return FailureKind.DATAPARALLEL_COMPILED_MODULE
+    from dflash_doctor.repro.classify import is_fx_error_text
+
+    if is_fx_error_text(result.error) or is_fx_error_text(result.traceback):
+        return FailureKind.FX_FLAG_LEAK
+    return FailureKind.OTHER_ERROR
+
+
+@dataclass(frozen=True)
+class DataParallelSpec:
+    replicas: int = 3
+    device: str = "cpu"
+    steps: int = 3
+    fixes: Tuple[str, ...] = ()  # () runs every form
+    timeout_s: float = 300.0
+    width: int = 0  # 0: 256 on a GPU, 64 on a CPU
+
+    def forms(self) -> Tuple[DataParallelForm, ...]:
+        if not self.fixes:
+            return tuple(DataParallelForm)
+        return (BASELINE,) + tuple(FIX_BY_NAME[name].form for name in self.fixes)
+
+
+Runner = Callable[[FormSpec, Path, float], FormResult]
+
+
+def run_form_child(spec: FormSpec, folder: Path, timeout_s: float) -> FormResult:
+    """One form in a fresh interpreter (children.py: never imports from the working folder), killed at the
+    timeout (the result then says it hung)."""
+    import subprocess
+
+    from dflash_doctor import children
+
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_path, out = folder / "spec.json", folder / "result.json"
+    spec_path.write_text(json.dumps(spec.to_dict()), encoding="utf-8")
+    log = open(folder / "log.txt", "wb")
+    try:
+        proc = children.popen(children.python_argv("dflash_doctor.repro.dataparallel_child", str(spec_path),
+                                                   str(out)), stdout=log, stderr=subprocess.STDOUT,
+                              env=children.child_env(extra={"TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
+                                                            "TRITON_CACHE_DIR": str(folder / "triton")}))
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            children.stop_all(reopen=True)
+            return FormResult(spec.form, spec.device, spec.replicas, outcome=ThreadOutcome.HUNG.value,
+                              error=f"no result after {timeout_s:.0f} s: killed", seconds=timeout_s)
+        finally:
+            children.release(proc.pid)
+    finally:
+        log.close()
+    if not out.exists():
+        tail = (folder / "log.txt").read_bytes()[-1500:].decode("utf-8", "replace")
+        return FormResult(spec.form, spec.device, spec.replicas, outcome=ThreadOutcome.ERROR.value,
+                          error=f"the child exited {proc.returncode} without a result: {tail}")
+    return FormResult.from_dict(json.loads(out.read_text(encoding="utf-8")))
+
+
+def run_dataparallel(spec: DataParallelSpec, *, runner: Runner = run_form_child, progress: Reporter = silent,
+                     clock: Callable[[], float] = time.perf_counter) -> Report:
+    """Every form asked for, one child each, one after another (each compiles cold, in its own cache)."""
+    started = clock()
+    width = spec.width or (64 if spec.device == "cpu" else 256)
+    root = Path(tempfile.mkdtemp(prefix="dflash-dataparallel-"))
+    rows = []
+    try:
+        for form in spec.forms():
+            progress(ProgressEvent(EventKind.STARTED, form.value, form.code, round(clock() - started, 3)))
+            result = runner(FormSpec(form.value, spec.device, spec.replicas, spec.steps, width), root / form.value,
+                            spec.timeout_s)
+            kind = classify(result)
+            said = f"reproduced ({kind})" if kind else f"ok, {result.steps} steps, {result.graphs} graph(s)"
+            progress(ProgressEvent(EventKind.FINISHED, form.value, said, round(clock() - started, 3)))
+            rows.append(form_facts(form, result, kind))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return build_report(spec, rows, round(clock() - started, 3))
+
+
+def form_facts(form: DataParallelForm, result: FormResult, kind: Optional[FailureKind]) -> dict:
+    fix = next((f for f in FIXES if f.form is form), None)
+    facts = {"form": form.value, "code": form.code, "outcome": result.outcome, "kind": kind, "steps": result.steps,
+             "seconds": result.seconds, "step_s": result.step_s, "graphs": result.graphs,
+             "model_intact": result.model_intact, "model_tree_after": result.model_tree_after,
+             "error": result.error, "traceback": result.traceback, "torch_version": result.torch_version,
+             "fix": fix.name if fix else None}
+    if fix is not None:
+        held = kind is None and result.outcome == ThreadOutcome.OK
+        facts["fix_outcome"] = "holds" if held and result.graphs else ("ran-uncompiled" if held else "fails")
+    return facts
+
+
+def build_report(spec: DataParallelSpec, rows: List[dict], wall_s: float) -> Report:
+    from dflash_doctor.rules import repro as rules
+
+    report = Report(command="repro")
+    baseline = next((row for row in rows if row["form"] == BASELINE.value), None)
+    reproduced = baseline is not None and baseline["kind"] is not None
+    facts = {"mode": "dataparallel", "device": spec.device, "threads": spec.replicas, "replicas": spec.replicas,
+             "torch_version": next((r["torch_version"] for r in rows if r["torch_version"]), None),
+             "mitigation": ",".join(spec.fixes) or "none", "steps": spec.steps,
+             "verdict": "reproduced" if reproduced else ("not-reproduced" if baseline else None),
+             "kind": baseline["kind"] if baseline else None, "forms": rows, "wall_s": wall_s,
+             "fixes": [{"name": f.name, "form": f.form.value, "api": f.api, "caveat": f.caveat,
+                        "registry_entry": f.registry_entry,
+                        "measured": [{"torch": t, "machine": m, "showed": s} for t, m, s in f.measured]}
+                       for f in FIXES]}
+    if spec.device == "cpu":
+        facts["cpu_note"] = ("on a CPU torch runs no replicas (parallel_apply refuses: no accelerator); the replay "
+                             "ran torch's DataParallel.forward with CPU device steps in the same threads "
+                             "(repro/dataparallel_cpu.py); no streams, devices or autograd device thread")
+    report.facts = facts
+    if reproduced and baseline is not None:
+        kind = baseline["kind"]
+        rule = rules.DATAPARALLEL_COMPILED_MODULE if kind == FailureKind.DATAPARALLEL_COMPILED_MODULE else (
+            rules.FX_FLAG_LEAK if kind == FailureKind.FX_FLAG_LEAK else rules.THREADED_STEP_FAILED)
+        report.findings.append(rule.finding(
+            f"{BASELINE.code} failed at step {baseline['steps'] + 1}: {(baseline['error'] or '').splitlines()[0]}",
+            evidence={"form": BASELINE.value, "model_intact": baseline["model_intact"],
+                      "model_tree_after": baseline["model_tree_after"], "device": spec.device,
+                      "torch_version": facts["torch_version"]}))
+    for row in rows:
+        if row["outcome"] == ThreadOutcome.HUNG.value:
+            report.problems.append(Problem(f"dataparallel {row['form']}", row["error"] or "hung",
+                                           "raise --timeout (a cold compile takes a while on a busy machine)"))
+    report.exit_code_override = (EXIT_HARNESS_FAILURE if baseline is None or baseline["outcome"] ==
+                                 ThreadOutcome.HUNG.value else EXIT_REPRODUCED if reproduced else EXIT_NOT_REPRODUCED)
+    report.summary = ("reproduced: " + str(facts["kind"])) if reproduced else "not reproduced"
+    return report
