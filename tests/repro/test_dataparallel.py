@@ -1,0 +1,107 @@
+"""`repro --mode dataparallel` on a CPU: the stand-in runs torch's own DataParallel.forward in one thread per
+replica, replicas share the original's parameters as torch's replicate makes them, and a compiled module under
+DataParallel breaks the user's model (real torch, real compiles, real threads, children as the CLI starts them)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from dflash_doctor.errors import UsageError
+from dflash_doctor.outcomes import FailureKind, ThreadOutcome
+from dflash_doctor.repro import dataparallel as dp
+from tests.conftest import run_cli_json
+
+
+def test_a_form_result_travels_through_its_codec_and_a_renamed_field_fails_loudly():
+    result = dp.FormResult("compiled-inside", "cpu", 3, outcome="error", steps=0, model_intact=False)
+    assert dp.FormResult.from_dict(result.to_dict()) == result
+    renamed = result.to_dict()
+    renamed["intact"] = renamed.pop("model_intact")
+    with pytest.raises(ValueError, match="unknown"):
+        dp.FormResult.from_dict(renamed)
+    missing = result.to_dict()
+    del missing["outcome"]
+    with pytest.raises(ValueError, match="missing"):
+        dp.FormResult.from_dict(missing)
+
+
+def test_mitigation_names_are_the_dataparallel_fixes_only():
+    assert dp.parse_fixes("none") == ()
+    assert dp.parse_fixes("compile-outside-dataparallel,processes") == ("compile-outside-dataparallel", "processes")
+    with pytest.raises(UsageError, match="compile-outside-dataparallel"):
+        dp.parse_fixes("threadlocal-flag")
+    spec = dp.DataParallelSpec(fixes=("processes",))
+    assert spec.forms() == (dp.DataParallelForm.COMPILED_INSIDE, dp.DataParallelForm.PROCESSES)
+
+
+def test_a_broken_model_is_the_wrapper_corruption_and_the_fx_error_is_the_flag_leak():
+    broken = dp.FormResult("compiled-inside", "cpu", 3, outcome="error", model_intact=False,
+                           error="AttributeError: Caught AttributeError in replica 0 on device cpu.")
+    leak = dp.FormResult("per-replica", "cpu", 3, outcome="error", model_intact=True,
+                         error="RuntimeError: Caught RuntimeError in replica 1 on device 0.",
+                         traceback="RuntimeError: Detected that you are using FX to symbolically trace a "
+                                   "dynamo-optimized function. This is not supported at the moment.")
+    fine = dp.FormResult("compiled-outside", "cpu", 3, outcome="ok", steps=3, model_intact=True)
+    assert dp.classify(broken) is FailureKind.DATAPARALLEL_COMPILED_MODULE
+    assert dp.classify(leak) is FailureKind.FX_FLAG_LEAK
+    assert dp.classify(fine) is None
+
+
+@pytest.mark.timeout(120)
+def test_the_stand_in_runs_torchs_forward_one_thread_per_replica_with_shared_parameters():
+    torch = pytest.importorskip("torch")
+    from dflash_doctor.repro.dataparallel_cpu import ReplicaThreads
+
+    class Recorder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.threads = set()
+
+        def forward(self, x):
+            self.threads.add(threading.current_thread().name)  # names are unique, idents are reused
+            return self.linear(x)
+
+    model = Recorder()
+    wrapper = ReplicaThreads(model, 3)
+    assert type(wrapper).forward is torch.nn.DataParallel.forward  # torch's own, as Dynamo meets it on a GPU
+    wrapper(torch.randn(6, 4)).sum().backward()
+    assert len(model.threads) == 3 and threading.current_thread().name not in model.threads  # one shared set
+    assert model.linear.weight.grad is not None and model.linear.weight.grad.abs().sum() > 0  # grads reach the leaf
+
+
+@pytest.mark.timeout(180)
+def test_compiling_outside_the_wrapper_leaves_the_replica_threads_uncompiled():
+    # Dynamo's frame hook is per thread: the replica threads start without it, so nothing in them is compiled.
+    torch = pytest.importorskip("torch")
+    from dflash_doctor.repro.dataparallel_cpu import ReplicaThreads
+
+    compiled_in = []
+
+    def backend(graph_module, example_inputs):
+        compiled_in.append(threading.current_thread().name)
+        return graph_module.forward
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    torch.compile(ReplicaThreads(model, 3), backend=backend)(torch.randn(6, 8)).sum().backward()
+    assert compiled_in == []
+    torch.compile(model, backend=backend)(torch.randn(6, 8))  # the same backend compiles the model itself
+    assert compiled_in == ["MainThread"]
+
+
+@pytest.mark.timeout(300)
+def test_the_mode_reproduces_the_corruption_and_checks_the_fix_through_the_cli(tmp_path):
+    proc, doc = run_cli_json("repro", "--mode", "dataparallel", "--threads", "3", "--device", "cpu", "--steps", "2",
+                             "--mitigation", "compile-outside-dataparallel", "--timeout", "240", timeout=290)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    facts = doc["facts"]
+    forms = {form["form"]: form for form in facts["forms"]}
+    assert list(forms) == ["compiled-inside", "compiled-outside"]
+    inside, outside = forms["compiled-inside"], forms["compiled-outside"]
+    assert facts["verdict"] == "reproduced" and facts["kind"] == "dataparallel-compiled-module"
+    assert inside["outcome"] == ThreadOutcome.ERROR and inside["steps"] == 0 and inside["model_intact"] is False
+    assert "in replica 0 on device cpu" in inside["error"]
+    assert outside["outcome"] == ThreadOutcome.OK and outside["steps"] == 2 and outside["model_intact"] is True
+    assert outside["fix_outcome"] == ("holds" if outside["graphs"] else "ran-uncompiled")
+    assert [f["code"] for f in doc["findings"]] == ["DFD707"]
