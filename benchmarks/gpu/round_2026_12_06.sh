@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The device round of 2026-12-06 (one H100, torch 2.11 + cu130): issues 34, 35 and 37, one block each. The lead
+# runs it with the device tool, carrying the py-spy wheel (git-ignored .whl/):
+#   run(command="bash benchmarks/gpu/round_2026_12_06.sh", carry=[".whl"], timeout_s=600)
+# Every step is bounded by `timeout` and by the round's budget (ROUND_BUDGET_S, default 540 s from the start): a
+# block that cannot get its minimum is skipped and says so. Each step's JSON and stderr tail go to a scratch folder;
+# at the end round_bundle.py folds them into at most 5 JSON files under $OUT (env, one per block), and
+# round_2026_12_06_table.py renders the tables for docs/gpu-results.md from them.
+#   B  issue 35: repro --mode dataparallel (every form, 3 replicas on GPU 0), then `run` on the shipped
+#      DataParallel-over-compiled script (uncaught and --catch), and the recommended fix (compile outside) under run
+#   C  issue 37: run --cache cold --on-hang kill on the deadlock loop; then the loop started without the tool and
+#      `attach PID` three times on the same hung process (the cycle must be named the same way each time)
+#   A  issue 34: the repro matrix rows with non-lazy-backward on 2.11 (and the plain baseline) still as before
+# BLOCKS="B C" runs a subset, in the order given.
+set -u
+START=$(date +%s)
+BUDGET="${ROUND_BUDGET_S:-540}"
+OUT="${OUT:-$(mktemp -d)}"
+WORK="$(mktemp -d)"
+cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+DD="python3 -m dflash_doctor"
+BLOCKS="${BLOCKS:-B C A}"
+
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+# step NAME LIMIT_S MIN_S CMD...: runs CMD bounded by min(LIMIT_S, what is left - 15 s for the bundling), or skips
+# it when less than MIN_S is left; its exit code, seconds and stderr tail go to $WORK/NAME.meta.json
+step() {
+  local name=$1 limit=$2 minimum=$3; shift 3
+  local avail=$(( $(left) - 15 ))
+  if [ "$avail" -lt "$minimum" ]; then
+    echo "{\"step\": \"$name\", \"skipped\": \"$avail s left, $minimum s needed\"}" >"$WORK/$name.meta.json"
+    echo "== $name skipped ($avail s left)"; return 0
+  fi
+  [ "$limit" -gt "$avail" ] && limit=$avail
+  echo "== $name (limit $limit s, $(left) s left) $(date +%T)"
+  local t0=$(date +%s.%N)
+  timeout -k 5 "$limit" "$@" >"$WORK/$name.stdout" 2>"$WORK/$name.stderr"
+  local rc=$?
+  python3 benchmarks/gpu/round_bundle.py meta "$WORK" "$name" "$rc" "$t0" "$limit" "$*"
+  echo "   $name exit $rc"
+}
+fresh_cache() { export TORCHINDUCTOR_CACHE_DIR="$(mktemp -d)"; export TRITON_CACHE_DIR="$TORCHINDUCTOR_CACHE_DIR/triton"; }
+
+python3 - "$OUT/env.json" <<'PY'
+import json, sys, torch
+json.dump({"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+           "gpus": torch.cuda.device_count()}, open(sys.argv[1], "w"))
+PY
+if ! command -v py-spy >/dev/null; then
+  pip install --no-index --quiet --target /tmp/site .whl/py_spy-0.4.3-*.whl >"$WORK/py-spy-install.txt" 2>&1 \
+    && export PATH="/tmp/site/bin:$PATH" PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+py-spy --version >"$WORK/py-spy-version.txt" 2>&1 || echo "py-spy missing: the attach steps will say so"
+
+for block in $BLOCKS; do case "$block" in
+B)  # issue 35: DataParallel over a compiled model, replicas on GPU 0 repeated
+  step B1_repro_dataparallel 200 90 $DD repro --mode dataparallel --threads 3 --device cuda --steps 3 \
+    --timeout 150 -f json -o "$WORK/B1_repro_dataparallel.json"
+  step B2_run_inside 70 40 $DD run --cache cold -f json -o "$WORK/B2_run_inside.json" -- \
+    python3 benchmarks/gpu/dataparallel_loop.py --form inside
+  step B3_run_inside_caught 70 40 $DD run --cache cold -f json -o "$WORK/B3_run_inside_caught.json" -- \
+    python3 benchmarks/gpu/dataparallel_loop.py --form inside --catch
+  step B4_run_outside_fix 70 40 $DD run --cache cold --expect clean -f json -o "$WORK/B4_run_outside_fix.json" -- \
+    python3 benchmarks/gpu/dataparallel_loop.py --form outside
+  ;;
+C)  # issue 37: the deadlock loop under run, then attach three times on one hung loop started without the tool
+  step C1_run_deadlock 90 45 $DD run --cache cold --on-hang kill --hang-after 60 -f json -o "$WORK/C1_run_deadlock.json" -- \
+    python3 benchmarks/gpu/plain_loop.py --shapes same --hang-after 80 --out "$WORK/C1_loop.json"
+  if [ $(( $(left) - 15 )) -ge 60 ]; then
+    ( fresh_cache; exec python3 benchmarks/gpu/plain_loop.py --shapes same --hang-after 200 --out "$WORK/C_loop.json" ) \
+      >"$WORK/C_loop.stdout" 2>"$WORK/C_loop.stderr" &
+    LOOP=$!
+    sleep 25  # the cycle forms 17-22 s after start on the H100 (docs/gpu-results.md)
+    for i in 1 2 3; do
+      step "C2_attach_$i" 30 20 $DD attach "$LOOP" --samples 2 --interval 2 -f json -o "$WORK/C2_attach_$i.json"
+    done
+    kill -9 "$LOOP" 2>/dev/null; wait "$LOOP" 2>/dev/null
+  else
+    echo '{"step": "C2_attach", "skipped": "less than 60 s left"}' >"$WORK/C2_attach.meta.json"
+  fi
+  ;;
+A)  # issue 34: the matrix rows that use non-lazy-backward, on 2.11, against a plain baseline
+  step A1_repro_baseline 60 35 $DD repro --threads 3 --shapes per-thread --device cuda --trials 1 --max-time 50 \
+    -f json -o "$WORK/A1_repro_baseline.json"
+  step A2_repro_non_lazy 100 60 $DD repro --threads 3 --shapes per-thread --device cuda --trials 2 --max-time 90 \
+    --mitigation non-lazy-backward -f json -o "$WORK/A2_repro_non_lazy.json"
+  step A3_repro_shim_non_lazy 120 70 $DD repro --threads 3 --shapes per-thread --device cuda --trials 2 --max-time 110 \
+    --mitigation threadlocal-flag,non-lazy-backward -f json -o "$WORK/A3_repro_shim_non_lazy.json"
+  ;;
+esac; done
+
+python3 benchmarks/gpu/round_bundle.py bundle "$WORK" "$OUT"
+python3 benchmarks/gpu/round_2026_12_06_table.py "$OUT"
+echo "round: $(( $(date +%s) - START )) s"

@@ -1,0 +1,104 @@
+"""Markdown tables for docs/gpu-results.md from the JSON that benchmarks/gpu/round_2026_12_06.sh leaves in $OUT.
+
+    python benchmarks/gpu/round_2026_12_06_table.py OUT_FOLDER
+
+Reads only the tool's JSON documents and the step metas (exit code, seconds); every figure comes from them.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _first_line(text: Optional[str], cap: int = 110) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return (line[:cap] + "...") if len(line) > cap else line
+
+
+def _codes(doc: Optional[dict]) -> str:
+    if not doc:
+        return "no JSON"
+    codes = [f["code"] for f in doc.get("findings", [])]
+    return ", ".join(codes) if codes else "no findings"
+
+
+def _step_cell(step: Dict[str, Any]) -> str:
+    meta = step.get("meta") or {}
+    if meta.get("skipped"):
+        return f"skipped ({meta['skipped']})"
+    said = f"exit {meta.get('rc')}, {meta.get('seconds')} s"
+    return said + (" (timed out)" if meta.get("timed_out") else "")
+
+
+def dataparallel_table(block: dict) -> List[str]:
+    lines = []
+    repro = (block["steps"].get("B1_repro_dataparallel") or {})
+    facts = ((repro.get("doc") or {}).get("facts")) or {}
+    if facts:
+        lines += [f"`repro --mode dataparallel --threads 3 --device cuda` ({_step_cell(repro)}; torch "
+                  f"{facts.get('torch_version')}): verdict **{facts.get('verdict')}** ({facts.get('kind')})", "",
+                  "| form | outcome | steps | graphs compiled | model intact | took s | fix | error |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for form in facts.get("forms", []):
+            fix = f"{form['fix']}: {form.get('fix_outcome')}" if form.get("fix") else "-"
+            lines.append(f"| `{form['code']}` | {form['outcome']} | {form['steps']} | {form['graphs']} | "
+                         f"{form['model_intact']} | {form['seconds']} | {fix} | {_first_line(form.get('error'))} |")
+        lines.append("")
+    else:
+        lines += [f"`repro --mode dataparallel`: {_step_cell(repro)}, no facts", ""]
+    lines += ["| `run` on benchmarks/gpu/dataparallel_loop.py | exit, time | findings | first finding |", "|---|---|---|---|"]
+    for name, label in (("B2_run_inside", "--form inside"), ("B3_run_inside_caught", "--form inside --catch"),
+                        ("B4_run_outside_fix", "--form outside (the fix), --expect clean")):
+        step = block["steps"].get(name) or {}
+        doc = step.get("doc")
+        first = (doc or {}).get("findings") or [{}]
+        lines.append(f"| {label} | {_step_cell(step)} | {_codes(doc)} | {_first_line(first[0].get('message'))} |")
+    return lines
+
+
+def attach_table(block: dict) -> List[str]:
+    lines = ["| step | exit, time | findings | first finding |", "|---|---|---|---|"]
+    for name, step in sorted(block["steps"].items()):
+        doc = step.get("doc")
+        first = (doc or {}).get("findings") or [{}]
+        lines.append(f"| {name} | {_step_cell(step)} | {_codes(doc)} | {_first_line(first[0].get('message'))} |")
+    return lines
+
+
+def repro_rows_table(block: dict) -> List[str]:
+    lines = ["| row | exit, time | verdict | kind | outcome | reason |", "|---|---|---|---|---|---|"]
+    for name, step in sorted(block["steps"].items()):
+        facts = ((step.get("doc") or {}).get("facts")) or {}
+        lines.append(f"| {facts.get('mitigation', name)} | {_step_cell(step)} | {facts.get('verdict')} | "
+                     f"{facts.get('kind')} | {facts.get('outcome', '-')} | {_first_line(facts.get('outcome_reason'), 90)} |")
+    return lines
+
+
+def main(argv: List[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    env = _load(out / "env.json") or {}
+    print(f"Device: {env.get('gpu')}, torch {env.get('torch')} (CUDA {env.get('cuda')}), {env.get('py_spy')}\n")
+    for filename, title, render in (("issue35_B.json", "Issue 35: nn.DataParallel over a compiled model", dataparallel_table),
+                                    ("issue37_C.json", "Issue 37: run and attach on the deadlock loop", attach_table),
+                                    ("issue34_A.json", "Issue 34: non-lazy-backward rows on torch 2.11", repro_rows_table)):
+        block = _load(out / filename)
+        print(f"### {title}\n")
+        print("\n".join(render(block)) if block else "(not run)")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
