@@ -12,8 +12,8 @@ through 2.15): DataParallel's `replicate` calls `_replicate_for_data_parallel()`
 model, so the user's own model loses its parameters and submodules and becomes its own child. The error the
 replica thread raises is a consequence (AttributeError on torch 2.13 CPU, a RecursionError in Dynamo's guard
 building on torch 2.11 H100: docs/races.md, "nn.DataParallel"). No second thread is needed: the corruption
-happens in the caller before any replica thread starts. The fixes below are the forms that avoid it, each run
-and checked the same way. Importing this module never imports torch.
+happens in the caller before any replica thread starts. The fixes (dflash_doctor/dataparallel.py) are forms that
+avoid it, each run and checked the same way. Importing this module never imports torch.
 """
 from __future__ import annotations
 
@@ -23,76 +23,16 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
+from dflash_doctor.dataparallel import BASELINE, FIX_BY_NAME, FIXES, DataParallelForm
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Problem, Report
-from dflash_doctor.outcomes import FailureKind, ThreadOutcome, WireEnum
+from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 
 EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_HARNESS_FAILURE = 0, 1, 3
 RESULT_VERSION = 1
-
-
-class DataParallelForm(WireEnum):
-    """Who compiles what, and who runs the replicas."""
-
-    COMPILED_INSIDE = "compiled-inside"  # nn.DataParallel(torch.compile(model)): the form that fails
-    COMPILED_OUTSIDE = "compiled-outside"  # torch.compile(nn.DataParallel(model))
-    PER_REPLICA = "per-replica"  # parallel_apply over one separately compiled module per replica
-    COMPILED_FUNCTION = "compiled-function"  # nn.DataParallel(model) whose forward calls a compiled function
-    PROCESSES = "processes"  # one process per replica: DistributedDataParallel over gloo, compiled in each
-
-    @property
-    def code(self) -> str:
-        return _CODE[self]
-
-
-_CODE = {
-    DataParallelForm.COMPILED_INSIDE: "nn.DataParallel(torch.compile(model), device_ids=[0] * N)",
-    DataParallelForm.COMPILED_OUTSIDE: "torch.compile(nn.DataParallel(model, device_ids=[0] * N))",
-    DataParallelForm.PER_REPLICA: "parallel_apply([torch.compile(copy) for each replica], chunks)",
-    DataParallelForm.COMPILED_FUNCTION: "nn.DataParallel(model) with attend = torch.compile(flex_attention) inside",
-    DataParallelForm.PROCESSES: "torch.compile(DistributedDataParallel(model)), one process per replica",
-}
-BASELINE = DataParallelForm.COMPILED_INSIDE
-
-
-@dataclass(frozen=True)
-class DataParallelFix:
-    """Advice for a DataParallel trainer that repro applies (the form it builds) and checks (the form's steps)."""
-
-    name: str  # `repro --mode dataparallel --mitigation NAME`
-    form: DataParallelForm
-    api: str
-    caveat: str
-    registry_entry: Optional[str]  # the mitigation registry's entry it is an instance of, if any
-    measured: Tuple[Tuple[str, str, str], ...]  # (torch release, machine, what it showed)
-
-
-FIXES: Tuple[DataParallelFix, ...] = (
-    DataParallelFix(
-        name="compile-outside-dataparallel",
-        form=DataParallelForm.COMPILED_OUTSIDE,
-        api="model = torch.compile(nn.DataParallel(model))  # not nn.DataParallel(torch.compile(model))",
-        caveat="Dynamo skips DataParallel's own frames (torch's files) and the replica threads start without "
-               "Dynamo's per-thread frame hook, so the replicas can run uncompiled: `graphs` in the facts says "
-               "how many graphs the run compiled",
-        registry_entry=None,
-        measured=(("2.11", "H100", "3 steps, no error"),),
-    ),
-    DataParallelFix(
-        name="processes",
-        form=DataParallelForm.PROCESSES,
-        api="torchrun --nproc-per-node N train.py with DistributedDataParallel (one process per GPU), or "
-            "`accelerate launch`; the Hugging Face Trainer uses DDP when started by a launcher",
-        caveat="one CUDA context and one compile per process; several processes on one GPU (as replayed here) "
-               "share its memory",
-        registry_entry="processes",
-        measured=(),
-    ),
-)
-FIX_BY_NAME: Dict[str, DataParallelFix] = {fix.name: fix for fix in FIXES}
 
 
 @dataclass
@@ -268,7 +208,7 @@ def build_report(spec: DataParallelSpec, rows: List[dict], wall_s: float) -> Rep
              "kind": baseline["kind"] if baseline else None, "forms": rows, "wall_s": wall_s,
              "fixes": [{"name": f.name, "form": f.form.value, "api": f.api, "caveat": f.caveat,
                         "registry_entry": f.registry_entry,
-                        "measured": [{"torch": t, "machine": m, "showed": s} for t, m, s in f.measured]}
+                        "measured": [asdict(m) for m in f.measured]}
                        for f in FIXES]}
     if spec.device == "cpu":
         facts["cpu_note"] = ("on a CPU torch runs no replicas (parallel_apply refuses: no accelerator); the replay "

@@ -1,5 +1,6 @@
 """Repro rules (DFD7xx): what a reproduced thread race was. Examples are repro facts documents (JSON); the
 classifier in dflash_doctor.repro.findings turns them into findings, and the tests run them."""
+from dflash_doctor.dataparallel import fix_text as dataparallel_fix_text
 from dflash_doctor.findings import Severity
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import fix_text
@@ -163,9 +164,7 @@ DATAPARALLEL_COMPILED_MODULE = register(Rule(
         "(AttributeError on torch 2.13 CPU, a RecursionError in Dynamo's guard building on torch 2.11 H100). "
         "No race is needed: it happens in the calling thread before any replica thread starts."
     ),
-    fix="Compile outside the wrapper, `torch.compile(nn.DataParallel(model))`, or better one process per GPU "
-        "(torchrun with DistributedDataParallel, `accelerate launch`); `dflash-doctor repro --mode dataparallel` "
-        "runs each form and says which compiled anything.",
+    fix=dataparallel_fix_text(),
     example_format="repro-facts",
     bad=_facts("none", "reproduced", '"dataparallel-compiled-module"', "error",
                '{"name": "replica-0", "outcome": "error", "steps": 0, "error": "AttributeError: Caught '

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from dflash_doctor.dataparallel import FIXES
 from dflash_doctor.errors import UsageError
 from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 from dflash_doctor.repro import dataparallel as dp
@@ -105,3 +106,14 @@ def test_the_mode_reproduces_the_corruption_and_checks_the_fix_through_the_cli(t
     assert outside["outcome"] == ThreadOutcome.OK and outside["steps"] == 2 and outside["model_intact"] is True
     assert outside["fix_outcome"] == ("holds" if outside["graphs"] else "ran-uncompiled")
     assert [f["code"] for f in doc["findings"]] == ["DFD707"]
+
+
+@pytest.mark.slow  # a cold compile per fix, one of them in three processes: `pytest -m slow`
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("fix", FIXES, ids=lambda fix: fix.name)
+def test_every_dataparallel_fix_runs_its_steps_and_leaves_the_model_whole(fix, tmp_path):
+    # What the table claims of each fix (its form runs and breaks nothing), proved on this machine.
+    pytest.importorskip("torch")
+    result = dp.run_form_child(dp.FormSpec(fix.form.value, "cpu", 3, 2, 32), tmp_path, 380)
+    assert (result.outcome, result.steps, result.model_intact) == (ThreadOutcome.OK, 2, True), result.error
+    assert dp.classify(result) is None
