@@ -11,6 +11,9 @@
 #   C  issue 37: run --cache cold --on-hang kill on the deadlock loop; then the loop started without the tool and
 #      `attach PID` three times on the same hung process (the cycle must be named the same way each time)
 #   A  issue 34: the repro matrix rows with non-lazy-backward on 2.11 (and the plain baseline) still as before
+#   H  (not in the default; needs its own device time) held-out trainers the project never tuned on: copied by the
+#      lead into the git-ignored .gpu/heldout_dp/ and carried (carry=[".whl", ".gpu"]); each runs plain (the
+#      truth: exit code, stderr tail) and under `run`, then `logs` reads the plain run's stderr
 # BLOCKS="B C" runs a subset, in the order given.
 set -u
 START=$(date +%s)
@@ -88,6 +91,23 @@ A)  # issue 34: the matrix rows that use non-lazy-backward, on 2.11, against a p
     --mitigation non-lazy-backward -f json -o "$WORK/A2_repro_non_lazy.json"
   step A3_repro_shim_non_lazy 120 70 $DD repro --threads 3 --shapes per-thread --device cuda --trials 2 --max-time 110 \
     --mitigation threadlocal-flag,non-lazy-backward -f json -o "$WORK/A3_repro_shim_non_lazy.json"
+  ;;
+H)  # held-out trainers: truth (plain) then the tool, each bounded; skipped where the folder was not carried
+  HELD=.gpu/heldout_dp
+  if [ -d "$HELD" ]; then
+    for spec in "hf:hf_style_trainer.py --torch_compile --data_parallel_replicas 3" \
+                "dp:dp_compiled.py --replicas 3" "executor:executor_trainer.py" "executor_varying:executor_trainer.py --varying" \
+                "profiler:profiler_thread_trainer.py" "thread_args:thread_args_trainer.py"; do
+      name=${spec%%:*}; args=${spec#*:}
+      ( fresh_cache; step "H_${name}_plain" 60 30 python3 $HELD/$args )
+      ( fresh_cache; step "H_${name}_run" 70 30 $DD run --cache cold --on-hang kill --hang-after 40 -f json \
+          -o "$WORK/H_${name}_run.json" -- python3 $HELD/$args )
+      [ -f "$WORK/H_${name}_plain.stderr" ] && step "H_${name}_logs" 20 5 $DD logs "$WORK/H_${name}_plain.stderr" \
+          -f json -o "$WORK/H_${name}_logs.json"
+    done
+  else
+    echo '{"step": "H", "skipped": ".gpu/heldout_dp was not carried"}' >"$WORK/H.meta.json"
+  fi
   ;;
 esac; done
 

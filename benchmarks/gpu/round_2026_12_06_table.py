@@ -92,7 +92,8 @@ def main(argv: List[str]) -> int:
     print(f"Device: {env.get('gpu')}, torch {env.get('torch')} (CUDA {env.get('cuda')}), {env.get('py_spy')}\n")
     for filename, title, render in (("issue35_B.json", "Issue 35: nn.DataParallel over a compiled model", dataparallel_table),
                                     ("issue37_C.json", "Issue 37: run and attach on the deadlock loop", attach_table),
-                                    ("issue34_A.json", "Issue 34: non-lazy-backward rows on torch 2.11", repro_rows_table)):
+                                    ("issue34_A.json", "Issue 34: non-lazy-backward rows on torch 2.11", repro_rows_table),
+                                    ("heldout_H.json", "Held-out trainers (plain run, run, logs)", attach_table)):
         block = _load(out / filename)
         print(f"### {title}\n")
         print("\n".join(render(block)) if block else "(not run)")
