@@ -106,6 +106,16 @@ def test_the_mode_reproduces_the_corruption_and_checks_the_fix_through_the_cli(t
     assert outside["outcome"] == ThreadOutcome.OK and outside["steps"] == 2 and outside["model_intact"] is True
     assert outside["fix_outcome"] == ("holds" if outside["graphs"] else "ran-uncompiled")
     assert [f["code"] for f in doc["findings"]] == ["DFD707"]
+    # the text view draws the same facts: every form's code, the broken model, the verdict
+    from rich.console import Console
+
+    from dflash_doctor.render.dataparallel_view import render_dataparallel_facts
+
+    console = Console(width=100, record=True)
+    render_dataparallel_facts(console, facts)
+    text = console.export_text()
+    assert inside["code"] in text and outside["code"] in text
+    assert "its submodules are gone" in text and "reproduced (dataparallel-compiled-module)" in text
 
 
 @pytest.mark.slow  # a cold compile per fix, one of them in three processes: `pytest -m slow`
