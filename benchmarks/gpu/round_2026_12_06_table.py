@@ -65,12 +65,23 @@ def dataparallel_table(block: dict) -> List[str]:
     return lines
 
 
+def _cycles(doc: Optional[dict]) -> str:
+    """How each finding named the hang: its cycle and the threads in it (the same on every attach, issue 37)."""
+    named = []
+    for finding in (doc or {}).get("findings", []):
+        evidence = finding.get("evidence") or {}
+        if evidence.get("cycle"):
+            named.append(f"{finding['code']} {evidence['cycle']} ({', '.join(map(str, evidence.get('threads') or []))})")
+    return "; ".join(named) or "-"
+
+
 def attach_table(block: dict) -> List[str]:
-    lines = ["| step | exit, time | findings | first finding |", "|---|---|---|---|"]
+    lines = ["| step | exit, time | findings | cycle named | first finding |", "|---|---|---|---|---|"]
     for name, step in sorted(block["steps"].items()):
         doc = step.get("doc")
         first = (doc or {}).get("findings") or [{}]
-        lines.append(f"| {name} | {_step_cell(step)} | {_codes(doc)} | {_first_line(first[0].get('message'))} |")
+        lines.append(f"| {name} | {_step_cell(step)} | {_codes(doc)} | {_cycles(doc)} | "
+                     f"{_first_line(first[0].get('message'))} |")
     return lines
 
 

@@ -27,6 +27,18 @@ def test_a_form_result_travels_through_its_codec_and_a_renamed_field_fails_loudl
         dp.FormResult.from_dict(missing)
 
 
+def test_every_fix_is_complete_and_the_rule_advises_from_the_table():
+    from dflash_doctor import mitigations
+    from dflash_doctor.rules.repro import DATAPARALLEL_COMPILED_MODULE
+
+    forms = [fix.form for fix in FIXES]
+    assert dp.BASELINE not in forms and len(set(forms)) == len(forms)
+    for fix in FIXES:
+        assert fix.api and fix.caveat and fix.measured, fix.name
+        assert fix.registry_entry is None or fix.registry_entry in mitigations.BY_NAME
+        assert fix.name in DATAPARALLEL_COMPILED_MODULE.fix and fix.api in DATAPARALLEL_COMPILED_MODULE.fix
+
+
 def test_mitigation_names_are_the_dataparallel_fixes_only():
     assert dp.parse_fixes("none") == ()
     assert dp.parse_fixes("compile-outside-dataparallel,processes") == ("compile-outside-dataparallel", "processes")
