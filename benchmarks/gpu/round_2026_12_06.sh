@@ -14,7 +14,8 @@
 #   H  (not in the default; needs its own device time) held-out trainers the project never tuned on: copied by the
 #      lead into the git-ignored .gpu/heldout_dp/ and carried (carry=[".whl", ".gpu"]); each runs plain (the
 #      truth: exit code, stderr tail) and under `run`, then `logs` reads the plain run's stderr
-# BLOCKS="B C" runs a subset, in the order given.
+# BLOCKS="B C" runs a subset, in the order given. The three blocks may need more than one call's 540 s (A3 alone
+# may take 150 s): run BLOCKS="B C" and BLOCKS="A" as two calls if the first one skipped A's rows.
 set -u
 START=$(date +%s)
 BUDGET="${ROUND_BUDGET_S:-540}"
@@ -89,7 +90,7 @@ A)  # issue 34: the matrix rows that use non-lazy-backward, on 2.11, against a p
     -f json -o "$WORK/A1_repro_baseline.json"
   step A2_repro_non_lazy 100 60 $DD repro --threads 3 --shapes per-thread --device cuda --trials 2 --max-time 90 \
     --mitigation non-lazy-backward -f json -o "$WORK/A2_repro_non_lazy.json"
-  step A3_repro_shim_non_lazy 120 70 $DD repro --threads 3 --shapes per-thread --device cuda --trials 2 --max-time 110 \
+  step A3_repro_shim_non_lazy 160 80 $DD repro --threads 3 --shapes per-thread --device cuda --trials 2 --max-time 150 \
     --mitigation threadlocal-flag,non-lazy-backward -f json -o "$WORK/A3_repro_shim_non_lazy.json"
   ;;
 H)  # held-out trainers: truth (plain) then the tool, each bounded; skipped where the folder was not carried

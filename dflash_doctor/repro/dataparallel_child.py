@@ -51,17 +51,20 @@ class MLP(nn.Module):
 _ATTEND: Optional[Callable] = None  # the compiled attention every replica calls (made once, like a module-level one)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """A compiled attention function called from inside the model: flex_attention on a GPU (as measured), SDPA on
-    a CPU (flex_attention has no CPU backward)."""
+def make_attend(device: torch.device) -> None:
+    """The compiled attention function the model calls, made once in the main thread as a module-level one would
+    be: flex_attention on a GPU (as measured), SDPA on a CPU (flex_attention has no CPU backward)."""
     global _ATTEND
-    if _ATTEND is None:
-        if q.device.type == "cuda":
-            from torch.nn.attention.flex_attention import flex_attention
+    if device.type == "cuda":
+        from torch.nn.attention.flex_attention import flex_attention
 
-            _ATTEND = torch.compile(flex_attention)
-        else:
-            _ATTEND = torch.compile(nn.functional.scaled_dot_product_attention)
+        _ATTEND = torch.compile(flex_attention)
+    else:
+        _ATTEND = torch.compile(nn.functional.scaled_dot_product_attention)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    assert _ATTEND is not None, "make_attend() first"
     return _ATTEND(q, k, v)
 
 
@@ -99,6 +102,8 @@ class FormRun:
         self.device = torch.device(spec.device)
         torch.manual_seed(0)
         form = DataParallelForm(spec.form)
+        if form is DataParallelForm.COMPILED_FUNCTION:
+            make_attend(self.device)
         self.model = (AttentionMLP if form is DataParallelForm.COMPILED_FUNCTION else MLP)(spec.width).to(self.device)
         self.tree = self.module_tree(self.model)
         self.forward = self.build(form)
