@@ -1,15 +1,17 @@
 """Text view of `repro --mode dataparallel`: one row per nn.DataParallel form, then the verdict and the fixes."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dflash_doctor.repro.dataparallel_facts import DataParallelFacts
+
 _OUTCOME_STYLE = {"ok": "green", "error": "bold red", "hung": "bold magenta"}
 
 
-def render_dataparallel_facts(console: "Console", facts: Dict[str, Any]) -> None:
+def render_dataparallel_facts(console: "Console", facts: "DataParallelFacts") -> None:
     from rich.markup import escape
 
     from dflash_doctor.render.tables import Column, fitted

@@ -30,6 +30,7 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Problem, Report
 from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
+from dflash_doctor.repro.dataparallel_facts import DataParallelFacts, FixFacts, FormFacts, MeasuredFacts
 
 EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_HARNESS_FAILURE = 0, 1, 3
 RESULT_VERSION = 1
@@ -162,12 +163,12 @@ def run_form_child(spec: FormSpec, folder: Path, timeout_s: float) -> FormResult
 
 
 def run_dataparallel(spec: DataParallelSpec, *, runner: Runner = run_form_child, progress: Reporter = silent,
-                     clock: Callable[[], float] = time.perf_counter) -> Report:
+                     clock: Callable[[], float] = time.perf_counter) -> Report[DataParallelFacts]:
     """Every form asked for, one child each, one after another (each compiles cold, in its own cache)."""
     started = clock()
     width = spec.width or (64 if spec.device == "cpu" else 256)
     root = Path(tempfile.mkdtemp(prefix="dflash-dataparallel-"))
-    rows = []
+    rows: List[FormFacts] = []
     try:
         for form in spec.forms():
             progress(ProgressEvent(EventKind.STARTED, form.value, form.code, round(clock() - started, 3)))
@@ -182,9 +183,9 @@ def run_dataparallel(spec: DataParallelSpec, *, runner: Runner = run_form_child,
     return build_report(spec, rows, round(clock() - started, 3))
 
 
-def form_facts(form: DataParallelForm, result: FormResult, kind: Optional[FailureKind]) -> dict:
+def form_facts(form: DataParallelForm, result: FormResult, kind: Optional[FailureKind]) -> FormFacts:
     fix = next((f for f in FIXES if f.form is form), None)
-    facts = {"form": form.value, "code": form.code, "outcome": result.outcome, "kind": kind, "steps": result.steps,
+    facts: FormFacts = {"form": form.value, "code": form.code, "outcome": result.outcome, "kind": kind, "steps": result.steps,
              "seconds": result.seconds, "step_s": result.step_s, "graphs": result.graphs,
              "model_intact": result.model_intact, "model_tree_after": result.model_tree_after,
              "error": result.error, "traceback": result.traceback, "torch_version": result.torch_version,
@@ -195,21 +196,24 @@ def form_facts(form: DataParallelForm, result: FormResult, kind: Optional[Failur
     return facts
 
 
-def build_report(spec: DataParallelSpec, rows: List[dict], wall_s: float) -> Report:
+def _fix_facts() -> List[FixFacts]:
+    return [{"name": f.name, "form": f.form.value, "api": f.api, "caveat": f.caveat, "registry_entry": f.registry_entry,
+             "measured": [MeasuredFacts(torch=m.torch, machine=m.machine, showed=m.showed) for m in f.measured]}
+            for f in FIXES]
+
+
+def build_report(spec: DataParallelSpec, rows: List[FormFacts], wall_s: float) -> Report[DataParallelFacts]:
     from dflash_doctor.rules import repro as rules
 
-    report = Report(command="repro")
+    report: Report[DataParallelFacts] = Report(command="repro")
     baseline = next((row for row in rows if row["form"] == BASELINE.value), None)
     reproduced = baseline is not None and baseline["kind"] is not None
-    facts = {"mode": "dataparallel", "device": spec.device, "threads": spec.replicas, "replicas": spec.replicas,
+    facts: DataParallelFacts = {"mode": "dataparallel", "device": spec.device, "threads": spec.replicas, "replicas": spec.replicas,
              "torch_version": next((r["torch_version"] for r in rows if r["torch_version"]), None),
              "mitigation": ",".join(spec.fixes) or "none", "steps": spec.steps,
              "verdict": "reproduced" if reproduced else ("not-reproduced" if baseline else None),
              "kind": baseline["kind"] if baseline else None, "forms": rows, "wall_s": wall_s,
-             "fixes": [{"name": f.name, "form": f.form.value, "api": f.api, "caveat": f.caveat,
-                        "registry_entry": f.registry_entry,
-                        "measured": [asdict(m) for m in f.measured]}
-                       for f in FIXES]}
+             "fixes": _fix_facts()}
     if spec.device == "cpu":
         facts["cpu_note"] = ("on a CPU torch runs no replicas (parallel_apply refuses: no accelerator); the replay "
                              "ran torch's DataParallel.forward with CPU device steps in the same threads "

@@ -118,6 +118,11 @@ def test_the_mode_reproduces_the_corruption_and_checks_the_fix_through_the_cli(t
     assert outside["outcome"] == ThreadOutcome.OK and outside["steps"] == 2 and outside["model_intact"] is True
     assert outside["fix_outcome"] == ("holds" if outside["graphs"] else "ran-uncompiled")
     assert [f["code"] for f in doc["findings"]] == ["DFD707"]
+    # the JSON keys are the typed model's (repro/dataparallel_facts.py)
+    from dflash_doctor.repro.dataparallel_facts import DataParallelFacts, FormFacts
+
+    for model, document in [(DataParallelFacts, facts)] + [(FormFacts, form) for form in facts["forms"]]:
+        assert model.__required_keys__ <= set(document) <= model.__required_keys__ | model.__optional_keys__
     # the text view draws the same facts: every form's code, the broken model, the verdict
     from rich.console import Console
 
