@@ -148,11 +148,13 @@ def run_form_child(spec: FormSpec, folder: Path, timeout_s: float) -> FormResult
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            children.stop_all(reopen=True)
+            children.stop_all(reopen=True)  # its group: the child and the processes it spawned
             return FormResult(spec.form, spec.device, spec.replicas, outcome=ThreadOutcome.HUNG.value,
                               error=f"no result after {timeout_s:.0f} s: killed", seconds=timeout_s)
-        finally:
-            children.release(proc.pid)
+        except BaseException:  # Ctrl-C or SIGTERM: no child outlives the run
+            children.stop_all(reopen=True)
+            raise
+        children.release(proc.pid)
     finally:
         log.close()
     if not out.exists():
