@@ -197,3 +197,15 @@ def test_ctrl_c_stops_a_threads_pipeline_within_the_bound(tmp_path, when, wait_f
     returncode, stdout, stderr, _ = _stop_and_watch(proc, signal.SIGINT)  # fails past STOP_BOUND_S
     assert returncode == 130 and "Traceback" not in stderr, stderr
     assert json.loads(stdout)["facts"]["interrupted"] == "SIGINT"
+
+
+@pytest.mark.timeout(120)
+def test_a_signal_to_repro_dataparallel_stops_its_form_child_and_removes_its_folder(tmp_path):
+    proc = _start(["repro", "--mode", "dataparallel", "--device", "cpu", "--threads", "3", "--timeout", "100",
+                   "-f", "json"], tmp_path)
+    wait_for(lambda: descendants_with_real_torch(proc.pid) or proc.poll() is not None, 90, "the form's child")
+    time.sleep(0.5)
+    returncode, stdout, stderr, alive = _stop_and_watch(proc, signal.SIGTERM)
+    assert not alive, f"orphans: {alive}"
+    assert returncode == 143 and "Traceback" not in stderr, stderr
+    assert not list(tmp_path.glob("dflash-dataparallel-*")), "temporary folder left behind"
