@@ -46,19 +46,40 @@ def fix_names(text: Optional[str]) -> Tuple[str, ...]:
 
 
 def _announcer(on_hang: OnHang):
+    """Each finding as a record shows it, while the command runs; for a hang, what happens next."""
     from dflash_doctor.printable import printable
 
-    def announce(finding) -> None:
-        if on_hang is OnHang.KILL:
-            then = "killing the command's process tree (--on-hang kill)"
-        else:
-            then = (f"the run is kept alive (--on-hang report); stop it with Ctrl-C, or kill -TERM {os.getpid()} "
-                    "(forwarded to the command's processes)")
-        sys.stderr.write(f"dflash-doctor: {finding.code} {finding.name}: {printable(finding.message)}\n"
-                         f"dflash-doctor: {then}\n")
-        sys.stderr.flush()
+    def announce(finding, is_hang: bool) -> None:
+        lines = [f"dflash-doctor: {finding.code} {finding.name}: {printable(finding.message)}"]
+        if is_hang and on_hang is OnHang.KILL:
+            lines.append("dflash-doctor: killing the command's process tree (--on-hang kill)")
+        elif is_hang:
+            lines.append(f"dflash-doctor: the run is kept alive (--on-hang report); stop it with Ctrl-C, or kill "
+                         f"-TERM {os.getpid()} (forwarded to the command's processes)")
+        _say_lines(lines)
 
     return announce
+
+
+def _say_lines(lines: List[str]) -> None:
+    sys.stderr.write("".join(f"{line}\n" for line in lines))
+    sys.stderr.flush()
+
+
+def _progress(result, total: int) -> None:
+    found = f"{len(result.findings)} finding(s)" if result.findings else "no findings"
+    _say_lines([f"dflash-doctor: trial {result.index + 1}/{total}: exit {result.exit_code}, {found} "
+                f"({result.seconds:.1f} s)"])
+
+
+def _command_inputs(command: List[str]) -> List[str]:
+    """The files the command names that exist (its script, its config, the program itself): -o must not be
+    one of them (`run -o train.py -- python train.py` would replace the user's script with the report)."""
+    import shutil
+
+    found = [arg for arg in command if os.path.isfile(arg)]
+    program = shutil.which(command[0]) if command else None
+    return found + ([program] if program else [])
 
 
 def _per_rank_path(path: Path, rank: int) -> Path:
@@ -101,22 +122,24 @@ def register(app: typer.Typer) -> None:
         thread that held the FX flag when one raised, the compile_lock / autograd deadlock as it forms, and
         prove a fix with --fix."""
         finite(hang_after, "--hang-after", minimum=1.0)
-        check_output(output)
-        check_output(trace, [output], "--trace")
         fixes = fix_names(fix)
         command = list(command or [])
         if command and command[0] == "--":
             command = command[1:]
         if not command:
             raise UsageError("no command given: dflash-doctor run [OPTIONS] -- COMMAND [ARGS]...")
+        check_output(output, _command_inputs(command))
+        check_output(trace, [output, *_command_inputs(command)], "--trace")
         from dflash_doctor.supervise.supervisor import (
             RunSpec, Supervisor, ranks_of, report_for, trace_phases,
         )
 
         spec = RunSpec(tuple(command), hang_after_s=hang_after, on_hang=on_hang, fixes=fixes,
                        cold_cache=cache is Cache.COLD, trials=trials, keep=keep)
-        results = Supervisor(spec, _announcer(on_hang)).run()
+        results = Supervisor(spec, _announcer(on_hang), say=lambda line: _say_lines([f"dflash-doctor: {line}"]),
+                             progress=_progress).run()
         report = report_for(spec, results, expect_clean=expect is RunExpect.CLEAN)
+        code = report.exit_code_override if report.exit_code_override is not None else 0
         if trace is not None:
             from dflash_doctor.runtime.chrome_trace import write_chrome_trace
 
@@ -126,9 +149,37 @@ def register(app: typer.Typer) -> None:
                     write_chrome_trace(path, trace_phases(results, rank))
 
                 write_artifact(report, "--trace", _per_rank_path(trace, rank), write_rank)
-        for result in results:
-            if result.session:
-                sys.stderr.write(f"dflash-doctor: session kept in {result.session}\n")
-        from dflash_doctor.render.live_view import render_run_facts
+        try:
+            for result in results:
+                if result.session:
+                    sys.stderr.write(f"dflash-doctor: session kept in {result.session}\n")
+            _finish(report, fmt, output)
+        except OSError:  # stderr went away: the report is lost, the command's exit code is not
+            _silence_stderr()
+        return code  # the command's, whatever happened to the report (finish's own code is not it)
 
-        return finish(report, fmt, output=output, facts_view=render_run_facts, report_stream=sys.stderr)
+
+def _finish(report, fmt: OutputFormat, output: Optional[Path]) -> None:
+    """The report to --output (a fallback file named on stderr if that fails), or to stderr. A machine format
+    on stderr is written last, on one line of its own, after the tool's other lines, so the last line of stderr
+    is the document whatever the command wrote before it."""
+    import io
+    import json
+
+    from dflash_doctor.render.live_view import render_run_facts
+
+    if output is not None or fmt not in (OutputFormat.JSON, OutputFormat.SARIF):
+        finish(report, fmt, output=output, facts_view=render_run_facts, report_stream=sys.stderr)
+        return
+    document = io.StringIO()
+    finish(report, fmt, facts_view=render_run_facts, report_stream=document)
+    sys.stderr.write("\n" + json.dumps(json.loads(document.getvalue()), separators=(",", ":")) + "\n")
+    sys.stderr.flush()
+
+
+def _silence_stderr() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+    except OSError:
+        pass

@@ -6,28 +6,31 @@ torch, right after torch's own import finishes and before the user's code can cr
 `--fix` set-ups, the recorder's hooks, and the blame hook on the FX-tracing predicate. A process that never
 imports torch never imports it here either.
 
-The record (records.py) is written to the session folder when the watchdog fires, at the first FX-tracing
-error of each thread, and at exit, so a process killed afterwards (`--on-hang kill`, SIGKILL) still reports.
+The record (records.py, its one codec) is written to the session folder when the watchdog fires, at the first
+FX-tracing error of each thread, at a thread's death, and at exit, so a process killed afterwards (`--on-hang
+kill`, SIGKILL) still reports. Every write checks the folder first (sessionfs.py): a process that outlives the run
+writes nothing. A crash of the interpreter itself (SIGSEGV in an extension) leaves faulthandler's trace there.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.util
-import json
+import importlib
 import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ContextManager, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Optional, Set
 
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, FlightRecorder
-from dflash_doctor.supervise.session import RunConfig, record_path
+from dflash_doctor.supervise.session import FAULT_PREFIX, RunConfig, record_name
+from dflash_doctor.supervise.sessionfs import SessionFolder
 
 if TYPE_CHECKING:
+    from dflash_doctor.findings import Problem
     from dflash_doctor.mitigations import Mitigation
     from dflash_doctor.runtime.watchdog import Watchdog
+    from dflash_doctor.supervise.records import DeathRecord, HangRecord, ProcessRecord
 
 MAX_EVENTS = 20_000  # per record: the newest ones (a long run's steady state adds none; recompiles do)
 TOOL_THREAD_PREFIX = "dflash-doctor"
@@ -39,17 +42,34 @@ _AGENT: Optional["Agent"] = None
 
 
 def start(session: str) -> "Agent":
-    """Called once per process by the bootstrap."""
+    """Called once per process by the bootstrap (it checked nothing: the config is read from a checked folder)."""
     global _AGENT
     if _AGENT is None:
-        path = Path(session)
-        _AGENT = Agent(path, RunConfig.read(path))
+        folder = SessionFolder.from_environ(session)
+        _AGENT = Agent(Path(session), RunConfig.read(folder), folder=folder)
         _AGENT.start()
     return _AGENT
 
 
 def current() -> Optional["Agent"]:
     return _AGENT
+
+
+def _cpu_reader() -> Callable[[], float]:
+    """The watchdog's CPU reading of this process tree; without psutil (another interpreter's environment),
+    this process and its waited-for children through os.times()."""
+    try:
+        import psutil  # noqa: F401
+
+        from dflash_doctor.runtime.watchdog import ProcessTreeCpu
+
+        return ProcessTreeCpu()
+    except ImportError:
+        def own() -> float:
+            times = os.times()
+            return times.user + times.system + times.children_user + times.children_system
+
+        return own
 
 
 def _mark_initialised(module) -> None:
@@ -61,7 +81,7 @@ def _mark_initialised(module) -> None:
         spec._initializing = False
 
 
-class _TorchImportHook(importlib.abc.MetaPathFinder):
+class _TorchImportHook:
     """Finds nothing itself: on the first `import torch` it lets the other finders find torch and wraps that
     loader's exec_module, so `then` runs right after torch's own __init__ has run."""
 
@@ -73,7 +93,7 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
             return None
         with contextlib.suppress(ValueError):
             sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
+        spec = _find_spec("torch")
         loader = getattr(spec, "loader", None)
         if spec is None or loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -86,6 +106,16 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_module
         return spec
+
+
+def _find_spec(name: str):
+    """importlib.util.find_spec without importing it: ask each finder on sys.meta_path in turn."""
+    for finder in list(sys.meta_path):
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, None) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
 
 
 # A Dynamo guard that broke while another thread traced (or had just traced) is the patcher race too: the trace
@@ -117,22 +147,25 @@ def _guard_broke(exc: BaseException) -> bool:
 
 class Agent:
     def __init__(self, session: Path, config: RunConfig, clock: Callable[[], float] = time.perf_counter,
-                 lookup: Optional[Callable[[str], "Mitigation"]] = None) -> None:
+                 lookup: Optional[Callable[[str], "Mitigation"]] = None,
+                 folder: Optional[SessionFolder] = None) -> None:
         from dflash_doctor import mitigations as registry
 
         self.session = session
+        self.folder = folder or SessionFolder.from_environ(str(session))
         self.config = config
         self.recorder = FlightRecorder(clock=clock)
         self.clock = clock
         self.started_at = time.time()
         self.pid = os.getpid()
         self.forked = False
-        self.problems: List[dict] = []
-        self.fix_facts: dict = {}
+        self.problems: List["Problem"] = []
+        self.fix_facts: Dict[str, Dict[str, Any]] = {}
         self.torch_version: Optional[str] = None
         self.fx_flag_thread_local: Optional[bool] = None
-        self.hang: Optional[dict] = None
-        self.deaths: List[dict] = []  # DeathRecord.to_dict() of each thread whose target raised
+        self.hang: Optional["HangRecord"] = None
+        self.deaths: List["DeathRecord"] = []  # each thread whose target raised
+        self.threads_started = 0  # threads of the user's started since the agent began (not the tool's)
         self.ended: Optional[str] = None
         self.watchdog: Optional["Watchdog"] = None
         self._fixes = [(lookup or registry.get)(name) for name in config.fixes]
@@ -144,6 +177,7 @@ class Agent:
 
     # -- start-up ------------------------------------------------------------------------------------------
     def start(self) -> None:
+        self._trace_crashes()
         self._hook_thread_start()  # the per-thread fixes, and every thread's death
         if "torch" in sys.modules:  # a sitecustomize chained before us imported it
             self.on_torch_imported()
@@ -153,11 +187,25 @@ class Agent:
         if not any(marker in (sys.argv[0] if sys.argv else "") for marker in HELPER_MARKERS):
             self._start_watchdog()
 
+    def _trace_crashes(self) -> None:
+        """faulthandler into a file of the session folder, so an interpreter that dies of SIGSEGV or SIGABRT (a
+        crash in an extension) leaves its threads' stacks in the report. Left alone when the user enabled it."""
+        import faulthandler
+
+        if faulthandler.is_enabled():
+            return
+        try:
+            fd = self.folder.open_new(f"{FAULT_PREFIX}{os.getpid()}.txt")
+        except OSError:
+            return
+        self._fault_fd = fd  # kept open for the life of the process: faulthandler writes to it at the crash
+        faulthandler.enable(file=fd, all_threads=True)
+
     def _start_watchdog(self) -> None:
-        from dflash_doctor.runtime.watchdog import ProcessTreeCpu, Watchdog
+        from dflash_doctor.runtime.watchdog import Watchdog
 
         self.watchdog = Watchdog(lambda: self.recorder.last_progress, self.config.hang_after_s, self.on_hang,
-                                 clock=self.clock, cpu_seconds=ProcessTreeCpu(),
+                                 clock=self.clock, cpu_seconds=_cpu_reader(),
                                  cycle_confirm_s=self.config.cycle_confirm_s, fallback_armed=self._compile_began,
                                  precheck=self._may_hold_a_cycle, thread_factory=threading.Thread)
         self.watchdog.start()
@@ -199,7 +247,12 @@ class Agent:
             self._problem("the flight recorder", exc, "the run went on without (some of) the recorder's hooks")
 
     def _problem(self, subject: str, exc: BaseException, hint: str) -> None:
-        self.problems.append({"subject": subject, "reason": f"{type(exc).__name__}: {exc}", "hint": hint})
+        self._add_problem(subject, f"{type(exc).__name__}: {exc}", hint)
+
+    def _add_problem(self, subject: str, reason: str, hint: str) -> None:
+        from dflash_doctor.findings import Problem
+
+        self.problems.append(Problem(subject, reason, hint))
 
     def apply_setups(self) -> None:
         """Each `--fix` set-up (mitigations.py), then the blame hook again: a set-up may have replaced the
@@ -212,8 +265,7 @@ class Agent:
             try:
                 self.fix_facts[fix.name] = fix.setup()
             except registry.MitigationFailed as exc:
-                self.problems.append({"subject": f"--fix {fix.name}", "reason": str(exc),
-                                      "hint": "this torch cannot apply it; the run went on without it"})
+                self._add_problem(f"--fix {fix.name}", str(exc), "this torch cannot apply it; the run went on without it")
             except Exception as exc:  # noqa: BLE001 - a fix that breaks is reported, the user's compile goes on
                 self._problem(f"--fix {fix.name}", exc, "the run went on without it")
         try:
@@ -263,8 +315,7 @@ class Agent:
                 context: ContextManager[object] = fix.in_each_thread()
                 stack.enter_context(context)
             except Exception as exc:  # noqa: BLE001 - a thread must start even if a fix cannot be entered
-                self.problems.append({"subject": f"--fix {fix.name}", "reason": f"{type(exc).__name__}: {exc}",
-                                      "hint": f"not applied in thread {threading.current_thread().name}"})
+                self._problem(f"--fix {fix.name}", exc, f"not applied in thread {threading.current_thread().name}")
 
     def _hook_thread_start(self) -> None:
         """Every thread started from now on enters the per-thread fixes around its whole life, and its death is
@@ -280,6 +331,7 @@ class Agent:
         def bootstrap(thread_self):
             if thread_self.name.startswith(TOOL_THREAD_PREFIX):
                 return original(thread_self)
+            agent.threads_started += 1
             if name == "_bootstrap_inner":
                 agent._watch_death(thread_self)
             if not per_thread or "torch" not in sys.modules:
@@ -330,7 +382,7 @@ class Agent:
                             last[0] if last else None, round(last[1], 6) if last else None)
         self.recorder.record("thread-died", "I", type=death.error_type, message=death.error[:200])
         with self._write_lock:
-            self.deaths.append(death.to_dict())
+            self.deaths.append(death)
         self.write()
 
     # -- hangs and exits -----------------------------------------------------------------------------------
@@ -346,7 +398,7 @@ class Agent:
         self.recorder.record("hang", "I", cycle=report.diagnosis.cycle)
         self.hang = HangRecord(report.diagnosis, tuple(report.stacks), round(fired - start, 6),
                                None if clear is None else round(clear - start, 6),
-                               round(last_event - start, 6)).to_dict()
+                               round(last_event - start, 6))
         self.write()
 
     def _hook_exits(self) -> None:
@@ -358,7 +410,7 @@ class Agent:
         def excepthook(kind, value, traceback):
             if value is not None:
                 self.recorder.exception(value)
-                if not isinstance(value, (KeyboardInterrupt, SystemExit)):
+                if self._main_thread_death_counts(value):
                     # the main thread dies of it: often a worker's error re-raised by future.result()
                     with contextlib.suppress(Exception):
                         self.on_thread_death(value, reraised=True)
@@ -376,6 +428,15 @@ class Agent:
 
         os._exit = exit_now
         os.register_at_fork(after_in_child=self._after_fork)
+
+    def _main_thread_death_counts(self, value: BaseException) -> bool:
+        """The main thread's death is a finding only in a process that ran threads of its own (a worker's error
+        re-raised by future.result() is the case it is for). Ctrl-C, sys.exit and a reader that went away (a
+        BrokenPipeError from `| head`) end a program in ordinary ways, as does any error of a single-threaded one:
+        its exit code says so."""
+        if isinstance(value, (KeyboardInterrupt, SystemExit, BrokenPipeError)):
+            return False
+        return self.threads_started > 0
 
     def _after_fork(self) -> None:
         """A forked child (a DataLoader worker): its own pid and an empty log; the watchdog thread did not
@@ -400,28 +461,30 @@ class Agent:
             self.write()
 
     # -- the record ----------------------------------------------------------------------------------------
-    def to_dict(self) -> dict:
-        def rank(name: str) -> Optional[int]:
-            value = os.environ.get(name, "")
-            return int(value) if value.strip().isdigit() else None
+    def record(self) -> "ProcessRecord":
+        from dflash_doctor.supervise.records import BlameRecord, ProcessRecord
 
-        events = self.recorder.events[-MAX_EVENTS:]
-        return {
-            "pid": self.pid, "ppid": os.getppid(), "argv": list(sys.argv), "rank": rank("RANK"),
-            "local_rank": rank("LOCAL_RANK"), "torch_version": self.torch_version,
-            "fx_flag_thread_local": self.fx_flag_thread_local, "fixes": list(self.config.fixes),
-            "fix_facts": self.fix_facts, "problems": list(self.problems),
-            "events": [event.to_dict() for event in events], "blames": [b.to_dict() for b in self.recorder.blames],
-            "hang": self.hang, "deaths": list(self.deaths), "ended": self.ended, "started_at": self.started_at,
-        }
+        def rank(name: str) -> Optional[int]:
+            value = os.environ.get(name, "").strip()
+            return int(value) if value.isdigit() and len(value) < 10 else None
+
+        return ProcessRecord(
+            pid=self.pid, ppid=os.getppid(), argv=tuple(str(arg) for arg in sys.argv), rank=rank("RANK"),
+            local_rank=rank("LOCAL_RANK"), torch_version=self.torch_version,
+            fx_flag_thread_local=self.fx_flag_thread_local, fixes=tuple(self.config.fixes),
+            problems=tuple(self.problems), events=tuple(self.recorder.events[-MAX_EVENTS:]),
+            blames=tuple(BlameRecord(b.victim, b.holder, b.kind, b.error, b.at_s, b.holder_stack)
+                         for b in self.recorder.blames),
+            hang=self.hang, deaths=tuple(self.deaths), ended=self.ended, started_at=self.started_at,
+            fix_facts={name: dict(facts or {}) for name, facts in self.fix_facts.items()})
 
     def write(self) -> None:
-        """Atomically replace this process's record (a reader never sees half of one)."""
+        """Atomically replace this process's record (a reader never sees half of one), in a folder checked
+        again first (sessionfs.py)."""
+        from dflash_doctor.supervise.records import encode
+
         with self._write_lock:
-            path = record_path(self.session, self.pid)
-            temporary = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
             try:
-                temporary.write_text(json.dumps(self.to_dict(), default=str), encoding="utf-8")
-                os.replace(temporary, path)
+                self.folder.replace(record_name(self.pid), encode(self.record()))
             except OSError:
-                pass  # the session folder is gone (the supervisor ended): nothing left to tell
+                pass  # the session folder is gone or is not the run's: nothing left to tell

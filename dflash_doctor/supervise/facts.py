@@ -20,6 +20,13 @@ class RunProcessFacts(TypedDict):
     hang_latency_s: Optional[float]
 
 
+class CrashFacts(TypedDict):
+    """A process of the command whose interpreter crashed: faulthandler's trace, every thread's stack."""
+
+    pid: int
+    trace: str
+
+
 class TrialFacts(TypedDict):
     trial: int
     exit_code: int
@@ -28,6 +35,8 @@ class TrialFacts(TypedDict):
     killed_on_hang: bool
     signals_forwarded: List[str]
     session: Optional[str]  # the session folder, when it was kept
+    ended: List[str]  # "pid (name)" of each process the command left running, which run ended
+    crashes: List[CrashFacts]
     processes: List[RunProcessFacts]
 
 

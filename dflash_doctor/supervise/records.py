@@ -1,14 +1,21 @@
-"""The per-process record: what the agent in one process of a `run` saw, as the supervisor reads it back.
+"""The per-process record: what the agent in one process of a `run` saw, and its one codec.
 
-The agent writes it as JSON into the session folder (at a hang, at an FX error, at exit); `load` turns it back
-into these frozen types, so the findings and the report never read a dict by string key.
+The agent builds a `ProcessRecord` and writes it with `encode` into the session folder (at a hang, at an FX error,
+at a thread's death, at exit); the supervisor reads it back with `decode`, the same module, so a renamed field
+fails here and loudly, never as a silent default. `decode` is strict: the version must match, every field must be
+there with its type, numbers must be finite and within range; anything else (`"pid": 1e400`, nesting a thousand
+deep, half a file) is a `RecordError`, which the supervisor turns into a problem, never an internal error.
+
+`ProcessRecord.from_dict` is the lenient reader of the live rules' example documents (rules/live.py), which carry
+only what the rules read; it is never used on what another process wrote.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from dflash_doctor.findings import Problem
 from dflash_doctor.outcomes import BlameKind, FailureKind
@@ -119,6 +126,7 @@ class ProcessRecord:
     deaths: Tuple[DeathRecord, ...]
     ended: Optional[str]  # exit | os._exit | None while it runs (or when it was killed)
     started_at: float  # wall clock (time.time()) of the agent's start: aligns processes in one trace
+    fix_facts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # what each --fix set-up reported
 
     @property
     def label(self) -> str:
@@ -144,20 +152,207 @@ class ProcessRecord:
         )
 
 
-def load(path: Path) -> ProcessRecord:
-    return ProcessRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+# -- the codec ------------------------------------------------------------------------------------------------
+RECORD_VERSION = 1
+MAX_DEPTH = 64  # the deepest a genuine record nests is 6 (record > hang > stacks > frame > enclosing_with > pair)
+_T = TypeVar("_T")
 
 
-def load_session(session: Path) -> Tuple[List[ProcessRecord], List[Problem]]:
-    """Every record in a session folder, by rank then pid; a file that cannot be read is a problem."""
-    from dflash_doctor.supervise.session import RECORD_PREFIX
+class RecordError(ValueError):
+    """What another process wrote is not a record of this version."""
 
-    records, problems = [], []
-    for path in sorted(session.glob(f"{RECORD_PREFIX}*.json")):
-        try:
-            records.append(load(path))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            problems.append(Problem(path.name, f"the process record could not be read ({exc})",
-                                    "the process may have been killed while writing it"))
-    records.sort(key=lambda r: (r.rank is None, r.rank or 0, r.pid))
-    return records, problems
+
+def _field(data: Mapping[str, Any], key: str) -> Any:
+    if not isinstance(data, dict):
+        raise RecordError(f"expected an object holding {key!r}, got {type(data).__name__}")
+    if key not in data:
+        raise RecordError(f"missing field {key!r}")
+    return data[key]
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    value = _field(data, key)
+    if type(value) is not int or not -2 ** 63 <= value < 2 ** 63:
+        raise RecordError(f"{key!r} is not an integer in range: {str(value)[:40]}")
+    return value
+
+
+def _float(data: Mapping[str, Any], key: str) -> float:
+    value = _field(data, key)
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise RecordError(f"{key!r} is not a finite number: {str(value)[:40]}")
+    return float(value)
+
+
+def _str(data: Mapping[str, Any], key: str) -> str:
+    value = _field(data, key)
+    if not isinstance(value, str):
+        raise RecordError(f"{key!r} is not a string")
+    return value
+
+
+def _bool(data: Mapping[str, Any], key: str) -> bool:
+    value = _field(data, key)
+    if not isinstance(value, bool):
+        raise RecordError(f"{key!r} is not true or false")
+    return value
+
+
+def _optional(data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], _T]) -> Optional[_T]:
+    return None if _field(data, key) is None else read(data, key)
+
+
+def _list(data: Mapping[str, Any], key: str) -> List[Any]:
+    value = _field(data, key)
+    if not isinstance(value, list):
+        raise RecordError(f"{key!r} is not a list")
+    return value
+
+
+def _strings(data: Mapping[str, Any], key: str) -> Tuple[str, ...]:
+    values = _list(data, key)
+    if not all(isinstance(value, str) for value in values):
+        raise RecordError(f"{key!r} holds something other than strings")
+    return tuple(values)
+
+
+def _frame(data: Any) -> Frame:
+    pairs = []
+    for pair in _list(data, "enclosing_with"):
+        if not (isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and isinstance(pair[1], str)):
+            raise RecordError("'enclosing_with' holds something other than [line, text] pairs")
+        pairs.append((pair[0], pair[1]))
+    return Frame(_str(data, "file"), _int(data, "line"), _str(data, "function"), _str(data, "source"), tuple(pairs))
+
+
+def _frames(data: Mapping[str, Any], key: str) -> Tuple[Frame, ...]:
+    return tuple(_frame(item) for item in _list(data, key))
+
+
+def _event(data: Any) -> Event:
+    detail = _field(data, "detail")
+    if not isinstance(detail, dict):
+        raise RecordError("an event's 'detail' is not an object")
+    return Event(_float(data, "t"), _str(data, "thread"), _int(data, "tid"), _str(data, "kind"),
+                 _str(data, "phase"), detail)
+
+
+def _enum(data: Mapping[str, Any], key: str, kind: Callable[[str], _T]) -> _T:
+    try:
+        return kind(_str(data, key))
+    except ValueError:
+        raise RecordError(f"{key!r} is not one of its vocabulary: {str(data[key])[:40]}") from None
+
+
+def _blame(data: Any) -> BlameRecord:
+    return BlameRecord(_str(data, "victim"), _optional(data, "holder", _str), _enum(data, "kind", BlameKind),
+                       _str(data, "error"), _float(data, "at_s"), _frames(data, "holder_stack"))
+
+
+def _death(data: Any) -> DeathRecord:
+    return DeathRecord(_str(data, "thread"), _str(data, "error_type"), _str(data, "error"), _float(data, "at_s"),
+                       _bool(data, "patcher_race"), _frames(data, "raised_at"), _strings(data, "tracing"),
+                       _frames(data, "tracing_stack"), _optional(data, "last_tracer", _str),
+                       _optional(data, "last_trace_at_s", _float))
+
+
+def _hang(data: Any) -> HangRecord:
+    raw = _field(data, "diagnosis")
+    diagnosis = HangDiagnosis(_enum(raw, "kind", FailureKind), _str(raw, "cycle"), _strings(raw, "chain"),
+                              _strings(raw, "threads"), _float(raw, "stalled_s"), _str(raw, "hint"))
+    stacks = tuple(ThreadStack(_str(s, "name"), _int(s, "ident"), _frames(s, "frames"))
+                   for s in _list(data, "stacks"))
+    return HangRecord(diagnosis, stacks, _float(data, "detected_at_s"),
+                      _optional(data, "last_clear_sample_at_s", _float), _optional(data, "last_event_at_s", _float))
+
+
+def _problem(data: Any) -> Problem:
+    return Problem(_str(data, "subject"), _str(data, "reason"), _str(data, "hint"))
+
+
+def _fix_facts(data: Mapping[str, Any]) -> Dict[str, Mapping[str, Any]]:
+    raw = _field(data, "fix_facts")
+    if not isinstance(raw, dict) or not all(isinstance(value, dict) for value in raw.values()):
+        raise RecordError("'fix_facts' is not an object of objects")
+    return dict(raw)
+
+
+def _record(data: Any) -> ProcessRecord:
+    if _field(data, "version") != RECORD_VERSION:
+        raise RecordError(f"a record of version {str(data['version'])[:20]}, this reader knows {RECORD_VERSION}")
+    hang = _field(data, "hang")
+    return ProcessRecord(
+        pid=_int(data, "pid"), ppid=_int(data, "ppid"), argv=_strings(data, "argv"),
+        rank=_optional(data, "rank", _int), local_rank=_optional(data, "local_rank", _int),
+        torch_version=_optional(data, "torch_version", _str),
+        fx_flag_thread_local=_optional(data, "fx_flag_thread_local", _bool), fixes=_strings(data, "fixes"),
+        problems=tuple(_problem(p) for p in _list(data, "problems")),
+        events=tuple(_event(e) for e in _list(data, "events")),
+        blames=tuple(_blame(b) for b in _list(data, "blames")),
+        hang=None if hang is None else _hang(hang), deaths=tuple(_death(d) for d in _list(data, "deaths")),
+        ended=_optional(data, "ended", _str), started_at=_float(data, "started_at"), fix_facts=_fix_facts(data))
+
+
+def _depth(value: Any, limit: int) -> None:
+    """Refuse nesting deeper than `limit` without recursing (json.loads itself stops near 1,000 levels with a
+    RecursionError, which `decode` also turns into a RecordError)."""
+    pending: List[Tuple[Any, int]] = [(value, 0)]
+    while pending:
+        item, level = pending.pop()
+        if level > limit:
+            raise RecordError(f"nested more than {limit} levels deep")
+        if isinstance(item, dict):
+            pending.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            pending.extend((child, level + 1) for child in item)
+
+
+def _frame_dict(frame: Frame) -> dict:
+    return dict(frame.to_dict())
+
+
+def _frames_out(frames: Sequence[Frame]) -> List[dict]:
+    return [_frame_dict(f) for f in frames]
+
+
+def to_document(record: ProcessRecord) -> Dict[str, Any]:
+    hang = record.hang
+    return {
+        "version": RECORD_VERSION, "pid": record.pid, "ppid": record.ppid, "argv": list(record.argv),
+        "rank": record.rank, "local_rank": record.local_rank, "torch_version": record.torch_version,
+        "fx_flag_thread_local": record.fx_flag_thread_local, "fixes": list(record.fixes),
+        "fix_facts": {name: dict(facts) for name, facts in record.fix_facts.items()},
+        "problems": [p.to_dict() for p in record.problems],
+        "events": [e.to_dict() for e in record.events],
+        "blames": [{"victim": b.victim, "holder": b.holder, "kind": b.kind.value, "error": b.error, "at_s": b.at_s,
+                    "holder_stack": _frames_out(b.holder_stack)} for b in record.blames],
+        "hang": None if hang is None else {
+            "diagnosis": dict(hang.diagnosis.to_dict(), kind=hang.diagnosis.kind.value),
+            "stacks": [{"name": s.name, "ident": s.ident, "frames": _frames_out(s.frames)} for s in hang.stacks],
+            "detected_at_s": hang.detected_at_s, "last_clear_sample_at_s": hang.last_clear_sample_at_s,
+            "last_event_at_s": hang.last_event_at_s},
+        "deaths": [dict(d.to_dict()) for d in record.deaths],
+        "ended": record.ended, "started_at": record.started_at,
+    }
+
+
+def encode(record: ProcessRecord) -> bytes:
+    # default=str: an event's detail or a fix's facts may hold a value JSON has no type for (a torch.Size)
+    return json.dumps(to_document(record), default=str).encode("utf-8")
+
+
+def decode(data: bytes) -> ProcessRecord:
+    """The record `encode` wrote, or RecordError (see the module docstring)."""
+    try:
+        document = json.loads(data)
+        _depth(document, MAX_DEPTH)
+        return _record(document)
+    except RecordError:
+        raise
+    except (ValueError, TypeError, KeyError, OverflowError, RecursionError, UnicodeDecodeError) as exc:
+        raise RecordError(f"not a record ({type(exc).__name__}: {str(exc)[:200]})") from None
+
+
+def has_news(record: ProcessRecord) -> bool:
+    """Whether a record holds something the supervisor announces while the command runs (a hang, a death)."""
+    return record.hang is not None or bool(record.deaths)

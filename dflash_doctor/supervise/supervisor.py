@@ -2,40 +2,57 @@
 
 The command runs in a process group of its own, which takes the terminal's foreground when `run` has it (so
 Ctrl-C at the terminal reaches the user's processes directly, as without the tool, and a job that reads the
-terminal can). A SIGINT or SIGTERM sent to `run` itself is forwarded to that group. When the command ends,
-whatever is left of its group gets SIGTERM, then SIGKILL: no orphan outlives the run. Its exit status is passed
-through, a death by signal N as 128 + N, as a shell reports it.
+terminal can). When the command stops (Ctrl-Z), `run` takes the terminal back and stops itself, so the shell sees
+the job stopped; `fg` continues both. A signal that would end `run` (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
+SIGUSR2, SIGALRM) is forwarded to the command's group. When the command ends, every process it started that is
+still running is ended (tree.py finds them in other sessions too, and after a SIGKILL to `run` itself), and
+named. Its exit status is passed through, a death by signal N as 128 + N, as a shell reports it; whatever
+happens to the tool's own reporting (a broken stderr, a record it cannot read) never changes it.
 
-Analysis never prints: a hang noticed while the command runs is handed to `announce` (the command writes it).
+Analysis never prints: what is noticed while the command runs is handed to `announce` (the command writes it).
 """
 from __future__ import annotations
 
-import json
+import dataclasses
+import errno
+import functools
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from dflash_doctor.errors import UsageError
+from dflash_doctor.errors import DoctorError
 from dflash_doctor.findings import Finding, Problem
-from dflash_doctor.supervise.facts import RateFacts, RunFacts, TrialFacts
+from dflash_doctor.supervise import tree
+from dflash_doctor.supervise.facts import CrashFacts, RateFacts, RunFacts, TrialFacts
 from dflash_doctor.supervise.findings import findings_from_records
-from dflash_doctor.supervise.records import ProcessRecord, load_session
-from dflash_doctor.supervise.session import RunConfig, child_environment
+from dflash_doctor.supervise.records import ProcessRecord, RecordError, decode, has_news
+from dflash_doctor.supervise.session import (
+    BOOTSTRAP_ERROR_PREFIX, FAULT_PREFIX, RECORD_PREFIX, RunConfig, Session, child_environment,
+)
 
 if TYPE_CHECKING:
     from dflash_doctor.findings import Report
 from dflash_doctor.vocabularies import OnHang
 
 POLL_S = 0.25
-LEFTOVER_GRACE_S = 3.0
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+REAP_EVERY_S = 2.0
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+             signal.SIGALRM)
+EXIT_CANNOT_EXECUTE = 126  # what a shell exits with when it found the command but could not run it
+EXIT_NOT_FOUND = 127
+
+
+class CommandNotRun(DoctorError):
+    """The command could not be started at all; its exit code is the shell's for the same failure."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,14 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
+class Crash:
+    """faulthandler's trace of a process of the command that died of a fatal signal (SIGSEGV, SIGABRT, ...)."""
+
+    pid: int
+    trace: str
+
+
+@dataclass(frozen=True)
 class TrialResult:
     index: int
     exit_code: int  # the command's own status; 128 + N for a death by signal N
@@ -61,6 +86,8 @@ class TrialResult:
     signals_forwarded: Tuple[str, ...]  # signals run received and passed on to the command's group
     killed_on_hang: bool
     session: Optional[str]  # kept with --keep
+    ended: Tuple[str, ...] = ()  # "pid (name)" of each process the command left running, ended by run
+    crashes: Tuple[Crash, ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -113,137 +140,219 @@ def _hand_terminal(fd: int, pgid: int) -> None:
         signal.signal(signal.SIGTTOU, previous)
 
 
-def _kill_group(pgid: int, signum: int) -> bool:
-    """Signal the group; False when nobody is left in it."""
-    try:
-        os.killpg(pgid, signum)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def end_leftovers(pgid: int, grace_s: float = LEFTOVER_GRACE_S, clock=time.monotonic) -> None:
-    """SIGTERM to what is left of the command's group, SIGKILL after `grace_s`."""
-    if not _kill_group(pgid, signal.SIGTERM):
-        return
-    deadline = clock() + grace_s
-    while clock() < deadline:
-        time.sleep(0.05)
-        if not _kill_group(pgid, 0):
-            return
-    _kill_group(pgid, signal.SIGKILL)
-
-
 def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def not_run(command: str, exc: OSError) -> CommandNotRun:
+    """One line and the shell's exit code for a command that could not be executed."""
+    if exc.errno == errno.ENOENT:
+        if os.sep in command and os.path.lexists(command):  # the file is there: its #! interpreter is not
+            return CommandNotRun(f"cannot run {command}: its #! interpreter was not found ({_first_line(command)})",
+                                 EXIT_NOT_FOUND)
+        return CommandNotRun(f"command not found: {command}", EXIT_NOT_FOUND)
+    reason = {errno.ENOEXEC: "not a program this machine can run (no #! line, or not an executable for this "
+                             "machine)", errno.EACCES: "permission denied (not executable, or a folder)"}.get(
+        exc.errno or 0, exc.strerror or type(exc).__name__)
+    return CommandNotRun(f"cannot run {command}: {reason}", EXIT_CANNOT_EXECUTE)
+
+
+def _first_line(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.readline(200).decode("utf-8", "replace").strip() or "an empty first line"
+    except OSError as exc:
+        return exc.strerror or "unreadable"
+
+
 class Supervisor:
-    def __init__(self, spec: RunSpec, announce: Callable[[Finding], None],
-                 popen=subprocess.Popen, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, spec: RunSpec, announce: Callable[[Finding, bool], None],
+                 popen=subprocess.Popen, clock: Callable[[], float] = time.monotonic,
+                 say: Callable[[str], None] = lambda line: None,
+                 progress: Callable[[TrialResult, int], None] = lambda result, total: None) -> None:
         self.spec = spec
-        self.announce = announce
+        self.announce = announce  # (finding, is_hang) as soon as a record shows it
+        self.say = say  # one line of the tool's own on stderr (what was ended)
+        self.progress = progress  # after each trial when there are several
         self._popen = popen
         self._clock = clock
-        self._seen: Dict[Path, int] = {}  # record file -> the mtime last read (hangs are announced once)
+        self._seen: Dict[str, int] = {}  # record file -> the mtime last read
+        self._told: Set[Tuple[str, int, str]] = set()  # findings already announced
+        self._quiet: Optional[str] = None  # why announcing stopped (stderr broke)
+        tree.become_subreaper()
 
     def run(self) -> List[TrialResult]:
         results = []
         for index in range(self.spec.trials):
             result = self.run_trial(index)
             results.append(result)
+            if self.spec.trials > 1:
+                self._tell(lambda: self.progress(result, self.spec.trials))
             if result.signals_forwarded:  # the user stopped it: no more trials
                 break
         return results
 
+    def _tell(self, act: Callable[[], None]) -> None:
+        """Say something on stderr; a failure (a reader that went away) silences the tool, never the command."""
+        if self._quiet is not None:
+            return
+        try:
+            act()
+        except (OSError, ValueError) as exc:
+            self._quiet = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
     def run_trial(self, index: int) -> TrialResult:
         spec = self.spec
-        session = Path(tempfile.mkdtemp(prefix="dflash-doctor-run-"))
+        self._seen, self._told = {}, set()
+        session = Session.create(RunConfig(spec.hang_after_s, spec.cycle_confirm_s, spec.fixes))
+        watcher = tree.Watcher(str(session.path), session.token)
         try:
-            RunConfig(spec.hang_after_s, spec.cycle_confirm_s, spec.fixes).write(session)
-            env = child_environment(session, cache_dir=session / "inductor-cache" if spec.cold_cache else None)
-            terminal = _terminal()
-
-            def own_group() -> None:  # in the child, before exec: its own group, in the terminal's foreground
-                os.setpgid(0, 0)
-                if terminal is not None:
-                    _hand_terminal(terminal, os.getpid())
-
+            env = child_environment(session.path, token=session.token,
+                                    cache_dir=session.path / "inductor-cache" if spec.cold_cache else None)
             started = self._clock()
-            try:
-                proc = self._popen(list(spec.command), env=env, preexec_fn=own_group)
-            except FileNotFoundError:
-                raise UsageError(f"command not found: {spec.command[0]}") from None
-            except PermissionError:
-                raise UsageError(f"command not executable: {spec.command[0]}") from None
-            if terminal is not None:  # the parent too, as shells do: whichever runs first, the child has it
-                _hand_terminal(terminal, proc.pid)
-            announced: set = set()
-            killed = False
+            terminal = _terminal()
+            proc = self._start(env, terminal)
             with _Forwarder(proc.pid) as forwarder:
                 try:
-                    while True:
-                        try:
-                            returncode = proc.wait(timeout=POLL_S)
-                            break
-                        except subprocess.TimeoutExpired:
-                            pass
-                        if self._announce_hangs(session, announced) and spec.on_hang is OnHang.KILL and not killed:
-                            killed = True
-                            _kill_group(proc.pid, signal.SIGKILL)
+                    returncode, killed = self._wait(proc, session, terminal)
                 finally:
                     if terminal is not None:
                         _hand_terminal(terminal, os.getpgrp())
-                    end_leftovers(proc.pid)
+                    ended = tree.end_processes(tree.command_processes(proc.pid, session.token, {watcher.pid}),
+                                               keep=[proc.pid])
+            if ended:
+                self._tell(lambda: self.say(f"ended {len(ended)} process(es) the command left running: "
+                                            + ", ".join(map(str, ended))))
             seconds = self._clock() - started
             records, problems = load_session(session)
-            problems += _bootstrap_problems(session)
+            crashes = _crashes(session)
+            if self._quiet is not None:
+                problems.append(Problem("stderr", f"could not be written ({self._quiet})",
+                                        "announcements were dropped; the command ran on"))
             findings = findings_from_records(records)
-            kept = str(session) if spec.keep else None
+            kept = str(session.path) if spec.keep else None
             return TrialResult(index, exit_status(returncode), round(seconds, 3), tuple(records), tuple(findings),
-                               tuple(problems), tuple(forwarder.received), killed, kept)
+                               tuple(problems), tuple(forwarder.received), killed, kept,
+                               tuple(map(str, ended)), tuple(crashes))
         finally:
-            if not spec.keep:
-                shutil.rmtree(session, ignore_errors=True)
+            session.close(remove=not spec.keep)
+            watcher.goodbye()
 
-    def _announce_hangs(self, session: Path, announced: set) -> bool:
-        """Hand each newly written hang to `announce`, once; True when any process has a hang. Only records whose
-        file changed since the last look are read, and only those holding a hang are parsed."""
-        from dflash_doctor.supervise.records import ProcessRecord
-        from dflash_doctor.supervise.session import RECORD_PREFIX
+    def _start(self, env: Dict[str, str], terminal: Optional[int]) -> subprocess.Popen:
+        def own_group() -> None:  # in the child, before exec: its own group, in the terminal's foreground
+            os.setpgid(0, 0)
+            if terminal is not None:
+                _hand_terminal(terminal, os.getpid())
 
-        for path in session.glob(f"{RECORD_PREFIX}*.json"):
+        command = list(self.spec.command)
+        try:
+            proc = self._popen(command, env=env, preexec_fn=own_group)
+        except OSError as exc:
+            raise not_run(command[0], exc) from None
+        if terminal is not None:  # the parent too, as shells do: whichever runs first, the child has it
+            _hand_terminal(terminal, proc.pid)
+        return proc
+
+    def _wait(self, proc: subprocess.Popen, session: Session, terminal: Optional[int]) -> Tuple[int, bool]:
+        """Wait for the command, reading the records as they change; (its return code, killed on a hang)."""
+        killed = False
+        reaped_at = self._clock()
+        while True:
             try:
-                stamp = path.stat().st_mtime_ns
-                if self._seen.get(path) == stamp:
-                    continue
-                self._seen[path] = stamp
-                text = path.read_text(encoding="utf-8")
-                if '"hang": null' in text:
-                    continue
-                record = ProcessRecord.from_dict(json.loads(text))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # replaced while being read: the next look reads the new one
-            for finding in findings_from_records([record]) if record.hang is not None else ():
-                key = _hang_key(finding)
-                if key not in announced:
-                    announced.add(key)
-                    self.announce(finding)
-        return bool(announced)
+                pid, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
+            except ChildProcessError:  # reaped elsewhere: nothing more to learn
+                return proc.returncode if proc.returncode is not None else 0, killed
+            if pid == proc.pid and os.WIFSTOPPED(status):
+                _follow_stop(terminal, proc.pid)
+                continue
+            if pid == proc.pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return proc.returncode, killed
+            time.sleep(POLL_S)
+            if self._announce_news(session) and self.spec.on_hang is OnHang.KILL and not killed:
+                killed = True
+                tree.end_processes([proc.pid] + tree.command_processes(proc.pid, session.token, set()),
+                                   at_once=True, keep=[proc.pid])
+            if self._clock() - reaped_at >= REAP_EVERY_S:  # orphans re-parented to us: no zombies left behind
+                reaped_at = self._clock()
+                tree.reap_children(keep=[proc.pid])
+
+    def _announce_news(self, session: Session) -> bool:
+        """Hand each new hang, death or FX error of a record that changed to `announce`, once; True when any
+        process has a hang. A record that cannot be read now is read again at the end (a problem then)."""
+        hung = False
+        for name in session.names(RECORD_PREFIX):
+            stamp = session.stamp(name)
+            if stamp is None or self._seen.get(name) == stamp:
+                continue
+            self._seen[name] = stamp
+            try:
+                record = decode(session.read(name))
+            except (OSError, RecordError):
+                continue
+            if not has_news(record) and not record.blames:
+                continue
+            hangs = {f.code for f in findings_from_records([dataclasses.replace(record, deaths=(), blames=())])}
+            for finding in findings_from_records([record]):
+                key = (finding.code, record.pid, finding.message)
+                if key not in self._told:
+                    self._told.add(key)
+                    self._tell(functools.partial(self.announce, finding, finding.code in hangs))
+            hung = hung or record.hang is not None
+        return hung
 
 
-def _hang_key(finding: Finding) -> Tuple[str, object]:
-    return finding.code, finding.evidence.get("pid")
+def _follow_stop(terminal: Optional[int], pgid: int) -> None:
+    """The command stopped (Ctrl-Z): give the terminal back to the shell and stop too, as the job it sees; when
+    continued (fg), give the command the terminal again and continue it. Without a terminal there is no job
+    control to follow: `run` waits, as a shell script would."""
+    if terminal is None:
+        return
+    _hand_terminal(terminal, os.getpgrp())
+    os.kill(os.getpid(), signal.SIGSTOP)
+    try:
+        foreground = os.tcgetpgrp(terminal) == os.getpgrp()
+    except OSError:
+        foreground = False
+    if foreground:  # fg, not bg: a background job must not take the terminal from the shell
+        _hand_terminal(terminal, pgid)
+    try:
+        os.killpg(pgid, signal.SIGCONT)
+    except OSError:
+        pass
 
 
-def _bootstrap_problems(session: Path) -> List[Problem]:
-    path = session / "bootstrap-errors.txt"
-    if not path.exists():
-        return []
-    return [Problem("the bootstrap", line.strip(), "that process ran without the recorder and watchdog")
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+def load_session(session: Session) -> Tuple[List[ProcessRecord], List[Problem]]:
+    """Every record in the session folder, by rank then pid; one that cannot be read is a problem; each
+    bootstrap failure is one too."""
+    records: List[ProcessRecord] = []
+    problems: List[Problem] = []
+    for name in session.names(RECORD_PREFIX):
+        try:
+            records.append(decode(session.read(name)))
+        except (OSError, RecordError) as exc:
+            problems.append(Problem(name, f"the process record could not be read ({exc})",
+                                    "the process may have been killed while writing it"))
+    records.sort(key=lambda r: (r.rank is None, r.rank or 0, r.pid))
+    for name in session.names(BOOTSTRAP_ERROR_PREFIX):
+        try:
+            line = session.read(name, 4096).decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        problems.append(Problem("the bootstrap", line, "that process ran without the recorder and watchdog"))
+    return records, problems
+
+
+def _crashes(session: Session) -> List[Crash]:
+    crashes = []
+    for name in session.names(FAULT_PREFIX):
+        try:
+            trace = session.read(name, 1 << 16).decode("utf-8", "replace").strip()
+        except OSError:
+            continue
+        if trace:
+            crashes.append(Crash(int(name[len(FAULT_PREFIX):].split(".")[0]), trace))
+    return crashes
 
 
 def trial_rate(results: Sequence[TrialResult]) -> RateFacts:
@@ -265,6 +374,10 @@ def report_for(spec: RunSpec, results: Sequence[TrialResult], expect_clean: bool
         report.problems.extend(result.problems)
         for record in result.records:
             report.problems.extend(record.problems)
+        for crash in result.crashes:
+            report.problems.append(Problem(f"pid {crash.pid}", "the interpreter crashed: "
+                                           + crash.trace.splitlines()[0], "its threads' stacks at the crash are "
+                                           "in facts.trials[].crashes"))
     report.facts = {
         "command": list(spec.command), "fixes": list(spec.fixes), "cache": "cold" if spec.cold_cache else "as-is",
         "on_hang": spec.on_hang.value, "hang_after_s": spec.hang_after_s,
@@ -288,6 +401,7 @@ def _trial_facts(result: TrialResult) -> TrialFacts:
         "trial": result.index + 1, "exit_code": result.exit_code, "seconds": result.seconds,
         "findings": len(result.findings), "killed_on_hang": result.killed_on_hang,
         "signals_forwarded": list(result.signals_forwarded), "session": result.session,
+        "ended": list(result.ended), "crashes": [CrashFacts(pid=c.pid, trace=c.trace) for c in result.crashes],
         "processes": [{"pid": r.pid, "rank": r.rank, "argv": list(r.argv), "torch": r.torch_version,
                        "ended": r.ended, "events": len(r.events), "fx_errors": len(r.blames),
                        "hang": None if r.hang is None else r.hang.diagnosis.cycle,

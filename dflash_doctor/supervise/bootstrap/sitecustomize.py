@@ -1,39 +1,148 @@
 """dflash-doctor run's bootstrap: Python imports this at start-up because `run` put this folder first on
 PYTHONPATH. It keeps the user's process as it would be without the tool:
 
-- this folder leaves sys.path again at once (PYTHONPATH keeps it, so grandchildren such as torchrun workers load
-  it too), and dflash_doctor is imported through a path entry that is removed right after;
-- a sitecustomize the user already had (later on the path, or the interpreter's own) is imported after us;
-- the agent (dflash_doctor/supervise/agent.py) hooks torch only when the user's code imports it.
+- it imports nothing (only `sys`, `os` and `_thread`, which every interpreter has loaded before site runs), so a
+  module of the user's named like a standard one (json.py, threading.py) or like the tool (dflash_doctor.py)
+  still shadows it as without the tool, and an interpreter that never starts a thread nor imports torch pays
+  well under a millisecond (benchmarks/run_bootstrap.py);
+- the agent (dflash_doctor/supervise/agent.py) starts only when there is something to watch: at the first
+  `Thread.start()` (a lock cycle, a thread's death) or right after `import torch`, whichever comes first. Its own
+  imports then see the interpreter's library first and the user's folders last, and the standard modules it
+  needed that the user's code had not imported yet are forgotten again afterwards, so the user's next `import`
+  finds what it would without the tool;
+- this folder leaves sys.path at once (PYTHONPATH keeps it, so grandchildren such as torchrun workers load it
+  too); a sitecustomize the user already had (later on the path, or the interpreter's own) is imported after us.
 
-Any failure here is written to the session folder and never stops the user's program.
+Any failure of the tool is written to the checked session folder (one line: which interpreter, what failed) and
+never stops the user's program.
 """
 import os
 import sys
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_STATE = {"started": False}
+
+
+def _user_entries(startup_path):
+    """sys.path entries the user's run added or named: the script's folder (added after site ran) and
+    PYTHONPATH's own entries. The agent imports with these last."""
+    named = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    return [entry for entry in sys.path if entry not in startup_path or entry in named]
+
+
+def _note_failure(session, exc):
+    """One line in a file of its own in the checked session folder; nothing when the folder fails the checks."""
+    try:
+        from dflash_doctor.supervise.sessionfs import SessionFolder
+
+        line = (f"{os.getpid()} ({sys.executable}, Python {sys.version.split()[0]}): the recorder could not start: "
+                f"{type(exc).__name__}: {exc}\n")
+        name = f"bootstrap-error-{os.getpid()}-{os.urandom(4).hex()}.txt"
+        SessionFolder.from_environ(session).create(name, line.encode("utf-8", "backslashreplace"))
+    except Exception:  # noqa: BLE001 - nothing of the tool may reach the user's program
+        pass
+
+
+def _start_agent(session, root, startup_path):
+    """Import and start the agent once, with the interpreter's library ahead of the user's folders, then forget
+    the standard modules it pulled in that the user's code had not imported (see the module docstring)."""
+    if _STATE["started"]:
+        return
+    _STATE["started"] = True
+    saved = list(sys.path)
+    before = set(sys.modules)
+    user = _user_entries(startup_path)
+    sys.path[:] = [root] + [entry for entry in saved if entry not in user] + user
+    try:
+        from dflash_doctor.supervise import agent
+
+        agent.start(session)
+    except Exception as exc:  # noqa: BLE001 - the user's program runs whatever happens to the tool
+        _note_failure(session, exc)
+    finally:
+        sys.path[:] = saved
+        for name in set(sys.modules) - before:
+            module = sys.modules.get(name)
+            if name == "dflash_doctor" or name.startswith("dflash_doctor."):
+                continue
+            if str(getattr(module, "__file__", "") or "").endswith(".py"):  # extensions cannot be loaded twice
+                del sys.modules[name]
+
+
+class _Trigger:
+    """A finder that finds nothing itself: when `threading` or `torch` is imported, it lets the other finders
+    find it and runs `then` right after the module's own code."""
+
+    def __init__(self, then):
+        self._then = then
+        self._waiting = {"threading", "torch"}
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self._waiting:
+            return None
+        self._waiting.discard(name)
+        if not self._waiting and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            if finder is not self and find is not None:
+                spec = find(name, path, target)
+                if spec is not None:
+                    break
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original, then = loader.exec_module, self._then
+
+        def exec_module(module):
+            original(module)
+            then(name)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _hook_thread_start(threading_module, start_agent):
+    """The agent starts at the first Thread.start(), before that thread runs (its start hook sees it)."""
+    owner = getattr(threading_module, "Thread", None)
+    original = getattr(owner, "start", None)
+    if original is None or getattr(original, "_dflash_doctor_start", False):
+        return
+
+    def start(thread_self):
+        if not _STATE["started"]:
+            owner.start = original  # the agent's own watchdog thread starts through the original
+            start_agent()
+        return original(thread_self)
+
+    start._dflash_doctor_start = True
+    owner.start = start
+
+
+def _install(session, root):
+    startup_path = list(sys.path)
+
+    def start_agent():
+        _start_agent(session, root, startup_path)
+
+    def imported(name):
+        if name == "torch":
+            start_agent()  # the agent sees torch in sys.modules and hooks it before the user's next line
+        elif not _STATE["started"]:
+            _hook_thread_start(sys.modules.get("threading"), start_agent)
+
+    if "threading" in sys.modules:  # loaded by the interpreter's own start-up (a .pth file's import)
+        _hook_thread_start(sys.modules["threading"], start_agent)
+    sys.meta_path.insert(0, _Trigger(imported))
+
 
 def _start():
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != here]
+    sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != _HERE]
     session = os.environ.get("DFLASH_DOCTOR_RUN_SESSION")
     root = os.environ.get("DFLASH_DOCTOR_RUN_ROOT")
     if session and root:
-        added = root not in sys.path
-        if added:
-            sys.path.append(root)  # last: it must never shadow a module of the user's
-        try:
-            from dflash_doctor.supervise import agent
-
-            agent.start(session)
-        except Exception as exc:  # noqa: BLE001 - the user's program runs whatever happens to the tool
-            try:
-                with open(os.path.join(session, "bootstrap-errors.txt"), "a", encoding="utf-8") as handle:
-                    handle.write(f"{os.getpid()}: {type(exc).__name__}: {exc}\n")
-            except OSError:
-                pass
-        finally:
-            if added and root in sys.path:
-                sys.path.remove(root)
+        _install(session, root)
     # The user's own sitecustomize, if any: forget this module so the import finds the next one on the path.
     this = sys.modules.pop("sitecustomize", None)
     try:
