@@ -280,7 +280,6 @@ def _fix_facts(data: Mapping[str, Any]) -> Dict[str, Mapping[str, Any]]:
 def _record(data: Any) -> ProcessRecord:
     if _field(data, "version") != RECORD_VERSION:
         raise RecordError(f"a record of version {str(data['version'])[:20]}, this reader knows {RECORD_VERSION}")
-    hang = _field(data, "hang")
     return ProcessRecord(
         pid=_int(data, "pid"), ppid=_int(data, "ppid"), argv=_strings(data, "argv"),
         rank=_optional(data, "rank", _int), local_rank=_optional(data, "local_rank", _int),
@@ -289,7 +288,7 @@ def _record(data: Any) -> ProcessRecord:
         problems=tuple(_problem(p) for p in _list(data, "problems")),
         events=tuple(_event(e) for e in _list(data, "events")),
         blames=tuple(_blame(b) for b in _list(data, "blames")),
-        hang=None if hang is None else _hang(hang), deaths=tuple(_death(d) for d in _list(data, "deaths")),
+        hang=_optional(data, "hang", lambda raw, key: _hang(raw[key])), deaths=tuple(_death(d) for d in _list(data, "deaths")),
         ended=_optional(data, "ended", _str), started_at=_float(data, "started_at"), fix_facts=_fix_facts(data))
 
 

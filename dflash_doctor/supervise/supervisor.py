@@ -239,8 +239,14 @@ class Supervisor:
             watcher.goodbye()
 
     def _start(self, env: Dict[str, str], terminal: Optional[int]) -> subprocess.Popen:
+        from dflash_doctor import inputs
+
+        stdin_closed = inputs.STDIN_CLOSED  # the CLI put /dev/null there for itself; the command gets it closed
+
         def own_group() -> None:  # in the child, before exec: its own group, in the terminal's foreground
             os.setpgid(0, 0)
+            if stdin_closed:
+                os.close(0)
             if terminal is not None:
                 _hand_terminal(terminal, os.getpid())
 

@@ -30,17 +30,39 @@ def _user_entries(startup_path):
     return [entry for entry in sys.path if entry not in startup_path or entry in named]
 
 
-def _note_failure(session, exc):
+def _sessionfs(root):
+    """sessionfs.py (os only), loaded from its file under a private name when the package cannot be imported
+    (a module of the user's holds the name dflash_doctor, or this interpreter cannot run the package)."""
+    loaded = sys.modules.get("dflash_doctor.supervise.sessionfs")
+    if loaded is not None:
+        return loaded
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_dflash_doctor_sessionfs", os.path.join(root, "dflash_doctor", "supervise", "sessionfs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _note_failure(session, root, why):
     """One line in a file of its own in the checked session folder; nothing when the folder fails the checks."""
     try:
-        from dflash_doctor.supervise.sessionfs import SessionFolder
-
-        line = (f"{os.getpid()} ({sys.executable}, Python {sys.version.split()[0]}): the recorder could not start: "
-                f"{type(exc).__name__}: {exc}\n")
+        line = (f"pid {os.getpid()} ({sys.executable}, Python {sys.version.split()[0]}) ran without the recorder: "
+                f"{why}\n")
         name = f"bootstrap-error-{os.getpid()}-{os.urandom(4).hex()}.txt"
-        SessionFolder.from_environ(session).create(name, line.encode("utf-8", "backslashreplace"))
+        _sessionfs(root).SessionFolder.from_environ(session).create(name, line.encode("utf-8", "backslashreplace"))
     except Exception:  # noqa: BLE001 - nothing of the tool may reach the user's program
         pass
+
+
+def _foreign_package(root):
+    """Where a module named dflash_doctor that is not this tool's came from, if the program imported one."""
+    module = sys.modules.get("dflash_doctor")
+    where = str(getattr(module, "__file__", "") or "")
+    if module is None or os.path.abspath(where).startswith(os.path.join(os.path.abspath(root), "")):
+        return None
+    return where or repr(module)
 
 
 def _start_agent(session, root, startup_path):
@@ -54,11 +76,16 @@ def _start_agent(session, root, startup_path):
     user = _user_entries(startup_path)
     sys.path[:] = [root] + [entry for entry in saved if entry not in user] + user
     try:
+        foreign = _foreign_package(root)
+        if foreign is not None:
+            _note_failure(session, root, f"it imported a module of its own named dflash_doctor ({foreign}), the "
+                                         "name the recorder's package needs")
+            return
         from dflash_doctor.supervise import agent
 
         agent.start(session)
     except Exception as exc:  # noqa: BLE001 - the user's program runs whatever happens to the tool
-        _note_failure(session, exc)
+        _note_failure(session, root, f"{type(exc).__name__}: {exc}")
     finally:
         sys.path[:] = saved
         for name in set(sys.modules) - before:
