@@ -110,7 +110,9 @@ def test_status_facts_match_the_model() -> None:
 
 @pytest.mark.timeout(120)
 def test_run_facts_match_the_model(tmp_path: Path) -> None:
-    facts = _facts("run", after=("--", sys.executable, "-c", "import sys; sys.exit(0)"), report=tmp_path / "r.json")
+    # a process that starts a thread is watched (and recorded); one that starts none and imports no torch is not
+    threaded = "import threading; t = threading.Thread(target=print); t.start(); t.join()"
+    facts = _facts("run", after=("--", sys.executable, "-c", threaded), report=tmp_path / "r.json")
     _check(facts, RunFacts, all_keys=True)
     _check(facts["rate"], RateFacts, all_keys=True)
     trial, = facts["trials"]

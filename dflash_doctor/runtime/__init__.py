@@ -13,34 +13,67 @@
         loss = train_step(batch)
     runtime.write_chrome_trace("trace.json", [("trainer", recorder.events)])
 
-None of these import torch until called.
+None of these import torch until called, and each is imported on first use (PEP 562), so a process that
+needs only the recorder (every process under `dflash-doctor run`) does not load the rest.
 """
+from typing import TYPE_CHECKING, Any
+
+# Eager: the submodule shares the function's name, and importing a submodule later would rebind the package's
+# attribute to the module (it costs little beyond the recorder, which it needs)
 from dflash_doctor.runtime.chrome_trace import chrome_trace, write_chrome_trace
-from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
-from dflash_doctor.runtime.fx_flag import (
-    ShimStatus,
-    install_threadlocal_fx_flag,
-    thread_is_fx_tracing,
-    verify_threadlocal_fx_flag,
-)
-from dflash_doctor.runtime.fx_patches import (
-    PatchIsolation,
-    isolate_fx_patches,
-    thread_has_fx_patches,
-    verify_isolated_fx_patches,
-)
-from dflash_doctor.runtime.mitigations import (
-    MitigationUnavailable,
-    enable_non_lazy_backward,
-    first_call_lock,
-    fx_trace_lock,
-    global_lock,
-    single_thread_autograd,
-    warmup,
-)
-from dflash_doctor.runtime.recorder import Blame, Event, FlightRecorder, active_recorder, install, uninstall
-from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks, parse_faulthandler
-from dflash_doctor.runtime.watchdog import HangReport, Watchdog, arm_faulthandler
+
+if TYPE_CHECKING:
+    from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
+    from dflash_doctor.runtime.fx_flag import (
+        ShimStatus,
+        install_threadlocal_fx_flag,
+        thread_is_fx_tracing,
+        verify_threadlocal_fx_flag,
+    )
+    from dflash_doctor.runtime.fx_patches import (
+        PatchIsolation,
+        isolate_fx_patches,
+        thread_has_fx_patches,
+        verify_isolated_fx_patches,
+    )
+    from dflash_doctor.runtime.mitigations import (
+        MitigationUnavailable,
+        enable_non_lazy_backward,
+        first_call_lock,
+        fx_trace_lock,
+        global_lock,
+        single_thread_autograd,
+        warmup,
+    )
+    from dflash_doctor.runtime.recorder import Blame, Event, FlightRecorder, active_recorder, install, uninstall
+    from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks, parse_faulthandler
+    from dflash_doctor.runtime.watchdog import HangReport, Watchdog, arm_faulthandler
+
+_MODULES = {
+    'deadlock': ('HangDiagnosis', 'classify_hang'),
+    'fx_flag': ('ShimStatus', 'install_threadlocal_fx_flag', 'thread_is_fx_tracing',
+                'verify_threadlocal_fx_flag'),
+    'fx_patches': ('PatchIsolation', 'isolate_fx_patches', 'thread_has_fx_patches',
+                   'verify_isolated_fx_patches'),
+    'mitigations': ('MitigationUnavailable', 'enable_non_lazy_backward', 'first_call_lock', 'fx_trace_lock',
+                    'global_lock', 'single_thread_autograd', 'warmup'),
+    'recorder': ('Blame', 'Event', 'FlightRecorder', 'active_recorder', 'install', 'uninstall'),
+    'stacks': ('ThreadStack', 'capture_stacks', 'parse_faulthandler'),
+    'watchdog': ('HangReport', 'Watchdog', 'arm_faulthandler'),
+}
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Blame", "Event", "FlightRecorder", "HangDiagnosis", "HangReport", "MitigationUnavailable", "PatchIsolation",

@@ -55,21 +55,36 @@ def current() -> Optional["Agent"]:
     return _AGENT
 
 
-def _cpu_reader() -> Callable[[], float]:
-    """The watchdog's CPU reading of this process tree; without psutil (another interpreter's environment),
-    this process and its waited-for children through os.times()."""
-    try:
-        import psutil  # noqa: F401
+def _registry_entry(name: str) -> "Mitigation":
+    from dflash_doctor import mitigations as registry  # only with --fix: the registry is not small
 
-        from dflash_doctor.runtime.watchdog import ProcessTreeCpu
+    return registry.get(name)
 
-        return ProcessTreeCpu()
-    except ImportError:
-        def own() -> float:
-            times = os.times()
-            return times.user + times.system + times.children_user + times.children_system
 
-        return own
+class _CpuReader:
+    """The watchdog's CPU reading of this process tree, deciding at its first reading (in the watchdog's thread,
+    a second in, not at start-up): psutil's tree, or without psutil (another interpreter's environment) this
+    process and its waited-for children through os.times()."""
+
+    def __init__(self) -> None:
+        self._read: Optional[Callable[[], float]] = None
+
+    def __call__(self) -> float:
+        if self._read is None:
+            try:
+                import psutil  # noqa: F401
+
+                from dflash_doctor.runtime.watchdog import ProcessTreeCpu
+
+                self._read = ProcessTreeCpu()
+            except ImportError:
+                self._read = _own_cpu
+        return self._read()
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _mark_initialised(module) -> None:
@@ -149,8 +164,6 @@ class Agent:
     def __init__(self, session: Path, config: RunConfig, clock: Callable[[], float] = time.perf_counter,
                  lookup: Optional[Callable[[str], "Mitigation"]] = None,
                  folder: Optional[SessionFolder] = None) -> None:
-        from dflash_doctor import mitigations as registry
-
         self.session = session
         self.folder = folder or SessionFolder.from_environ(str(session))
         self.config = config
@@ -168,7 +181,7 @@ class Agent:
         self.threads_started = 0  # threads of the user's started since the agent began (not the tool's)
         self.ended: Optional[str] = None
         self.watchdog: Optional["Watchdog"] = None
-        self._fixes = [(lookup or registry.get)(name) for name in config.fixes]
+        self._fixes = [(lookup or _registry_entry)(name) for name in config.fixes]
         self._write_lock = threading.Lock()
         self._blamed: Set[int] = set()  # threads whose first FX error is already written
         self._compiled = False
@@ -205,7 +218,7 @@ class Agent:
         from dflash_doctor.runtime.watchdog import Watchdog
 
         self.watchdog = Watchdog(lambda: self.recorder.last_progress, self.config.hang_after_s, self.on_hang,
-                                 clock=self.clock, cpu_seconds=_cpu_reader(),
+                                 clock=self.clock, cpu_seconds=_CpuReader(),
                                  cycle_confirm_s=self.config.cycle_confirm_s, fallback_armed=self._compile_began,
                                  precheck=self._may_hold_a_cycle, thread_factory=threading.Thread)
         self.watchdog.start()

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -64,6 +61,10 @@ class Session:
 
     @classmethod
     def create(cls, config: RunConfig) -> "Session":
+        import secrets
+        import shutil
+        import tempfile
+
         path = Path(tempfile.mkdtemp(prefix="dflash-doctor-run-"))  # 0700, a fresh name
         token = secrets.token_hex(16)
         try:
@@ -92,6 +93,8 @@ class Session:
             return None
 
     def close(self, remove: bool) -> None:
+        import shutil
+
         try:
             os.close(self.fd)
         except OSError:
