@@ -39,6 +39,38 @@ HELPER_MARKERS = ("compile_worker",)
 FX_MESSAGE = FX_ERROR_PREFIX + ". This is not supported at the moment."
 
 _AGENT: Optional["Agent"] = None
+_PACKAGE = sys.modules.get("dflash_doctor")  # this tool's package; the bootstrap takes the name off sys.modules
+_PACKAGE_LOCK = threading.Lock()  # held only to count, never while the tool's code runs
+_PACKAGE_USERS: Dict[str, Any] = {"depth": 0, "held": None}
+# What the agent imports later (at a thread's death, at a hang, at exit), imported at its start while the package
+# is under its name: afterwards only submodules whose parent is loaded can be imported.
+_LATER = ("dflash_doctor.supervise.records", "dflash_doctor.runtime.fx_patches", "dflash_doctor.runtime.stacks",
+          "dflash_doctor.runtime.deadlock", "dflash_doctor.runtime.watchdog", "dflash_doctor.findings")
+
+
+@contextlib.contextmanager
+def own_package():
+    """This tool's package under the name `dflash_doctor` while the tool runs code that imports through it (the
+    `--fix` set-ups and per-thread switches): the bootstrap leaves the name to the user's program, where a module
+    of its own of that name shadows it as without the tool. Counted, so nested and concurrent uses (a set-up
+    whose self-check starts a thread that enters the per-thread switches) share it and the last one restores."""
+    with _PACKAGE_LOCK:
+        if _PACKAGE_USERS["depth"] == 0:
+            _PACKAGE_USERS["held"] = sys.modules.get("dflash_doctor")
+            if _PACKAGE is not None:
+                sys.modules["dflash_doctor"] = _PACKAGE
+        _PACKAGE_USERS["depth"] += 1
+    try:
+        yield
+    finally:
+        with _PACKAGE_LOCK:
+            _PACKAGE_USERS["depth"] -= 1
+            held = _PACKAGE_USERS["held"]
+            if _PACKAGE_USERS["depth"] == 0 and sys.modules.get("dflash_doctor") is _PACKAGE and held is not _PACKAGE:
+                if held is None:
+                    del sys.modules["dflash_doctor"]
+                else:
+                    sys.modules["dflash_doctor"] = held
 
 
 def start(session: str) -> "Agent":
@@ -46,6 +78,8 @@ def start(session: str) -> "Agent":
     global _AGENT
     if _AGENT is None:
         folder = SessionFolder.from_environ(session)
+        for name in _LATER:
+            importlib.import_module(name)
         _AGENT = Agent(Path(session), RunConfig.read(folder), folder=folder)
         _AGENT.start()
     return _AGENT
@@ -56,9 +90,10 @@ def current() -> Optional["Agent"]:
 
 
 def _registry_entry(name: str) -> "Mitigation":
-    from dflash_doctor import mitigations as registry  # only with --fix: the registry is not small
+    with own_package():
+        from dflash_doctor import mitigations as registry  # only with --fix: the registry is not small
 
-    return registry.get(name)
+        return registry.get(name)
 
 
 class _CpuReader:
@@ -242,6 +277,10 @@ class Agent:
         """Right after torch's __init__, before the user's next line: the `--fix` set-ups (the shim must precede
         every compile wrapper, a patcher fix every thread), the recorder's hooks, the blame hook. Never lets a
         failure of the tool break the user's import."""
+        with own_package():
+            self._on_torch_imported()
+
+    def _on_torch_imported(self) -> None:
         from dflash_doctor import runtime
 
         try:
@@ -321,6 +360,10 @@ class Agent:
 
     # -- per-thread fixes ----------------------------------------------------------------------------------
     def _enter_thread_fixes(self, stack: contextlib.ExitStack) -> None:
+        with own_package():
+            self._enter_each(stack)
+
+    def _enter_each(self, stack: contextlib.ExitStack) -> None:
         for fix in self._fixes:
             if fix.in_each_thread is None:
                 continue

@@ -327,9 +327,10 @@ def test_local_modules_named_like_standard_ones_still_shadow_them(cli, tmp_path)
     (tmp_path / "dflash_doctor.py").write_text("WHOSE = 'mine'\n")
     (tmp_path / "csv.py").write_text("WHOSE = 'mine'\n")
     script = tmp_path / "train.py"
-    script.write_text("import dflash_doctor, json, sys, threading\n"
+    script.write_text("import json, sys, threading\n"
                       "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
-                      "import csv\n"  # after the agent started: it must not have loaded the standard one for us
+                      # after the agent started: it must not have loaded the standard one, nor its own, for us
+                      "import csv, dflash_doctor\n"
                       "print(json.WHOSE, dflash_doctor.WHOSE, csv.WHOSE)\n"
                       "sys.stdout.flush()\n")
     elsewhere = tmp_path / "elsewhere"  # the CLI's own working folder: `python -m` would import from it
@@ -338,6 +339,7 @@ def test_local_modules_named_like_standard_ones_still_shadow_them(cli, tmp_path)
     under = cli("run", "--", sys.executable, script, timeout=60, cwd=elsewhere)
     assert plain.stdout == "mine mine mine\n", plain.stderr
     assert (under.returncode, under.stdout) == (0, plain.stdout), under.stderr
+    assert "0 Python process" not in under.stderr  # and the agent did run in it
 
 
 @pytest.mark.timeout(60)

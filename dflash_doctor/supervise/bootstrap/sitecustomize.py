@@ -9,7 +9,9 @@ PYTHONPATH. It keeps the user's process as it would be without the tool:
   `Thread.start()` (a lock cycle, a thread's death) or right after `import torch`, whichever comes first. Its own
   imports then see the interpreter's library first and the user's folders last, and the standard modules it
   needed that the user's code had not imported yet are forgotten again afterwards, so the user's next `import`
-  finds what it would without the tool;
+  finds what it would without the tool. So is the name `dflash_doctor` itself: the agent's modules stay loaded
+  under their full names (a submodule imports while its parent is listed), and the agent puts its package back
+  under the name only while a `--fix` runs (agent.own_package);
 - this folder leaves sys.path at once (PYTHONPATH keeps it, so grandchildren such as torchrun workers load it
   too); a sitecustomize the user already had (later on the path, or the interpreter's own) is imported after us.
 
@@ -28,6 +30,18 @@ def _user_entries(startup_path):
     PYTHONPATH's own entries. The agent imports with these last."""
     named = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
     return [entry for entry in sys.path if entry not in startup_path or entry in named]
+
+
+def _users_modules(user):
+    """Modules loaded from the user's folders (a json.py beside the script): the agent must not import them as
+    the standard ones, and the user keeps them."""
+    folders = [os.path.join(os.path.abspath(entry or os.getcwd()), "") for entry in user]
+    found = {}
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if isinstance(where, str) and any(os.path.abspath(where).startswith(f) for f in folders):
+            found[name] = module
+    return found
 
 
 def _sessionfs(root):
@@ -74,6 +88,9 @@ def _start_agent(session, root, startup_path):
     saved = list(sys.path)
     before = set(sys.modules)
     user = _user_entries(startup_path)
+    users_own = _users_modules(user)
+    for name in users_own:
+        del sys.modules[name]
     sys.path[:] = [root] + [entry for entry in saved if entry not in user] + user
     try:
         foreign = _foreign_package(root)
@@ -90,10 +107,11 @@ def _start_agent(session, root, startup_path):
         sys.path[:] = saved
         for name in set(sys.modules) - before:
             module = sys.modules.get(name)
-            if name == "dflash_doctor" or name.startswith("dflash_doctor."):
+            if name.startswith("dflash_doctor."):  # the agent's own, loaded once (its parents stay listed)
                 continue
             if str(getattr(module, "__file__", "") or "").endswith(".py"):  # extensions cannot be loaded twice
                 del sys.modules[name]
+        sys.modules.update(users_own)
 
 
 class _Trigger:
