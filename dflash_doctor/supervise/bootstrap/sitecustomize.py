@@ -33,11 +33,15 @@ def _user_entries(startup_path):
 
 
 def _users_modules(user):
-    """Modules loaded from the user's folders (a json.py beside the script): the agent must not import them as
-    the standard ones, and the user keeps them."""
+    """Modules of the user's folders named like a standard one or like the tool (a json.py beside the script):
+    the agent must not import them as its own, and the user keeps them. Any other module of theirs (torch built
+    from a folder on PYTHONPATH) is left where it is."""
     folders = [os.path.join(os.path.abspath(entry or os.getcwd()), "") for entry in user]
+    names = set(getattr(sys, "stdlib_module_names", ())) | {"dflash_doctor"}
     found = {}
     for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] not in names:
+            continue
         where = getattr(module, "__file__", None)
         if isinstance(where, str) and any(os.path.abspath(where).startswith(f) for f in folders):
             found[name] = module
@@ -79,9 +83,24 @@ def _foreign_package(root):
     return where or repr(module)
 
 
-def _start_agent(session, root, startup_path):
-    """Import and start the agent once, with the interpreter's library ahead of the user's folders, then forget
-    the standard modules it pulled in that the user's code had not imported (see the module docstring)."""
+def _forget_new_standard_modules(before):
+    """Forget the standard-library packages the agent's start imported that nothing had imported before (their
+    code stays alive in the agent's references), so the user's next `import json` searches the path as it
+    would have. Only whole new top-level packages, only from the interpreter's own library, never extensions."""
+    library = os.path.join(os.path.dirname(os.path.abspath(os.__file__)), "")
+    tops = {name.partition(".")[0] for name in before}
+    for name in set(sys.modules) - before:
+        where = str(getattr(sys.modules.get(name), "__file__", "") or "")
+        if (name.partition(".")[0] not in tops and where.endswith(".py") and where.startswith(library)
+                and "site-packages" not in where and "dist-packages" not in where):
+            del sys.modules[name]
+
+
+def _start_agent(session, root, startup_path, forget):
+    """Import and start the agent once, with the interpreter's library ahead of the user's folders, then give
+    the user back their own modules and the name dflash_doctor (see the module docstring). `forget`: the
+    standard modules it pulled in too (not at `import torch`: torch's own imports done during the agent's hooks
+    must stay single, one enum or sympy for the whole process)."""
     if _STATE["started"]:
         return
     _STATE["started"] = True
@@ -105,12 +124,10 @@ def _start_agent(session, root, startup_path):
         _note_failure(session, root, f"{type(exc).__name__}: {exc}")
     finally:
         sys.path[:] = saved
-        for name in set(sys.modules) - before:
-            module = sys.modules.get(name)
-            if name.startswith("dflash_doctor."):  # the agent's own, loaded once (its parents stay listed)
-                continue
-            if str(getattr(module, "__file__", "") or "").endswith(".py"):  # extensions cannot be loaded twice
-                del sys.modules[name]
+        if forget:
+            _forget_new_standard_modules(before)
+        if "dflash_doctor" not in before:  # the agent's modules stay listed under their full names
+            sys.modules.pop("dflash_doctor", None)
         sys.modules.update(users_own)
 
 
@@ -168,12 +185,12 @@ def _hook_thread_start(threading_module, start_agent):
 def _install(session, root):
     startup_path = list(sys.path)
 
-    def start_agent():
-        _start_agent(session, root, startup_path)
+    def start_agent(forget=True):
+        _start_agent(session, root, startup_path, forget)
 
     def imported(name):
         if name == "torch":
-            start_agent()  # the agent sees torch in sys.modules and hooks it before the user's next line
+            start_agent(forget=False)  # the agent sees torch in sys.modules, hooks it before the user's next line
         elif not _STATE["started"]:
             _hook_thread_start(sys.modules.get("threading"), start_agent)
 
