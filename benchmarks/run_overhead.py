@@ -20,11 +20,9 @@ import importlib
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -52,21 +50,18 @@ def child(device: str, preset: str, rounds: int, steps: int) -> None:
 
 
 def run_child(args, with_bootstrap: bool) -> dict:
-    from dflash_doctor.supervise.session import RunConfig, child_environment
+    from dflash_doctor.supervise.session import RunConfig, Session, child_environment
 
     base = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    session = Path(tempfile.mkdtemp(prefix="dflash-doctor-overhead-"))
+    session = Session.create(RunConfig())  # a real session folder and token: the agent checks both
     try:
-        env = base
-        if with_bootstrap:
-            RunConfig().write(session)
-            env = child_environment(session, base)
+        env = child_environment(session.path, base, token=session.token) if with_bootstrap else base
         argv = [sys.executable, __file__, "--child", "--device", args.device, "--preset", args.preset,
                 "--rounds", str(args.rounds), "--steps", str(args.steps)]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1200, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
     finally:
-        shutil.rmtree(session, ignore_errors=True)
+        session.close(remove=True)
 
 
 def watchdog_cost(seconds: float = 20.0) -> dict:
