@@ -195,6 +195,111 @@ def _guard_broke(exc: BaseException) -> bool:
     return False
 
 
+class ProcessHooks:
+    """What the agent changes in the user's process, each change with its undo (`undo_all`, for a test or an
+    agent that is stopped): the thread-start hook, the exit paths (atexit, sys.excepthook, os._exit), and
+    faulthandler's crash trace."""
+
+    def __init__(self, agent: "Agent") -> None:
+        self.agent = agent
+        self.undo: List[Callable[[], object]] = []
+
+    def undo_all(self) -> None:
+        while self.undo:
+            with contextlib.suppress(Exception):
+                self.undo.pop()()
+
+    def trace_crashes(self) -> None:
+        """faulthandler into a file of the session folder, so an interpreter that dies of SIGSEGV or SIGABRT (a
+        crash in an extension) leaves its threads' stacks in the report. Left alone when the user enabled it."""
+        import faulthandler
+
+        if faulthandler.is_enabled():
+            return
+        try:
+            fd = self.agent.folder.open_new(f"{FAULT_PREFIX}{os.getpid()}.txt")
+        except OSError:
+            return
+        faulthandler.enable(file=fd, all_threads=True)  # fd stays open for the life of the process: the crash writes it
+        self.undo.append(faulthandler.disable)
+
+    def thread_start(self) -> None:
+        """Every thread started from now on enters the per-thread fixes around its whole life, and its death is
+        watched. The hook sits on Thread._bootstrap_inner, which runs `run()` for subclasses that override it
+        too. Threads that start before torch is imported run without the fixes (entering them would import
+        torch), not without the watch."""
+        agent = self.agent
+        owner = threading.Thread
+        name = "_bootstrap_inner" if hasattr(owner, "_bootstrap_inner") else "run"
+        original = getattr(owner, name)
+        per_thread = any(fix.in_each_thread is not None for fix in agent._fixes)
+
+        def bootstrap(thread_self):
+            if thread_self.name.startswith(TOOL_THREAD_PREFIX):
+                return original(thread_self)
+            agent.threads_started += 1
+            if name == "_bootstrap_inner":
+                self._watch_death(thread_self)
+            if not per_thread or "torch" not in sys.modules:
+                return original(thread_self)
+            with contextlib.ExitStack() as stack:
+                agent._enter_thread_fixes(stack)
+                return original(thread_self)
+
+        setattr(owner, name, bootstrap)
+        self.undo.append(lambda: setattr(owner, name, original))
+
+    def _watch_death(self, thread: threading.Thread) -> None:
+        """Catch what escapes the thread's `run` (then re-raise it for whatever excepthook is there): a trainer
+        that sets threading.excepthook to its own logger replaces the recorder's hook, and its dead threads
+        would otherwise go unseen (a run that reads "no findings" while workers died)."""
+        run = thread.run
+
+        def watched_run() -> None:
+            try:
+                run()
+            except SystemExit:  # threading ignores it too: the thread chose to end
+                raise
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # the tool's own failure never replaces the user's error
+                    self.agent.on_thread_death(exc)
+                raise
+
+        thread.run = watched_run  # type: ignore[method-assign]  # an instance attribute, this thread only
+
+    def exits(self) -> None:
+        import atexit
+
+        agent = self.agent
+        atexit.register(agent._at_exit)
+        self.undo.append(lambda: atexit.unregister(agent._at_exit))
+        previous_excepthook = sys.excepthook
+
+        def excepthook(kind, value, traceback):
+            if value is not None:
+                agent.recorder.exception(value)
+                if agent._main_thread_death_counts(value):
+                    # the main thread dies of it: often a worker's error re-raised by future.result()
+                    with contextlib.suppress(Exception):
+                        agent.on_thread_death(value, reraised=True)
+            previous_excepthook(kind, value, traceback)
+
+        sys.excepthook = excepthook
+        self.undo.append(lambda: setattr(sys, "excepthook", previous_excepthook))
+        original_exit = os._exit
+
+        def exit_now(code):
+            with contextlib.suppress(Exception):
+                agent.ended = "os._exit"
+                if not agent.forked or agent._notable():
+                    agent.write()
+            original_exit(code)
+
+        os._exit = exit_now
+        self.undo.append(lambda: setattr(os, "_exit", original_exit))
+        os.register_at_fork(after_in_child=agent._after_fork)  # the one change with no undo: Python has none
+
+
 class Agent:
     def __init__(self, session: Path, config: RunConfig, clock: Callable[[], float] = time.perf_counter,
                  lookup: Optional[Callable[[str], "Mitigation"]] = None,
@@ -222,32 +327,19 @@ class Agent:
         self._compiled = False
         self._seen_events = 0
         self._main_thread_fixes = contextlib.ExitStack()
+        self.hooks = ProcessHooks(self)
 
     # -- start-up ------------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._trace_crashes()
-        self._hook_thread_start()  # the per-thread fixes, and every thread's death
+        self.hooks.trace_crashes()
+        self.hooks.thread_start()  # the per-thread fixes, and every thread's death
         if "torch" in sys.modules:  # a sitecustomize chained before us imported it
             self.on_torch_imported()
         else:
             sys.meta_path.insert(0, _TorchImportHook(self.on_torch_imported))
-        self._hook_exits()
+        self.hooks.exits()
         if not any(marker in (sys.argv[0] if sys.argv else "") for marker in HELPER_MARKERS):
             self._start_watchdog()
-
-    def _trace_crashes(self) -> None:
-        """faulthandler into a file of the session folder, so an interpreter that dies of SIGSEGV or SIGABRT (a
-        crash in an extension) leaves its threads' stacks in the report. Left alone when the user enabled it."""
-        import faulthandler
-
-        if faulthandler.is_enabled():
-            return
-        try:
-            fd = self.folder.open_new(f"{FAULT_PREFIX}{os.getpid()}.txt")
-        except OSError:
-            return
-        self._fault_fd = fd  # kept open for the life of the process: faulthandler writes to it at the crash
-        faulthandler.enable(file=fd, all_threads=True)
 
     def _start_watchdog(self) -> None:
         from dflash_doctor.runtime.watchdog import Watchdog
@@ -373,49 +465,6 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - a thread must start even if a fix cannot be entered
                 self._problem(f"--fix {fix.name}", exc, f"not applied in thread {threading.current_thread().name}")
 
-    def _hook_thread_start(self) -> None:
-        """Every thread started from now on enters the per-thread fixes around its whole life, and its death is
-        watched. The hook sits on Thread._bootstrap_inner, which runs `run()` for subclasses that override it
-        too. Threads that start before torch is imported run without the fixes (entering them would import
-        torch), not without the watch."""
-        agent = self
-        owner = threading.Thread
-        name = "_bootstrap_inner" if hasattr(owner, "_bootstrap_inner") else "run"
-        original = getattr(owner, name)
-        per_thread = any(fix.in_each_thread is not None for fix in self._fixes)
-
-        def bootstrap(thread_self):
-            if thread_self.name.startswith(TOOL_THREAD_PREFIX):
-                return original(thread_self)
-            agent.threads_started += 1
-            if name == "_bootstrap_inner":
-                agent._watch_death(thread_self)
-            if not per_thread or "torch" not in sys.modules:
-                return original(thread_self)
-            with contextlib.ExitStack() as stack:
-                agent._enter_thread_fixes(stack)
-                return original(thread_self)
-
-        setattr(owner, name, bootstrap)
-
-    def _watch_death(self, thread: threading.Thread) -> None:
-        """Catch what escapes the thread's `run` (then re-raise it for whatever excepthook is there): a trainer
-        that sets threading.excepthook to its own logger replaces the recorder's hook, and its dead threads
-        would otherwise go unseen (a run that reads "no findings" while workers died)."""
-        run = thread.run
-
-        def watched_run() -> None:
-            try:
-                run()
-            except SystemExit:  # threading ignores it too: the thread chose to end
-                raise
-            except BaseException as exc:
-                with contextlib.suppress(Exception):  # the tool's own failure never replaces the user's error
-                    self.on_thread_death(exc)
-                raise
-
-        thread.run = watched_run  # type: ignore[method-assign]  # an instance attribute, this thread only
-
     def on_thread_death(self, exc: BaseException, reraised: bool = False) -> None:
         """Record a thread's death by `exc`. `reraised`: the main thread's, whose error may come from another
         thread (a ThreadPoolExecutor's future.result() raises the worker's): its own traces count as a tracer's."""
@@ -456,34 +505,6 @@ class Agent:
                                None if clear is None else round(clear - start, 6),
                                round(last_event - start, 6))
         self.write()
-
-    def _hook_exits(self) -> None:
-        import atexit
-
-        atexit.register(self._at_exit)
-        previous_excepthook = sys.excepthook
-
-        def excepthook(kind, value, traceback):
-            if value is not None:
-                self.recorder.exception(value)
-                if self._main_thread_death_counts(value):
-                    # the main thread dies of it: often a worker's error re-raised by future.result()
-                    with contextlib.suppress(Exception):
-                        self.on_thread_death(value, reraised=True)
-            previous_excepthook(kind, value, traceback)
-
-        sys.excepthook = excepthook
-        original_exit = os._exit
-
-        def exit_now(code):
-            with contextlib.suppress(Exception):
-                self.ended = "os._exit"
-                if not self.forked or self._notable():
-                    self.write()
-            original_exit(code)
-
-        os._exit = exit_now
-        os.register_at_fork(after_in_child=self._after_fork)
 
     def _main_thread_death_counts(self, value: BaseException) -> bool:
         """The main thread's death is a finding only in a process that ran threads of its own (a worker's error
