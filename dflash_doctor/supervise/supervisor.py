@@ -277,8 +277,10 @@ class Supervisor:
             time.sleep(POLL_S)
             if self._announce_news(session) and self.spec.on_hang is OnHang.KILL and not killed:
                 killed = True
-                tree.end_processes([proc.pid] + tree.command_processes(proc.pid, session.token, set()),
-                                   at_once=True, keep=[proc.pid])
+                doomed = tree.end_processes([proc.pid] + tree.command_processes(proc.pid, session.token, set()),
+                                            at_once=True, keep=[proc.pid])
+                self._tell(lambda: self.say(f"killed {len(doomed)} process(es) of the command (--on-hang kill): "
+                                            + ", ".join(map(str, doomed))))
             if self._clock() - reaped_at >= REAP_EVERY_S:  # orphans re-parented to us: no zombies left behind
                 reaped_at = self._clock()
                 tree.reap_children(keep=[proc.pid])

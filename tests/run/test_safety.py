@@ -226,6 +226,8 @@ def test_on_hang_kill_ends_a_deadlocked_worker_in_its_own_session(cli, tmp_path)
     worker = int(proc.stdout.split()[1])
     assert gone(worker), proc.stderr
     assert proc.returncode == 137, proc.stderr
+    killed, = [line for line in proc.stderr.splitlines() if "(--on-hang kill):" in line]
+    assert f"{worker} (python" in killed  # said what was ended, the worker in its own session included
     assert [f["code"] for f in json.loads(out.read_text())["findings"]] == ["DFD903"]
 
 
