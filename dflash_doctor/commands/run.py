@@ -114,6 +114,9 @@ def register(app: typer.Typer) -> None:
                                                         "exited 0)."),
         keep: bool = typer.Option(False, "--keep", help="Keep the session folder (per-process records) and say "
                                                         "where it is."),
+        leave_running: bool = typer.Option(False, "--leave-running",
+                                           help="Processes the command leaves running when it ends (a daemon, a "
+                                                "server it started) are named, not ended."),
         trace: Optional[Path] = typer.Option(None, "--trace", dir_okay=False,
                                              help="Write a Perfetto (Chrome trace) timeline; under torchrun also "
                                                   "one per rank (NAME.rankN.json)."),
@@ -137,7 +140,7 @@ def register(app: typer.Typer) -> None:
         )
 
         spec = RunSpec(tuple(command), hang_after_s=hang_after, on_hang=on_hang, fixes=fixes,
-                       cold_cache=cache is Cache.COLD, trials=trials, keep=keep)
+                       cold_cache=cache is Cache.COLD, trials=trials, keep=keep, leave_running=leave_running)
         results = Supervisor(spec, _announcer(on_hang), say=lambda line: _say_lines([f"dflash-doctor: {line}"]),
                              progress=_progress).run()
         report = report_for(spec, results, expect_clean=expect is RunExpect.CLEAN)

@@ -65,6 +65,7 @@ class RunSpec:
     cold_cache: bool = False
     trials: int = 1
     keep: bool = False
+    leave_running: bool = False  # --leave-running: what the command left running is named, not ended
 
 
 @dataclass(frozen=True)
@@ -218,10 +219,10 @@ class Supervisor:
                 finally:
                     if terminal is not None:
                         _hand_terminal(terminal, os.getpgrp())
-                    ended = tree.end_processes(tree.command_processes(proc.pid, session.token, {watcher.pid}),
-                                               keep=[proc.pid])
+                    ended = self._leftovers(proc.pid, session.token, watcher.pid)
             if ended:
-                self._tell(lambda: self.say(f"ended {len(ended)} process(es) the command left running: "
+                verb = "left running (--leave-running)" if spec.leave_running else "ended"
+                self._tell(lambda: self.say(f"{verb} {len(ended)} process(es) the command left running: "
                                             + ", ".join(map(str, ended))))
             seconds = self._clock() - started
             records, problems = load_session(session)
@@ -237,6 +238,15 @@ class Supervisor:
         finally:
             session.close(remove=not spec.keep)
             watcher.goodbye()
+
+    def _leftovers(self, pid: int, token: str, watcher: int) -> List[tree.EndedProcess]:
+        """What the command left running: ended (SIGTERM, then SIGKILL), or with --leave-running only named, and
+        once `run` removed the session folder they find nothing to write to."""
+        found = tree.command_processes(pid, token, {watcher})
+        if self.spec.leave_running:
+            table = tree.process_names()
+            return [tree.EndedProcess(p, table.get(p, "?")) for p in found if p != pid]
+        return tree.end_processes(found, keep=[pid])
 
     def _start(self, env: Dict[str, str], terminal: Optional[int]) -> subprocess.Popen:
         from dflash_doctor import inputs

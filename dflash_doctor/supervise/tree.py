@@ -70,6 +70,10 @@ def _table() -> Dict[int, Tuple[int, str, str]]:
     return found
 
 
+def process_names() -> Dict[int, str]:
+    return {pid: name for pid, (_, name, _) in _table().items()}
+
+
 def descendants(root: int, table: Optional[Dict[int, Tuple[int, str, str]]] = None) -> List[int]:
     """Live (not zombie) descendants of `root`, parents before children."""
     table = _table() if table is None else table

@@ -183,6 +183,24 @@ def test_processes_the_command_left_in_other_sessions_and_groups_are_ended_and_n
     assert list(scratch.iterdir()) == []
 
 
+@pytest.mark.timeout(90)
+def test_leave_running_names_what_the_command_left_and_ends_nothing(tmp_path):
+    proc = start_cli("run", "--leave-running", "--", sys.executable, program("escapers.py"), "exit")
+    helpers = []
+    try:
+        main, *helpers = _pids(read_line_with(proc.stdout, "pids"))
+        assert proc.wait(60) == 0
+        alive = [pid for pid in helpers if not gone(pid)]
+    finally:
+        proc.kill()
+        for pid in helpers:  # they hold run's stderr open: end them before reading it to its end
+            os.kill(pid, signal.SIGKILL)
+    stderr = proc.stderr.read()
+    assert alive == helpers, stderr
+    line, = [line for line in stderr.splitlines() if "left running" in line]
+    assert line.startswith("dflash-doctor: left running (--leave-running) 3 process(es)")
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sent", [signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM, signal.SIGHUP])
 def test_a_signal_that_ends_run_ends_the_whole_command_and_the_session_folder(tmp_path, sent):
