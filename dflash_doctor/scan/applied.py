@@ -23,10 +23,13 @@ class AppliedFix:
     line: int
     spelled: str  # the marker as found
     enclosing: str = ""  # the function it is applied in ("" at module level): per-thread fixes need a thread's
+    # torch's own compile setting assigned (not the tool's runtime API): from torch 2.12 it lives in the assigning
+    # thread's context, so it counts only inside what a thread runs (compile_settings.py)
+    setting: bool = False
 
     @property
     def per_thread(self) -> bool:
-        return self.mitigation in PER_THREAD
+        return self.mitigation in PER_THREAD or self.setting
 
     @property
     def around_trace(self) -> bool:

@@ -21,7 +21,7 @@ from dflash_doctor.scan.resolve import (
     Target,
 )
 from dflash_doctor.scan.scopes import FUNCTION_NODES, SCOPE_NODES, Binding, FunctionNode, Scope, walk
-from dflash_doctor.scan.summary import ClassInfo, FuncInfo, Spawn, TraceSite
+from dflash_doctor.scan.summary import ClassInfo, FuncInfo, PassedOn, Spawn, TraceSite
 
 THREAD_CLASS = "threading.Thread"
 # Ahead-of-time entry points that compile their first argument as torch.compile does (DFD202 coverage).
@@ -31,6 +31,8 @@ AOT_COMPILE_FUNCTIONS = frozenset({
 })
 COMPILE_WORDS = ("compile", "aot_compile", "aot_compile_fullgraph", "aot_compile_module")
 _LOCALS = "<locals>"
+# `model.forward(x)` on a compiled module runs the compiled forward as surely as `model(x)`
+_CALLING_METHODS = frozenset({"forward", "__call__"})
 
 
 class ModuleGraph:
@@ -141,6 +143,9 @@ class ModuleGraph:
         info = FuncInfo(scope.qualname, node.lineno, compiled=self._decorated_compiled(node, scope.enclosing),
                         decorators=self._imported_decorators(node, scope.enclosing),
                         is_property=self._is_property(node, scope.enclosing))
+        positional = [a.arg for a in node.args.posonlyargs + node.args.args]
+        info.params = tuple(positional[1:] if scope.self_name else positional)
+        info.keyword_only = frozenset(a.arg for a in node.args.kwonlyargs)
         body: List[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
         seen: Set[Ref] = set()
@@ -153,6 +158,7 @@ class ModuleGraph:
                 continue
             if isinstance(current, ast.Call):
                 self._add_refs(info.refs, seen, current, scope)
+                self._parameter_uses(info, current, scope)
             elif isinstance(current, ast.Return) and current.value is not None and info.is_property:
                 returned = self.ctx.resolver.value_callee(current.value, scope, current.lineno, scope.qualname)
                 if returned is not None and returned not in info.returns:
@@ -185,6 +191,38 @@ class ModuleGraph:
                 if ref is not None and not isinstance(ref, ExtRef) and ref not in seen:
                     seen.add(ref)
                     refs.append(ref)
+
+    def _own_param(self, expr: ast.AST, scope: Scope, line: int) -> Optional[str]:
+        """The name of a parameter of the function `scope` that `expr` is (not self, not a closure's)."""
+        if not isinstance(expr, ast.Name) or expr.id == scope.self_name:
+            return None
+        binding = self.ctx.table.lookup(expr.id, scope, line)
+        return expr.id if binding is not None and binding.kind == "param" and binding.scope is scope else None
+
+    def _parameter_uses(self, info: FuncInfo, node: ast.Call, scope: Scope) -> None:
+        """Where the function calls one of its parameters (`model(x)`, `model.forward(x)`) or hands it on to
+        another call, for the search that follows a thread's arguments."""
+        line = node.lineno
+        func = node.func
+        called = self._own_param(func.value if isinstance(func, ast.Attribute) and func.attr in _CALLING_METHODS
+                                 else func, scope, line)
+        if called is not None:
+            info.called_params.setdefault(called, line)
+        callee: Optional[Ref] = None
+        for position, argument in enumerate(node.args):
+            if isinstance(argument, ast.Starred):
+                break  # positions after *args are unknown
+            name = self._own_param(argument, scope, line)
+            if name is not None:
+                callee = callee or self.ctx.resolver.callee(func, scope, line)
+                if callee is not None:
+                    info.passed_params.append(PassedOn(name, callee, position, None))
+        for keyword in node.keywords:
+            name = self._own_param(keyword.value, scope, line) if keyword.arg else None
+            if name is not None:
+                callee = callee or self.ctx.resolver.callee(func, scope, line)
+                if callee is not None:
+                    info.passed_params.append(PassedOn(name, callee, -1, keyword.arg))
 
     def _class_info(self, scope: Scope, node: ast.ClassDef) -> ClassInfo:
         table = self.ctx.table

@@ -14,17 +14,17 @@ from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Finding, Problem, Report, Severity
 from dflash_doctor.rules.registry import Rule
 from dflash_doctor.rules.scan import (
-    COMPILED_CALL_IN_THREAD, FLEX_ATTENTION_UNCOMPILED, FX_TRACE_IN_THREAD, HF_GRADIENT_CHECKPOINTING_IMPLICIT,
-    SCAN_RULES, UNUSED_NOQA, thread_hazards,
+    FLEX_ATTENTION_UNCOMPILED, FX_TRACE_IN_THREAD, HF_GRADIENT_CHECKPOINTING_IMPLICIT, SCAN_RULES, UNUSED_NOQA,
+    thread_hazards,
 )
 from dflash_doctor.scan import baseline as baseline_file
 from dflash_doctor.scan import config as config_file
 from dflash_doctor.scan.facts import ScanFacts
 from dflash_doctor.scan.analysis import FileResult, analyse_tree
 from dflash_doctor.scan.config import ScanConfig
-from dflash_doctor.scan.context import noqa_directives, suppressed
+from dflash_doctor.scan.context import noqa_directives
 from dflash_doctor.scan.discovery import Discovery, discover
-from dflash_doctor.scan.fixes import AROUND_TRACE, PER_THREAD, AppliedFix, collect
+from dflash_doctor.scan.fixes import AROUND_TRACE, PER_THREAD, SETTING_FIXES, AppliedFix, collect
 from dflash_doctor.scan.graph import Linker, ModuleIndex
 from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan import programs as program_files
@@ -32,6 +32,8 @@ from dflash_doctor.scan.programs import Imports, Programs, Reach, describe, prog
 from dflash_doctor.scan.resolve import FuncRef
 from dflash_doctor.scan.source_file import MAX_SOURCE_BYTES, decode, parse_bytes, parse_text, read_bytes, triggered
 from dflash_doctor.scan.callgraph import ModuleGraph
+from dflash_doctor.scan.in_thread import IN_THREAD_CHECKS
+from dflash_doctor.scan.thread_reach import ThreadReach
 from dflash_doctor.scan.workers import fork_usable, two_passes
 
 # Below this many files a process pool costs more than it saves, and a one-file scan must start instantly.
@@ -250,109 +252,41 @@ def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleInde
     return _merge(firsts, seconds)
 
 
-def _describe(ref: FuncRef, linker: Linker) -> str:
-    return f"{ref.qualname} ({ref.path}:{linker.function_line(ref)})"
-
-
 def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = None,
                 reach: Optional[Dict[Tuple[int, int], Reach]] = None) -> List[Finding]:
-    """DFD201 and DFD203: the spawn sites of one file whose target reaches a compiled callable or an FX trace, with
-    the call chain, and the traces its threads' starter runs while they run.
+    """The in-thread rules' findings for one file (scan/in_thread/: DFD201, DFD203, ...): each spawn site judged by
+    every enabled check that judges its kind of threads, then what each check finds around the file's spawns.
     Spawn lines whose finding a `# noqa` suppressed are added to `used_noqa`; `reach` gets, per finding's (line,
     column), every function its thread runs (a per-thread fix counts only there)."""
-    findings = []
+    findings: List[Finding] = []
     enabled = graph.ctx.enabled
+    checks = [(code, IN_THREAD_CHECKS[code]) for code in sorted(IN_THREAD_CHECKS) if code in enabled]
+    judged = thread_hazards()
+    threads: List[ThreadReach] = []
     for spawn in graph.spawns:
         if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
             continue
-        found = []
-        if COMPILED_CALL_IN_THREAD.code in enabled:
-            found.extend(_compiled_in_thread(graph, spawn, linker))
-        if FX_TRACE_IN_THREAD.code in enabled:
-            found.extend(_trace_in_thread(graph, spawn, linker))
-        for finding in found:
-            if suppressed(finding.code, spawn.noqa):
-                if used_noqa is not None:
-                    used_noqa.add((spawn.line, finding.code))
+        thread = ThreadReach(graph, spawn, linker)
+        threads.append(thread)
+        for code, check in checks:
+            if spawn.source not in check.sources:
                 continue
-            findings.append(finding)
-            if reach is not None and (PER_THREAD or AROUND_TRACE) and (spawn.line, spawn.column) not in reach:
-                reach[(spawn.line, spawn.column)] = thread_reach(spawn.refs, linker)
-    if FX_TRACE_IN_THREAD.code in enabled:
-        traced = _traced_while_threads_run(graph, linker, used_noqa)
-        findings.extend(traced)
-        if reach is not None:
-            for finding in traced:
-                # the code that traces is the function holding the trace (a lock it takes there counts)
-                reach[(finding.line or 0, finding.column or 0)] = frozenset(
-                    {(os.path.abspath(graph.path), finding.evidence.get("scope", ""))})
+            for finding in check.check(thread):
+                if check.suppressed_at(spawn.line, spawn.noqa, used_noqa):
+                    continue
+                findings.append(finding)
+                if reach is not None and code in judged and (PER_THREAD or AROUND_TRACE or SETTING_FIXES) \
+                        and (spawn.line, spawn.column) not in reach:
+                    reach[(spawn.line, spawn.column)] = thread.functions()
+    for code, check in checks:
+        around = check.after_spawns(graph, threads, used_noqa)
+        findings.extend(around)
+        if reach is not None and code in judged:
+            for finding in around:
+                functions = check.reach_of(graph, finding)
+                if functions is not None:
+                    reach[(finding.line or 0, finding.column or 0)] = functions
     return findings
-
-
-def _compiled_in_thread(graph: ModuleGraph, spawn, linker: Linker) -> List[Finding]:
-    hit = linker.find_compiled(spawn.refs)
-    if hit is None:
-        return []
-    chain, compiled = hit
-    where = f"{compiled.path}:{compiled.line}"
-    return [COMPILED_CALL_IN_THREAD.finding(
-        f"{spawn.kind} runs {spawn.target}, which calls torch.compile'd {compiled.name} (compiled at "
-        f"{where}) from a worker thread",
-        path=graph.path, line=spawn.line, column=spawn.column,
-        evidence={
-            "spawn": spawn.kind,
-            "target": spawn.target,
-            "chain": [_describe(ref, linker) for ref in chain] + [f"{compiled.name} ({where})"],
-            "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
-        },
-    )]
-
-
-def _trace_in_thread(graph: ModuleGraph, spawn, linker: Linker) -> List[Finding]:
-    """DFD203 at a spawn site whose thread reaches an FX trace."""
-    hit = linker.find_call(spawn.refs, linker.fx_trace)
-    if hit is None:
-        return []
-    chain, traced = hit
-    return [FX_TRACE_IN_THREAD.finding(
-        f"{spawn.kind} runs {spawn.target}, which FX-traces with {traced} in "
-        f"{_describe(chain[-1], linker) if chain else spawn.target}: while it traces, nn.Module calls in every "
-        "other thread go through its patcher",
-        path=graph.path, line=spawn.line, column=spawn.column,
-        evidence={"spawn": spawn.kind, "target": spawn.target, "trace": traced,
-                  "chain": [_describe(ref, linker) for ref in chain]},
-    )]
-
-
-def _traced_while_threads_run(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set]) -> List[Finding]:
-    """DFD203 at an FX trace that the code which started threads runs after starting them, with no `.join()`
-    between: the workers run while it traces."""
-    findings = []
-    for site in graph.traces:
-        started = [s for s in graph.spawns if s.scope == site.scope and s.line < site.line and s.thread_class is None]
-        if not started:
-            continue
-        traced = linker.fx_trace(site.callee)
-        first = started[0]
-        if traced is None or graph.joins_between(site.scope, first.line, site.line):
-            continue
-        if suppressed(FX_TRACE_IN_THREAD.code, site.noqa):
-            if used_noqa is not None:
-                used_noqa.add((site.line, FX_TRACE_IN_THREAD.code))
-            continue
-        findings.append(FX_TRACE_IN_THREAD.finding(
-            f"{traced} runs in the code that started threads at line {first.line}, before any join: while it "
-            "traces, their nn.Module calls go through its patcher",
-            path=graph.path, line=site.line, column=site.column,
-            evidence={"spawn": first.kind, "target": first.target, "trace": traced, "spawned_at": first.line,
-                      "scope": site.scope},
-        ))
-    return findings
-
-
-def thread_reach(refs, linker: Linker) -> Reach:
-    """Every function a thread started on `refs` runs, as (absolute path, qualname)."""
-    return frozenset((os.path.abspath(ref.path), ref.qualname) for ref in linker.reachable(refs))
 
 
 def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix],

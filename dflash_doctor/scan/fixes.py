@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
+from dflash_doctor.compile_settings import SETTINGS
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY, Mitigation
 from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD, SCAN_RULES, TORCH_SWITCHES
@@ -23,8 +24,11 @@ RUNTIME_PACKAGE = "dflash_doctor"
 FUNCTORCH_CONFIG = "torch._functorch.config"
 # marker -> mitigation name, from the registry
 MARKERS: Dict[str, str] = {marker: m.name for m in REGISTRY for marker in m.source_markers}
-# A marker that is a torch config key rather than a runtime function: applied by setting it to True.
-CONFIG_MARKERS = frozenset(marker for marker in MARKERS if marker.startswith("force_"))
+# A marker that is a torch config key rather than a runtime function: applied by setting it to True. Such a
+# setting reaches only the thread that assigns it from torch 2.12 on (compile_settings.py), so it counts per thread.
+CONFIG_MARKERS = frozenset(marker for marker in MARKERS if any(s.key == marker for s in SETTINGS))
+# The fixes a torch compile setting applies (the engine records what each thread runs when one is there).
+SETTING_FIXES = frozenset(MARKERS[marker] for marker in CONFIG_MARKERS)
 # What DFD201 needs stopped before a compiled call in a thread is safe.
 DFD201_HAZARDS: FrozenSet[Hazard] = SCAN_RULES[COMPILED_CALL_IN_THREAD.code].hazards
 
@@ -44,7 +48,8 @@ class FixCollector(FileCheck):
 
     def _add(self, marker: str, node: Located, scope: Optional[Scope] = None) -> None:
         enclosing = _function_of(scope)
-        self.ctx.fixes.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker, enclosing))
+        self.ctx.fixes.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker, enclosing,
+                                         setting=marker in CONFIG_MARKERS))
 
     def _torch_switch(self, node: ast.Call, scope: Scope) -> Optional[str]:
         """`torch.autograd.set_multithreading_enabled(False)` (any alias, `mode=False`): a torch function of a
@@ -75,12 +80,12 @@ class FixCollector(FileCheck):
             key = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
             if key in CONFIG_MARKERS and _true(node.args[2]) \
                     and resolver.dotted(node.args[0], scope, node.lineno) == FUNCTORCH_CONFIG:
-                self._add(key, node)
+                self._add(key, node, scope)
         elif isinstance(func, ast.Attribute) and func.attr == "patch" \
                 and resolver.dotted(func.value, scope, node.lineno) == FUNCTORCH_CONFIG:
             for keyword in node.keywords:
                 if keyword.arg in CONFIG_MARKERS and _true(keyword.value):
-                    self._add(keyword.arg, node)
+                    self._add(keyword.arg, node, scope)
 
     def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
         value = node.value
@@ -90,7 +95,7 @@ class FixCollector(FileCheck):
         for target in targets:
             if isinstance(target, ast.Attribute) and target.attr in CONFIG_MARKERS and _true(value) \
                     and self.ctx.resolver.dotted(target.value, scope, node.lineno) == FUNCTORCH_CONFIG:
-                self._add(target.attr, node)
+                self._add(target.attr, node, scope)
 
     def visit_scope(self, node: ast.AST, outer: Scope) -> None:
         """`@runtime.global_lock` on a step function applies the lock as surely as calling it."""

@@ -313,12 +313,16 @@ class ProgramVerdict:
 
 def left_out(fix: AppliedFix, closure: Optional[FrozenSet[str]], reach: Optional[Reach], traces: bool = False) -> str:
     """Why an applied fix does not count for a thread ("" when it does): it is in a file outside the thread's
-    program, it is a per-thread switch that the thread never enters (a call in the main thread), or, for a
+    program, it is a per-thread switch that the thread never enters (a call in the main thread; torch's own
+    compile settings are per thread from 2.12), or, for a
     finding about an FX trace (`traces`), a lock the tracing code must hold around its trace and does not."""
     where = os.path.abspath(fix.path)
     if closure is not None and where not in closure:
         return "not part of this program"
     inside = reach is not None and (where, fix.enclosing) in reach
+    if fix.setting and not inside:
+        return ("a torch compile setting assigned outside this thread: from torch 2.12 each thread keeps its own "
+                "(a ContextVar), so this thread reads the default")
     if fix.per_thread and not inside:
         return "a per-thread switch this thread does not enter"
     if traces and fix.around_trace and not inside:

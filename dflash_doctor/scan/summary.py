@@ -1,6 +1,7 @@
 """The call graph's records: a function's callees, a class's bases/methods/attributes, a thread's spawn site."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -17,6 +18,22 @@ class FuncInfo:
     # a @property (or cached_property): reading it runs the function, so calling it calls what it returns
     is_property: bool = False
     returns: List[Ref] = field(default_factory=list)  # what its return statements hand back, when callable
+    # its parameters (a method's without self), and how the body uses them: a thread's argument is followed into
+    # the target only where the target calls that parameter or passes it on to a call
+    params: Tuple[str, ...] = ()
+    keyword_only: FrozenSet[str] = frozenset()
+    called_params: Dict[str, int] = field(default_factory=dict)  # name -> first line that calls it
+    passed_params: List["PassedOn"] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PassedOn:
+    """A parameter handed on to another call: `step(model, batch)` inside `worker(model)`."""
+
+    param: str
+    callee: Ref
+    position: int  # -1 when passed by keyword
+    keyword: Optional[str]
 
 
 @dataclass
@@ -29,9 +46,32 @@ class ClassInfo:
     attributes: Dict[str, Tuple[Ref, ...]] = field(default_factory=dict)  # self.<attr> = ... (all assignments)
 
 
+class SpawnSource(str, enum.Enum):
+    """What starts the threads: in-thread checks choose the sources they judge (DFD201 leaves DataParallel's
+    replica threads to DFD204, whose measured outcomes differ)."""
+
+    THREAD = "thread"  # threading.Thread / Timer
+    POOL = "thread pool"  # ThreadPoolExecutor, multiprocessing's ThreadPool
+    THREAD_SUBCLASS = "Thread subclass"
+    DATA_PARALLEL = "DataParallel"  # nn.DataParallel / data_parallel: one thread per replica (parallel_apply)
+    PARALLEL_APPLY = "parallel_apply"  # torch.nn.parallel.parallel_apply over modules, one thread each
+
+
+@dataclass(frozen=True)
+class Passed:
+    """An argument handed to a thread's target (`args=`, `kwargs=`, submit's extra arguments, a partial's), as
+    the spawning file resolves it."""
+
+    position: int  # among the target's explicit parameters; -1 when passed by keyword
+    keyword: Optional[str]
+    ref: Ref
+    spelled: str
+
+
 @dataclass
 class Spawn:
-    """Where a thread starts: Thread(target=...), Timer, executor submit/map, or a Thread subclass's run()."""
+    """Where a thread starts: Thread(target=...), Timer, executor submit/map, a Thread subclass's run(), or the
+    replica threads of nn.DataParallel and parallel_apply."""
 
     kind: str
     line: int
@@ -41,6 +81,8 @@ class Spawn:
     noqa: Optional[FrozenSet[str]] = None
     thread_class: Optional[LocalClass] = None  # for Thread subclasses: confirmed by the linker (bases may be imported)
     scope: str = ""  # qualname of the function (or "" the module) whose code starts the thread
+    source: SpawnSource = SpawnSource.THREAD
+    arguments: Tuple[Passed, ...] = ()
 
 
 @dataclass(frozen=True)

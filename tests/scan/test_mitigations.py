@@ -49,8 +49,7 @@ def test_readme_fix_turns_dfd201_into_info_with_where_it_is_applied():
 
 @pytest.mark.parametrize("fix,applied", [
     ("from dflash_doctor import runtime\nruntime.install_threadlocal_fx_flag()\n", "threadlocal-flag"),
-    ("import torch._functorch.config\ntorch._functorch.config.force_non_lazy_backward_lowering = True\n",
-     "non-lazy-backward"),
+    ("from dflash_doctor import runtime\nruntime.enable_non_lazy_backward()\n", "non-lazy-backward"),
     ("from dflash_doctor.runtime import first_call_lock\nstep2 = first_call_lock(lambda: 0)\n", "first-call-lock"),
 ])
 def test_a_partial_fix_stays_an_error_and_says_what_is_left_open(fix, applied):
@@ -74,11 +73,35 @@ def test_first_call_lock_next_to_a_complete_fix_is_still_called_no_fix():
 @pytest.mark.parametrize("fix", [
     "from dflash_doctor import runtime\n@runtime.global_lock\ndef locked(x):\n    return x\n",
     "import dflash_doctor.runtime as rt\nrt.warmup([lambda: 0])\n",
-    "import torch\nimport dflash_doctor.runtime\ndflash_doctor.runtime.install_threadlocal_fx_flag()\n"
-    "with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):\n    pass\n",
 ])
 def test_complete_fixes_in_other_spellings(fix):
     assert dfd201(fix + textwrap.dedent(THREADS)).severity is Severity.INFO
+
+
+MAIN_THREAD_SETTING = "a torch compile setting assigned outside this thread: from torch 2.12 each thread keeps its own"
+
+
+@pytest.mark.parametrize("setting", [
+    "import torch._functorch.config\ntorch._functorch.config.force_non_lazy_backward_lowering = True\n",
+    "import torch\nwith torch._functorch.config.patch(force_non_lazy_backward_lowering=True):\n    pass\n",
+    "import torch._functorch.config as fc\nsetattr(fc, 'force_non_lazy_backward_lowering', True)\n",
+])
+def test_torchs_own_switch_set_in_the_main_thread_does_not_reach_the_workers(setting):
+    # torch >= 2.12 keeps compile settings in a ContextVar: a worker started later reads the default
+    fix = "from dflash_doctor import runtime\nruntime.install_threadlocal_fx_flag()\n" + setting
+    finding = dfd201(fix + textwrap.dedent(THREADS))
+    assert finding.severity is Severity.ERROR
+    assert f"non-lazy-backward (<string>:4): {MAIN_THREAD_SETTING}" in finding.message
+    assert [a["mitigation"] for a in finding.evidence["mitigations"]["applied"]] == ["threadlocal-flag"]
+
+
+def test_torchs_own_switch_set_inside_the_worker_counts():
+    source = textwrap.dedent(THREADS).replace(
+        "def worker(x):\n",
+        "def worker(x):\n    torch._functorch.config.force_non_lazy_backward_lowering = True\n")
+    finding = dfd201("from dflash_doctor import runtime\nruntime.install_threadlocal_fx_flag()\n" + source)
+    assert finding.severity is Severity.INFO
+    assert "non-lazy-backward (<string>:10)" in finding.message
 
 
 @pytest.mark.parametrize("fix", [
