@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional, Tuple
 
+from dflash_doctor.compile_settings import SETTINGS
 from dflash_doctor.findings import Severity
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import REGISTRY
@@ -110,6 +111,15 @@ FLEX_CALL = ByteTrigger(
 DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",), re.compile(
     rb"error_on_nested_fx_trace" + _SET_TO + rb"(?:False|None|0+)\b"
     rb"|force_compile_during_fx_trace" + _SET_TO + rb"(?:True|\d*[1-9]\d*)\b"))
+
+# nn.DataParallel, its functional form and parallel_apply, reached only through an import of torch.nn (or of
+# torch.nn.parallel); DistributedDataParallel is not one (one process per GPU, no replica threads).
+DATA_PARALLEL_CALL = ByteTrigger(
+    (b"DataParallel", b"parallel_apply", b"data_parallel"),
+    re.compile(rb"(?<!Distributed)DataParallel\s*[(,)]|DataParallel\s+as\b|\bparallel_apply\b|\bdata_parallel\b"),
+)
+# A Hugging Face (or TRL, sentence-transformers) training configuration with torch_compile switched on.
+TRAINER_COMPILE = ByteTrigger((b"torch_compile",), re.compile(rb"\btorch_compile\s*=\s*True\b"))
 
 # -- candidate-line words (aliases bound on their lines are added by analysis.candidate_lines) ---------------
 
@@ -404,3 +414,123 @@ UNUSED_NOQA = declare(Rule(
         "    return checkpoint(layer, h)  # noqa: DFD102\n"
     ),
 ), after_files=True)
+
+COMPILED_MODULE_IN_DATA_PARALLEL = declare(Rule(
+    code="DFD204",
+    name="compiled-module-in-data-parallel",
+    severity=Severity.ERROR,
+    summary="nn.DataParallel (or parallel_apply) runs a torch.compile'd module in a thread per replica",
+    rationale=(
+        "nn.DataParallel runs each replica's forward in a thread of its own (torch.nn.parallel.parallel_apply), "
+        "and re-raises a replica's exception in the caller as 'Caught <Error> in replica N on device D'. Measured "
+        "on one H100 (torch 2.11, replicas on device 0 repeated, which keeps the thread per replica): "
+        "nn.DataParallel(torch.compile(model)) failed at its first step (InternalTorchDynamoError in replica 0, a "
+        "RecursionError inside Dynamo's guard building): an error. A model whose forward calls compiled code "
+        "(a compiled flex_attention inside) ran in one run, and parallel_apply over modules compiled one per "
+        "replica ran: a warning, since the compiled calls still run in the replica threads, where the thread "
+        "races of DFD201 apply (AnswerDotAI/ModernBERT#147 hit the FX-tracing RuntimeError under DataParallel; "
+        "pytorch/pytorch#94636, huggingface/transformers#22326). torch.compile(nn.DataParallel(model)) ran three "
+        "steps with no error and is not reported. Reported where the module is wrapped, with the call chain to "
+        "the compiled code."
+    ),
+    fix=("Compile outside the wrapper, torch.compile(nn.DataParallel(model)), or start one process per GPU with "
+         "a launcher (torchrun --nproc_per_node N, accelerate launch) and DistributedDataParallel."),
+    bad=(
+        "import torch\n"
+        "from torch import nn\n"
+        "\n"
+        "model = torch.compile(nn.Linear(8, 8))\n"
+        "replicas = nn.DataParallel(model, device_ids=[0, 1])  # DFD204\n"
+    ),
+    good=(
+        "import torch\n"
+        "from torch import nn\n"
+        "\n"
+        "model = nn.Linear(8, 8)\n"
+        "replicas = torch.compile(nn.DataParallel(model, device_ids=[0, 1]))\n"
+    ),
+), checks=("threads.SpawnCollector",),
+    words=("DataParallel", "parallel_apply", "data_parallel", "compile"),
+    triggers=(DATA_PARALLEL_CALL,))
+
+HF_TRAINER_COMPILE_DATA_PARALLEL = declare(Rule(
+    code="DFD205",
+    name="hf-trainer-compile-data-parallel",
+    severity=Severity.WARNING,
+    summary="a Hugging Face training configuration with torch_compile=True: under DataParallel without a launcher",
+    rationale=(
+        "Started as a plain `python train.py` on a machine with several visible GPUs, the Hugging Face Trainer "
+        "wraps the model in nn.DataParallel, whose replica threads run it (DFD204). With torch_compile=True that "
+        "run failed in public reports (huggingface/transformers#22326) or silently trained uncompiled (#25152, "
+        "#34656; the maintainers' answer: launch with accelerate). With one process per GPU (torchrun, accelerate "
+        "launch, deepspeed) the Trainer uses DistributedDataParallel instead and no replica threads exist. "
+        "Reported on TrainingArguments and the TRL and sentence-transformers configurations that extend it; not "
+        "in a file that reads a launcher's LOCAL_RANK or WORLD_SIZE or calls init_process_group itself."
+    ),
+    fix=("Launch one process per GPU: torchrun --nproc_per_node N train.py or accelerate launch train.py (or "
+         "restrict the run to one GPU with CUDA_VISIBLE_DEVICES)."),
+    bad=(
+        "from transformers import TrainingArguments\n"
+        "\n"
+        'args = TrainingArguments(output_dir="out", torch_compile=True)  # DFD205\n'
+    ),
+    good=(
+        "import os\n"
+        "from transformers import TrainingArguments\n"
+        "\n"
+        'assert "LOCAL_RANK" in os.environ, "start with torchrun --nproc_per_node N"\n'
+        'args = TrainingArguments(output_dir="out", torch_compile=True)\n'
+    ),
+), checks=("trainer_compile.TrainerCompileRule",), words=("torch_compile",), triggers=(TRAINER_COMPILE,))
+
+_SETTING_KEYS = tuple(sorted({setting.key for setting in SETTINGS}))
+COMPILE_SETTING = ByteTrigger(tuple(key.encode() for key in _SETTING_KEYS),
+                              re.compile(b"|".join(key.encode() for key in _SETTING_KEYS)))
+
+COMPILE_SETTING_NOT_IN_THREADS = declare(Rule(
+    code="DFD303",
+    name="compile-setting-not-in-threads",
+    severity=Severity.WARNING,
+    summary="a compile setting assigned in one thread and relied on in threads started later (per thread from 2.12)",
+    rationale=(
+        "From torch 2.12, a value assigned to torch._dynamo.config, torch._inductor.config or "
+        "torch._functorch.config lives in a ContextVar of the assigning thread (pytorch/pytorch#186537): a thread "
+        "started later begins with an empty context and reads the default. Measured on torch 2.13: "
+        "force_non_lazy_backward_lowering set in the main thread reads False in a worker, whose backward still "
+        "compiles lazily; error_on_nested_fx_trace set to False in main reads True there; a recompile limit "
+        "raised in main is ignored in a ThreadPoolExecutor worker (mstar-project/mstar#167). On 2.11 and earlier "
+        "the same assignment reached every thread. Reported at the assignment of a setting listed in "
+        "dflash_doctor/compile_settings.py (the value a user relies on: a True non-lazy switch, the value that "
+        "silences the FX error, any recompile limit) when threads started in the same file run compiled code and "
+        "neither assign it themselves nor enter the tool's per-thread form (a `with dflash_doctor.runtime...` "
+        "in what the thread runs)."
+    ),
+    fix=("Assign the setting inside each thread that compiles (first thing in its target), or use the tool's "
+         "runtime API, which carries it into the threads (`dflash-doctor explain mitigations`)."),
+    bad=(
+        "import threading\n"
+        "import torch\n"
+        "import torch._dynamo\n"
+        "\n"
+        "torch._dynamo.config.recompile_limit = 64  # DFD303\n"
+        "step = torch.compile(lambda x: x * 2)\n"
+        "\n"
+        "\n"
+        "def worker(x):\n"
+        "    return step(x)\n"
+        "\n"
+        "\n"
+        "threading.Thread(target=worker, args=(1,)).start()  # noqa: DFD201 (the race has its own rule)\n"
+    ),
+    good=(
+        "import torch\n"
+        "import torch._dynamo\n"
+        "\n"
+        "torch._dynamo.config.recompile_limit = 64\n"
+        "step = torch.compile(lambda x: x * 2)\n"
+        "step(1)\n"
+    ),
+), checks=("threads.SpawnCollector", "settings_reach.SettingCollector"),
+    words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool", "DataParallel", "parallel_apply",
+           "data_parallel", "setattr", "runtime", "dflash_doctor") + _SETTING_KEYS,
+    triggers=(COMPILE_SETTING,))

@@ -22,7 +22,9 @@ from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.fixes import FixCollector
 from dflash_doctor.scan.flex import FlexAttentionRule
 from dflash_doctor.scan.scopes import SCOPE_NODES, Scope, walk
+from dflash_doctor.scan.in_thread import COLLECTORS
 from dflash_doctor.scan.threads import SpawnCollector, TraceCollector
+from dflash_doctor.scan.trainer_compile import TrainerCompileRule
 
 
 @dataclass
@@ -39,10 +41,12 @@ class FileResult:
 
 
 # Every check, imported: a rule's declaration names its checks as "module.Class" (the rule table cannot import them,
-# they import it), and each name is looked up here. A new check class is one entry.
+# they import it), and each name is looked up here. A new check class is one entry; the collectors of the in-thread
+# checks (scan/in_thread/) come with their package.
 CHECK_CLASSES: Dict[str, Type[FileCheck]] = {
     f"{check.__module__.rpartition('.')[2]}.{check.__name__}": check
-    for check in (CheckpointRule, DynamoConfigRule, FixCollector, FlexAttentionRule, SpawnCollector, TraceCollector)
+    for check in (CheckpointRule, DynamoConfigRule, FixCollector, FlexAttentionRule, SpawnCollector, TraceCollector,
+                  TrainerCompileRule) + COLLECTORS
 }
 
 

@@ -26,10 +26,13 @@ class AppliedFix:
     # torch's own compile setting assigned (not the tool's runtime API): from torch 2.12 it lives in the assigning
     # thread's context, so it counts only inside what a thread runs (compile_settings.py)
     setting: bool = False
+    # the runtime's marker entered as a `with` item: a per-thread form, for the entering thread only (a lock held
+    # around a trace is judged as such instead, AROUND_TRACE)
+    entered: bool = False
 
     @property
     def per_thread(self) -> bool:
-        return self.mitigation in PER_THREAD or self.setting
+        return self.mitigation in PER_THREAD or self.setting or (self.entered and not self.around_trace)
 
     @property
     def around_trace(self) -> bool:

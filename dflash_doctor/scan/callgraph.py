@@ -42,6 +42,9 @@ class ModuleGraph:
         self.spawns: List[Spawn] = []
         self.traces: List[TraceSite] = []  # possible FX traces outside any thread (DFD203, main-thread case)
         self.compile_roots: List[Ref] = []  # what torch.compile(...) / @torch.compile / .compile() covers
+        # what an in-thread check's collectors (scan/thread_reach.py) kept for it, by collector class: read back
+        # only by the check module that defines the collector
+        self.collected: Dict[type, List[object]] = {}
         self._functions: Dict[str, Optional[FuncInfo]] = {}
         self._classes: Dict[str, Optional[ClassInfo]] = {}
         self._names: Dict[str, Tuple[Target, ...]] = {}

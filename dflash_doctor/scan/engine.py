@@ -324,7 +324,7 @@ def apply_fixes(findings: List[Finding], fixes: Sequence[AppliedFix],
             evidence={**finding.evidence, "mitigations": {
                 "applied": [f.to_dict() for f in applied], "mitigated": mitigated,
                 "programs": [v.to_dict() for v in verdicts]}},
-            severity=Severity.INFO if mitigated else None,
+            severity=Severity.INFO if mitigated else finding.severity,  # a backend's warning stays one
         ))
     return changed
 

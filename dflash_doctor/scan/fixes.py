@@ -8,6 +8,7 @@ function that merely shares a marker's name (an LR `warmup()`) resolves elsewher
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -36,6 +37,10 @@ DFD201_HAZARDS: FrozenSet[Hazard] = SCAN_RULES[COMPILED_CALL_IN_THREAD.code].haz
 class FixCollector(FileCheck):
     """The mitigations a file applies, into `ctx.fixes` (the engine judges DFD201 under all of them)."""
 
+    def __init__(self, ctx, graph) -> None:
+        super().__init__(ctx, graph)
+        self._columns: Dict[int, int] = {}  # index in ctx.fixes -> the column of the node that applied it
+
     def _runtime_marker(self, expr: ast.AST, scope: Scope, line: int) -> Optional[str]:
         final = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr, "id", None)
         if final is None:
@@ -48,6 +53,7 @@ class FixCollector(FileCheck):
 
     def _add(self, marker: str, node: Located, scope: Optional[Scope] = None) -> None:
         enclosing = _function_of(scope)
+        self._columns[len(self.ctx.fixes)] = node.col_offset  # finish() matches `with` items by position
         self.ctx.fixes.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker, enclosing,
                                          setting=marker in CONFIG_MARKERS))
 
@@ -96,6 +102,19 @@ class FixCollector(FileCheck):
             if isinstance(target, ast.Attribute) and target.attr in CONFIG_MARKERS and _true(value) \
                     and self.ctx.resolver.dotted(target.value, scope, node.lineno) == FUNCTORCH_CONFIG:
                 self._add(target.attr, node, scope)
+
+    def finish(self) -> None:
+        """A runtime marker entered with `with` is the per-thread form of its fix (the entering thread only)."""
+        runtime = [i for i, fix in enumerate(self.ctx.fixes) if not fix.setting and fix.path == self.ctx.path]
+        if not runtime:
+            return
+        entered = {(item.context_expr.lineno, item.context_expr.col_offset) for node in ast.walk(self.ctx.table.tree)
+                   if isinstance(node, (ast.With, ast.AsyncWith)) for item in node.items
+                   if isinstance(item.context_expr, ast.Call)}
+        for index in runtime:
+            fix = self.ctx.fixes[index]
+            if (fix.line, self._columns.get(index, -1)) in entered:
+                self.ctx.fixes[index] = dataclasses.replace(fix, entered=True)
 
     def visit_scope(self, node: ast.AST, outer: Scope) -> None:
         """`@runtime.global_lock` on a step function applies the lock as surely as calling it."""
