@@ -122,7 +122,8 @@ class SpawnCollector(FileCheck):
             ref = resolver.element_callee(expression, scope, line) if element else resolver.callee(
                 expression, scope, line)
             if ref is not None:
-                found.append(Passed(position, keyword, ref, describe(expression)))
+                spelled = describe(expression)
+                found.append(Passed(position, keyword, ref, f"an element of {spelled}" if element else spelled))
         return tuple(found)
 
     def _thread_arguments(self, node: ast.Call, constructor: str) -> List[Tuple[int, Optional[str], ast.AST]]:
