@@ -116,7 +116,8 @@ DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",), re.compile(
 # torch.nn.parallel); DistributedDataParallel is not one (one process per GPU, no replica threads).
 DATA_PARALLEL_CALL = ByteTrigger(
     (b"DataParallel", b"parallel_apply", b"data_parallel"),
-    re.compile(rb"(?<!Distributed)DataParallel\s*[(,)]|DataParallel\s+as\b|\bparallel_apply\b|\bdata_parallel\b"),
+    re.compile(rb"(?<!\w)(?:DataParallel|parallel_apply|data_parallel)\s*\(\s*[\w(\[]"),  # with a module
+    re.compile(rb"compile"),  # what it replicates is compiled: a file that never says so is not parsed for it
 )
 # A Hugging Face (or TRL, sentence-transformers) training configuration with torch_compile switched on.
 TRAINER_COMPILE = ByteTrigger((b"torch_compile",), re.compile(rb"\btorch_compile\s*=\s*True\b"))
@@ -484,8 +485,16 @@ HF_TRAINER_COMPILE_DATA_PARALLEL = declare(Rule(
 ), checks=("trainer_compile.TrainerCompileRule",), words=("torch_compile",), triggers=(TRAINER_COMPILE,))
 
 _SETTING_KEYS = tuple(sorted({setting.key for setting in SETTINGS}))
-COMPILE_SETTING = ByteTrigger(tuple(key.encode() for key in _SETTING_KEYS),
-                              re.compile(b"|".join(key.encode() for key in _SETTING_KEYS)))
+_SETTING_NAMES = b"|".join(key.encode() for key in _SETTING_KEYS)
+# Assigned to a config module's attribute (`config.key = `) or named to setattr (`"key", `); torch.compile's own
+# `recompile_limit=` keyword (a per-compile limit) is not one. In a file that starts threads (as
+# THREAD_SPAWN's `anywhere`) or DataParallel's replica threads.
+COMPILE_SETTING = ByteTrigger(
+    tuple(key.encode() for key in _SETTING_KEYS),
+    re.compile(rb"\.(?:" + _SETTING_NAMES + rb")\s*(?::[^=\n]*)?=(?!=)|['\"](?:" + _SETTING_NAMES + rb")['\"]\s*,"),
+    re.compile(rb"threading|concurrent|multiprocessing|class\s+\w+\s*\([^)]*Thread\b|(?<!\w)DataParallel"
+               rb"|parallel_apply|data_parallel"),
+)
 
 COMPILE_SETTING_NOT_IN_THREADS = declare(Rule(
     code="DFD303",
