@@ -52,6 +52,8 @@ class FixCollector(FileCheck):
         return None
 
     def _add(self, marker: str, node: Located, scope: Optional[Scope] = None) -> None:
+        if marker in CONFIG_MARKERS and (self.ctx.table.package or "").startswith(RUNTIME_PACKAGE + "."):
+            return  # the tool's runtime setting the switch on behalf of its API: the API's calls are the fix
         enclosing = _function_of(scope)
         self._columns[len(self.ctx.fixes)] = node.col_offset  # finish() matches `with` items by position
         self.ctx.fixes.append(AppliedFix(MARKERS[marker], self.ctx.path, node.lineno, marker, enclosing,
