@@ -457,60 +457,6 @@ class Linker:
             return False
         return any(self.derives_from(base, dotted, hops + 1) for base in found[1].bases)
 
-    def argument_called(self, target: Target, position: int, keyword: Optional[str], depth: int = 0
-                        ) -> Optional[List[FuncRef]]:
-        """The chain of functions from `target` to one that calls the argument passed to it at `position` (or by
-        `keyword`): directly (`model(x)`, `model.forward(x)`) or after handing it on to project functions that do;
-        None when nothing calls it (a model passed only to be saved or counted)."""
-        if depth > MAX_CHAIN_DEPTH:
-            return None
-        for function in self._eager_functions(target):
-            info = self.function_info(function)
-            if info is None:
-                continue
-            if keyword is not None and (keyword in info.params or keyword in info.keyword_only):
-                name: Optional[str] = keyword
-            else:
-                name = info.params[position] if 0 <= position < len(info.params) else None
-            if name is None:
-                continue
-            if name in info.called_params:
-                return [function]
-            for passed in info.passed_params:
-                if passed.param == name:
-                    deeper = self.argument_called(passed.callee, passed.position, passed.keyword, depth + 1)
-                    if deeper is not None:
-                        return [function] + deeper
-        return None
-
-    def compile_backend(self, compiled: CompiledRef) -> Optional[str]:
-        """The `backend=` of the torch.compile that made `compiled` ("inductor" when none is given), or None when
-        it is not a constant or the compile site is not found."""
-        summary = self.summary(compiled.path)
-        if summary is None:
-            return None
-        for node in ast.walk(summary.ctx.table.tree):
-            calls: List[ast.expr] = []
-            if isinstance(node, ast.Call) and node.lineno == compiled.line:
-                calls = [node]
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == compiled.line:
-                calls = [d for d in node.decorator_list if isinstance(d, ast.Call)]
-                if not calls and node.decorator_list:
-                    return "inductor"  # a bare @torch.compile
-            for call in calls:
-                if not isinstance(call, ast.Call):
-                    continue
-                func = call.func
-                final = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                if final != "compile":
-                    continue
-                backend = next((k.value for k in call.keywords if k.arg == "backend"), None)
-                if backend is None:
-                    return "inductor"
-                return backend.value if isinstance(backend, ast.Constant) and isinstance(backend.value, str) \
-                    else None
-        return None
-
     def fx_trace(self, ref: Ref) -> Optional[str]:
         """The FX trace calling `ref` runs (its name), or None."""
         if isinstance(ref, ExtRef) and ref.dotted in FX_TRACE_FUNCTIONS:

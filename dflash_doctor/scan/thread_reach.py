@@ -13,6 +13,7 @@ while the file is walked (`collectors`): analysis.py runs those like any other c
 """
 from __future__ import annotations
 
+import ast
 import os
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Type
@@ -22,9 +23,9 @@ from dflash_doctor.rules.registry import Rule
 from dflash_doctor.scan.callgraph import ModuleGraph
 from dflash_doctor.scan.context import suppressed
 from dflash_doctor.scan.file_check import FileCheck
-from dflash_doctor.scan.graph import Linker
+from dflash_doctor.scan.graph import MAX_CHAIN_DEPTH, Linker
 from dflash_doctor.scan.programs import Reach
-from dflash_doctor.scan.resolve import CompiledRef, FuncRef, Ref
+from dflash_doctor.scan.resolve import CompiledRef, FuncRef, Ref, Target
 from dflash_doctor.scan.summary import Passed, Spawn, SpawnSource
 
 # The sources that start threads of the user's own making; DataParallel's replica threads are judged apart.
@@ -77,10 +78,14 @@ class ThreadReach:
             if carried is None:
                 continue
             for target in self.spawn.refs:
-                chain = self.linker.argument_called(target, argument.position, argument.keyword)
+                chain = argument_called(self.linker, target, argument.position, argument.keyword)
                 if chain is not None:
                     return CompiledHit(tuple(chain), carried[1], argument, tuple(carried[0]))
         return None
+
+    def backend(self, compiled: CompiledRef) -> Optional[str]:
+        """The backend of the torch.compile that made `compiled` (compile_backend)."""
+        return compile_backend(self.linker, compiled)
 
     def first_call(self, is_target: Callable[[Ref], Optional[str]]) -> Optional[Tuple[List[FuncRef], str]]:
         """The shortest chain from the target to a call `is_target` names, with that name."""
@@ -97,6 +102,61 @@ class ThreadReach:
     def runs(self, path: str, qualname: str) -> bool:
         """Whether the thread runs the function `qualname` of `path` ("" never: module level is not a thread's)."""
         return bool(qualname) and (os.path.abspath(path), qualname) in self.functions()
+
+
+def argument_called(linker: Linker, target: Target, position: int, keyword: Optional[str], depth: int = 0
+                    ) -> Optional[List[FuncRef]]:
+    """The chain of functions from `target` to one that calls the argument passed to it at `position` (or by
+    `keyword`): directly (`model(x)`, `model.forward(x)`) or after handing it on to project functions that do;
+    None when nothing calls it (a model passed only to be saved or counted)."""
+    if depth > MAX_CHAIN_DEPTH:
+        return None
+    for function in [step for step in linker.expand(target) if isinstance(step, FuncRef)]:
+        info = linker.function_info(function)
+        if info is None:
+            continue
+        if keyword is not None and (keyword in info.params or keyword in info.keyword_only):
+            name: Optional[str] = keyword
+        else:
+            name = info.params[position] if 0 <= position < len(info.params) else None
+        if name is None:
+            continue
+        if name in info.called_params:
+            return [function]
+        for passed in info.passed_params:
+            if passed.param == name:
+                deeper = argument_called(linker, passed.callee, passed.position, passed.keyword, depth + 1)
+                if deeper is not None:
+                    return [function] + deeper
+    return None
+
+def compile_backend(linker: Linker, compiled: CompiledRef) -> Optional[str]:
+    """The `backend=` of the torch.compile that made `compiled` ("inductor" when none is given), or None when
+    it is not a constant or the compile site is not found."""
+    summary = linker.summary(compiled.path)
+    if summary is None:
+        return None
+    for node in ast.walk(summary.ctx.table.tree):
+        calls: List[ast.expr] = []
+        if isinstance(node, ast.Call) and node.lineno == compiled.line:
+            calls = [node]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno == compiled.line:
+            calls = [d for d in node.decorator_list if isinstance(d, ast.Call)]
+            if not calls and node.decorator_list:
+                return "inductor"  # a bare @torch.compile
+        for call in calls:
+            if not isinstance(call, ast.Call):
+                continue
+            func = call.func
+            final = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if final != "compile":
+                continue
+            backend = next((k.value for k in call.keywords if k.arg == "backend"), None)
+            if backend is None:
+                return "inductor"
+            return backend.value if isinstance(backend, ast.Constant) and isinstance(backend.value, str) \
+                else None
+    return None
 
 
 class InThreadCheck:

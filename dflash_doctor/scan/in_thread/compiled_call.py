@@ -35,7 +35,7 @@ class CompiledCallInThread(InThreadCheck):
         spawn = thread.spawn
         compiled = hit.compiled
         where = f"{compiled.path}:{compiled.line}"
-        backend = thread.linker.compile_backend(compiled)
+        backend = thread.backend(compiled)
         fx_free = backend in FX_FREE_BACKENDS
         calls = (f"calls its argument {hit.through.spelled}, torch.compile'd {compiled.name}" if hit.through
                  else f"calls torch.compile'd {compiled.name}")
