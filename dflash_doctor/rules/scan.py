@@ -119,8 +119,10 @@ DATA_PARALLEL_CALL = ByteTrigger(
     re.compile(rb"(?<!\w)(?:DataParallel|parallel_apply|data_parallel)\s*\(\s*[\w(\[]"),  # with a module
     re.compile(rb"compile"),  # what it replicates is compiled: a file that never says so is not parsed for it
 )
-# A Hugging Face (or TRL, sentence-transformers) training configuration with torch_compile switched on.
-TRAINER_COMPILE = ByteTrigger((b"torch_compile",), re.compile(rb"\btorch_compile\s*=\s*True\b"))
+# A Hugging Face (or TRL, sentence-transformers) training configuration with torch_compile switched on, or a
+# Trainer built in a file that compiles something (the model it is handed may be compiled).
+TRAINER_COMPILE = ByteTrigger((b"torch_compile", b"Trainer"),
+                              re.compile(rb"\btorch_compile\s*=\s*True\b|Trainer\s*\("), re.compile(rb"compile"))
 
 # -- candidate-line words (aliases bound on their lines are added by analysis.candidate_lines) ---------------
 
@@ -465,8 +467,10 @@ HF_TRAINER_COMPILE_DATA_PARALLEL = declare(Rule(
         "run failed in public reports (huggingface/transformers#22326) or silently trained uncompiled (#25152, "
         "#34656; the maintainers' answer: launch with accelerate). With one process per GPU (torchrun, accelerate "
         "launch, deepspeed) the Trainer uses DistributedDataParallel instead and no replica threads exist. "
-        "Reported on TrainingArguments and the TRL and sentence-transformers configurations that extend it; not "
-        "in a file that reads a launcher's LOCAL_RANK or WORLD_SIZE or calls init_process_group itself."
+        "Reported on TrainingArguments and the TRL and sentence-transformers configurations that extend it, and on "
+        "a Trainer of those libraries handed a torch.compile'd model (replicated by DataParallel: the form that "
+        "failed, DFD204); not in a file that reads a launcher's LOCAL_RANK or WORLD_SIZE or calls "
+        "init_process_group itself."
     ),
     fix=("Launch one process per GPU: torchrun --nproc_per_node N train.py or accelerate launch train.py (or "
          "restrict the run to one GPU with CUDA_VISIBLE_DEVICES)."),
@@ -482,7 +486,7 @@ HF_TRAINER_COMPILE_DATA_PARALLEL = declare(Rule(
         'assert "LOCAL_RANK" in os.environ, "start with torchrun --nproc_per_node N"\n'
         'args = TrainingArguments(output_dir="out", torch_compile=True)\n'
     ),
-), checks=("trainer_compile.TrainerCompileRule",), words=("torch_compile",), triggers=(TRAINER_COMPILE,))
+), checks=("trainer_compile.TrainerCompileRule",), words=("torch_compile", "Trainer"), triggers=(TRAINER_COMPILE,))
 
 _SETTING_KEYS = tuple(sorted({setting.key for setting in SETTINGS}))
 _SETTING_NAMES = b"|".join(key.encode() for key in _SETTING_KEYS)

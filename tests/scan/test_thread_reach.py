@@ -283,6 +283,10 @@ def test_what_holds_or_is_not_dataparallel_is_not_reported(lines):
     ("import os\nfrom transformers import TrainingArguments\nrank = int(os.environ['LOCAL_RANK'])\n"
      "TrainingArguments('o', torch_compile=True)\n", []),
     ("class TrainingArguments:\n    pass\nTrainingArguments(torch_compile=True)\n", []),  # the project's own
+    ("import torch\nfrom transformers import Trainer\nm = torch.compile(model)\nTrainer(model=m, args=a)\n", [4]),
+    ("import torch\nfrom trl import SFTTrainer\nSFTTrainer(torch.compile(model), args=a)\n", [3]),
+    ("import torch\nfrom transformers import Trainer\nTrainer(model=model, args=a)\n", []),
+    ("import torch\nfrom transformers import Trainer\nTrainer(model=torch.compile(model))\nLOCAL_RANK = 0\n", []),
 ])
 def test_trainer_compile_without_a_launcher(source, expected):
     assert [f.line for f in found(source, "DFD205")] == expected
