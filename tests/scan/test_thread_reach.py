@@ -346,3 +346,18 @@ def test_the_per_thread_form_entered_in_the_worker_reaches_it():
                              inside="pass").replace(
         "        return step(x)\n", "        with runtime.non_lazy_backward_in_thread():\n            return step(x)\n")
     assert found(source, "DFD303") == []
+
+
+@pytest.mark.skipif("non_lazy_backward_in_thread" not in MARKERS,
+                    reason="the runtime's per-thread form of non-lazy-backward is not in the registry yet")
+@pytest.mark.parametrize("where,mitigated", [("worker", True), ("main", False)])
+def test_a_runtime_form_entered_with_with_counts_only_in_the_thread_that_enters_it(where, mitigated):
+    form = "with runtime.non_lazy_backward_in_thread():\n"
+    worker = (f"def worker(x):\n    {form}        return step(x)\n" if where == "worker"
+              else "def worker(x):\n    return step(x)\n")
+    main = f"{form}    pass\n" if where == "main" else ""
+    source = ("import threading\nimport torch\nfrom dflash_doctor import runtime\n"
+              "runtime.install_threadlocal_fx_flag()\nstep = torch.compile(lambda x: x)\n" + worker + main
+              + "threading.Thread(target=worker, args=(1,)).start()\n")
+    [finding] = found(source, "DFD201")
+    assert (finding.severity is Severity.INFO) is mitigated
