@@ -211,6 +211,10 @@ class ModuleGraph:
                                  else func, scope, line)
         if called is not None:
             info.called_params.setdefault(called, line)
+        elif isinstance(func, ast.Attribute):
+            owner = self._own_param(func.value, scope, line)
+            if owner is not None and (owner, func.attr) not in info.called_attributes:
+                info.called_attributes.append((owner, func.attr))
         callee: Optional[Ref] = None
         for position, argument in enumerate(node.args):
             if isinstance(argument, ast.Starred):

@@ -23,6 +23,7 @@ class FuncInfo:
     params: Tuple[str, ...] = ()
     keyword_only: FrozenSet[str] = frozenset()
     called_params: Dict[str, int] = field(default_factory=dict)  # name -> first line that calls it
+    called_attributes: List[Tuple[str, str]] = field(default_factory=list)  # (param, attr): `job.model(x)`
     passed_params: List["PassedOn"] = field(default_factory=list)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Type
+from typing import Callable, ClassVar, Dict, FrozenSet, Iterator, List, Optional, Sequence, Set, Tuple, Type
 
 from dflash_doctor.findings import Finding
 from dflash_doctor.rules.registry import Rule
@@ -25,7 +25,7 @@ from dflash_doctor.scan.context import suppressed
 from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.graph import MAX_CHAIN_DEPTH, Linker
 from dflash_doctor.scan.programs import Reach
-from dflash_doctor.scan.resolve import CompiledRef, FuncRef, Ref, Target
+from dflash_doctor.scan.resolve import CompiledRef, FuncRef, InstanceRef, MethodRef, Ref, Target
 from dflash_doctor.scan.summary import Passed, Spawn, SpawnSource
 
 # The sources that start threads of the user's own making; DataParallel's replica threads are judged apart.
@@ -43,6 +43,14 @@ class CompiledHit:
     compiled: CompiledRef
     through: Optional[Passed] = None  # the argument that carried it, when it was handed to the target
     inside: Tuple[FuncRef, ...] = ()  # for an argument: the functions from it to the compiled call
+    attribute: Optional[str] = None  # for an argument: the attribute of it that the target calls
+
+    @property
+    def called(self) -> str:
+        """How the target calls what it was handed ("" when the compiled callable was not handed over)."""
+        if self.through is None:
+            return ""
+        return f"{self.through.spelled}.{self.attribute}" if self.attribute else self.through.spelled
 
 
 class ThreadReach:
@@ -74,13 +82,15 @@ class ThreadReach:
         if hit is not None:
             return CompiledHit(tuple(hit[0]), hit[1])
         for argument in self.spawn.arguments:
-            carried = self.linker.find_compiled([argument.ref])
-            if carried is None:
-                continue
             for target in self.spawn.refs:
-                chain = argument_called(self.linker, target, argument.position, argument.keyword)
-                if chain is not None:
-                    return CompiledHit(tuple(chain), carried[1], argument, tuple(carried[0]))
+                for chain, attribute in argument_uses(self.linker, target, argument.position, argument.keyword):
+                    called: Optional[Ref] = argument.ref
+                    if attribute is not None:
+                        called = MethodRef(argument.ref.cls, attribute) if isinstance(
+                            argument.ref, InstanceRef) else None
+                    carried = self.linker.find_compiled([called]) if called is not None else None
+                    if carried is not None:
+                        return CompiledHit(tuple(chain), carried[1], argument, tuple(carried[0]), attribute)
         return None
 
     def backend(self, compiled: CompiledRef) -> Optional[str]:
@@ -104,13 +114,18 @@ class ThreadReach:
         return bool(qualname) and (os.path.abspath(path), qualname) in self.functions()
 
 
-def argument_called(linker: Linker, target: Target, position: int, keyword: Optional[str], depth: int = 0
-                    ) -> Optional[List[FuncRef]]:
-    """The chain of functions from `target` to one that calls the argument passed to it at `position` (or by
-    `keyword`): directly (`model(x)`, `model.forward(x)`) or after handing it on to project functions that do;
-    None when nothing calls it (a model passed only to be saved or counted)."""
+# How a target uses an argument: the chain of functions to the use, and the attribute called on it (None: the
+# argument itself is called)
+ArgumentUse = Tuple[List[FuncRef], Optional[str]]
+
+
+def argument_uses(linker: Linker, target: Target, position: int, keyword: Optional[str], depth: int = 0
+                  ) -> Iterator[ArgumentUse]:
+    """Where `target` calls the argument passed to it at `position` (or by `keyword`): directly (`model(x)`,
+    `model.forward(x)`), through an attribute (`job.model(x)`, `job.step()`), or after handing it on to project
+    functions that do; nothing for an argument only saved, counted or handed to code outside the project."""
     if depth > MAX_CHAIN_DEPTH:
-        return None
+        return
     for function in [step for step in linker.expand(target) if isinstance(step, FuncRef)]:
         info = linker.function_info(function)
         if info is None:
@@ -122,13 +137,16 @@ def argument_called(linker: Linker, target: Target, position: int, keyword: Opti
         if name is None:
             continue
         if name in info.called_params:
-            return [function]
+            yield [function], None
+        for param, attribute in info.called_attributes:
+            if param == name:
+                yield [function], attribute
         for passed in info.passed_params:
             if passed.param == name:
-                deeper = argument_called(linker, passed.callee, passed.position, passed.keyword, depth + 1)
-                if deeper is not None:
-                    return [function] + deeper
-    return None
+                for chain, deeper in argument_uses(linker, passed.callee, passed.position, passed.keyword,
+                                                   depth + 1):
+                    yield [function] + chain, deeper
+
 
 def compile_backend(linker: Linker, compiled: CompiledRef) -> Optional[str]:
     """The `backend=` of the torch.compile that made `compiled` ("inductor" when none is given), or None when

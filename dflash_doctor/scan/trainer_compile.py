@@ -53,7 +53,7 @@ class TrainerCompileRule(FileCheck):
             return
         model = next((k.value for k in node.keywords if k.arg == "model"), node.args[0] if node.args else None)
         ref = resolver.callee(model, scope, node.lineno) if model is not None else None
-        if not isinstance(ref, CompiledRef):
+        if model is None or not isinstance(ref, CompiledRef):
             return
         self.ctx.report(
             HF_TRAINER_COMPILE_DATA_PARALLEL, node,

@@ -142,6 +142,31 @@ def test_processes_get_their_own_dynamo_state_and_are_not_followed():
     assert scan_source(textwrap.dedent(source)) == []
 
 
+def test_an_attribute_of_an_object_handed_over_is_followed():
+    source = """\
+        import threading
+        import torch
+
+        class Job:
+            def __init__(self, model, steps):
+                self.model = model
+                self.steps = steps
+
+        def run(job):
+            for _ in range(job.steps):
+                job.model(torch.randn(2, 4))
+
+        def count(job):
+            return job.steps
+
+        job = Job(torch.compile(torch.nn.Linear(4, 4)), 3)
+        threading.Thread(target=run, args=(job,)).start()
+        threading.Thread(target=count, args=(job,)).start()
+    """
+    [finding] = found(source, "DFD201")
+    assert finding.line == 17 and finding.evidence["argument"] == "job.model"
+
+
 def test_a_module_compiled_in_place_and_handed_over_is_followed():
     source = """\
         import threading

@@ -37,7 +37,7 @@ class CompiledCallInThread(InThreadCheck):
         where = f"{compiled.path}:{compiled.line}"
         backend = thread.backend(compiled)
         fx_free = backend in FX_FREE_BACKENDS
-        calls = (f"calls its argument {hit.through.spelled}, torch.compile'd {compiled.name}" if hit.through
+        calls = (f"calls its argument {hit.called}, torch.compile'd {compiled.name}" if hit.through
                  else f"calls torch.compile'd {compiled.name}")
         evidence = {
             "spawn": spawn.kind,
@@ -46,7 +46,7 @@ class CompiledCallInThread(InThreadCheck):
             "compiled": {"name": compiled.name, "path": compiled.path, "line": compiled.line},
         }
         if hit.through is not None:
-            evidence["argument"] = hit.through.spelled
+            evidence["argument"] = hit.called
         if backend is not None and backend != "inductor":
             evidence["backend"] = backend
         return [COMPILED_CALL_IN_THREAD.finding(
@@ -59,8 +59,7 @@ class CompiledCallInThread(InThreadCheck):
 
 def _chain(thread: ThreadReach, hit: CompiledHit) -> List[str]:
     chain = [thread.describe(ref) for ref in hit.chain]
-    through: Optional[str] = hit.through.spelled if hit.through is not None else None
-    if through is not None:
-        chain.append(f"argument {through}")
+    if hit.through is not None:
+        chain.append(f"argument {hit.called}")
         chain.extend(thread.describe(ref) for ref in hit.inside)
     return chain
