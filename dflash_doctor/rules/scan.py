@@ -22,11 +22,14 @@ from dflash_doctor.rules.registry import Rule, register
 @dataclass(frozen=True, eq=False)  # compared by identity: rules sharing a trigger test a file's bytes once
 class ByteTrigger:
     """What a file's bytes must hold for a rule to possibly fire: one of `words`, with `near` matching within a few
-    hundred bytes of it (patterns are line-local), and `anywhere` matching the whole file when it is given."""
+    hundred bytes of it (patterns are line-local), and `anywhere` matching the whole file when it is given, and one
+    of `anywhere_words` somewhere in it when they are given (a substring search: on a large file several times
+    cheaper than a regex whose first character is common)."""
 
     words: Tuple[bytes, ...]
     near: "re.Pattern[bytes]"
     anywhere: Optional["re.Pattern[bytes]"] = None
+    anywhere_words: Tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,17 +115,18 @@ DYNAMO_CONFIG_KEY = ByteTrigger((b"_fx_trace",), re.compile(
     rb"error_on_nested_fx_trace" + _SET_TO + rb"(?:False|None|0+)\b"
     rb"|force_compile_during_fx_trace" + _SET_TO + rb"(?:True|\d*[1-9]\d*)\b"))
 
-# nn.DataParallel, its functional form and parallel_apply, reached only through an import of torch.nn (or of
-# torch.nn.parallel); DistributedDataParallel is not one (one process per GPU, no replica threads).
-DATA_PARALLEL_CALL = ByteTrigger(
-    (b"DataParallel", b"parallel_apply", b"data_parallel"),
-    re.compile(rb"(?<!\w)(?:DataParallel|parallel_apply|data_parallel)\s*\(\s*[\w(\[]"),  # with a module
-    re.compile(rb"compile"),  # what it replicates is compiled: a file that never says so is not parsed for it
-)
+# nn.DataParallel, its functional form and parallel_apply, called with a module (DistributedDataParallel and
+# FullyShardedDataParallel are not: one process per GPU, no replica threads), in a file that says `compile`. One
+# word, "arallel", stands for all three: every word is a search of every file, and this one is rare.
+_REPLICATING_CALL = rb"(?<!\w)(?:DataParallel|parallel_apply|data_parallel)\s*\(\s*[\w(\[]"
+DATA_PARALLEL_CALL = ByteTrigger((b"arallel",), re.compile(_REPLICATING_CALL), re.compile(rb"compile"))
 # A Hugging Face (or TRL, sentence-transformers) training configuration with torch_compile switched on, or a
-# Trainer built in a file that compiles something (the model it is handed may be compiled).
-TRAINER_COMPILE = ByteTrigger((b"torch_compile", b"Trainer"),
-                              re.compile(rb"\btorch_compile\s*=\s*True\b|Trainer\s*\("), re.compile(rb"compile"))
+# Trainer built (its model may be compiled): both scripts name a Trainer or TrainingArguments ("Train").
+TRAINER_COMPILE = ByteTrigger(
+    (b"Train",), re.compile(rb"Train"),
+    re.compile(rb"\btorch_compile\s*=\s*True\b|(?<!class )\b\w*Trainer\s*\((?!\s*\))"),  # not a class statement
+    anywhere_words=(b"torch_compile", b"Trainer"),  # found first: the regex runs in the few files that have one
+)
 
 # -- candidate-line words (aliases bound on their lines are added by analysis.candidate_lines) ---------------
 
@@ -489,16 +493,15 @@ HF_TRAINER_COMPILE_DATA_PARALLEL = declare(Rule(
 ), checks=("trainer_compile.TrainerCompileRule",), words=("torch_compile", "Trainer"), triggers=(TRAINER_COMPILE,))
 
 _SETTING_KEYS = tuple(sorted({setting.key for setting in SETTINGS}))
-_SETTING_NAMES = b"|".join(key.encode() for key in _SETTING_KEYS)
-# Assigned to a config module's attribute (`config.key = `) or named to setattr (`"key", `); torch.compile's own
-# `recompile_limit=` keyword (a per-compile limit) is not one. In a file that starts threads (as
-# THREAD_SPAWN's `anywhere`) or DataParallel's replica threads.
-COMPILE_SETTING = ByteTrigger(
-    tuple(key.encode() for key in _SETTING_KEYS),
-    re.compile(rb"\.(?:" + _SETTING_NAMES + rb")\s*(?::[^=\n]*)?=(?!=)|['\"](?:" + _SETTING_NAMES + rb")['\"]\s*,"),
-    re.compile(rb"threading|concurrent|multiprocessing|class\s+\w+\s*\([^)]*Thread\b|(?<!\w)DataParallel"
-               rb"|parallel_apply|data_parallel"),
-)
+# A setting named in a file that starts threads or DataParallel's replica threads. The words are those of the spawn
+# triggers, searched already for DFD201 and DFD204 (a word a file lacks is not searched twice), and the setting's
+# name is looked for in the few files that have one (which assignments count is the check's business).
+# The settings' names, shortened where one name holds another (`accumulated_recompile_limit`, both FX-trace keys)
+_SETTING_WORDS = (b"recompile_limit", b"cache_size_limit", b"force_non_lazy_backward_lowering", b"_fx_trace")
+assert all(any(word in key.encode() for word in _SETTING_WORDS) for key in _SETTING_KEYS)
+COMPILE_SETTING_IN_THREADS = ByteTrigger(THREAD_SPAWN.words, THREAD_SPAWN.near, anywhere_words=_SETTING_WORDS)
+COMPILE_SETTING_IN_REPLICAS = ByteTrigger(DATA_PARALLEL_CALL.words, DATA_PARALLEL_CALL.near,
+                                          anywhere_words=_SETTING_WORDS)
 
 COMPILE_SETTING_NOT_IN_THREADS = declare(Rule(
     code="DFD303",
@@ -546,4 +549,4 @@ COMPILE_SETTING_NOT_IN_THREADS = declare(Rule(
 ), checks=("threads.SpawnCollector", "settings_reach.SettingCollector"),
     words=("Thread", "Timer", "ThreadPoolExecutor", "ThreadPool", "Pool", "DataParallel", "parallel_apply",
            "data_parallel", "setattr", "runtime", "dflash_doctor") + _SETTING_KEYS,
-    triggers=(COMPILE_SETTING,))
+    triggers=(COMPILE_SETTING_IN_THREADS, COMPILE_SETTING_IN_REPLICAS))

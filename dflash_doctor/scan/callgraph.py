@@ -6,7 +6,7 @@ The whole-file walk only visits candidate lines (spawn sites, compile sites, rul
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Set, Tuple
 
 from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.resolve import (
@@ -149,6 +149,7 @@ class ModuleGraph:
         positional = [a.arg for a in node.args.posonlyargs + node.args.args]
         info.params = tuple(positional[1:] if scope.self_name else positional)
         info.keyword_only = frozenset(a.arg for a in node.args.kwonlyargs)
+        names = info.param_names
         body: List[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
         stack = list(reversed(body))
         seen: Set[Ref] = set()
@@ -161,7 +162,8 @@ class ModuleGraph:
                 continue
             if isinstance(current, ast.Call):
                 self._add_refs(info.refs, seen, current, scope)
-                self._parameter_uses(info, current, scope)
+                if names:
+                    self._parameter_uses(info, current, scope, names)
             elif isinstance(current, ast.Return) and current.value is not None and info.is_property:
                 returned = self.ctx.resolver.value_callee(current.value, scope, current.lineno, scope.qualname)
                 if returned is not None and returned not in info.returns:
@@ -195,37 +197,38 @@ class ModuleGraph:
                     seen.add(ref)
                     refs.append(ref)
 
-    def _own_param(self, expr: ast.AST, scope: Scope, line: int) -> Optional[str]:
-        """The name of a parameter of the function `scope` that `expr` is (not self, not a closure's)."""
-        if not isinstance(expr, ast.Name) or expr.id == scope.self_name:
+    def _own_param(self, expr: ast.AST, scope: Scope, line: int, names: FrozenSet[str]) -> Optional[str]:
+        """The name of a parameter of the function `scope` (among `names`) that `expr` is (not self, not a
+        closure's: a name looked up only when it is one of the parameters' names)."""
+        if not isinstance(expr, ast.Name) or expr.id not in names:
             return None
         binding = self.ctx.table.lookup(expr.id, scope, line)
         return expr.id if binding is not None and binding.kind == "param" and binding.scope is scope else None
 
-    def _parameter_uses(self, info: FuncInfo, node: ast.Call, scope: Scope) -> None:
+    def _parameter_uses(self, info: FuncInfo, node: ast.Call, scope: Scope, names: FrozenSet[str]) -> None:
         """Where the function calls one of its parameters (`model(x)`, `model.forward(x)`) or hands it on to
         another call, for the search that follows a thread's arguments."""
         line = node.lineno
         func = node.func
         called = self._own_param(func.value if isinstance(func, ast.Attribute) and func.attr in _CALLING_METHODS
-                                 else func, scope, line)
+                                 else func, scope, line, names)
         if called is not None:
             info.called_params.setdefault(called, line)
         elif isinstance(func, ast.Attribute):
-            owner = self._own_param(func.value, scope, line)
+            owner = self._own_param(func.value, scope, line, names)
             if owner is not None and (owner, func.attr) not in info.called_attributes:
                 info.called_attributes.append((owner, func.attr))
         callee: Optional[Ref] = None
         for position, argument in enumerate(node.args):
             if isinstance(argument, ast.Starred):
                 break  # positions after *args are unknown
-            name = self._own_param(argument, scope, line)
+            name = self._own_param(argument, scope, line, names)
             if name is not None:
                 callee = callee or self.ctx.resolver.callee(func, scope, line)
                 if callee is not None:
                     info.passed_params.append(PassedOn(name, callee, position, None))
         for keyword in node.keywords:
-            name = self._own_param(keyword.value, scope, line) if keyword.arg else None
+            name = self._own_param(keyword.value, scope, line, names) if keyword.arg else None
             if name is not None:
                 callee = callee or self.ctx.resolver.callee(func, scope, line)
                 if callee is not None:

@@ -10,7 +10,7 @@ import os
 import stat
 import tokenize
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, List, Optional, Union
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.findings import Problem
 from dflash_doctor.outputs import file_kind
@@ -25,18 +25,29 @@ MAX_READ_BYTES = 64 * 1024 * 1024
 _WINDOW = 400  # bytes around each trigger word that a pattern must match in (patterns are line-local)
 
 
-def _mentions(data: bytes, trigger: ByteTrigger, absent: List[bytes]) -> bool:
+def _contained(word: bytes, cache: Dict[bytes, Tuple[bytes, ...]] = {}) -> Tuple[bytes, ...]:
+    """The trigger words inside `word` (itself included), worked out once per word: a file that lacks one of them
+    lacks `word` too."""
+    if word not in cache:
+        every = {w for entry in SCAN_RULES.values() for trigger in entry.triggers for w in trigger.words}
+        cache[word] = tuple(w for w in every if w in word) or (word,)
+    return cache[word]
+
+
+def _mentions(data: bytes, trigger: ByteTrigger, absent: Set[bytes]) -> bool:
     """Whether the trigger's pattern matches near an occurrence of one of its words (and its whole-file pattern
     anywhere): the windowed regex only ever sees small windows, so a 400 kB file costs a few substring searches,
     not a regex pass. Words found missing are added to `absent`."""
     for word in trigger.words:
-        if any(missing in word for missing in absent):
+        if any(inner in absent for inner in _contained(word)):
             continue
         start = data.find(word)
         if start == -1:
-            absent.append(word)
+            absent.add(word)
         while start != -1:
             if trigger.near.search(data, max(0, start - _WINDOW), start + _WINDOW):
+                if trigger.anywhere_words and not any(other in data for other in trigger.anywhere_words):
+                    return False
                 return trigger.anywhere is None or trigger.anywhere.search(data) is not None
             start = data.find(word, start + _WINDOW)
     return False
@@ -47,7 +58,7 @@ def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
     rule's byte triggers are declared with it (rules/scan.py); rules judged after the files are read have none."""
     hits = set()
     seen: Dict[ByteTrigger, bool] = {}
-    absent: List[bytes] = []  # words this file lacks: a word containing one cannot be there either
+    absent: Set[bytes] = set()  # words this file lacks: a word containing one cannot be there either
     for code in sorted(enabled):  # DFD101's "checkpoint" is looked for before the words that contain it
         for trigger in SCAN_RULES[code].triggers:
             if trigger not in seen:

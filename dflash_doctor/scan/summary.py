@@ -26,6 +26,10 @@ class FuncInfo:
     called_attributes: List[Tuple[str, str]] = field(default_factory=list)  # (param, attr): `job.model(x)`
     passed_params: List["PassedOn"] = field(default_factory=list)
 
+    @property
+    def param_names(self) -> FrozenSet[str]:
+        return frozenset(self.params) | self.keyword_only
+
 
 @dataclass(frozen=True)
 class PassedOn:
