@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional, Tuple
 
+from dflash_doctor import dataparallel
 from dflash_doctor.compile_settings import SETTINGS
 from dflash_doctor.findings import Severity
 from dflash_doctor.hazards import Hazard
@@ -428,20 +429,22 @@ COMPILED_MODULE_IN_DATA_PARALLEL = declare(Rule(
     severity=Severity.ERROR,
     summary="nn.DataParallel (or parallel_apply) runs a torch.compile'd module in a thread per replica",
     rationale=(
-        "nn.DataParallel runs each replica's forward in a thread of its own (torch.nn.parallel.parallel_apply), "
-        "and re-raises a replica's exception in the caller as 'Caught <Error> in replica N on device D'. Measured "
-        "on one H100 (torch 2.11, replicas on device 0 repeated, which keeps the thread per replica): "
-        "nn.DataParallel(torch.compile(model)) failed at its first step (InternalTorchDynamoError in replica 0, a "
-        "RecursionError inside Dynamo's guard building): an error. A model whose forward calls compiled code "
-        "(a compiled flex_attention inside) ran in one run, and parallel_apply over modules compiled one per "
+        "nn.DataParallel replicates its module on every forward and runs each replica's forward in a thread of "
+        "its own (torch.nn.parallel.parallel_apply), re-raising a replica's exception in the caller as 'Caught "
+        "<Error> in replica N on device D'. nn.DataParallel(torch.compile(model)) failed at its first step on one "
+        "H100 (torch 2.11: InternalTorchDynamoError in replica 0, a RecursionError in Dynamo's guard building): "
+        "replicating the compiled wrapper assigns the replica's _parameters and _modules through "
+        "OptimizedModule.__setattr__, which forwards them to the user's own model, emptying it (read in the 2.11 "
+        "to 2.15 sources, measured on 2.13 and 2.14.1; docs/races.md): an error. A model whose forward calls "
+        "compiled code (a compiled flex_attention inside) and parallel_apply over modules compiled one per "
         "replica ran: a warning, since the compiled calls still run in the replica threads, where the thread "
-        "races of DFD201 apply (AnswerDotAI/ModernBERT#147 hit the FX-tracing RuntimeError under DataParallel; "
-        "pytorch/pytorch#94636, huggingface/transformers#22326). torch.compile(nn.DataParallel(model)) ran three "
-        "steps with no error and is not reported. Reported where the module is wrapped, with the call chain to "
-        "the compiled code."
+        "races of DFD201 apply and a first call made by every replica at once compiles once per thread "
+        "(AnswerDotAI/ModernBERT#147 hit the FX-tracing RuntimeError under DataParallel; pytorch/pytorch#94636, "
+        "huggingface/transformers#22326). torch.compile(nn.DataParallel(model)) is not reported: it ran, although "
+        "on 2.13 it compiled no graph in the replicas. Reported where the module is wrapped, with the call chain "
+        "to the compiled code."
     ),
-    fix=("Compile outside the wrapper, torch.compile(nn.DataParallel(model)), or start one process per GPU with "
-         "a launcher (torchrun --nproc_per_node N, accelerate launch) and DistributedDataParallel."),
+    fix=dataparallel.fix_text(),
     bad=(
         "import torch\n"
         "from torch import nn\n"

@@ -1,18 +1,19 @@
 """DFD204: nn.DataParallel (or parallel_apply) runs a compiled module, or a module that calls compiled code, in a
-thread per replica. Severity follows what was measured (docs/races.md, "nn.DataParallel"): replicating a
-torch.compile'd module failed at its first step; a compiled call inside a replicated module, and parallel_apply over
-modules compiled one per replica, ran."""
+thread per replica. Severity follows what was measured (docs/races.md, "nn.DataParallel over a compiled model"):
+replicating a torch.compile'd module failed at its first step; a compiled call inside a replicated module, and
+parallel_apply over modules compiled one per replica, ran. What holds comes from dflash_doctor/dataparallel.py."""
 from __future__ import annotations
 
 from typing import List
 
+from dflash_doctor.dataparallel import FIXES
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.rules.scan import COMPILED_MODULE_IN_DATA_PARALLEL
 from dflash_doctor.scan.summary import SpawnSource
 from dflash_doctor.scan.thread_reach import REPLICA_THREADS, InThreadCheck, ThreadReach, in_thread
 
-WHAT_HOLDS = ("compile outside it (torch.compile(nn.DataParallel(model)) ran) or start one process per GPU with "
-              "a launcher (torchrun --nproc_per_node N, accelerate launch) and DistributedDataParallel")
+# what holds, best first, in the words of the DataParallel fixes' table (dflash_doctor/dataparallel.py)
+WHAT_HOLDS = "what holds, best first: " + "; ".join(f"{fix.name} ({fix.api})" for fix in FIXES)
 
 
 @in_thread
@@ -35,14 +36,15 @@ class CompiledModuleInDataParallel(InThreadCheck):
                     else f"modules whose forward calls torch.compile'd {compiled.name} (compiled at {where})")
             return [self.rule.finding(
                 f"parallel_apply runs {spawn.target}, {runs}, in a thread per module: the thread races of DFD201 "
-                f"apply (modules compiled one per replica ran in one measured run); or {WHAT_HOLDS}",
+                f"apply (modules compiled one per replica ran in one measured run); {WHAT_HOLDS}",
                 path=thread.path, line=spawn.line, column=spawn.column, evidence=evidence,
                 severity=Severity.WARNING)]
         if not hit.chain:
             return [self.rule.finding(
                 f"{spawn.kind} replicates {spawn.target}, a torch.compile'd module (compiled at {where}), and runs each "
-                "replica's forward in a thread of its own: measured on torch 2.11, the first step failed "
-                "(InternalTorchDynamoError in replica 0, a RecursionError in Dynamo's guard building); "
+                "replica's forward in a thread of its own: replicating the compiled wrapper empties your model "
+                "(OptimizedModule.__setattr__ forwards the replica's _parameters and _modules to it), so the first "
+                "step fails (torch 2.11 on an H100: InternalTorchDynamoError in replica 0); "
                 f"{WHAT_HOLDS}",
                 path=thread.path, line=spawn.line, column=spawn.column, evidence=evidence)]
         return [self.rule.finding(
