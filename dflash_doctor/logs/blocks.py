@@ -106,6 +106,7 @@ class _Open:
     lead: str = ""
     last: str = ""  # the kind of the last line it took (_TRACEBACK, _FRAME, _SOURCE, _EXCEPTION)
     taken: int = 0  # lines dispatched to it while printed at the same time as another (_Stream.parallel)
+    original: bool = False  # its message holds another thread's traceback ('Original Traceback', DataParallel)
 
     def close(self) -> ExceptionBlock:
         exceptions = tuple(self.exceptions)
@@ -226,6 +227,11 @@ class _Stream:
         self.open = chosen
 
     def _traceback_start(self, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
+        if text.startswith("Original Traceback") and self.open is not None and self.open.ended:
+            # nn.DataParallel's re-raised replica: the replica's traceback is the exception's message, read as such
+            self.open.original = True
+            self.open.continue_message(text)
+            return True
         ipython = patterns.IPYTHON_TRACEBACK.match(text) if "Traceback (most" in text else None
         start = patterns.TRACEBACK_START.search(text) if ipython is None else None
         if ipython is None and start is None:
@@ -278,8 +284,8 @@ class _Stream:
             if _caret_line(text):
                 return True
             if block.ended and not block.chained:
-                if 0 <= block.continuation < MAX_CONTINUATION:
-                    block.continue_message(text)
+                if 0 <= block.continuation < MAX_CONTINUATION and not block.original:
+                    block.continue_message(text)  # (the frames of a replica's traceback are not its message)
                 return True
             frame = patterns.FRAME.match(text)
             if frame:

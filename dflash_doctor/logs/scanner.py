@@ -438,6 +438,8 @@ class LogScanner:
         details = entry.details(line.match, line.body)
         worker = self._names.worker_for(line.worker, details, line.stream)
         worker = self._launcher_resumed(worker, line)
+        if entry.worker_of is not None:
+            worker = entry.worker_of(details) or worker
         if entry.on_line is not None:
             hooked = entry.on_line(self, replace(line, worker=worker), details)
             if hooked is None:
@@ -602,6 +604,7 @@ class LogScanner:
                     continue
                 details = entry.details(match, text)
                 worker = self._names.worker_for(worker, details, block.stream)
+                worker = (entry.worker_of(details) if entry.worker_of is not None else None) or worker
                 new += self._cause(entry, details, worker, line, block)
                 cause = cause or (entry.rule.code, details)
                 break
