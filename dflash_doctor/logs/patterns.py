@@ -59,7 +59,8 @@ EXCEPTION_LINE = re.compile(
 # Lines that end a multi-line exception message: another log record, a prefix, a progress line.
 RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|terminate called )"
                           r"|\b(?:[Ss]tep|STEP|iteration)\b\s*[=:]?\s*\d|\d\s?[kKmM]?(?:tok|tokens|samples|it)/s\b"
-                          r"|\b(?:tps|wps):")
+                          r"|\b(?:tps|wps):"
+                          r"|\bDFD\d{3} [a-z]+-[a-z]")  # (dflash-doctor's own finding lines, `run` saved with its output)
 
 # A per-worker prefix on every line: torchrun's '[rank1]:' / '[default1]:', Ray's '(Name pid=123)'.
 # vLLM adds a role between name and pid ('(VllmWorker rank=2 pid=267)', '(VllmWorker TP1 pid=9)') and nests them
