@@ -3,7 +3,7 @@
 CPython's threading.excepthook writes a thread's header in pieces ('Exception in thread ', the name, ':\\n') and
 the traceback module writes a frame's indentation, source line and caret line as separate writes; threads dying
 together interleave at any of those writes. Seen on torch 2.13.0+cpu, Python 3.11.7, three threads killed at one
-barrier (fixtures/logs/programs/three_deaths.py, run 80 times; docs/races.md, "Threads that die together"):
+barrier (fixtures/logs/programs/three_deaths.py, 173 runs; docs/races.md, "What logs reads from threads"):
 
     Exception in thread Exception in thread drafter-1:      two headers, the first one's name comes later
     drafter-2    self.run()                                  ... glued to another thread's source line

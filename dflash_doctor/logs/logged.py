@@ -24,7 +24,8 @@ _THREAD_TOKEN = re.compile(r"(?:^|[\s\[(|:])(?P<name>(?!MainThread\b)(?:Thread-\
                            r"[A-Za-z][\w-]*?(?:-\d+(?:_\d+)?|_\d+|\d+)))(?=[\s\])|:]|$)")
 _TIME = re.compile(r"\d\d:\d\d:\d\d")
 PREFIX_CHARS = 120  # the record's prefix: where a format puts %(threadName)s
-# '[gpu1] Traceback (most recent call last):', '[drafter-0]   File "x.py", line 3, in f', '[gpu1] torch.OutOfMemoryError:'
+# '[gpu1] Traceback (most recent call last):', '[drafter-0]   File "x.py", line 3, in f',
+# '[gpu1] torch.OutOfMemoryError: ...'
 BRACKET_STREAM = re.compile(r"^\[(?P<name>[A-Za-z][\w.-]{0,60})\] ?(?=Traceback \(most|\s+File \"|    \S"
                             r"|(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt)\b)")
 _THREAD_FRAMES = ("threading.py", "concurrent/futures/thread.py", "parallel_apply.py")

@@ -102,7 +102,8 @@ DEFAULT_THREAD_PATTERN = (
     # a logged excepthook's one line ('... Exception in thread fx-tracer: AssertionError: ...'): any thread name
     r"|\bException in thread (?P<excepthook>[\w.-]+):"
     r"|\[(?P<rank>rank\d+)\]"
-    r"|(?<![/\\])\b(?P<named>[A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+)\b(?![/\\])"  # not a folder of a path ('/lf-071/')
+    # ('gpu-worker-1' whole; not a folder of a path, '/lf-071/'; possessive and bounded: linear on any line)
+    r"|(?<![/\\])\b(?P<named>[A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+)\b(?![/\\])"
 )
 # The same default, fast path: the common '[drafter-0]' / '[rank3]' prefix, tried at each '['.
 BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+))\]")

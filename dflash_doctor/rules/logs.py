@@ -345,7 +345,8 @@ LOG_DATAPARALLEL_REPLICA = declare(Rule(
         "re-raises a replica's exception in the caller as 'Caught <Error> in replica N on device D.' followed "
         "by 'Original Traceback' and the replica's traceback as text (torch/_utils.py ExceptionWrapper). So a "
         "compiled module inside DataParallel is compiled and called from several threads at once. Measured on "
-        "one H100 with torch 2.11 (docs/races.md, 'nn.DataParallel'): nn.DataParallel(torch.compile(model), "
+        "one H100 with torch 2.11 (docs/races.md, 'What logs reads from threads'): "
+        "nn.DataParallel(torch.compile(model), "
         "device_ids=[0, 0, 0]) failed at its first step with 'Caught InternalTorchDynamoError in replica 0 on "
         "device 0' (a RecursionError in Dynamo's guard building), while torch.compile(nn.DataParallel(model)) "
         "ran; public reports show the FX-tracing RuntimeError the same way. The caller's traceback is not where "
@@ -1047,8 +1048,8 @@ LOG_SETTING_NOT_IN_WORKER = declare(Rule(
             "settings are per thread from torch 2.12",
     rationale=(
         "From torch 2.12 a value assigned to torch._dynamo.config (and the inductor and functorch configs) lives "
-        "in a ContextVar: a thread started later begins with the defaults (docs/races.md, 'Compile settings are per "
-        "thread from 2.12'; dflash_doctor/compile_settings.py). A script that raises recompile_limit in its main "
+        "in a ContextVar: a thread started later begins with the defaults (docs/races.md, 'What logs reads from "
+        "threads'; dflash_doctor/compile_settings.py). A script that raises recompile_limit in its main "
         "thread and then compiles in worker threads sees 'torch._dynamo hit config.recompile_limit (8)' from the "
         "workers: the limit it set never reached them. On 2.11 and earlier the same assignment reached every "
         "thread. Read when the log shows both the setting and a lower hit; a hit at the default alone is DFD506, "
