@@ -105,6 +105,9 @@ DEFAULT_THREAD_PATTERN = (
     # ('gpu-worker-1' whole; not a folder of a path, '/lf-071/'; possessive and bounded: linear on any line)
     r"|(?<![/\\])\b(?P<named>[A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+)\b(?![/\\])"
 )
+# A trainer's own tag for a worker at the start of its lines, '[gpu0] epoch 0 step 10', when nothing else names one
+# (the line's worker; a traceback's lines behind such a tag: logs/logged.py).
+LINE_TAG = re.compile(r"\[(?P<tag>[A-Za-z]{2,20}\d{1,4})\] ")
 # The same default, fast path: the common '[drafter-0]' / '[rank3]' prefix, tried at each '['.
 BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+))\]")
 

@@ -41,6 +41,7 @@ def test_a_gpu_tag_on_a_tracebacks_lines_names_its_worker_and_the_others_go_on()
     report = scan_fixture("logged/gpu_tagged_threads.log")
     assert [(f.code, f.evidence["thread"], f.line) for f in report.findings] == [("DFD513", "gpu2", 9)]
     assert dead(report) == ["gpu2"]
+    assert sorted(report.facts["threads"]) == ["gpu0", "gpu1", "gpu2"]  # the tag names the others' lines too
 
 
 def test_a_threads_traceback_without_its_header_is_an_unknown_threads_death_not_mains():
