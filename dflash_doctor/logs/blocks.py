@@ -117,6 +117,9 @@ class _Open:
 
     def continue_message(self, text: str) -> None:
         last = self.exceptions[-1]
+        if not last.message and text.lstrip().startswith(":"):  # 'NameError' then ': module is ...', cut by carets
+            self.exceptions[-1] = ExceptionRecord(last.type, text.lstrip()[1:].strip(), last.line)
+            return
         self.exceptions[-1] = ExceptionRecord(last.type, f"{last.message}\n{text.strip()}", last.line)
         self.continuation += 1
 
@@ -147,10 +150,20 @@ class _Stream:
         closed: List[ExceptionBlock] = []
         consumed = not lines  # (a late name's colon alone)
         for line in lines:
+            if (self.suspended or self.parallel) and self._source_cut_from_its_indentation(line):
+                line = "    " + line
             found, took = self._feed_line(line, lineno)
             closed += found
             consumed = consumed or took
         return closed, consumed
+
+    @staticmethod
+    def _source_cut_from_its_indentation(text: str) -> bool:
+        """'self.run()' alone while several tracebacks are being written: a source line whose indentation another
+        thread's write took (not a header, a 'Traceback' line, an exception, a chain marker or a frame)."""
+        return bool(text) and not text[0].isspace() and not text.startswith(
+            ("Exception in thread ", "Traceback (most", "Process ", "During handling", "The above exception",
+             "File ", ":")) and patterns.EXCEPTION_LINE.match(text) is None and ":" not in text[-1:]
 
     def _feed_line(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
         closed: List[ExceptionBlock] = []
@@ -162,6 +175,9 @@ class _Stream:
         if self._traceback_start(text, lineno, closed):
             return closed, True
         block = self.open
+        if block is None and (self.suspended or self.parallel) and _line_kind(text) is not None:
+            # the open one ended: a traceback another thread's write cut goes on (not a new, headless one)
+            self.open = block = self.suspended.pop() if self.suspended else self.parallel.pop(0)
         if block is None:
             return closed, self._headless_frame(text, lineno)
         consumed = self._inside(block, text, lineno, closed)

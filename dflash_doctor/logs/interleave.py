@@ -3,7 +3,7 @@
 CPython's threading.excepthook writes a thread's header in pieces ('Exception in thread ', the name, ':\\n') and
 the traceback module writes a frame's indentation, source line and caret line as separate writes; threads dying
 together interleave at any of those writes. Seen on torch 2.13.0+cpu, Python 3.11.7, three threads killed at one
-barrier (fixtures/logs/programs/three_deaths.py, 173 runs; docs/races.md, "What logs reads from threads"):
+barrier (fixtures/logs/programs/three_deaths.py, 221 runs; docs/races.md, "What logs reads from threads"):
 
     Exception in thread Exception in thread drafter-1:      two headers, the first one's name comes later
     drafter-2    self.run()                                  ... glued to another thread's source line
@@ -115,6 +115,9 @@ def untangle(text: str, late: int) -> Tuple[List[str], int]:
                 names = _names(rest.rstrip()[:-1], late + 1)  # 'Exception in thread drafter-0drafter-2:'
                 late -= len(names) - 1
                 lines += [f"{HEADER}{name}:" for name in names]
+            elif not _NAME.fullmatch(rest.strip()) and not any(c.isspace() for c in rest.strip()):
+                late += 1  # '    Exception in thread self.run()': another's source line, its indentation written first
+                lines.append("    " + rest.strip())
             elif not _NAME.fullmatch(rest.strip()):
                 lines.append(piece)  # not a header of Python's ('Exception in thread "main" java.lang...')
             else:  # 'Exception in thread worker-2worker-1': this header's name and earlier ones', no colon yet
@@ -141,7 +144,7 @@ def untangle(text: str, late: int) -> Tuple[List[str], int]:
             late -= len(names)
             lines += [piece[:tail.start()]] + [f"{HEADER}{name}:" for name in names]
             continue
-        if index == 0 and len(pieces) > 1 and not piece[:1].isspace():
+        if index == 0 and len(pieces) > 1 and not piece[:1].isspace() and piece[:1] != ":":
             lines.append("    " + piece)  # 'self.run()Traceback (most ...': its indentation was written alone
             continue
         lines.append(piece)
