@@ -17,6 +17,7 @@ from typing import Deque, Dict, List, Optional, Tuple
 
 from dflash_doctor.logs import patterns
 from dflash_doctor.logs.frames import Frame, Stack
+from dflash_doctor.logs.interleave import has_glue, untangle
 
 MAX_FRAMES = 32
 MAX_CHAINED = 4
@@ -37,13 +38,21 @@ def _flush_left_frame(text: str) -> "Optional[re.Match[str]]":
 # after either), so a line goes to a traceback that expects it.
 _TRACEBACK, _FRAME, _SOURCE, _EXCEPTION = "traceback", "frame", "source", "exception"
 _EXPECTS = {_FRAME: (_TRACEBACK, _SOURCE, _FRAME), _SOURCE: (_FRAME, _SOURCE), _EXCEPTION: (_FRAME, _SOURCE)}
+# What a writer certainly prints next: one source line after a frame (Python 3.11 prints one; a caret line is not
+# counted), a frame or the exception after a source line. Tried first when several tracebacks could take a line.
+_NEXT = {_FRAME: (_TRACEBACK, _SOURCE), _SOURCE: (_FRAME,), _EXCEPTION: (_SOURCE, _FRAME)}
+
+
+def _caret_line(text: str) -> bool:
+    """Python 3.11's '    ~~~^^^' under a source line: decoration, nobody's next line in particular."""
+    return "^" in text and not text.strip(" ~^")
 
 
 def _line_kind(text: str) -> Optional[str]:
-    if text.startswith("  File ") and patterns.FRAME.match(text) or _flush_left_frame(text):
+    if text.lstrip(" ").startswith("File ") and patterns.FRAME.match(text) or _flush_left_frame(text):
         return _FRAME
     if text.startswith(("    ", "\t")):
-        return _SOURCE
+        return None if _caret_line(text) else _SOURCE
     if patterns.EXCEPTION_LINE.match(text):
         return _EXCEPTION
     return None
@@ -97,6 +106,7 @@ class _Open:
     lead: str = ""
     last: str = ""  # the kind of the last line it took (_TRACEBACK, _FRAME, _SOURCE, _EXCEPTION)
     taken: int = 0  # lines dispatched to it while printed at the same time as another (_Stream.parallel)
+    original: bool = False  # its message holds another thread's traceback ('Original Traceback', DataParallel)
 
     def close(self) -> ExceptionBlock:
         exceptions = tuple(self.exceptions)
@@ -107,6 +117,9 @@ class _Open:
 
     def continue_message(self, text: str) -> None:
         last = self.exceptions[-1]
+        if not last.message and text.lstrip().startswith(":"):  # 'NameError' then ': module is ...', cut by carets
+            self.exceptions[-1] = ExceptionRecord(last.type, text.lstrip()[1:].strip(), last.line)
+            return
         self.exceptions[-1] = ExceptionRecord(last.type, f"{last.message}\n{text.strip()}", last.line)
         self.continuation += 1
 
@@ -123,14 +136,36 @@ class _Stream:
         # Tracebacks of other threads printed line by line at the same time as `open` (started, not ended): each
         # line goes to the one that expects it (_dispatch).
         self.parallel: List[_Open] = []
-        self.names_to_come = 0  # headers cut by another thread's: their names come later, alone on a line
+        self.late = 0  # headers cut by another thread's writes: their names come later (interleave.py)
 
     @property
     def active(self) -> bool:
         return (self.open is not None or bool(self.waiting) or bool(self.suspended) or bool(self.parallel)
-                or self.names_to_come > 0)
+                or self.late > 0)
 
     def feed(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
+        if not (self.late or has_glue(text)):
+            return self._feed_line(text, lineno)
+        lines, self.late = untangle(text, self.late)
+        closed: List[ExceptionBlock] = []
+        consumed = not lines  # (a late name's colon alone)
+        for line in lines:
+            if (self.suspended or self.parallel) and self._source_cut_from_its_indentation(line):
+                line = "    " + line
+            found, took = self._feed_line(line, lineno)
+            closed += found
+            consumed = consumed or took
+        return closed, consumed
+
+    @staticmethod
+    def _source_cut_from_its_indentation(text: str) -> bool:
+        """'self.run()' alone while several tracebacks are being written: a source line whose indentation another
+        thread's write took (not a header, a 'Traceback' line, an exception, a chain marker or a frame)."""
+        return bool(text) and not text[0].isspace() and not text.startswith(
+            ("Exception in thread ", "Traceback (most", "Process ", "During handling", "The above exception",
+             "File ", ":")) and patterns.EXCEPTION_LINE.match(text) is None and ":" not in text[-1:]
+
+    def _feed_line(self, text: str, lineno: int) -> Tuple[List[ExceptionBlock], bool]:
         closed: List[ExceptionBlock] = []
         if self._header(text, lineno, closed):
             return closed, True
@@ -140,6 +175,9 @@ class _Stream:
         if self._traceback_start(text, lineno, closed):
             return closed, True
         block = self.open
+        if block is None and (self.suspended or self.parallel) and _line_kind(text) is not None:
+            # the open one ended: a traceback another thread's write cut goes on (not a new, headless one)
+            self.open = block = self.suspended.pop() if self.suspended else self.parallel.pop(0)
         if block is None:
             return closed, self._headless_frame(text, lineno)
         consumed = self._inside(block, text, lineno, closed)
@@ -154,7 +192,8 @@ class _Stream:
         if kind is None or self.open is None:
             return
         printing = [self.open] + self.parallel
-        expecting = [b for b in printing if not b.ended and b.last in _EXPECTS[kind]]
+        expecting = ([b for b in printing if not b.ended and b.last in _NEXT[kind]]
+                     or [b for b in printing if not b.ended and b.last in _EXPECTS[kind]])
         if not expecting:
             return
         chosen = min(expecting, key=lambda b: (b.taken, b.start_line))
@@ -168,34 +207,47 @@ class _Stream:
         """'Exception in thread NAME:', 'Process NAME:', or a name whose header another thread's cut."""
         header = patterns.THREAD_EXCEPTION.match(text) if text.startswith(patterns.THREAD_HEADER_STARTS) else None
         if header is not None:
-            self.names_to_come += max(0, header.group("repeat").count("Exception in thread ") - 1)
+            self.late += max(0, header.group("repeat").count("Exception in thread ") - 1)
             self._start(_Open(header.group("thread"), self.stream, lineno), closed)
             return True
         process = patterns.PROCESS_HEADER.match(text) if text.startswith("Process ") else None
         if process is not None:
             self._start(_Open(process.group("name"), self.stream, lineno, process=True), closed)
             return True
-        if self.names_to_come:
-            bare = patterns.BARE_THREAD_NAME.match(text)
-            if bare is not None:
-                self.names_to_come -= 1
-                self._start(_Open(bare.group("thread"), self.stream, lineno), closed)
-                return True
         return False
 
     def _resume_suspended(self, text: str, closed: List[ExceptionBlock]) -> None:
-        """Traceback lines with no traceback of their own to go to: the interrupted one goes on."""
+        """A traceback line the open block does not expect next, while tracebacks another thread's cut are
+        waiting to go on: the one that expects it goes on (the open one is put aside, or closed once ended)."""
         block = self.open
-        if block is None or not self.suspended or not (patterns.FRAME.match(text) or text.startswith("    ")):
+        if block is None or not self.suspended:
             return
+        kind = _line_kind(text)
+        if kind is None:
+            return
+        done = (block.ended and not block.chained) or not block.started
+        if not done and block.last in _NEXT[kind]:
+            return
+        chosen = next((b for b in reversed(self.suspended) if b.last in _NEXT[kind]), None)
+        if chosen is None and done and kind != _EXCEPTION:
+            chosen = self.suspended[-1]  # (the last one cut: its grammar is unknown after a skipped line)
+        if chosen is None:
+            return
+        self.suspended.remove(chosen)
         if block.ended and not block.chained:
             closed.append(block.close())
-            self.open = self.suspended.pop()
         elif not block.started:
             self.waiting.append(block)
-            self.open = self.suspended.pop()
+        elif len(self.suspended) < MAX_WAITING:
+            self.suspended.append(block)
+        self.open = chosen
 
     def _traceback_start(self, text: str, lineno: int, closed: List[ExceptionBlock]) -> bool:
+        if text.startswith("Original Traceback") and self.open is not None and self.open.ended:
+            # nn.DataParallel's re-raised replica: the replica's traceback is the exception's message, read as such
+            self.open.original = True
+            self.open.continue_message(text)
+            return True
         ipython = patterns.IPYTHON_TRACEBACK.match(text) if "Traceback (most" in text else None
         start = patterns.TRACEBACK_START.search(text) if ipython is None else None
         if ipython is None and start is None:
@@ -245,9 +297,11 @@ class _Stream:
             block.chained = True
             return True
         if text[0] in " \t":
+            if _caret_line(text):
+                return True
             if block.ended and not block.chained:
-                if 0 <= block.continuation < MAX_CONTINUATION:
-                    block.continue_message(text)
+                if 0 <= block.continuation < MAX_CONTINUATION and not block.original:
+                    block.continue_message(text)  # (the frames of a replica's traceback are not its message)
                 return True
             frame = patterns.FRAME.match(text)
             if frame:
@@ -310,7 +364,7 @@ class _Stream:
         self.waiting.clear()
         self.suspended.clear()
         self.parallel.clear()
-        self.names_to_come = 0
+        self.late = 0
         return blocks
 
 

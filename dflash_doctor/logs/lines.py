@@ -116,7 +116,8 @@ def thread_of(text: str, thread_re: "re.Pattern[str]", default_threads: bool) ->
             start = text.find("[", start + 1)
     match = thread_re.search(text)
     if not match:
-        return UNNAMED
+        tag = patterns.LINE_TAG.match(text) if default_threads and text[:1] == "[" else None
+        return tag.group("tag") if tag is not None else UNNAMED
     named = match.groupdict()
     for key in ("thread", "excepthook", "rank", "named"):
         if named.get(key):

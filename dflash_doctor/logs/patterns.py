@@ -13,7 +13,7 @@ import re
 # 'Exception in thread A:'; 'Exception in thread Exception in thread A:' when a second thread's header was cut
 # by this one (its name comes later, alone on a line: 'B:').
 # A header whose first word was cut off in the paste ('in thread Thread-3:') still opens the thread's block.
-THREAD_EXCEPTION = re.compile(r"^(?P<repeat>(?:Exception in thread )+|in thread )(?P<thread>.+?)\s*:\s*$")
+THREAD_EXCEPTION = re.compile(r"^(?P<repeat>(?:Exception in thread )++|in thread )(?P<thread>.+?)\s*:\s*$")
 THREAD_HEADER_STARTS = ("Exception in thread ", "in thread ")
 # multiprocessing.Process prints 'Process NAME:' before the traceback of a child that raised.
 PROCESS_HEADER = re.compile(r"^Process (?P<name>[A-Za-z_][\w.-]*):\s*$")
@@ -59,7 +59,8 @@ EXCEPTION_LINE = re.compile(
 # Lines that end a multi-line exception message: another log record, a prefix, a progress line.
 RECORD_START = re.compile(r"^(?:\[|\d|[IWEF]\d{4} |(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b|terminate called )"
                           r"|\b(?:[Ss]tep|STEP|iteration)\b\s*[=:]?\s*\d|\d\s?[kKmM]?(?:tok|tokens|samples|it)/s\b"
-                          r"|\b(?:tps|wps):")
+                          r"|\b(?:tps|wps):"
+                          r"|\bDFD\d{3} [a-z]+-[a-z]")  # (dflash-doctor's own finding lines, `run` saved with its output)
 
 # A per-worker prefix on every line: torchrun's '[rank1]:' / '[default1]:', Ray's '(Name pid=123)'.
 # vLLM adds a role between name and pid ('(VllmWorker rank=2 pid=267)', '(VllmWorker TP1 pid=9)') and nests them
@@ -101,10 +102,14 @@ DEFAULT_THREAD_PATTERN = (
     # a logged excepthook's one line ('... Exception in thread fx-tracer: AssertionError: ...'): any thread name
     r"|\bException in thread (?P<excepthook>[\w.-]+):"
     r"|\[(?P<rank>rank\d+)\]"
-    r"|(?<![/\\])\b(?P<named>[A-Za-z][A-Za-z_]*-\d+)\b(?![/\\])"  # not a folder of a path ('/lf-071/')
+    # ('gpu-worker-1' whole; not a folder of a path, '/lf-071/'; possessive and bounded: linear on any line)
+    r"|(?<![/\\])\b(?P<named>[A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+)\b(?![/\\])"
 )
+# A trainer's own tag for a worker at the start of its lines, '[gpu0] epoch 0 step 10', when nothing else names one
+# (the line's worker; a traceback's lines behind such a tag: logs/logged.py).
+LINE_TAG = re.compile(r"\[(?P<tag>[A-Za-z]{2,20}\d{1,4})\] ")
 # The same default, fast path: the common '[drafter-0]' / '[rank3]' prefix, tried at each '['.
-BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*-\d+))\]")
+BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+))\]")
 
 # Progress, fast path: the usual '[drafter-0] ... step=12 ... 7.1 Ktok/s' line, tested over a whole run of lines
 # in one findall: one (line, thread, step, value, unit) row per line, the last four empty unless the line is such
@@ -112,7 +117,7 @@ BRACKET_THREAD_AT = re.compile(r"\[(?:(?P<rank>rank\d+)|(?P<named>[A-Za-z][A-Za-
 # way (dflash_doctor.logs.throughput), which reads the same numbers from these lines.
 PROGRESS_ROWS = re.compile(
     rb"((?:[^\[\ns]*(?:s(?!tep)[^\[\ns]*)*"
-    rb"\[([A-Za-z][A-Za-z_]*-\d+|rank\d+)\][^\[\n]*?\bstep[=: ](\d+)\b[^\n]*? "
+    rb"\[([A-Za-z][A-Za-z_]*+(?:-[A-Za-z_]++){0,3}-\d+|rank\d+)\][^\[\n]*?\bstep[=: ](\d+)\b[^\n]*? "
     rb"(\d+(?:\.\d+)?) ?([kKmM]?)tok/s)?[^\n]*)\n"
 )
 UNIT_BYTES = {b"": 1.0, b"k": 1e3, b"K": 1e3, b"m": 1e6, b"M": 1e6}

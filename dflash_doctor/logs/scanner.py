@@ -25,6 +25,7 @@ from dflash_doctor.logs.next_steps import next_steps
 from dflash_doctor.logs.blocks import BlockParser, ExceptionBlock, ExceptionRecord
 from dflash_doctor.logs.emitted import EmittedFindings
 from dflash_doctor.logs.lines import WorkerNames, split_prefix, thread_of, unwrap, without_record_prefix
+from dflash_doctor.logs.logged import UNKNOWN_THREAD, bracket_stream, logged_by, ran_in_a_thread
 from dflash_doctor.logs.options import LogOptions, compile_thread_pattern
 from dflash_doctor.logs.prefilter import Prefilter
 from dflash_doctor.logs.death_records import OpenRecord, one_line_death
@@ -130,6 +131,7 @@ class LogScanner:
         self._record: Optional[OpenRecord] = None  # a thread's one-line death whose message may go on
         self._record_owner: Optional[str] = None  # the open record's thread, when the line being read is in it
         self._handled: set = set()  # start lines of tracebacks printed by a program that went on
+        self._logged: Dict[int, str] = {}  # start lines of tracebacks a thread caught and logged -> that thread
         self._lineno = 0
         self._launcher_line = 0  # where torchrun's own traceback (cut) started, if it did
         self.progress = ProgressTracker(options.baseline_window, options.sustain, options.drop, options.stall_steps,
@@ -303,6 +305,8 @@ class LogScanner:
             new += self._close(self._blocks.flush())
         stream, body = split_prefix(unwrap(raw), self._names)
         body = without_record_prefix(body)
+        if stream is None and body[:1] == "[":
+            stream, body = bracket_stream(body)  # '[gpu1] Traceback ...': the tag is the worker
         if self.memory.held_recompile is not None:
             new += self._recompile_lookahead(body)
         held = self.memory.held_abort
@@ -366,6 +370,10 @@ class LogScanner:
             before = self._line_before()
             if before is not None and HANDLED.search(before) and len(self._handled) < MAX_HANDLED:
                 self._handled.add(lineno)
+            catcher = logged_by(before)
+            if catcher is not None and len(self._logged) < MAX_HANDLED:
+                self._logged[lineno] = catcher  # 'ERROR ... [drafter-1] step failed' then its traceback
+                self._blocks.name_open(stream, catcher)
             header = patterns.THREAD_EXCEPTION.match(before) if before and before.startswith("in thread ") else None
             if header is not None:
                 self._blocks.name_open(stream, header.group("thread"))
@@ -430,6 +438,8 @@ class LogScanner:
         details = entry.details(line.match, line.body)
         worker = self._names.worker_for(line.worker, details, line.stream)
         worker = self._launcher_resumed(worker, line)
+        if entry.worker_of is not None:
+            worker = entry.worker_of(details) or worker
         if entry.on_line is not None:
             hooked = entry.on_line(self, replace(line, worker=worker), details)
             if hooked is None:
@@ -551,6 +561,12 @@ class LogScanner:
         final = block.final
         if block.start_line in self._handled:
             return self._handled_block(block, worker)
+        if block.start_line in self._logged:
+            return self._logged_block(block, self._logged[block.start_line])
+        in_a_thread = block.thread is None and block.stream is None and ran_in_a_thread(
+            f.file for f in block.stack.frames)
+        if in_a_thread:
+            worker = UNKNOWN_THREAD  # a thread's traceback whose header was not pasted: not the main thread
         if final is not None and final.type.endswith("ChildFailedError"):
             return []  # torchrun's own traceback: its summary (torchrun.py) names the rank that failed
         new, worker, cause = self._block_causes(block, worker)
@@ -559,7 +575,7 @@ class LogScanner:
                                                        or _launcher_files(_FLAT_FILES.findall(block.lead))):
             self._launcher_line = self._launcher_line or block.start_line
             return new  # torchrun's own traceback: its summary names the rank that failed
-        thread_death = block.thread is not None and not block.process
+        thread_death = (block.thread is not None and not block.process) or in_a_thread
         if cause is None and final is None and self._explained(worker, block.start_line):
             return new  # a traceback cut before its exception, after a line that already said how this worker died
         if cause is None:
@@ -588,6 +604,7 @@ class LogScanner:
                     continue
                 details = entry.details(match, text)
                 worker = self._names.worker_for(worker, details, block.stream)
+                worker = (entry.worker_of(details) if entry.worker_of is not None else None) or worker
                 new += self._cause(entry, details, worker, line, block)
                 cause = cause or (entry.rule.code, details)
                 break
@@ -626,6 +643,24 @@ class LogScanner:
             return self._deaths[worker]["kind"] != "signal"
         return any(f.evidence.get("thread") == worker and f.line is not None and 0 <= line - f.line <= EXPLAINED_LINES
                    and f.code in _EXPLAINING for f in self._emitted.findings[-8:])
+
+    def _logged_block(self, block: ExceptionBlock, thread: str) -> List[Finding]:
+        """A traceback a thread caught and logged (its logger record names it on the line before): an error of
+        that thread, not its death; a named cause is reported for it, nothing else."""
+        new: List[Finding] = []
+        for exc in block.exceptions:
+            text = f"{exc.type}: {exc.message}" if exc.message else exc.type
+            entry = next((e for e in FATAL_RULES if e.pattern is not None and e.pattern.search(text)), None)
+            if entry is None or entry.rule.code == LOG_PROCESS_DIED.code:
+                continue
+            match = entry.pattern.search(text) if entry.pattern is not None else None
+            details = entry.details(match, text) if match is not None else {}
+            new += self._emit(entry.rule, (thread, "logged", exc.line),
+                              f"{thread}: {entry.message(details)} (caught and logged by {thread}: an error of that "
+                              "thread, not its death)"[:MESSAGE_CHARS], exc.line,
+                              dict(details, thread=thread, block_line=block.start_line, caught=True,
+                                   last_step=self._last_step(thread)))
+        return new
 
     def _handled_block(self, block: ExceptionBlock, worker: str) -> List[Finding]:
         """A traceback the program printed and went on from ('Exception ignored in:', '... attempting to recover'):

@@ -73,6 +73,7 @@ class LineMemory:
     held_recompile: Optional[HeldRecompile] = None
     pyspy_header: Optional[HeldLine] = None  # py-spy's 'Process N:' line with no thread after it (yet)
     fatal_error_line: Optional[int] = None  # 'Fatal Python error': a faulthandler dump after it is the crash's
+    limit_set: Optional[HeldLine] = None  # the last line that set a recompile limit ('recompile_limit = 64')
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,8 @@ class LogRule:
     # thread's, its frames' functions outermost first). By default every match does.
     explains_block: Optional[Callable[["re.Match[str]", bool, Tuple[str, ...]], bool]] = None
     next_steps: Optional[NextSteps] = None  # what to run or read next; by default the rule's fix
+    # The worker a cause names itself, whatever the line's prefix says (a DataParallel replica: 'replica 0').
+    worker_of: Optional[Callable[[Dict[str, Any]], Optional[str]]] = None
 
     def message(self, details: Dict[str, Any]) -> str:
         return self.describe(details) if self.describe is not None else self.rule.summary
@@ -228,6 +231,150 @@ def _on_gpu(details: Dict[str, Any]) -> str:
 
 
 # -- fatal kinds: each names why a worker died ----------------------------------------------------------------
+
+# Declared first: a line of the tool's own report quotes other rules' words (a DFD905 line holds the NameError), and
+# a DataParallel replica's failure holds the error inside the replica (an OOM, Dynamo's error) in its message.
+
+# `dflash-doctor run`'s lines, live ('dflash-doctor: DFD903 live-lock-deadlock: pid 4242: ...') and in its report
+# ('train.py:21:1: DFD903 live-lock-deadlock pid 4242: ...', or without a location): render/text.py's format.
+_DOCTOR_LINE = re.compile(r"^(?:dflash-doctor: |(?P<path>\S.*?):(?P<line>\d+):\d+: )?(?P<code>DFD\d{3}) "
+                          r"(?P<name>[a-z][a-z0-9]*(?:-[a-z0-9]+)+):? (?P<message>.+)$")
+_DOCTOR_PID = re.compile(r"\bpid (?P<pid>\d+)")
+_DOCTOR_THREADS = re.compile(r"^(?:(?:rank \d+ \()?pid \d+\)?: threads (?P<threads>[\w.-]+(?:, [\w.-]+)*)"
+                             r"|(?P<thread>[\w.-]+) \((?:rank \d+ \()?pid \d+)")
+
+
+def _doctor_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    message = match.group("message")
+    pid = _DOCTOR_PID.search(message)
+    named = _DOCTOR_THREADS.search(message)
+    threads = (named.group("threads").split(", ") if named and named.group("threads")
+               else [named.group("thread")] if named else [])
+    return {"reported_code": match.group("code"), "reported_name": match.group("name"),
+            "reported_message": message[:400], "pid": int(pid.group("pid")) if pid else None,
+            "threads": threads, "path": match.group("path"),
+            "reported_line": int(match.group("line")) if match.group("line") else None}
+
+
+def _doctor_severity(details: Dict[str, Any]) -> Optional[Severity]:
+    from dflash_doctor.rules.catalog import lookup
+
+    reported = lookup(details["reported_code"])
+    return reported.severity if reported is not None else None
+
+
+def _doctor_steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+    codes = sorted({str(f.evidence.get("reported_code")) for f in found})
+    return [f"dflash-doctor explain {code}: what the run found and its fix" for code in codes] + [
+        "the run's JSON report (`run -f json -o run.json`) keeps the stacks and the chain; rerun the same command "
+        "under `dflash-doctor run --fix ...` to prove a fix"]
+
+
+LOG_DOCTOR_FINDING = declare(Rule(
+    code="DFD522",
+    name="log-doctor-finding",
+    severity=Severity.ERROR,
+    summary="the log holds dflash-doctor's own finding (a saved `run` or `attach` output): read back as such",
+    rationale=(
+        "`dflash-doctor run` writes its findings to stderr as it finds them ('dflash-doctor: DFD903 "
+        "live-lock-deadlock: pid 4242: threads loader, trainer wait on each other's locks') and again in its "
+        "report ('train.py:21:1: DFD903 live-lock-deadlock pid 4242: ...'). A saved stderr handed to `logs` is the "
+        "best evidence a log can hold: the run watched the threads. Each finding is reported once, with the "
+        "run's code, its severity and the threads it names; its words are not read again by the log rules (a "
+        "DFD905 line quotes the NameError it explains)."
+    ),
+    fix="Read the run's finding: `dflash-doctor explain CODE` for its rationale and fix.",
+    example_format="log",
+    bad=(
+        "dflash-doctor: DFD903 live-lock-deadlock: pid 4242: threads loader, trainer wait on each other's locks. "
+        "Next: Take the locks in one global order.\n"
+        "run python pipeline.py  fixes: none; cache: as-is\n"
+        "pipeline.py:21:1: DFD903 live-lock-deadlock pid 4242: threads loader, trainer wait on each other's locks. "
+        "Next: Take the locks in one global order.\n"
+        "run: 1 error (exit 137)\n"
+    ),
+    good=(
+        "run python pipeline.py  fixes: none; cache: as-is\n"
+        "run: no findings (exit 0)\n"
+    ),
+    # (trigger words with a byte the prefilter already anchors: the names of DFD901-DFD905 hold 'live-' or 'run-fx-',
+    # a DFD906 line quotes the thread's 'SomeError:')
+), triggers=("live-", "run-fx-", "Error:"), pattern=_DOCTOR_LINE, details=_doctor_details,
+    describe=lambda d: f"dflash-doctor's {d['reported_code']} {d['reported_name']}: {d['reported_message']}",
+    finding_key=lambda worker, d: (d["reported_code"], d["pid"], tuple(d["threads"])),
+    severity_of=_doctor_severity, explains_cut_traceback=False, next_steps=_doctor_steps,
+    worker_of=lambda d: d["threads"][0] if d["threads"] else None)
+
+# torch/_utils.py ExceptionWrapper.reraise: 'Caught <Error> in replica N on device D.' then 'Original Traceback
+# (most recent call last):' and the replica's traceback as text, raised again in the thread that called
+# DataParallel (torch/nn/parallel/parallel_apply.py runs each replica's forward in a thread of its own).
+_REPLICA = re.compile(r"Caught (?P<error>[\w.]+) in replica (?P<replica>\d+) on device (?P<device>-?\d+)")
+_INNER = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt))(?::\s?(?P<msg>.*))?$",
+                    re.MULTILINE)
+
+
+def _replica_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
+    inner = [m for m in _INNER.finditer(text[match.end():])]
+    last = inner[-1] if inner else None
+    return {"replica": int(match.group("replica")), "gpu": int(match.group("device")),
+            "error": match.group("error"), "inner": last.group("type") if last else match.group("error"),
+            "inner_message": (last.group("msg") or "")[:200] if last else ""}
+
+
+def _replica_message(details: Dict[str, Any]) -> str:
+    said = f": {details['inner']}" + (f": {details['inner_message']}" if details["inner_message"] else "")
+    return (f"nn.DataParallel's replica {details['replica']} (a thread, on device {details['gpu']}) failed{said}; "
+            "DataParallel raised it again in the caller")
+
+
+def _replica_steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+    return ["compile outside the DataParallel (torch.compile(nn.DataParallel(model))) or run one process per GPU "
+            "(torchrun, accelerate launch) instead of DataParallel's replica threads",
+            "dflash-doctor scan <trainer dir>: where a compiled module is handed to DataParallel or parallel_apply",
+            fix_step(LOG_RULES["DFD519"].rule)]
+
+
+LOG_DATAPARALLEL_REPLICA = declare(Rule(
+    code="DFD519",
+    name="log-dataparallel-replica-failed",
+    severity=Severity.ERROR,
+    summary="a replica of nn.DataParallel failed in its thread and DataParallel raised it again in the caller",
+    rationale=(
+        "nn.DataParallel (and the Hugging Face Trainer on a machine with several GPUs started without a launcher, "
+        "which wraps the model in it) runs each replica's forward in a thread of its own (parallel_apply), and "
+        "re-raises a replica's exception in the caller as 'Caught <Error> in replica N on device D.' followed "
+        "by 'Original Traceback' and the replica's traceback as text (torch/_utils.py ExceptionWrapper). So a "
+        "compiled module inside DataParallel is compiled and called from several threads at once. Measured on "
+        "one H100 with torch 2.11 (docs/races.md, 'What logs reads from threads'): "
+        "nn.DataParallel(torch.compile(model), "
+        "device_ids=[0, 0, 0]) failed at its first step with 'Caught InternalTorchDynamoError in replica 0 on "
+        "device 0' (a RecursionError in Dynamo's guard building), while torch.compile(nn.DataParallel(model)) "
+        "ran; public reports show the FX-tracing RuntimeError the same way. The caller's traceback is not where "
+        "the failure is: the replica's is."
+    ),
+    fix="Compile outside the DataParallel (torch.compile(nn.DataParallel(model))), or run one process per GPU with "
+        "torchrun or accelerate launch instead of DataParallel's threads.",
+    example_format="log",
+    bad=(
+        "Traceback (most recent call last):\n"
+        '  File "/srv/cls/train.py", line 88, in <module>\n'
+        "    logits = model(batch)\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/nn/parallel/data_parallel.py", line 194, in forward\n'
+        "    outputs = self.parallel_apply(replicas, inputs, module_kwargs)\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/_utils.py", line 750, in reraise\n'
+        "    raise exception\n"
+        "torch._dynamo.exc.InternalTorchDynamoError: Caught InternalTorchDynamoError in replica 1 on device 1.\n"
+        "Original Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/torch/nn/parallel/parallel_apply.py", line 99, in _worker\n'
+        "    output = module(*input, **kwargs)\n"
+        "RecursionError: maximum recursion depth exceeded while calling a Python object\n"
+    ),
+    good=(
+        "step 10 loss 2.31 (DataParallel over 2 GPUs)\n"
+    ),
+), triggers=("Caught ",), fatal=True, pattern=_REPLICA, details=_replica_details, describe=_replica_message,
+    next_steps=_replica_steps, worker_of=lambda d: f"replica {d['replica']}")
+
 
 LOG_JIT_TRACE_COMPILED = declare(Rule(
     code="DFD509",
@@ -805,12 +952,15 @@ def _recompile_message(details: Dict[str, Any]) -> str:
         why = details.get("why") or "fail_on_recompile_limit_hit or fullgraph=True"
         return (f"Dynamo hit {limit}{where} and stopped the run: {why} (with fullgraph=True the limit is an "
                 "error, not an eager fallback)")
-    return f"Dynamo hit {limit}{where}: later calls run it uncompiled (eagerly)"
+    default = (" (the default: on torch 2.12+ a limit raised in the main thread does not reach threads started later)"
+               if details.get("limit") and LIMIT_DEFAULTS.get(details["limit"]) == details.get("limit_value") else "")
+    return f"Dynamo hit {limit}{where}{default}: later calls run it uncompiled (eagerly)"
 
 
 def _recompile_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> Optional[str]:
     """The limit warning names its function on a line that follows: held until then (fatal: FailOnRecompileLimitHit
-    is reported at once)."""
+    is reported at once). A limit hit below what the log set earlier is also DFD521's."""
+    _limit_not_reached(scanner, line, details)
     if details.get("fatal"):
         return line.worker
     scanner.memory.held_recompile = HeldRecompile(line.worker, line.lineno, details=details)
@@ -855,6 +1005,127 @@ LOG_RECOMPILE_LIMIT = declare(Rule(
     severity_of=_recompile_severity, next_steps=_scan_for_uncompiled("DFD506"))
 
 # -- events: no death by themselves ------------------------------------------------------------------------------
+
+# The defaults of the limits (torch/_dynamo/config.py, read in 2.6.0 to 2.14.1): a hit at the default in a worker,
+# after the script raised it, is the per-thread settings of torch 2.12+ (dflash_doctor/compile_settings.py).
+LIMIT_DEFAULTS = {"recompile_limit": 8, "cache_size_limit": 8, "accumulated_recompile_limit": 256,
+                  "accumulated_cache_size_limit": 256}
+_LIMIT_SET = re.compile(r"\b(?P<key>(?:accumulated_)?(?:recompile_limit|cache_size_limit))\b['\"]?\s*(?:=|:| to)\s*"
+                        r"(?P<value>\d+)")
+
+
+def _unnamed_is_unknown(worker: str) -> str:
+    return "unknown thread" if worker == UNNAMED else worker
+
+
+def _limit_set_line(scanner: RuleScanner, line: RuleLine) -> None:
+    """'torch._dynamo.config.recompile_limit = 64' printed or echoed by the script: remembered for the hits after."""
+    scanner.memory.limit_set = HeldLine(line.worker, line.lineno, line.body,
+                                        {"key": line.match.group("key"), "value": int(line.match.group("value"))})
+
+
+def _limit_not_reached(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any]) -> None:
+    limit_set = scanner.memory.limit_set
+    hit, key = details.get("limit_value"), details.get("limit")
+    if limit_set is None or hit is None or key is None or limit_set.details["key"] != key \
+            or hit >= limit_set.details["value"]:
+        return
+    value = limit_set.details["value"]
+    worker = _unnamed_is_unknown(line.worker)
+    scanner.report(LOG_RULES["DFD521"].rule, (key,),
+                   f"{worker}: Dynamo hit config.{key} at {hit} although line {limit_set.lineno} set it to {value}: "
+                   "from torch 2.12 compile settings are per thread, so a limit set in one thread (the main one) "
+                   "does not reach the threads started later", line.lineno,
+                   {"thread": worker, "key": key, "hit": hit, "set_to": value, "set_line": limit_set.lineno,
+                    "default": LIMIT_DEFAULTS.get(key) == hit})
+
+
+LOG_SETTING_NOT_IN_WORKER = declare(Rule(
+    code="DFD521",
+    name="log-setting-not-in-worker",
+    severity=Severity.WARNING,
+    summary="a recompile limit raised in one thread was hit at a lower value (the default) in another: compile "
+            "settings are per thread from torch 2.12",
+    rationale=(
+        "From torch 2.12 a value assigned to torch._dynamo.config (and the inductor and functorch configs) lives "
+        "in a ContextVar: a thread started later begins with the defaults (docs/races.md, 'What logs reads from "
+        "threads'; dflash_doctor/compile_settings.py). A script that raises recompile_limit in its main "
+        "thread and then compiles in worker threads sees 'torch._dynamo hit config.recompile_limit (8)' from the "
+        "workers: the limit it set never reached them. On 2.11 and earlier the same assignment reached every "
+        "thread. Read when the log shows both the setting and a lower hit; a hit at the default alone is DFD506, "
+        "whose message says so."
+    ),
+    fix="Set the limit in each thread that compiles (at the top of the thread's target), or start the threads in a "
+        "copy of the setter's context (contextvars.copy_context().run); on 2.11 and earlier a main-thread setting "
+        "reaches every thread.",
+    example_format="log",
+    bad=(
+        "set torch._dynamo.config.recompile_limit = 64\n"
+        "W1206 08:07:02.533000 17168 torch/_dynamo/convert_frame.py:1994] [0/8] torch._dynamo hit "
+        "config.recompile_limit (8)\n"
+        "W1206 08:07:02.533000 17168 torch/_dynamo/convert_frame.py:1994] [0/8]    function: 'step' "
+        "(/srv/serve.py:8)\n"
+    ),
+    good=(
+        "set torch._dynamo.config.recompile_limit = 64\n"
+        "[worker-3] step=40 loss=1.92\n"
+    ),
+), triggers=("dynamo", "cache_size_limit"), pattern=_LIMIT_SET, on_match=_limit_set_line)
+
+# Dynamo's recompile log when a frame's guards failed at the call but passed when it looked for the reason
+# (torch/_dynamo/guards.py: 'Unexpected recompilation: runtime guards failed even though they passed during
+# recompilation-reason analysis'): another thread changed what the guards read between the two checks.
+_RACED = re.compile(r"Unexpected recompilation: runtime guards failed even though they passed")
+_RECOMPILING = re.compile(r"Recompiling function (?P<function>\S+) in (?P<where>\S+)")
+
+
+def _raced_line(scanner: RuleScanner, line: RuleLine) -> None:
+    worker = _unnamed_is_unknown(line.worker)
+    scanner.report(LOG_RULES["DFD520"].rule, (),
+                   f"{worker}: Dynamo recompiled a frame whose guards failed at the call and passed on a second look "
+                   "('runtime guards failed even though they passed'): threads were making the first calls of one "
+                   "compiled function at once, and each call recompiled it (the recompile limit follows)",
+                   line.lineno, {"thread": worker})
+
+
+def _raced_steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
+    return ["call the compiled function once per input shape in one thread before starting the workers (a warm-up), "
+            "or hold a lock around each thread's first call",
+            "dflash-doctor run -- <your command>: which threads compiled, and when",
+            fix_step(LOG_RULES["DFD520"].rule)]
+
+
+LOG_THREADS_RACED_FIRST_CALL = declare(Rule(
+    code="DFD520",
+    name="log-threads-raced-first-call",
+    severity=Severity.WARNING,
+    summary="threads made the first calls of one compiled function at once: Dynamo recompiled it again and again",
+    rationale=(
+        "Dynamo checks a frame's guards, compiles on a miss, and explains the recompile by checking the guards "
+        "again. 'Unexpected recompilation: runtime guards failed even though they passed during "
+        "recompilation-reason analysis' means the two checks disagreed: another thread changed the state the "
+        "guards read in between. Run on a CPU with torch 2.13 (benchmarks/logs_heldback/programs/"
+        "first_call_storm.py: 16 threads calling one compiled function for the first time), every recompile after "
+        "the first said so and the recompile limit was hit within a second, after which the function runs "
+        "uncompiled; a public report shows the same with 32 threads ('Worker errors observed: 8/32 threads "
+        "failed'). A single thread does not print it."
+    ),
+    fix="Warm the compiled function up in one thread (one call per shape) before the workers start, or serialise "
+        "each thread's first call with a lock.",
+    example_format="log",
+    bad=(
+        "V1206 08:06:42.305000 16074 torch/_dynamo/guards.py:5396] [0/2] [__recompiles] Recompiling function step "
+        "in /srv/serve.py:8\n"
+        "V1206 08:06:42.305000 16074 torch/_dynamo/guards.py:5396] [0/2] [__recompiles]     triggered by the "
+        "following guard failure(s):\n"
+        "V1206 08:06:42.305000 16074 torch/_dynamo/guards.py:5396] [0/2] [__recompiles]     - 0/1: Unexpected "
+        "recompilation: runtime guards failed even though they passed during recompilation-reason analysis.\n"
+    ),
+    good=(
+        "V1206 08:06:42.305000 16074 torch/_dynamo/guards.py:5396] [0/1] [__recompiles]     - 0/0: tensor 'x' size "
+        "mismatch at index 0. expected 4, actual 5\n"
+    ),
+), triggers=("Unexpected recompilation",), pattern=_RACED, on_match=_raced_line, next_steps=_raced_steps)
 
 def _dense_warning_line(scanner: RuleScanner, line: RuleLine) -> None:
     scanner.report(LOG_RULES["DFD505"].rule, (), f"{line.worker}: flex_attention ran without torch.compile (dense "
