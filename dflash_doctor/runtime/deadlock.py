@@ -3,18 +3,20 @@
 The known torch.compile cycle (docs/races.md, "The hazards"): thread B holds Dynamo's compile_lock (inside `_compile`) while
 AOTAutograd's joint trace calls `torch.autograd.grad`, which waits for the autograd device thread; that thread
 runs thread A's backward and waits for compile_lock in the lazy backward compile (`compile_fx_backward`).
-Anything else where threads wait on locks is reported as a generic lock cycle, with the locks named when the
-source shows them.
+Anything else where threads wait on locks is a lock cycle only when the wait-for graph closes by lock identity
+(runtime/lock_sites.py: the object, not the text; rings of any length, `with` and `.acquire()` alike); threads
+queued behind a holder that waits for none of their locks are a lock wait, not a cycle.
 """
 from __future__ import annotations
 
 import linecache
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 
 from dflash_doctor.outcomes import FailureKind
+from dflash_doctor.runtime.lock_sites import LockRef, LockSites, global_identity, lock_sites
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
 
 DYNAMO_CYCLE = "compile-lock-autograd"
@@ -46,6 +48,12 @@ class HangDiagnosis:
     threads: Tuple[str, ...] = ()  # the threads taking part
     stalled_s: float = 0.0
     hint: str = ""
+    locks: Tuple[str, ...] = ()  # the identities of the locks in the cycle: the same cycle has the same ones
+
+    @property
+    def signature(self) -> Tuple[str, Tuple[str, ...], Tuple[str, ...]]:
+        """What must be equal in two samples for them to show the same cycle (kind, threads, lock objects)."""
+        return self.cycle, tuple(sorted(self.threads)), tuple(sorted(self.locks))
 
     def summary(self) -> str:
         return "; ".join(self.chain)
@@ -98,65 +106,98 @@ def _dynamo_cycle(stacks: Sequence[ThreadStack], stalled_s: float) -> Optional[H
         return None
     holder, waiter = compilers[0], waiters[0]
     waiting_in = _waits_for_compile_lock_in_backward(waiter)
-    backward_fn = waiting_in.function if waiting_in is not None else "the backward compile"
+    return _dynamo_diagnosis(holder, waiter, waiting_in.function if waiting_in is not None else "", stalled_s)
+
+
+def _dynamo_diagnosis(holder: ThreadStack, waiter: ThreadStack, waiting_in: str, stalled_s: float) -> HangDiagnosis:
     chain = (
         f"{holder.name} holds compile_lock (Dynamo compiling a frame) and waits in torch.autograd.grad "
         f"for the autograd engine",
         f"{waiter.name} (the autograd device thread, running another thread's backward) waits for "
-        f"compile_lock in {backward_fn} (the lazy backward compile)",
+        f"compile_lock in {waiting_in or 'the backward compile'} (the lazy backward compile)",
         "cycle: compile_lock -> autograd device thread -> compile_lock",
     )
     return HangDiagnosis(
         FailureKind.DEADLOCK, DYNAMO_CYCLE, chain, (holder.name, waiter.name), stalled_s,
         hint="compile the backward with the forward (enable_non_lazy_backward(), with the thread-local FX shim), "
              "warm up every shape in one thread first, or hold one global lock around each step",
+        locks=("torch compile_lock",),
     )
 
 
-def _lock_wanted(frame: Frame) -> Optional[str]:
-    """The lock a frame is blocked acquiring, read from its source line."""
-    match = _ACQUIRE.search(frame.source)
-    if match:
-        return match.group(1)
-    if _WITH_HEADER.match(frame.source):
-        entering = [expr for line, expr in frame.enclosing_with if line == frame.line]
-        return ", ".join(entering) if entering else frame.source
+def _source_refs(stack: ThreadStack) -> ThreadStack:
+    """A stack read without its objects (a faulthandler or pasted dump): the locks its frames name, with an
+    identity only for module globals (lock_sites.global_identity). `self.lock` in two frames may be two locks."""
+    if stack.locks_read:
+        return stack
+    frames = []
+    last = len(stack.frames) - 1
+    for index, frame in enumerate(stack.frames):
+        sites = lock_sites(frame.file, frame.line)
+        known = bool(sites.entering or sites.inside or sites.acquiring or sites.acquired or sites.local_names
+                     or sites.module_level)
+        if not known:  # the file is not here: what the frame carries (its source line, its `with`s) is all
+            sites = LockSites(
+                entering=tuple(expr for line, expr in frame.enclosing_with if line == frame.line and "(" not in expr),
+                acquiring=tuple(match.group(1) for match in [_ACQUIRE.search(frame.source)] if match),
+                inside=tuple(expr for line, expr in frame.enclosing_with if line != frame.line and "(" not in expr),
+                local_names=frozenset(("self", "cls")))
+
+        def ref(expression: str) -> Optional[LockRef]:
+            identity = _torch_lock(frame, expression) or global_identity(frame.file, expression, sites)
+            return LockRef(identity, expression) if identity is not None else None
+
+        waits = None
+        if index == last:
+            waits = next((r for r in map(ref, sites.acquiring + sites.entering) if r is not None), None)
+        held = sites.inside + sites.acquired + (sites.entering if index != last else ())
+        frames.append(replace(frame, waits_for=waits, holds=tuple(r for r in map(ref, held) if r is not None)))
+    return replace(stack, frames=tuple(frames), locks_read=True)
+
+
+def _torch_lock(frame: Frame, expression: str) -> Optional[str]:
+    """Dynamo's compile_lock is one module global that other torch modules import by name: one identity."""
+    if expression.split(".")[-1] == "compile_lock" and "/torch/" in _path(frame):
+        return "torch compile_lock"
     return None
 
 
-def _locks_held(stack: ThreadStack) -> List[str]:
-    """`with` blocks the thread is inside. Calls (`with torch.no_grad():`, `with recorder.step():`) are context
-    managers made on the spot, not locks someone else could be waiting for, so they are left out."""
-    held: List[str] = []
-    for index, frame in enumerate(stack.frames):
-        innermost = index == len(stack.frames) - 1
-        held.extend(expr for line, expr in frame.enclosing_with
-                    if not (innermost and line == frame.line) and "(" not in expr)
-    return held
+@dataclass(frozen=True)
+class _Wait:
+    thread: str
+    wants: LockRef
+    frame: Frame
+    holds: Tuple[LockRef, ...]
 
 
-def _lock_waiters(stacks: Sequence[ThreadStack]) -> Dict[str, Tuple[str, Frame, List[str]]]:
+def _lock_waits(stacks: Sequence[ThreadStack]) -> Dict[str, _Wait]:
     waiting = {}
     for stack in stacks:
         inner = stack.innermost
         # threading.py's own waits (join, Event.wait, Condition.wait) are the harness waiting, not a lock cycle.
-        if inner is None or _path(inner).endswith("/threading.py"):
+        if inner is None or _path(inner).endswith("/threading.py") or inner.waits_for is None:
             continue
-        wanted = _lock_wanted(inner)
-        if wanted is not None:
-            waiting[stack.name] = (wanted, inner, _locks_held(stack))
+        held = tuple(ref for frame in stack.frames for ref in frame.holds)
+        waiting[stack.name] = _Wait(stack.name, inner.waits_for, inner, held)
     return waiting
 
 
-def _find_cycle(waiting: Dict[str, Tuple[str, Frame, List[str]]]) -> List[str]:
-    """Threads forming a wait-for cycle: each wants a lock the next one holds (matched by expression text)."""
-    edges = {}
-    for name, (wanted, _, _) in waiting.items():
-        for other, (_, _, held) in waiting.items():
-            if other != name and wanted in held:
-                edges[name] = other
-                break
-    for start in edges:
+def _holders(stacks: Sequence[ThreadStack]) -> Dict[str, str]:
+    """lock identity -> the one thread holding it. An identity two threads claim is dropped: one of the claims is
+    wrong, and a wrong wait-for edge is worse than a missing one."""
+    claims: Dict[str, set] = {}
+    for stack in stacks:
+        for frame in stack.frames:
+            for ref in frame.holds:
+                claims.setdefault(ref.identity, set()).add(stack.name)
+    return {identity: next(iter(names)) for identity, names in claims.items() if len(names) == 1}
+
+
+def _find_cycle(waiting: Dict[str, _Wait], holders: Dict[str, str]) -> List[str]:
+    """Threads forming a wait-for cycle of any length: each wants the lock object the next one holds."""
+    edges = {name: holders[wait.wants.identity] for name, wait in waiting.items()
+             if holders.get(wait.wants.identity, name) != name}
+    for start in sorted(edges):
         path, node = [], start
         while node in edges and node not in path:
             path.append(node)
@@ -186,27 +227,51 @@ def may_hold_a_cycle(tops: Iterable[FrameType]) -> bool:
 
 
 def classify_hang(stacks: Sequence[ThreadStack], stalled_s: float = 0.0) -> HangDiagnosis:
-    """Classify why no thread made progress for `stalled_s` seconds."""
+    """Classify why no thread made progress for `stalled_s` seconds. Locks are compared by identity (the
+    stacks' waits_for / holds when their reader saw the objects, module globals otherwise)."""
     dynamo = _dynamo_cycle(stacks, stalled_s)
     if dynamo is not None:
         return dynamo
-    waiting = _lock_waiters(stacks)
-    cycle = _find_cycle(waiting)
+    stacks = [_source_refs(stack) for stack in stacks]
+    waiting = _lock_waits(stacks)
+    cycle = _find_cycle(waiting, _holders(stacks))
     if cycle:
+        locks = tuple(waiting[name].wants for name in cycle)
+        preferred = _dynamo_behind(stacks, locks, stalled_s)
+        if preferred is not None:
+            return preferred
         chain = tuple(
-            f"{name} holds {', '.join(waiting[name][2])} and waits for {waiting[name][0]} at "
-            f"{waiting[name][1].where()}" for name in cycle
+            f"{name} holds {', '.join(sorted({r.expression for r in waiting[name].holds}))} and waits for "
+            f"{waiting[name].wants.expression} at {waiting[name].frame.where()}" for name in cycle
         ) + (f"lock-order cycle: {_stalled(stalled_s)}",)
         return HangDiagnosis(FailureKind.DEADLOCK, LOCK_CYCLE, chain, tuple(cycle), stalled_s,
-                             hint="take the locks in one global order")
+                             hint="take the locks in one global order", locks=tuple(r.identity for r in locks))
     if len(waiting) >= 2:
-        chain = tuple(f"{name} waits for {wanted} at {frame.where()}" for name, (wanted, frame, _) in
+        chain = tuple(f"{name} waits for {wait.wants.expression} at {wait.frame.where()}" for name, wait in
                       sorted(waiting.items())) + (_stalled(stalled_s),)
         return HangDiagnosis(FailureKind.DEADLOCK, LOCK_WAIT, chain, tuple(sorted(waiting)), stalled_s,
-                             hint="threads wait on each other's locks; the holders are not visible in the stacks")
+                             hint="threads wait for locks whose holders wait for none of theirs: a slow holder, "
+                                  "or one the stacks do not show")
     busy = tuple(f"{s.name} at {s.innermost.where()}" for s in stacks if s.innermost is not None)
     return HangDiagnosis(FailureKind.OTHER_ERROR, NO_CYCLE, (f"{_stalled(stalled_s)} and no lock cycle in the stacks",)
                          + busy, tuple(s.name for s in stacks), stalled_s)
+
+
+def _dynamo_behind(stacks: Sequence[ThreadStack], locks: Sequence[LockRef], stalled_s: float) -> Optional[HangDiagnosis]:
+    """A lock cycle through compile_lock while a thread compiles inside torch.autograd.grad is the compile_lock /
+    autograd cycle seen from another side (a sample where the device thread's frame was not the backward
+    compiler yet): named as such, so every sample gives the same answer."""
+    if not any(ref.identity == "torch compile_lock" for ref in locks):
+        return None
+    for stack in stacks:
+        frame = _dynamo_compiling(stack)
+        if frame is not None and _waits_on_autograd_engine(stack, frame):
+            waiter = next((s for s in stacks if s is not stack and s.innermost is not None
+                           and s.innermost.waits_for is not None
+                           and s.innermost.waits_for.identity == "torch compile_lock"), None)
+            if waiter is not None and waiter.innermost is not None:
+                return _dynamo_diagnosis(stack, waiter, waiter.innermost.function, stalled_s)
+    return None
 
 
 def _stalled(stalled_s: float) -> str:

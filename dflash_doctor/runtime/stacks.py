@@ -13,8 +13,10 @@ import re
 import sys
 import threading
 from types import FrameType
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple, TypedDict, Union
+
+from dflash_doctor.runtime.lock_sites import LockRef
 
 
 class FrameFacts(TypedDict):
@@ -25,6 +27,8 @@ class FrameFacts(TypedDict):
     function: str
     source: str
     enclosing_with: List[List[Union[int, str]]]  # [line, context expression] pairs (JSON has no tuples)
+    waits_for: Optional[List[str]]  # [identity, expression] of the lock it is blocked acquiring (lock_sites.py)
+    holds: List[List[str]]  # [identity, expression] of each lock it holds
 
 
 class ThreadStackFacts(TypedDict):
@@ -33,6 +37,7 @@ class ThreadStackFacts(TypedDict):
     name: str
     ident: int
     frames: List[FrameFacts]  # outermost first
+    locks_read: bool
 
 
 @dataclass(frozen=True)
@@ -44,18 +49,27 @@ class Frame:
     # (line, context expression) of each `with` block around that line, outermost first; a block whose header
     # is on `line` itself is the one the thread is entering (e.g. waiting for its lock).
     enclosing_with: Tuple[Tuple[int, str], ...] = ()
+    # The locks by identity (lock_sites.py), where whoever read the stack could tell: the one this frame is
+    # blocked acquiring (innermost frame only) and the ones it holds.
+    waits_for: Optional[LockRef] = None
+    holds: Tuple[LockRef, ...] = ()
 
     def where(self) -> str:
         return f"{self.file}:{self.line} in {self.function}"
 
     def to_dict(self) -> FrameFacts:
         return {"file": self.file, "line": self.line, "function": self.function, "source": self.source,
-                "enclosing_with": [list(pair) for pair in self.enclosing_with]}
+                "enclosing_with": [list(pair) for pair in self.enclosing_with],
+                "waits_for": self.waits_for.to_list() if self.waits_for is not None else None,
+                "holds": [ref.to_list() for ref in self.holds]}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Frame":
+        waits = data.get("waits_for")
         return cls(data["file"], int(data["line"]), data["function"], data.get("source", ""),
-                   tuple((int(line), str(expr)) for line, expr in data.get("enclosing_with", ())))
+                   tuple((int(line), str(expr)) for line, expr in data.get("enclosing_with", ())),
+                   LockRef.from_list(waits) if waits else None,
+                   tuple(LockRef.from_list(ref) for ref in data.get("holds") or ()))
 
 
 @dataclass(frozen=True)
@@ -63,48 +77,86 @@ class ThreadStack:
     name: str
     ident: int
     frames: Tuple[Frame, ...]  # outermost first, innermost last
+    # Whether the frames' waits_for / holds were filled in by a reader that could see the objects (the live
+    # process, py-spy's locals): otherwise the deadlock rule reads them from the source, globals only.
+    locks_read: bool = False
 
     @property
     def innermost(self) -> Optional[Frame]:
         return self.frames[-1] if self.frames else None
 
     def to_dict(self) -> ThreadStackFacts:
-        return {"name": self.name, "ident": self.ident, "frames": [f.to_dict() for f in self.frames]}
+        return {"name": self.name, "ident": self.ident, "frames": [f.to_dict() for f in self.frames],
+                "locks_read": self.locks_read}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ThreadStack":
-        return cls(data["name"], int(data["ident"]), tuple(Frame.from_dict(f) for f in data["frames"]))
+        return cls(data["name"], int(data["ident"]), tuple(Frame.from_dict(f) for f in data["frames"]),
+                   bool(data.get("locks_read", False)))
 
 
 def thread_names() -> Dict[int, str]:
     return {thread.ident: thread.name for thread in threading.enumerate() if thread.ident is not None}
 
 
-def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = True) -> List[ThreadStack]:
+def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = True,
+                   read_locks: bool = False) -> List[ThreadStack]:
     """Snapshot every thread's Python stack. Threads torch started in C++ (the autograd device threads) show up
-    too while they run Python code; they are named `thread-<ident>`."""
+    too while they run Python code; they are named `thread-<ident>`. `read_locks`: name each lock a frame waits
+    for or holds by the object it is (the watchdog's deadlock rule)."""
     names = {**thread_names(), **(names or {})}
     current = threading.get_ident()
     stacks: List[ThreadStack] = []
     for ident, top in sys._current_frames().items():
         if skip_current and ident == current:
             continue
-        stacks.append(ThreadStack(names.get(ident, f"thread-{ident}"), ident, tuple(frames_of(top))))
+        frames = frames_of(top, ident if read_locks else None)
+        stacks.append(ThreadStack(names.get(ident, f"thread-{ident}"), ident, tuple(frames), read_locks))
     return sorted(stacks, key=lambda s: s.name)
 
 
-def frames_of(top: Optional[FrameType]) -> List[Frame]:
-    """One thread's Python frames from its innermost frame object, outermost first, with source and `with`s."""
+def frames_of(top: Optional[FrameType], locks_of: Optional[int] = None) -> List[Frame]:
+    """One thread's Python frames from its innermost frame object, outermost first, with source and `with`s;
+    with `locks_of` (that thread's ident) also the locks each frame waits for and holds, by object."""
     frames: List[Frame] = []
     frame = top
     while frame is not None:
         code = frame.f_code
         line = frame.f_lineno or 0
-        frames.append(Frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip(),
-                            enclosing_with_statements(code.co_filename, line)))
+        plain = Frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip(),
+                      enclosing_with_statements(code.co_filename, line))
+        frames.append(_live_locks(plain, frame, locks_of, frame is top) if locks_of is not None else plain)
         frame = frame.f_back
     frames.reverse()
     return frames
+
+
+def _live_locks(plain: Frame, frame: FrameType, ident: int, innermost: bool) -> Frame:
+    """The frame with the lock objects its lock expressions name in the live process (lock_sites.py)."""
+    from dflash_doctor.runtime.lock_sites import held_by, live_identity, lock_sites
+
+    if not plain.enclosing_with and ".acquire(" not in plain.source and not _has_acquire(plain.file):
+        return plain
+    sites = lock_sites(plain.file, plain.line)
+    waits = None
+    if innermost:
+        for expression in sites.acquiring + sites.entering:
+            found = live_identity(expression, frame)
+            if found is not None:
+                waits = LockRef(found[0], expression)
+                break
+    holds = []
+    for expression in sites.inside + sites.acquired + (() if innermost else sites.entering):
+        found = live_identity(expression, frame)
+        if found is not None and held_by(found[1], ident) is not False:
+            holds.append(LockRef(found[0], expression))
+    return replace(plain, waits_for=waits, holds=tuple(holds))
+
+
+@functools.lru_cache(maxsize=1024)
+def _has_acquire(filename: str) -> bool:
+    """Whether a file calls `.acquire(` at all: most frames (torch's) can then skip the AST walk."""
+    return any(".acquire(" in line for line in linecache.getlines(filename))
 
 
 def with_source(frame: Frame) -> Frame:
@@ -129,7 +181,10 @@ def enclosing_with_statements(filename: str, line: int) -> Tuple[Tuple[int, str]
     for node in ast.walk(tree):
         if isinstance(node, (ast.With, ast.AsyncWith)) and node.lineno <= line <= (node.end_lineno or node.lineno):
             for item in node.items:
-                found.append((node.lineno, ast.unparse(item.context_expr)))
+                try:
+                    found.append((node.lineno, ast.unparse(item.context_expr)))
+                except RecursionError:
+                    continue
     return tuple(sorted(found))
 
 
@@ -140,7 +195,7 @@ def _parse(filename: str) -> Optional[ast.AST]:
         return None
     try:
         return ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # a 100,000-deep expression is no crash
         return None
 
 

@@ -1,8 +1,8 @@
 """A watchdog: a lock cycle in the stacks, or no progress for `hang_after` seconds -> classify the hang, report.
 
 Two rules. The fast one: once no event came for `cycle_confirm_s`, it samples every thread's stack each
-`cycle_confirm_s`; the same lock cycle (the compile-lock / autograd one, or threads waiting on each other's locks)
-in two samples with no event between them is a deadlock, reported at once instead of after `hang_after` seconds
+`cycle_confirm_s`; the same lock cycle (the compile-lock / autograd one, or threads waiting on each other's lock
+objects: runtime/lock_sites.py) in two samples with no event between them is a deadlock, reported at once instead of after `hang_after` seconds
 of silence. The fallback, for hangs whose stacks show no cycle: no progress for `hang_after` seconds.
 
 Progress is an event (a step, an FX trace, a compile) or the process tree burning CPU: an inductor compile can go
@@ -100,7 +100,7 @@ class Watchdog:
         *,
         clock: Callable[[], float] = time.perf_counter,
         poll_s: float = 0.2,
-        capture: Callable[[], List[ThreadStack]] = capture_stacks,
+        capture: Callable[[], List[ThreadStack]] = lambda: capture_stacks(read_locks=True),
         cpu_seconds: Optional[Callable[[], float]] = process_tree_cpu_seconds,
         thread_factory=threading.Thread,
         cycle_confirm_s: Optional[float] = 1.5,
@@ -183,8 +183,10 @@ class Watchdog:
         self._suspect, self._suspect_at = (HangReport(diagnosis, stacks) if diagnosis.cycle in CYCLES else None), now
         if self._suspect is None:
             self.last_clear_sample_at = now
-        if (self._suspect is not None and previous is not None and previous.diagnosis.cycle == diagnosis.cycle
-                and self._last_progress() < previous_at):
+        # The same cycle means the same threads waiting on the same lock objects, not only the same kind: two
+        # samples of a busy program can each catch a different, passing contention.
+        if (self._suspect is not None and previous is not None
+                and previous.diagnosis.signature == diagnosis.signature and self._last_progress() < previous_at):
             return self._suspect
         return None
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import faulthandler
 import tempfile
 import threading
+from dataclasses import replace
 
 import pytest
 
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT, NO_CYCLE, classify_hang
+from dflash_doctor.runtime.lock_sites import LockRef
 from dflash_doctor.runtime.stacks import Frame, ThreadStack, parse_faulthandler
 
 TORCH = "/venv/lib/python3.12/site-packages/torch"
@@ -76,11 +78,30 @@ def test_a_lock_order_cycle_between_two_threads_names_the_locks():
     assert "worker-b holds lock_b and waits for lock_a at /app/locks.py:18 in take_ba" in diagnosis.chain
 
 
-def test_locks_held_by_outer_frames_count_and_acquire_calls_are_read():
+def test_self_locks_read_from_text_alone_are_no_cycle_and_read_by_object_they_are():
+    # From a dump without objects, `self.lock_a` in two frames may be two objects' locks: no edge, no cycle.
     a = stack("a", frame("/app/x.py", "outer", "inner()", line=5, enclosing=((4, "self.lock_a"),)),
               frame("/app/x.py", "inner", "self.lock_b.acquire()", line=9))
     b = stack("b", frame("/app/x.py", "other", "self.lock_a.acquire()", line=30, enclosing=((29, "self.lock_b"),)))
-    assert classify_hang([a, b]).cycle == LOCK_CYCLE
+    assert classify_hang([a, b]).cycle != LOCK_CYCLE
+    # The same frames as a reader that saw the objects gives them: the held lock of one is the wanted of the other.
+    lock_a, lock_b = LockRef("object 0xa", "self.lock_a"), LockRef("object 0xb", "self.lock_b")
+    a = ThreadStack("a", 1, (replace(a.frames[0], holds=(lock_a,)), replace(a.frames[1], waits_for=lock_b)), True)
+    b = ThreadStack("b", 2, (replace(b.frames[0], holds=(lock_b,), waits_for=lock_a),), True)
+    diagnosis = classify_hang([a, b])
+    assert diagnosis.cycle == LOCK_CYCLE and set(diagnosis.locks) == {"object 0xa", "object 0xb"}
+
+
+def test_a_ring_of_three_locks_is_one_cycle_and_a_queue_behind_a_holder_is_not():
+    refs = [LockRef(f"object 0x{i}", f"locks[{i}]") for i in range(3)]
+    ring = [ThreadStack(f"t{i}", i, (Frame("/app/ring.py", 7, "turn", "locks[(i + 1) % 3].acquire()", (),
+                                           refs[(i + 1) % 3], (refs[i],)),), True) for i in range(3)]
+    diagnosis = classify_hang(ring)
+    assert diagnosis.cycle == LOCK_CYCLE and sorted(diagnosis.threads) == ["t0", "t1", "t2"]
+    holder = ThreadStack("holder", 9, (Frame("/app/q.py", 4, "slow", "time.sleep(5)", (), None, (refs[0],)),), True)
+    queued = [ThreadStack(f"q{i}", 10 + i, (Frame("/app/q.py", 3, "slow", "with lock:", (), refs[0], ()),), True)
+              for i in range(2)]
+    assert classify_hang([holder, *queued]).cycle == LOCK_WAIT
 
 
 def test_threads_waiting_on_locks_whose_holders_are_unknown_are_a_lock_wait():
