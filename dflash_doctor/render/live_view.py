@@ -46,3 +46,9 @@ def render_attach_facts(console: Console, facts: AttachFacts) -> None:
         held = f" on GPU {', '.join(map(str, gpus))}" if gpus else ""
         console.print(f"  pid {process['pid']}{rank}{held}: {len(process['threads'])} threads, not "
                       f"moving: {escape(printable(still))}")
+    children = facts.get("python_children") or []
+    if children:
+        console.print(f"  [yellow]hint[/]: pid {facts['pid']} has Python child process(es) "
+                      f"{', '.join(map(str, children[:8]))}{' ...' if len(children) > 8 else ''} that were not "
+                      f"read; a launcher's (or `dflash-doctor run`'s) workers are its children: attach again with "
+                      f"--subprocesses")

@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 
 from dflash_doctor.outcomes import FailureKind
-from dflash_doctor.runtime.lock_sites import LockRef, LockSites, global_identity, lock_sites
+from dflash_doctor.runtime.lock_sites import TORCH_COMPILE_LOCK, LockRef, LockSites, global_identity, lock_sites
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
 
 DYNAMO_CYCLE = "compile-lock-autograd"
@@ -121,7 +121,7 @@ def _dynamo_diagnosis(holder: ThreadStack, waiter: ThreadStack, waiting_in: str,
         FailureKind.DEADLOCK, DYNAMO_CYCLE, chain, (holder.name, waiter.name), stalled_s,
         hint="compile the backward with the forward (enable_non_lazy_backward(), with the thread-local FX shim), "
              "warm up every shape in one thread first, or hold one global lock around each step",
-        locks=("torch compile_lock",),
+        locks=(TORCH_COMPILE_LOCK,),
     )
 
 
@@ -144,7 +144,7 @@ def _source_refs(stack: ThreadStack) -> ThreadStack:
                 local_names=frozenset(("self", "cls")))
 
         def ref(expression: str) -> Optional[LockRef]:
-            identity = _torch_lock(frame, expression) or global_identity(frame.file, expression, sites)
+            identity = global_identity(frame.file, expression, sites)
             return LockRef(identity, expression) if identity is not None else None
 
         waits = None
@@ -153,13 +153,6 @@ def _source_refs(stack: ThreadStack) -> ThreadStack:
         held = sites.inside + sites.acquired + (sites.entering if index != last else ())
         frames.append(replace(frame, waits_for=waits, holds=tuple(r for r in map(ref, held) if r is not None)))
     return replace(stack, frames=tuple(frames), locks_read=True)
-
-
-def _torch_lock(frame: Frame, expression: str) -> Optional[str]:
-    """Dynamo's compile_lock is one module global that other torch modules import by name: one identity."""
-    if expression.split(".")[-1] == "compile_lock" and "/torch/" in _path(frame):
-        return "torch compile_lock"
-    return None
 
 
 @dataclass(frozen=True)
@@ -261,14 +254,14 @@ def _dynamo_behind(stacks: Sequence[ThreadStack], locks: Sequence[LockRef], stal
     """A lock cycle through compile_lock while a thread compiles inside torch.autograd.grad is the compile_lock /
     autograd cycle seen from another side (a sample where the device thread's frame was not the backward
     compiler yet): named as such, so every sample gives the same answer."""
-    if not any(ref.identity == "torch compile_lock" for ref in locks):
+    if not any(ref.identity == TORCH_COMPILE_LOCK for ref in locks):
         return None
     for stack in stacks:
         frame = _dynamo_compiling(stack)
         if frame is not None and _waits_on_autograd_engine(stack, frame):
             waiter = next((s for s in stacks if s is not stack and s.innermost is not None
                            and s.innermost.waits_for is not None
-                           and s.innermost.waits_for.identity == "torch compile_lock"), None)
+                           and s.innermost.waits_for.identity == TORCH_COMPILE_LOCK), None)
             if waiter is not None and waiter.innermost is not None:
                 return _dynamo_diagnosis(stack, waiter, waiter.innermost.function, stalled_s)
     return None

@@ -77,3 +77,4 @@ class AttachFacts(TypedDict):
     seconds: float
     processes: List[AttachProcessFacts]
     gpus: str  # read | unavailable: why
+    python_children: List[int]  # Python processes below pid not read (without --subprocesses): the hint
