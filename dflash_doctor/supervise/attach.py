@@ -33,6 +33,12 @@ _VERSION = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 CYCLES = (DYNAMO_CYCLE, LOCK_CYCLE)
 
 
+class PySpyFailed(DoctorError):
+    """py-spy could not dump the process (not a Python process, a version it does not know, a timeout)."""
+
+    exit_code = EXIT_PROBLEMS
+
+
 class TargetStopped(DoctorError):
     """The process is stopped (SIGSTOP, Ctrl-Z): py-spy cannot read a stopped process, and it is no ptrace matter."""
 
@@ -325,13 +331,14 @@ def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep
            open_nvml: Optional[Callable[[], object]] = None, pid_exists: Optional[Callable[[int], bool]] = None,
            clock: Callable[[], float] = time.perf_counter, is_stopped: Callable[[int], bool] = stopped,
            children_of: Callable[[int], List[int]] = python_children,
-           make_reader: Callable[[int], Reader] = Reader.of_process) -> "Report[AttachFacts]":
+           make_reader: Callable[[int], Reader] = Reader.of_process,
+           beside: Callable[[], List[str]] = _beside_interpreter) -> "Report[AttachFacts]":
     import psutil
 
     exists = pid_exists or psutil.pid_exists
     if spec.pid <= 0 or not exists(spec.pid):
         raise UsageError(f"no process with pid {spec.pid}")
-    py_spy = find_py_spy(which)
+    py_spy = find_py_spy(which, beside)
     if is_stopped(spec.pid):
         raise TargetStopped(f"pid {spec.pid} is stopped (state T: SIGSTOP or Ctrl-Z), so its threads cannot be "
                             f"read; continue it with `kill -CONT {spec.pid}` (or `fg` in its shell) and attach again")
@@ -356,7 +363,7 @@ def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep
         try:
             done = runner(argv, DUMP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise DoctorError(f"py-spy dump of pid {spec.pid} took longer than {DUMP_TIMEOUT_S:.0f} s") from None
+            raise PySpyFailed(f"py-spy dump of pid {spec.pid} took longer than {DUMP_TIMEOUT_S:.0f} s") from None
         if done.returncode != 0:
             said = (done.stderr or done.stdout or "").strip().splitlines()
             if is_stopped(spec.pid):
@@ -369,7 +376,7 @@ def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep
                     "start it with --cap-add SYS_PTRACE")
             if not exists(spec.pid):
                 raise UsageError(f"pid {spec.pid} ended while attach was reading it")
-            raise DoctorError(f"py-spy dump of pid {spec.pid} failed: {error_line(said) or done.returncode}")
+            raise PySpyFailed(f"py-spy dump of pid {spec.pid} failed: {error_line(said) or done.returncode}")
         # The target's own uid decides which frame files are read (target_files.py), never attach's (root).
         owner = reader_of(spec.pid)
         if owner is not None:

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from dflash_doctor.errors import MissingDependency
 from dflash_doctor.gpus.nvml import PynvmlDevices
 from dflash_doctor.supervise.attach import AttachSpec, PtraceDenied, attach
 from tests.gpus.fakes import FakePynvml
@@ -54,6 +55,13 @@ def test_attach_names_the_gpu_each_process_holds(hung_process):
 
 
 def test_missing_py_spy_is_one_line_naming_the_extra(cli, hung_process):
+    # Neither on PATH nor beside the interpreter (pipx, a venv not activated): the one line names the package.
+    with pytest.raises(MissingDependency) as caught:
+        attach(AttachSpec(hung_process), which=lambda name: None, beside=lambda: [])
+    assert "pip install py-spy" in str(caught.value) and caught.value.exit_code == 4
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.path.exists(beside):
+        return  # this interpreter has py-spy beside it: an empty PATH still finds it (the pipx case)
     proc = cli("attach", hung_process, env={"PATH": os.path.dirname(sys.executable) + "/no-such-folder"},
                timeout=60)
     assert proc.returncode == 4
