@@ -84,14 +84,11 @@ def _method_target(node: ast.AST, method: str) -> Optional[str]:
     return None
 
 
-def _innermost_function(tree: ast.AST, line: int) -> Optional[ast.AST]:
-    best: Optional[ast.AST] = None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
-                and node.lineno <= line <= (node.end_lineno or node.lineno):
-            if best is None or node.lineno >= getattr(best, "lineno", 0):
-                best = node
-    return best
+def _functions_around(tree: ast.AST, line: int) -> List[ast.AST]:
+    """The functions whose body holds `line`, outermost first."""
+    around = [node for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+              and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    return sorted(around, key=lambda node: getattr(node, "lineno", 0))
 
 
 def _local_names(function: ast.AST) -> FrozenSet[str]:
@@ -110,7 +107,8 @@ def _local_names(function: ast.AST) -> FrozenSet[str]:
 
 
 def sites_in(tree: ast.AST, line: int) -> LockSites:
-    function = _innermost_function(tree, line)
+    around = _functions_around(tree, line)
+    function = around[-1] if around else None
     scope = function if function is not None else tree
     entering: List[str] = []
     inside: List[str] = []
@@ -132,8 +130,10 @@ def sites_in(tree: ast.AST, line: int) -> LockSites:
                 releases.append((node.lineno, released))
     held = sorted({text for at, text in acquires if at < line
                    and not any(at < released_at <= line and released == text for released_at, released in releases)})
+    # A closure's free variable is an enclosing call's local, one per call: as local as the function's own.
+    local_names = frozenset().union(*(_local_names(node) for node in around))
     return LockSites(tuple(entering), tuple(text for _, text in sorted(acquiring)), tuple(inside), tuple(held),
-                     _local_names(function) if function is not None else frozenset(), function is None)
+                     local_names, function is None)
 
 
 SourceLines = Callable[[str], List[str]]  # a file's lines, [] when it may not or cannot be read

@@ -100,7 +100,7 @@ def thread_names() -> Dict[int, str]:
 
 
 def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = True,
-                   read_locks: bool = False) -> List[ThreadStack]:
+                   read_locks: bool = True) -> List[ThreadStack]:
     """Snapshot every thread's Python stack. Threads torch started in C++ (the autograd device threads) show up
     too while they run Python code; they are named `thread-<ident>`. `read_locks`: name each lock a frame waits
     for or holds by the object it is (the watchdog's deadlock rule)."""
