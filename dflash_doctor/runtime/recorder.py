@@ -18,11 +18,12 @@ import functools
 import sys
 import threading
 import time
+from types import FrameType
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple, TypedDict
 
 from dflash_doctor.outcomes import BlameKind
-from dflash_doctor.runtime.stacks import Frame, FrameFacts, frames_of
+from dflash_doctor.runtime.stacks import Frame, FrameFacts, frames_of, light_frames, with_source_lines
 
 FX_ERROR_PREFIX = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
 
@@ -61,6 +62,8 @@ class BlameFacts(TypedDict):
     kind: str  # outcomes.BlameKind
     error: str
     holder_stack: List[FrameFacts]
+    trace_start: List[FrameFacts]
+    victim_stack: List[FrameFacts]
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,16 @@ class Blame:
     # Where the (first) holder was at the moment of the raise, outermost first: read from sys._current_frames()
     # in the victim's thread, so it is the holder's stack while it still held the flag, not after.
     holder_stack: Tuple[Frame, ...] = ()
+    # The holder's stack when its FX trace began (taken then, by the holder itself): its own line that started
+    # the trace, the line to change. And the victim's stack at the raise, for its own line.
+    trace_start: Tuple[Frame, ...] = ()
+    victim_stack: Tuple[Frame, ...] = ()
 
     def to_dict(self) -> BlameFacts:
         return {"victim": self.victim, "holder": self.holder, "at_s": round(self.at_s, 6), "kind": self.kind,
-                "error": self.error, "holder_stack": [frame.to_dict() for frame in self.holder_stack]}
+                "error": self.error, "holder_stack": [frame.to_dict() for frame in self.holder_stack],
+                "trace_start": [frame.to_dict() for frame in self.trace_start],
+                "victim_stack": [frame.to_dict() for frame in self.victim_stack]}
 
 
 class FlightRecorder:
@@ -91,6 +100,7 @@ class FlightRecorder:
         self._lock = threading.Lock()
         self._inside: Dict[int, int] = {}  # thread id -> FX trace depth
         self._names: Dict[int, str] = {}
+        self._trace_starts: Dict[int, Tuple[Frame, ...]] = {}  # thread id -> its stack when its last trace began
         self.stuck_by: Optional[str] = None  # thread whose trace exit left the global flag True
 
     # -- recording ---------------------------------------------------------------------------------------
@@ -139,16 +149,29 @@ class FlightRecorder:
             self_inside = self._inside.get(me, 0) > 0
             stuck_by = self.stuck_by
         victim = threading.current_thread().name
+        mine = with_source_lines(light_frames(sys._getframe(1)))
         if holding:
             top = sys._current_frames().get(holding[0][1])
             stack = tuple(frames_of(top)) if top is not None else ()
             return Blame(victim, ", ".join(name for name, _ in holding), self.now(), BlameKind.FX_FLAG_LEAK,
-                         str(exc), stack)
+                         str(exc), stack, self._start_of(holding[0][1]), mine)
         if stuck_by is not None:
-            return Blame(victim, stuck_by, self.now(), BlameKind.STUCK_FLAG, str(exc))
+            return Blame(victim, stuck_by, self.now(), BlameKind.STUCK_FLAG, str(exc),
+                         trace_start=self.trace_start_of(stuck_by), victim_stack=mine)
         if self_inside:
-            return Blame(victim, victim, self.now(), BlameKind.NESTED_TRACE, str(exc))
-        return Blame(victim, None, self.now(), BlameKind.UNKNOWN, str(exc))
+            return Blame(victim, victim, self.now(), BlameKind.NESTED_TRACE, str(exc),
+                         trace_start=self._start_of(me), victim_stack=mine)
+        return Blame(victim, None, self.now(), BlameKind.UNKNOWN, str(exc), victim_stack=mine)
+
+    def _start_of(self, ident: int) -> Tuple[Frame, ...]:
+        with self._lock:
+            return with_source_lines(self._trace_starts.get(ident, ()))
+
+    def trace_start_of(self, name: str) -> Tuple[Frame, ...]:
+        """The named thread's stack when its latest FX trace began (kept after the trace ended)."""
+        with self._lock:
+            ident = next((tid for tid, known in self._names.items() if known == name), None)
+        return self._start_of(ident) if ident is not None else ()
 
     def tracing_now(self) -> List[Tuple[str, Tuple[Frame, ...]]]:
         """The other threads inside an FX trace at this moment, each with its stack: whose patches a module call
@@ -174,12 +197,18 @@ class FlightRecorder:
             return sorted(self._names.get(tid, f"thread-{tid}") for tid, depth in self._inside.items() if depth > 0)
 
     # -- hook callbacks ----------------------------------------------------------------------------------
-    def _trace_enter(self) -> None:
+    def _trace_enter(self, caller: Optional[FrameType] = None) -> None:
         thread = threading.current_thread()
         ident = threading.get_ident()
+        # Taken by the tracing thread itself as the trace begins: the stack that started it, not one read later
+        # from another thread while this one has moved on.
+        start = light_frames(caller) if caller is not None else ()
         with self._lock:
-            self._inside[ident] = self._inside.get(ident, 0) + 1
+            depth = self._inside.get(ident, 0)
+            self._inside[ident] = depth + 1
             self._names[ident] = thread.name
+            if depth == 0 and start:
+                self._trace_starts[ident] = start
         self.record("fx-trace", "B")
 
     def _trace_exit(self, global_flag: Optional[bool]) -> None:
@@ -253,7 +282,7 @@ def _install_hooks() -> None:
         recorder = _ACTIVE
         if recorder is None:
             return original_trace(self, *args, **kwargs)
-        recorder._trace_enter()
+        recorder._trace_enter(sys._getframe(1))
         try:
             return original_trace(self, *args, **kwargs)
         finally:

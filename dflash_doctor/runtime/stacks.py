@@ -117,18 +117,39 @@ def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = 
 
 def frames_of(top: Optional[FrameType], locks_of: Optional[int] = None) -> List[Frame]:
     """One thread's Python frames from its innermost frame object, outermost first, with source and `with`s;
-    with `locks_of` (that thread's ident) also the locks each frame waits for and holds, by object."""
-    frames: List[Frame] = []
+    with `locks_of` (that thread's ident) also the locks each frame waits for and holds, by object.
+
+    The chain is walked first, reading only attributes (no file I/O, no parsing, nothing that lets another thread
+    run), so the stack is one moment of that thread; source lines are filled in afterwards."""
+    chain: List[Tuple[FrameType, int]] = []
     frame = top
     while frame is not None:
+        chain.append((frame, frame.f_lineno or 0))
+        frame = frame.f_back
+    frames: List[Frame] = []
+    for frame, line in reversed(chain):
         code = frame.f_code
-        line = frame.f_lineno or 0
         plain = Frame(code.co_filename, line, code.co_name, linecache.getline(code.co_filename, line).strip(),
                       enclosing_with_statements(code.co_filename, line))
         frames.append(_live_locks(plain, frame, locks_of, frame is top) if locks_of is not None else plain)
-        frame = frame.f_back
-    frames.reverse()
     return frames
+
+
+def light_frames(top: Optional[FrameType]) -> Tuple[Frame, ...]:
+    """File, line and function of each frame, outermost first, with nothing read from disk: cheap enough to take
+    at every FX trace's start (recorder.py), when that thread's stack is exactly the one that started it."""
+    chain = []
+    frame = top
+    while frame is not None:
+        chain.append(Frame(frame.f_code.co_filename, frame.f_lineno or 0, frame.f_code.co_name))
+        frame = frame.f_back
+    return tuple(reversed(chain))
+
+
+def with_source_lines(frames: Tuple[Frame, ...]) -> Tuple[Frame, ...]:
+    """`light_frames` with each frame's source line (no `with` analysis): for reports."""
+    return tuple(replace(f, source=linecache.getline(f.file, f.line).strip()) if not f.source else f
+                 for f in frames)
 
 
 def _live_locks(plain: Frame, frame: FrameType, ident: int, innermost: bool) -> Frame:

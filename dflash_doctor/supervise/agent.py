@@ -483,7 +483,8 @@ class Agent:
         race = is_patcher_error(text) or (traced_nearby and _guard_broke(exc))
         death = DeathRecord(threading.current_thread().name, type(exc).__name__, text[:500],
                             round(self.recorder.now(), 6), race,
-                            raised_at, tuple(name for name, _ in tracing), tracing[0][1] if tracing else (),
+                            raised_at, tuple(name for name, _ in tracing),
+                            tracing[0][1] if tracing else self.recorder.trace_start_of(last[0]) if last else (),
                             last[0] if last else None, round(last[1], 6) if last else None)
         self.recorder.record("thread-died", "I", type=death.error_type, message=death.error[:200])
         with self._write_lock:

@@ -33,12 +33,17 @@ class BlameRecord:
     error: str
     at_s: float
     holder_stack: Tuple[Frame, ...] = ()  # outermost first, captured in the victim's raise
+    trace_start: Tuple[Frame, ...] = ()  # the holder's stack when its trace began (its line that started it)
+    victim_stack: Tuple[Frame, ...] = ()  # the victim's stack at the raise
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "BlameRecord":
+        def frames(key: str) -> Tuple[Frame, ...]:
+            return tuple(Frame.from_dict(f) for f in data.get(key) or ())
+
         return cls(str(data["victim"]), data.get("holder"), BlameKind(data.get("kind", BlameKind.UNKNOWN)),
-                   str(data.get("error", "")), float(data.get("at_s", 0.0)),
-                   tuple(Frame.from_dict(f) for f in data.get("holder_stack") or ()))
+                   str(data.get("error", "")), float(data.get("at_s", 0.0)), frames("holder_stack"),
+                   frames("trace_start"), frames("victim_stack"))
 
 
 @dataclass(frozen=True)
