@@ -1,7 +1,7 @@
 """Text views of `run` and `attach`: what ran, how it ended, which processes the tool saw."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, List, Mapping, Sequence
 
 from rich.markup import escape
 
@@ -52,3 +52,28 @@ def render_attach_facts(console: Console, facts: AttachFacts) -> None:
                       f"{', '.join(map(str, children[:8]))}{' ...' if len(children) > 8 else ''} that were not "
                       f"read; a launcher's (or `dflash-doctor run`'s) workers are its children: attach again with "
                       f"--subprocesses")
+
+
+def finding_lines(code_and_name: str, where: str, message: str, details: Sequence[str], steps: Sequence[str],
+                  width: int) -> List[str]:
+    """A `run` / `attach` finding laid out for a person at `width` columns (80 on a plain terminal): where and
+    which rule on the first line, then the facts that matter one to a line (who died or hung, when, who is to
+    blame, each at the user's line), then the fix as a list. Lines are broken at spaces only, never inside a word
+    or a path; a path longer than the line stays whole on its own line."""
+    width = max(width, 40)
+    lines = [f"{where}{code_and_name}"] if where else [code_and_name]
+    lines += _wrapped(message, "  ", "    ", width)
+    for detail in details:
+        lines += _wrapped(detail, "  ", "      ", width)
+    if steps:
+        lines.append("  fix:")
+        for step in steps:
+            lines += _wrapped(step, "    - ", "      ", width)
+    return lines
+
+
+def _wrapped(text: str, first: str, rest: str, width: int) -> List[str]:
+    import textwrap
+
+    return textwrap.wrap(printable(text), width=width, initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]

@@ -6,7 +6,7 @@ import os
 import functools
 from typing import TYPE_CHECKING, Any, Optional, TextIO, Type
 
-from dflash_doctor.findings import Report, Severity
+from dflash_doctor.findings import Finding, Report, Severity
 from dflash_doctor.printable import printable
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ def render_text(report: Report[F], out: TextIO, err: TextIO, *, facts_view: Opti
         facts_view(console, report.facts)
     for f in report.sorted_findings():
         where = f"{printable(f.path)}:{f.line}:{f.column}: " if f.path else ""
+        if _render_as_list(console, f, where):
+            continue
         console.print(
             f"{escape(where)}[{_STYLE[f.severity]}]{f.code}[/] [bold]{f.name}[/] {escape(printable(f.message))}"
         )
@@ -62,6 +64,27 @@ def render_text(report: Report[F], out: TextIO, err: TextIO, *, facts_view: Opti
         if chain:
             console.print(f"    [dim]via {escape(printable(' -> '.join(map(str, chain))))}[/]")
     render_problems_and_summary(report, err, exit_code)
+
+
+def _render_as_list(console: Console, finding: Finding, where: str) -> bool:
+    """A finding whose evidence carries its facts and fix as lists (`run` and `attach`, DFD9xx) is laid out one
+    fact to a line at the console's width (render/live_view.py); any other keeps the one-line linter form."""
+    evidence = finding.evidence if isinstance(finding.evidence, dict) else {}
+    steps, details = evidence.get("next_steps"), evidence.get("details")
+    if not isinstance(steps, list) or not isinstance(details, list):
+        return False
+    from rich.markup import escape
+
+    from dflash_doctor.render.live_view import finding_lines
+
+    head = f"{finding.code} {finding.name}"
+    lines = finding_lines(head, where, finding.message, [str(d) for d in details], [str(s) for s in steps],
+                          console.width)
+    style = _STYLE[finding.severity]
+    console.print(escape(lines[0]).replace(finding.code, f"[{style}]{finding.code}[/]", 1))
+    for line in lines[1:]:
+        console.print(escape(line))
+    return True
 
 
 def _styled(stream: TextIO) -> bool:

@@ -6,6 +6,7 @@ process imported, and says which `--fix` would prove it in the same command.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor import mitigations as registry
@@ -15,6 +16,7 @@ from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.rules import live as rules
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
 from dflash_doctor.runtime.fx_patches import is_patcher_error
+from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 from dflash_doctor.runtime.stacks import Frame
 from dflash_doctor.supervise.records import BlameRecord, DeathRecord, ProcessRecord
 
@@ -25,32 +27,45 @@ def release_of(record: ProcessRecord) -> Release:
     return Release(version=record.torch_version, fx_flag_thread_local=record.fx_flag_thread_local)
 
 
-def next_step(hazard: Hazard, record: ProcessRecord) -> str:
-    """The registry's best complete fix for this process's torch, phrased as the `--fix` that proves it in the
-    same command when every part applies without a code change, and as trainer code otherwise."""
+def next_steps(hazard: Hazard, record: ProcessRecord) -> List[str]:
+    """The registry's best complete fix for this process's torch, as a list a person reads one item at a time:
+    the `--fix` that proves it in the same command when every part applies without a code change, the trainer
+    code, what is already applied, the alternatives."""
     release = release_of(record)
     needed = {hazard} | {h for h in release.hazards() if not h.minor}
     ranked = [r for r in registry.recommend(needed, release) if r.complete]
     if not ranked:
-        return registry.fix_text(hazard, release=release)
+        return [registry.fix_text(hazard, release=release)]
     best = ranked[0]
     applied = [name for name in best.mitigations if name in record.fixes]
     parts = [registry.get(name) for name in best.mitigations]
     code = "; ".join(best.api)
+    steps = []
     if all(part.applies_without_code_change for part in parts):
-        text = f"rerun the same command under `dflash-doctor run --fix {best.label} -- ...` to prove it, then " \
-               f"put it in your trainer: {code}"
+        steps.append(f"prove it: rerun the same command under `dflash-doctor run --fix {best.label} -- ...`")
+        steps.append(f"then put it in your trainer: {code}")
     else:
-        text = f"apply {best.label} in your trainer: {code}"
+        steps.append(f"apply {best.label} in your trainer: {code}")
     if applied:
-        text += f" (already applied here: {', '.join(applied)}; what it leaves open: " \
-                f"{'; '.join(registry.caveats_for(record.fixes)) or 'nothing listed'})"
+        steps.append(f"already applied here: {', '.join(applied)}; what it leaves open: "
+                     f"{'; '.join(registry.caveats_for(record.fixes)) or 'nothing listed'}")
     others = [r.label for r in ranked[1:]]
-    return text + (f"; alternatives: {', '.join(others)}" if others else "")
+    if others:
+        steps.append(f"alternatives: {'; '.join(others)}")
+    return steps
+
+
+def next_step(hazard: Hazard, record: ProcessRecord) -> str:
+    """`next_steps` as one line (the evidence's `next`, for tools that read one string)."""
+    return "; ".join(next_steps(hazard, record))
+
+
+_TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))).replace("\\", "/") + "/"
 
 
 def _own_frame(frames: Sequence[Frame]) -> Optional[Frame]:
-    """The innermost frame of the user's code: not the standard library's (an Event's wait), not torch's."""
+    """The innermost frame of the user's code: not the standard library's (an Event's wait), not torch's, not a
+    package's, and not this tool's own (the recorder's wrapper around Tracer.trace, the fixes' shims)."""
     import sysconfig
 
     stdlib = sysconfig.get_paths()["stdlib"].replace("\\", "/")
@@ -58,14 +73,27 @@ def _own_frame(frames: Sequence[Frame]) -> Optional[Frame]:
         path = frame.file.replace("\\", "/")
         if path.startswith("<"):  # '<string>' (an exec, Dynamo's guard evaluation), '<frozen ...>'
             continue
+        if path.startswith(_TOOL_DIR):
+            continue
         if not path.startswith(stdlib) and "/torch/" not in path and "site-packages" not in path:
             return frame
-    return frames[-1] if frames else None
+    return None
 
 
 def _location(frame: Optional[Frame]) -> Dict[str, Any]:
     """A frame as a finding's location: a stack names a line, not a column, so the column is the line's first."""
     return {"path": frame.file, "line": frame.line, "column": 1} if frame is not None else {}
+
+
+def _short(frame: Optional[Frame]) -> str:
+    """`train.py:40` (the file's name and line): the message's way to say where; the path is the location's."""
+    return f"{os.path.basename(frame.file)}:{frame.line}" if frame is not None else "a line not captured"
+
+
+def _line_of(frame: Optional[Frame]) -> str:
+    if frame is None:
+        return "a line not captured"
+    return f"{frame.where()}" + (f": {frame.source}" if frame.source else "")
 
 
 def _where(frames: Sequence[Frame]) -> List[str]:
@@ -86,30 +114,39 @@ def _fx_findings(record: ProcessRecord) -> List[Finding]:
         if first.holder is None and blame.holder is not None:
             first = blame
         firsts[blame.victim] = (first, count + 1)
-    findings = []
-    for victim, (blame, count) in firsts.items():
-        if blame.kind is BlameKind.STUCK_FLAG:
-            held = f"the flag was left stuck by {blame.holder}, whose trace exit restored a stale True"
-            hazard = Hazard.STUCK_FLAG
-        elif blame.holder is not None and blame.kind is BlameKind.FX_FLAG_LEAK:
-            own = _own_frame(blame.holder_stack)
-            inner = own.where() if own is not None else "a frame not captured"
-            held = f"{blame.holder} held the flag, inside an FX trace at {inner}"
-            hazard = Hazard.FX_FLAG_LEAK
-        elif blame.kind is BlameKind.NESTED_TRACE:
-            held = f"{victim} was itself inside an FX trace (a compiled call under symbolic_trace)"
-            hazard = Hazard.FX_FLAG_LEAK
-        else:
-            held = "no thread was inside an FX trace at that moment (the flag was already stuck?)"
-            hazard = Hazard.STUCK_FLAG
-        step = next_step(hazard, record)
-        message = (f"{victim} ({record.label}) raised the FX-tracing RuntimeError at {blame.at_s:.1f} s; {held}. "
-                   f"Next: {step}")
-        evidence = {**_base(record), "worker": victim, "holder": blame.holder, "blame_kind": blame.kind.value,
-                    "at_s": blame.at_s, "raised": count, "holder_stack": _where(blame.holder_stack), "next": step}
-        own = _own_frame(blame.holder_stack)  # where the holder's trace started in the user's code, for SARIF
-        findings.append(rules.RUN_FX_FLAG_ERROR.finding(message, evidence=evidence, **_location(own)))
-    return findings
+    return [_fx_finding(record, blame, count) for blame, count in firsts.values()]
+
+
+def _fx_finding(record: ProcessRecord, blame: BlameRecord, count: int) -> Finding:
+    victim = blame.victim
+    # the holder's own line that started its trace, read from the stack it had when the trace began
+    started = _trace_entry(blame.trace_start) if blame.trace_start else _trace_entry(blame.holder_stack)
+    if blame.kind is BlameKind.STUCK_FLAG:
+        blame_line = f"{blame.holder}, whose trace exit left the FX flag stuck (it restored a stale True)"
+        hazard = Hazard.STUCK_FLAG
+    elif blame.holder is not None and blame.kind is BlameKind.FX_FLAG_LEAK:
+        blame_line = f"{blame.holder}, inside an FX trace begun at {_short(started)}"
+        hazard = Hazard.FX_FLAG_LEAK
+    elif blame.kind is BlameKind.NESTED_TRACE:
+        blame_line = f"{victim} itself, inside an FX trace (a compiled call under symbolic_trace)"
+        hazard = Hazard.FX_FLAG_LEAK
+    else:
+        blame_line = "no thread was inside an FX trace at that moment (the flag was already stuck?)"
+        hazard = Hazard.STUCK_FLAG
+    steps = next_steps(hazard, record)
+    victim_at = _own_frame(blame.victim_stack)
+    message = (f"{victim} raised the FX-tracing RuntimeError at {blame.at_s:.1f} s ({record.label}); "
+               f"to blame: {blame_line}")
+    details = [f"victim: {victim} at {_line_of(victim_at)}",
+               f"to blame: {blame.holder or 'unknown'}; its trace began at {_line_of(started)}"]
+    if count > 1:
+        details.append(f"raised {count} times in {victim}")
+    evidence = {**_base(record), "worker": victim, "holder": blame.holder, "blame_kind": blame.kind.value,
+                "at_s": blame.at_s, "raised": count, "holder_stack": _where(blame.holder_stack),
+                "trace_start": _where(blame.trace_start), "victim_stack": _where(blame.victim_stack),
+                "victim_at": _line_of(victim_at), "details": details, "next": "; ".join(steps), "next_steps": steps}
+    # SARIF points at the line to change: the holder's, else the victim's own
+    return rules.RUN_FX_FLAG_ERROR.finding(message, evidence=evidence, **_location(started or victim_at))
 
 
 def _hang_finding(record: ProcessRecord) -> Optional[Finding]:
@@ -119,22 +156,27 @@ def _hang_finding(record: ProcessRecord) -> Optional[Finding]:
     diagnosis = hang.diagnosis
     threads = ", ".join(diagnosis.threads)
     if diagnosis.cycle == DYNAMO_CYCLE:
-        rule, step = rules.LIVE_COMPILE_DEADLOCK, next_step(Hazard.DEADLOCK, record)
-        what = f"threads {threads} deadlocked: compile_lock -> autograd device thread -> compile_lock"
-    elif diagnosis.cycle in (LOCK_CYCLE, LOCK_WAIT):
-        rule, step = rules.LIVE_LOCK_DEADLOCK, rules.LIVE_LOCK_DEADLOCK.fix
+        rule, steps = rules.LIVE_COMPILE_DEADLOCK, next_steps(Hazard.DEADLOCK, record)
+        what = f"threads {threads} deadlocked on compile_lock and the autograd device thread"
+    elif diagnosis.cycle == LOCK_CYCLE:
+        rule, steps = rules.LIVE_LOCK_DEADLOCK, [rules.LIVE_LOCK_DEADLOCK.fix]
         what = f"threads {threads} wait on each other's locks"
+    elif diagnosis.cycle == LOCK_WAIT:  # queued behind holders that wait for none of their locks: no cycle
+        rule, steps = rules.LIVE_NO_PROGRESS, [rules.LIVE_NO_PROGRESS.fix]
+        what = (f"no progress for {diagnosis.stalled_s:.0f} s; threads {threads} wait for locks whose holders "
+                "wait for none of theirs")
     else:
-        rule, step = rules.LIVE_NO_PROGRESS, rules.LIVE_NO_PROGRESS.fix
+        rule, steps = rules.LIVE_NO_PROGRESS, [rules.LIVE_NO_PROGRESS.fix]
         what = f"no progress for {diagnosis.stalled_s:.0f} s and no lock cycle in the stacks"
     latency = hang.latency_s
-    message = f"{record.label}: {what}. Next: {step}"
+    message = f"{what} ({record.label}, found at {hang.detected_at_s:.1f} s)"
     involved = [stack for stack in hang.stacks if stack.name in diagnosis.threads] or list(hang.stacks)
     evidence = {**_base(record), "cycle": diagnosis.cycle, "threads": list(diagnosis.threads),
                 "chain": list(diagnosis.chain), "detected_at_s": hang.detected_at_s,
                 "last_clear_sample_at_s": hang.last_clear_sample_at_s, "latency_s": latency,
-                "last_event_at_s": hang.last_event_at_s,
-                "stacks": {stack.name: _where(stack.frames) for stack in involved}, "next": step}
+                "last_event_at_s": hang.last_event_at_s, "locks": list(diagnosis.locks),
+                "stacks": {stack.name: _where(stack.frames) for stack in involved},
+                "details": list(diagnosis.chain), "next": "; ".join(steps), "next_steps": steps}
     first = next((stack for stack in involved if stack.name in diagnosis.threads[:1]), None)
     own = _own_frame(first.frames) if first is not None else None
     return rule.finding(message, evidence=evidence, **_location(own))
@@ -151,40 +193,52 @@ def _trace_entry(frames: Sequence[Frame]) -> Optional[Frame]:
 
 def _death_finding(record: ProcessRecord, death: DeathRecord) -> Finding:
     raised = _own_frame(death.raised_at)
-    where = f" at {raised.where()}" if raised is not None else ""
     evidence = {**_base(record), "worker": death.thread, "error_type": death.error_type, "error": death.error,
                 "at_s": death.at_s, "traceback": _where(death.raised_at), "tracing": list(death.tracing),
                 "tracing_stack": _where(death.tracing_stack), "last_tracer": death.last_tracer}
     said = f"{death.error_type}: {death.error.splitlines()[0] if death.error else ''}"
+    victim = f"victim: {death.thread} at {_line_of(raised)}"
     if death.patcher_race:
-        step = next_step(Hazard.PATCHER_RACE, record)
+        steps = next_steps(Hazard.PATCHER_RACE, record)
         entry = _trace_entry(death.tracing_stack)
         if death.tracing:
-            inner = entry.where() if entry is not None else "a frame not captured"
-            held = f"{', '.join(death.tracing)} was inside an FX trace started at {inner}"
+            tracer = ", ".join(death.tracing)
+            blame = f"to blame: {tracer}, inside an FX trace begun at {_line_of(entry)}"
         elif death.last_tracer == death.thread:
-            held = (f"the last FX trace before it was {death.thread}'s own, ended at {death.last_trace_at_s:.1f} s: "
-                    "a thread it waited on met that trace's patches and the error was re-raised here")
+            tracer = f"{death.thread} itself"
+            blame = (f"to blame: its own last FX trace, begun at {_line_of(entry)}, ended at "
+                     f"{death.last_trace_at_s:.1f} s: a thread it waited on met that trace's patches and the "
+                     "error was re-raised here")
         elif death.last_tracer is not None:
-            held = (f"no other thread traced at that moment; the last FX trace before it was {death.last_tracer}'s, "
-                    f"ended at {death.last_trace_at_s:.1f} s")
+            tracer = death.last_tracer
+            blame = (f"to blame: {death.last_tracer}, whose FX trace (begun at {_line_of(entry)}) ended at "
+                     f"{death.last_trace_at_s:.1f} s; no other thread traced at that moment")
         else:
-            held = "no other thread was inside an FX trace when it died (the trace that patched it had ended)"
-        how = "" if is_patcher_error(death.error) else \
-            " (a Dynamo guard broke while torch.fx's patches swapped nn.Module.__call__ under the compile)"
-        message = (f"{death.thread} ({record.label}) died of the FX patcher race at {death.at_s:.1f} s{where}: "
-                   f"{said}{how}; {held}. Next: {step}")
+            tracer = "unknown"
+            blame = "to blame: no other thread was inside an FX trace when it died (the trace that patched it ended)"
+        how = [] if is_patcher_error(death.error) else \
+            ["how: a Dynamo guard broke while torch.fx's patches swapped nn.Module.__call__ under the compile"]
+        reraised = " (re-raised here)" if death.last_tracer == death.thread and not death.tracing else ""
+        message = (f"{death.thread} died of the FX patcher race at {death.at_s:.1f} s ({record.label}): "
+                   f"{death.error_type}{reraised}; to blame: {tracer}, tracing from {_short(entry)}")
+        details = [victim, f"error: {said}"[:300], blame, *how]
         # SARIF points at the tracing thread's line when there is one: that is the line to change
-        located = entry or raised
-        return rules.RUN_PATCHER_RACE.finding(message, evidence={**evidence, "next": step}, **_location(located))
-    message = f"{death.thread} ({record.label}) died at {death.at_s:.1f} s{where}: {said}"
-    return rules.RUN_THREAD_DIED.finding(message[:600], evidence=evidence, **_location(raised))
+        return rules.RUN_PATCHER_RACE.finding(message, evidence={
+            **evidence, "details": details, "next": "; ".join(steps), "next_steps": steps},
+            **_location(entry or raised))
+    message = f"{death.thread} died at {death.at_s:.1f} s ({record.label}): {said}"
+    steps = [rules.RUN_THREAD_DIED.fix]
+    return rules.RUN_THREAD_DIED.finding(message[:300], evidence={
+        **evidence, "details": [victim, f"error: {said}"[:300]], "next_steps": steps}, **_location(raised))
 
 
 def _death_findings(record: ProcessRecord) -> List[Finding]:
-    """One finding per dead thread, except the FX-tracing error's victims: DFD901 already says who held the flag."""
+    """One finding per death, each once. A death that is the FX-tracing RuntimeError DFD901 already blamed for that
+    thread is that finding; any other death of the same thread (the patcher race later in the same run) is its
+    own (the de-duplication is by thread and error, not by thread)."""
     blamed = {blame.victim for blame in record.blames}
-    return [_death_finding(record, death) for death in record.deaths if death.thread not in blamed]
+    return [_death_finding(record, death) for death in record.deaths
+            if not (death.thread in blamed and death.error.startswith(FX_ERROR_PREFIX))]
 
 
 def findings_from_records(records: Sequence[ProcessRecord]) -> List[Finding]:
