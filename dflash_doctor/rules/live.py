@@ -21,10 +21,10 @@ def _frame(file: str, line: int, function: str, source: str = "", withs: Optiona
 
 
 def _process(pid: int, rank: Optional[int] = None, blames: Optional[list] = None, hang: Optional[dict] = None,
-             fixes: Optional[List[str]] = None, deaths: Optional[list] = None) -> dict:
+             fixes: Optional[List[str]] = None, deaths: Optional[list] = None, events: Optional[list] = None) -> dict:
     return {"pid": pid, "ppid": 1, "argv": ["train.py"], "rank": rank, "local_rank": rank,
             "torch_version": "2.13.0+cpu", "fx_flag_thread_local": False, "fixes": fixes or [], "problems": [],
-            "events": [], "blames": blames or [], "hang": hang, "deaths": deaths or [],
+            "events": events or [], "blames": blames or [], "hang": hang, "deaths": deaths or [],
             "ended": None if hang else "exit", "started_at": 1764620000.0}
 
 
@@ -172,5 +172,50 @@ RUN_THREAD_DIED = register(Rule(
     example_format="live-facts",
     bad=_facts(_process(4242, deaths=[_death(
         "loader", "KeyError", "'input_ids'", [_frame("train.py", 31, "collate", "ids = batch['input_ids']")])])),
+    good=_GOOD,
+))
+
+
+_PASSED = ("0/{n}: Unexpected recompilation: runtime guards failed even though they passed during "
+           "recompilation-reason analysis.")
+
+
+def _compile(thread: str, t: float, attempt: int) -> dict:
+    return {"t": t, "thread": thread, "tid": 100 + attempt, "kind": "compile", "phase": "B",
+            "detail": {"trigger": "dynamo", "compile_id": f"0/{attempt}", "caller": ["train.py", 41]}}
+
+
+def _storm() -> list:
+    events = []
+    for attempt, thread in enumerate(["worker-3", "worker-0", "worker-7"]):
+        events.append(_compile(thread, 2.0 + attempt, attempt))
+        if attempt:
+            events.append({"t": 2.0 + attempt, "thread": thread, "tid": 100 + attempt, "kind": "recompile",
+                           "phase": "I", "detail": {"reason": _PASSED.format(n=attempt - 1)}})
+    events.append({"t": 5.5, "thread": "worker-12", "tid": 112, "kind": "recompile-limit", "phase": "I",
+                   "detail": {"limit": "recompile_limit", "compile_id": "0/8"}})
+    return events
+
+
+RUN_RECOMPILE_RACE = register(Rule(
+    code="DFD908",
+    name="run-recompile-race",
+    severity=Severity.WARNING,
+    summary="threads of your run raced to compile the same function: recompiles whose guards 'passed', or the "
+            "recompile limit hit in a worker thread",
+    rationale=(
+        "When several threads make the first call of one compiled function at once, each may compile the same "
+        "frame: Dynamo's per-frame cache is filled while the others check it, and it logs 'Unexpected "
+        "recompilation: runtime guards failed even though they passed' for each extra compile until the "
+        "recompile limit is hit, after which that function runs uncompiled in every thread, silently (measured "
+        "on the CPU with torch 2.13: 32 threads, one compiled model, the limit of 8 hit; docs/races.md, 'Races "
+        "that show as recompiles'). `run` records every compile with its thread and the line that called it, "
+        "the recompile reasons, and each recompile-limit hit, and names the threads."
+    ),
+    fix="Make the first call of each compiled function in one thread before starting the others (a warm-up "
+        "step), or hold one lock around the first call (`first-call-lock`); on torch 2.12 and later a raised "
+        "recompile limit must be set in each thread that compiles (the compile settings are per thread there).",
+    example_format="live-facts",
+    bad=_facts(_process(4242, events=_storm())),
     good=_GOOD,
 ))

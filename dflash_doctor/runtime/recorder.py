@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import threading
 import time
@@ -313,7 +314,8 @@ def _install_dynamo_hooks() -> None:
     if handler is not None and hasattr(handler, "register_start_callback"):
         def on_start(args) -> None:
             if _ACTIVE is not None:
-                _ACTIVE.record("compile", "B", trigger=_trigger_name(args), compile_id=_compile_id(args))
+                _ACTIVE.record("compile", "B", trigger=_trigger_name(args), compile_id=_compile_id(args),
+                               caller=_user_line(sys._getframe(1)))
 
         def on_end(args) -> None:
             if _ACTIVE is not None:
@@ -337,6 +339,82 @@ def _install_dynamo_hooks() -> None:
             return result
 
         _patch(convert_frame, "get_and_maybe_log_recompilation_reasons", reasons)
+
+    limit_fn = getattr(convert_frame, "exceeds_recompile_limit", None)
+    if limit_fn is not None:  # convert_frame calls it through its module global: wrapping that is enough
+        @functools.wraps(limit_fn)
+        def exceeds(*args, **kwargs):
+            result = limit_fn(*args, **kwargs)
+            hit = result[0] if isinstance(result, tuple) else bool(result)
+            if hit and _ACTIVE is not None:
+                _ACTIVE.record(RECOMPILE_LIMIT, "I", limit=str(result[1] if isinstance(result, tuple) else "")[:80],
+                               compile_id=str(args[1] if len(args) > 1 else kwargs.get("compile_id", "")))
+            return result
+
+        _patch(convert_frame, "exceeds_recompile_limit", exceeds)
+
+
+RECOMPILE_LIMIT = "recompile-limit"
+GUARDS_PASSED = "even though they passed"  # Dynamo's words for guards that failed at runtime yet passed on analysis
+
+
+@dataclass(frozen=True)
+class CompileStart:
+    """A Dynamo compile as the recorder logged it: which frame (the compile id's first part), by which thread."""
+
+    thread: str
+    t: float
+    frame: str  # "0" of compile id "0/3": one code object
+    attempt: str  # "3": the frame's fourth compile
+    caller: Optional[Frame] = None  # the user's line whose call started it
+
+
+@dataclass(frozen=True)
+class RecompileSigns:
+    """What the events say of threads racing on one compiled function's first calls (docs/races.md, "Races that
+    show as recompiles"): who compiled which frame, recompiles whose guards 'passed', recompile-limit hits."""
+
+    compiles: Tuple[CompileStart, ...]
+    guards_passed: Tuple[Tuple[str, str], ...]  # (thread, reason) of "guards failed even though they passed"
+    limit_hits: Tuple[Tuple[str, str], ...]  # (thread, compile id)
+
+
+def recompile_signs(events) -> RecompileSigns:
+    """Read the recorder's own compile, recompile and recompile-limit events back (this module writes them)."""
+    compiles, passed, hits = [], [], []
+    for event in events:
+        if event.kind == "compile" and event.phase == "B":
+            frame, _, attempt = str(event.detail.get("compile_id", "")).partition("/")
+            caller = event.detail.get("caller")
+            at = Frame(str(caller[0]), int(caller[1]), "") if isinstance(caller, list) and len(caller) == 2 else None
+            if frame and event.detail.get("trigger", "dynamo") == "dynamo":
+                compiles.append(CompileStart(event.thread, event.t, frame.strip("[]"), attempt.strip("[]"), at))
+        elif event.kind == "recompile" and GUARDS_PASSED in str(event.detail.get("reason", "")):
+            passed.append((event.thread, str(event.detail.get("reason", ""))))
+        elif event.kind == RECOMPILE_LIMIT:
+            hits.append((event.thread, str(event.detail.get("compile_id", ""))))
+    return RecompileSigns(tuple(compiles), tuple(passed), tuple(hits))
+
+
+_TOOL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARY_DIRS: Tuple[str, ...] = ()
+
+
+def _user_line(frame: Optional[FrameType]) -> Optional[List[object]]:
+    """[file, line] of the innermost frame of the user's own code (not the standard library's, torch's, a
+    package's or this tool's): the line whose call started a compile."""
+    global _LIBRARY_DIRS
+    if not _LIBRARY_DIRS:
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        _LIBRARY_DIRS = tuple({paths["stdlib"], paths["purelib"], paths["platlib"], _TOOL_DIR})
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith("<") and not name.startswith(_LIBRARY_DIRS) and os.sep + "torch" + os.sep not in name:
+            return [name, frame.f_lineno or 0]
+        frame = frame.f_back
+    return None
 
 
 def _compile_id(args) -> str:

@@ -55,7 +55,7 @@ class Frame:
     holds: Tuple[LockRef, ...] = ()
 
     def where(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}"
+        return f"{self.file}:{self.line}" + (f" in {self.function}" if self.function else "")
 
     def to_dict(self) -> FrameFacts:
         return {"file": self.file, "line": self.line, "function": self.function, "source": self.source,

@@ -16,7 +16,7 @@ from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.rules import live as rules
 from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
 from dflash_doctor.runtime.fx_patches import is_patcher_error
-from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
+from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, CompileStart, recompile_signs
 from dflash_doctor.runtime.stacks import Frame
 from dflash_doctor.supervise.records import BlameRecord, DeathRecord, ProcessRecord
 
@@ -241,11 +241,62 @@ def _death_findings(record: ProcessRecord) -> List[Finding]:
             if not (death.thread in blamed and death.error.startswith(FX_ERROR_PREFIX))]
 
 
+def _recompile_finding(record: ProcessRecord) -> Optional[Finding]:
+    """Threads racing on one compiled function's first calls: the same frame compiled by two or more threads
+    with recompiles whose guards 'passed', or the recompile limit hit outside the main thread."""
+    signs = recompile_signs(record.events)
+    worker_hits = [(thread, at) for thread, at in signs.limit_hits if thread != "MainThread"]
+    if not signs.guards_passed and not worker_hits:
+        return None
+    by_frame: Dict[str, List[CompileStart]] = {}
+    for start in signs.compiles:
+        by_frame.setdefault(start.frame, []).append(start)
+    racing = [starts for starts in by_frame.values() if len({s.thread for s in starts}) >= 2]
+    if not racing and not worker_hits:
+        return None
+    starts = max(racing, key=len) if racing else []
+    compilers = sorted({s.thread for s in starts}, key=_natural)
+    threads = sorted(set(compilers) | {t for t, _ in signs.guards_passed} | {t for t, _ in worker_hits},
+                     key=_natural)
+    span = (starts[-1].t - starts[0].t) if starts else 0.0
+    parts = [f"{len(starts)} compiles of one function by {len(compilers)} threads in {span:.1f} s"] if starts else []
+    if signs.guards_passed:
+        parts.append(f"{len(signs.guards_passed)} recompiles whose guards 'passed'")
+    if worker_hits:
+        parts.append(f"the recompile limit hit in {', '.join(sorted({t for t, _ in worker_hits}, key=_natural))}"
+                     " (that function now runs uncompiled)")
+    message = f"threads raced to compile the same function ({record.label}): " + "; ".join(parts)
+    caller = next((s.caller for s in starts if s.caller is not None), None)
+    details = [f"threads: {_listed(threads)}",
+               f"first compile: {starts[0].thread} at {_line_of(caller)}" if starts else "first compile: not seen"]
+    if signs.guards_passed:
+        details.append(f"Dynamo said: {signs.guards_passed[0][1].split(': ', 1)[-1][:160]}")
+    steps = [rules.RUN_RECOMPILE_RACE.fix]
+    evidence = {**_base(record), "threads": threads, "compilers": compilers, "compiles": len(starts),
+                "guards_passed": len(signs.guards_passed), "limit_hit_in": [t for t, _ in worker_hits],
+                "details": details, "next": steps[0], "next_steps": steps}
+    return rules.RUN_RECOMPILE_RACE.finding(message, evidence=evidence, **_location(caller))
+
+
+def _natural(name: str) -> Tuple[str, int]:
+    """worker-2 before worker-10."""
+    head = name.rstrip("0123456789")
+    tail = name[len(head):]
+    return head, int(tail) if tail else -1
+
+
+def _listed(names: Sequence[str], most: int = 8) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def findings_from_records(records: Sequence[ProcessRecord]) -> List[Finding]:
     findings: List[Finding] = []
     for record in records:
         findings.extend(_fx_findings(record))
         findings.extend(_death_findings(record))
+        recompiles = _recompile_finding(record)
+        if recompiles is not None:
+            findings.append(recompiles)
         hang = _hang_finding(record)
         if hang is not None:
             findings.append(hang)
