@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Tuple, TypedDict
 
 from dflash_doctor.outcomes import BlameKind
 from dflash_doctor.runtime.stacks import Frame, FrameFacts, frames_of, light_frames, with_source_lines
+from dflash_doctor.runtime.thread_roles import replica_of, thread_label
 
 FX_ERROR_PREFIX = "Detected that you are using FX to symbolically trace a dynamo-optimized function"
 
@@ -103,6 +104,9 @@ class FlightRecorder:
         self._names: Dict[int, str] = {}
         self._trace_starts: Dict[int, Tuple[Frame, ...]] = {}  # thread id -> its stack when its last trace began
         self.stuck_by: Optional[str] = None  # thread whose trace exit left the global flag True
+        # Called with (exception, label) when a replica thread's error is caught and wrapped by parallel_apply:
+        # the thread lives on and the caller may catch the re-raise, so nothing else would see it.
+        self.caught_in_replica: List[Callable[[BaseException, str], None]] = []
 
     # -- recording ---------------------------------------------------------------------------------------
     def mark_progress(self) -> None:
@@ -149,7 +153,7 @@ class FlightRecorder:
                              if depth > 0 and tid != me)
             self_inside = self._inside.get(me, 0) > 0
             stuck_by = self.stuck_by
-        victim = threading.current_thread().name
+        victim = thread_label()
         mine = with_source_lines(light_frames(sys._getframe(1)))
         if holding:
             top = sys._current_frames().get(holding[0][1])
@@ -301,6 +305,37 @@ def _install_hooks() -> None:
         original_excepthook(args)
 
     _patch(threading, "excepthook", excepthook)
+    _hook_replica_errors()
+
+
+def _hook_replica_errors() -> None:
+    """parallel_apply's `_worker` catches a replica's exception into an ExceptionWrapper(where='in replica I on
+    device D'); creating one in a replica thread is that replica's failure, told to the listeners."""
+    try:
+        import torch._utils as torch_utils
+    except ImportError:
+        return
+    wrapper = getattr(torch_utils, "ExceptionWrapper", None)
+    if wrapper is None:
+        return
+    original_init = wrapper.__init__
+
+    @functools.wraps(original_init)
+    def init(self, exc_info=None, where="in background"):
+        original_init(self, exc_info, where)
+        recorder = _ACTIVE
+        if recorder is None or replica_of(threading.current_thread()) is None:
+            return
+        error = (exc_info or sys.exc_info())[1]
+        if error is None:
+            return
+        label = thread_label(where=str(where))
+        recorder.record("replica-error", "I", type=type(error).__name__, message=str(error)[:200], replica=label)
+        for listener in list(recorder.caught_in_replica):
+            with contextlib.suppress(Exception):  # the tool's trouble never changes the user's error
+                listener(error, label)
+
+    _patch(wrapper, "__init__", init)
 
 
 def _install_dynamo_hooks() -> None:

@@ -328,6 +328,8 @@ class Agent:
         self._seen_events = 0
         self._main_thread_fixes = contextlib.ExitStack()
         self.hooks = ProcessHooks(self)
+        # a DataParallel replica's error, caught by parallel_apply and perhaps by the caller: reported as its death
+        self.recorder.caught_in_replica.append(lambda exc, label: self.on_thread_death(exc, label=label))
 
     # -- start-up ------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -465,7 +467,7 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - a thread must start even if a fix cannot be entered
                 self._problem(f"--fix {fix.name}", exc, f"not applied in thread {threading.current_thread().name}")
 
-    def on_thread_death(self, exc: BaseException, reraised: bool = False) -> None:
+    def on_thread_death(self, exc: BaseException, reraised: bool = False, label: Optional[str] = None) -> None:
         """Record a thread's death by `exc`. `reraised`: the main thread's, whose error may come from another
         thread (a ThreadPoolExecutor's future.result() raises the worker's): its own traces count as a tracer's."""
         import traceback
@@ -481,7 +483,9 @@ class Agent:
         text = str(exc)
         traced_nearby = bool(tracing) or (last is not None and self.recorder.now() - last[1] <= TRACE_NEARBY_S)
         race = is_patcher_error(text) or (traced_nearby and _guard_broke(exc))
-        death = DeathRecord(threading.current_thread().name, type(exc).__name__, text[:500],
+        from dflash_doctor.runtime.thread_roles import thread_label
+
+        death = DeathRecord(label or thread_label(), type(exc).__name__, text[:500],
                             round(self.recorder.now(), 6), race,
                             raised_at, tuple(name for name, _ in tracing),
                             tracing[0][1] if tracing else self.recorder.trace_start_of(last[0]) if last else (),

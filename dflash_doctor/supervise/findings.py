@@ -226,7 +226,9 @@ def _death_finding(record: ProcessRecord, death: DeathRecord) -> Finding:
         return rules.RUN_PATCHER_RACE.finding(message, evidence={
             **evidence, "details": details, "next": "; ".join(steps), "next_steps": steps},
             **_location(entry or raised))
-    message = f"{death.thread} died at {death.at_s:.1f} s ({record.label}): {said}"
+    # a DataParallel replica does not die: parallel_apply catches its error and re-raises it in the caller
+    ended = "failed" if death.thread.startswith("replica ") else "died"
+    message = f"{death.thread} {ended} at {death.at_s:.1f} s ({record.label}): {said}"
     steps = [rules.RUN_THREAD_DIED.fix]
     return rules.RUN_THREAD_DIED.finding(message[:300], evidence={
         **evidence, "details": [victim, f"error: {said}"[:300]], "next_steps": steps}, **_location(raised))

@@ -1,0 +1,42 @@
+"""What a thread is to the user when its name says nothing: nn.DataParallel's replica threads.
+
+`torch.nn.parallel.parallel_apply` (what nn.DataParallel and the Hugging Face Trainer on several GPUs without a
+launcher run each step) starts one unnamed thread per replica ('Thread-3 (_worker)') whose target is its local
+`_worker(i, module, input, kwargs, device, stream)`; a replica's exception is caught there, wrapped in
+torch._utils.ExceptionWrapper with where='in replica I on device D', and re-raised in the caller, which may catch
+it (docs/races.md, "nn.DataParallel's replica threads"). Read from the thread's target and arguments while it
+runs (Thread.run deletes them when the target returns).
+"""
+from __future__ import annotations
+
+import re
+import threading
+from typing import Optional, Tuple
+
+_PARALLEL_APPLY = "torch.nn.parallel.parallel_apply"
+_WHERE = re.compile(r"^in replica (\d+) on device (\S+)$")
+
+
+def replica_of(thread: threading.Thread) -> Optional[Tuple[int, str]]:
+    """(replica index, device) of a parallel_apply worker thread, else None."""
+    target = getattr(thread, "_target", None)
+    if target is None or getattr(target, "__name__", "") != "_worker" \
+            or getattr(target, "__module__", "") != _PARALLEL_APPLY:
+        return None
+    args: tuple = tuple(getattr(thread, "_args", ()) or ())
+    index = args[0] if args and isinstance(args[0], int) else -1
+    device = args[4] if len(args) > 4 and args[4] is not None else "?"
+    return index, str(device)
+
+
+def thread_label(thread: Optional[threading.Thread] = None, where: str = "") -> str:
+    """The thread's name, with its replica role when it is one: 'replica 1 on device 0 (Thread-3 (_worker))'.
+    `where`: torch's own words for the replica (ExceptionWrapper's), which know the device it resolved."""
+    thread = thread or threading.current_thread()
+    said = _WHERE.match(where.strip())
+    if said is not None and replica_of(thread) is not None:
+        return f"replica {said.group(1)} on device {said.group(2)} ({thread.name})"
+    replica = replica_of(thread)
+    if replica is None:
+        return thread.name
+    return f"replica {replica[0]} on device {replica[1]} ({thread.name})"

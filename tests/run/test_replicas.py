@@ -1,0 +1,26 @@
+"""nn.DataParallel's replica threads under `run`: named as replicas (index and device), and a replica's failure
+reported although parallel_apply catches it and the trainer catches the re-raise (real torch, real parallel_apply
+threads; only the accelerator calls are CPU stand-ins inside the program, since this machine has none)."""
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.run.helpers import program
+
+
+@pytest.mark.timeout(200)
+def test_a_replicas_caught_failure_is_named_by_replica_and_located_at_its_line(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "-f", "json", "-o", out, "--", sys.executable, program("replica_step.py"), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # the trainer caught it: its own exit code
+    assert proc.stdout.strip() == "done"
+    finding, = json.loads(out.read_text())["findings"]
+    assert finding["code"] == "DFD906"
+    assert finding["evidence"]["worker"].startswith("replica 1 on device ")
+    assert finding["evidence"]["worker"].endswith("(_worker))")  # the thread's own name kept beside the role
+    assert finding["message"].startswith("replica 1 on device ") and " failed at " in finding["message"]
+    source = open(program("replica_step.py")).read().splitlines()
+    assert 'batch["labels"]' in source[finding["line"] - 1]
