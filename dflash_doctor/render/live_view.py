@@ -61,7 +61,10 @@ def finding_lines(code_and_name: str, where: str, message: str, details: Sequenc
     blame, each at the user's line), then the fix as a list. Lines are broken at spaces only, never inside a word
     or a path; a path longer than the line stays whole on its own line."""
     width = max(width, 40)
-    lines = [f"{where}{code_and_name}"] if where else [code_and_name]
+    if where and len(where) + len(code_and_name) > width:  # the location alone, then the rule: no line breaks
+        lines = [where.rstrip(), code_and_name]
+    else:
+        lines = [f"{where}{code_and_name}"]
     lines += _wrapped(message, "  ", "    ", width)
     for detail in details:
         lines += _wrapped(detail, "  ", "      ", width)

@@ -81,9 +81,11 @@ def _render_as_list(console: Console, finding: Finding, where: str) -> bool:
     lines = finding_lines(head, where, finding.message, [str(d) for d in details], [str(s) for s in steps],
                           console.width)
     style = _STYLE[finding.severity]
-    console.print(escape(lines[0]).replace(finding.code, f"[{style}]{finding.code}[/]", 1))
-    for line in lines[1:]:
-        console.print(escape(line))
+    for line in lines:
+        text = escape(line)
+        if line.endswith(head):
+            text = text.replace(finding.code, f"[{style}]{finding.code}[/]", 1)
+        console.print(text)
     return True
 
 
