@@ -140,3 +140,19 @@ def test_a_real_faulthandler_dump_parses_into_named_stacks():
     assert parked.ident == thread.ident
     assert [f.function for f in parked.frames][-3:] == ["parked_here", "wait", "wait"]
     assert parked.frames[-3].source == "release.wait(20)"
+
+
+def test_a_lock_cycle_through_compile_lock_while_a_thread_compiles_in_autograd_is_the_dynamo_cycle():
+    """The same deadlock seen from a sample in which the device thread is not yet in the backward compiler: it
+    holds another lock the compiling thread waits for. Named DFD902's cycle, not a plain lock-order one."""
+    cache = LockRef("object 0xc", "self._cache_lock")
+    compile_lock = LockRef("torch compile_lock", "compile_lock")
+    compiler = ThreadStack("drafter-0", 1, (
+        Frame(f"{TORCH}/_dynamo/convert_frame.py", 900, "_compile", "", (), None, (compile_lock,)),
+        Frame(f"{TORCH}/autograd/__init__.py", 400, "grad", "result = _engine_run_backward("),
+        Frame(f"{TORCH}/_inductor/codecache.py", 50, "load", "with self._cache_lock:", (), cache)), True)
+    device = ThreadStack("thread-77", 2, (
+        Frame(f"{TORCH}/_inductor/codecache.py", 60, "store", "", (), None, (cache,)),
+        Frame(f"{TORCH}/_dynamo/convert_frame.py", 880, "__call__", "with compile_lock:", (), compile_lock)), True)
+    diagnosis = classify_hang([compiler, device])
+    assert diagnosis.cycle == DYNAMO_CYCLE and diagnosis.threads == ("drafter-0", "thread-77")
