@@ -24,6 +24,8 @@ class FrameFacts(TypedDict):
     # [line, context expression] of each `with` block around the line, outermost first: a block whose header is
     # the line itself is the one the thread is entering (waiting for its lock, say).
     enclosing_with: List[List[Union[int, str]]]
+    waits_for: Optional[List[str]]  # [identity, expression] of the lock it is blocked acquiring (lock_sites.py)
+    holds: List[List[str]]  # [identity, expression] of each lock it holds
 
 
 class StackFacts(TypedDict):
@@ -32,6 +34,7 @@ class StackFacts(TypedDict):
     name: str
     ident: int
     frames: List[FrameFacts]
+    locks_read: bool  # whether waits_for / holds were read by object (else from the source, globals only)
 
 
 class EventFacts(TypedDict):
@@ -57,6 +60,8 @@ class BlameFacts(TypedDict):
     error: str
     # Where the (first) holder was at the raise, read from the victim's thread; empty but for a leak.
     holder_stack: List[FrameFacts]
+    trace_start: List[FrameFacts]  # the holder's stack when its trace began (runtime/recorder.py Blame)
+    victim_stack: List[FrameFacts]  # the victim's stack at the raise
 
 
 class HangFacts(TypedDict):
@@ -68,6 +73,7 @@ class HangFacts(TypedDict):
     threads: List[str]
     stalled_s: float
     hint: str
+    locks: List[str]  # identities of the cycle's lock objects (runtime/lock_sites.py)
 
 
 class _ThreadFactsAlways(TypedDict):

@@ -38,6 +38,7 @@ class HangFacts(TypedDict):
     threads: List[str]
     stalled_s: float
     hint: str
+    locks: List[str]  # identities of the cycle's lock objects (lock_sites.py)
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class HangDiagnosis:
 
     def to_dict(self) -> HangFacts:
         return {"kind": self.kind, "cycle": self.cycle, "chain": list(self.chain), "threads": list(self.threads),
-                "stalled_s": round(self.stalled_s, 3), "hint": self.hint}
+                "stalled_s": round(self.stalled_s, 3), "hint": self.hint, "locks": list(self.locks)}
 
 
 def _path(frame: Frame) -> str:

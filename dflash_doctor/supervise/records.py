@@ -106,7 +106,7 @@ class HangRecord:
         raw = data["diagnosis"]
         diagnosis = HangDiagnosis(FailureKind(raw["kind"]), str(raw["cycle"]), tuple(raw.get("chain") or ()),
                                   tuple(raw.get("threads") or ()), float(raw.get("stalled_s") or 0.0),
-                                  str(raw.get("hint") or ""))
+                                  str(raw.get("hint") or ""), tuple(str(lock) for lock in raw.get("locks") or ()))
         clear, event = data.get("last_clear_sample_at_s"), data.get("last_event_at_s")
         return cls(diagnosis, tuple(ThreadStack.from_dict(s) for s in data.get("stacks") or ()),
                    float(data.get("detected_at_s") or 0.0), None if clear is None else float(clear),
