@@ -12,13 +12,15 @@
 #      no dflash_doctor import) under `run --cache cold --on-hang kill`: the FX error with its holder, the
 #      deadlock, or a clean run, as the tool reports it
 #   E  the bootstrap's overhead per step of the reference pipeline, small preset, on the GPU
+#   F  the loop outside `run` once deadlocked: `attach` six more times; every attach must name the same cycle
+#      (issue 37: one H100 attach once said DFD903 between the two drafters, later ones DFD902); F_labels.txt
 # About 4-6 minutes. STEPS="A B" runs a subset; the lead may add steps after E.
 set -u
 OUT="${OUT:-$(mktemp -d)}"
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 DD="python3 -m dflash_doctor"
-STEPS="${STEPS:-A B C D E}"
+STEPS="${STEPS:-A B C D E F}"
 python3 -c 'import torch, sys; print("torch", torch.__version__, "python", sys.version.split()[0], torch.cuda.get_device_name())' | tee "$OUT/env.txt"
 if ! command -v py-spy >/dev/null; then
   pip install --no-index --quiet .whl/py_spy*.whl >"$OUT/py-spy-install.txt" 2>&1 || echo "py-spy wheel not installed (step C will say so)" | tee -a "$OUT/env.txt"
@@ -62,5 +64,25 @@ E)
   step "E bootstrap overhead, reference pipeline small preset, cuda"
   timeout 170 python3 benchmarks/run_overhead.py --device cuda --preset small --pairs 2 --rounds 5 --steps 20 \
     --out "$OUT/E_overhead.md" >"$OUT/E.stdout" 2>"$OUT/E.stderr"; echo "E exit $?" | tee -a "$OUT/steps.log" ;;
+F)
+  step "F plain loop outside run: once deadlocked, six more attaches name the same cycle"
+  ( fresh_cache; exec python3 benchmarks/gpu/plain_loop.py --shapes same --hang-after 300 --out "$OUT/F_loop.json" ) \
+    >"$OUT/F_loop.stdout" 2>"$OUT/F_loop.stderr" &
+  LOOP=$!
+  for _ in $(seq 1 14); do
+    sleep 5
+    timeout 60 $DD attach "$LOOP" --samples 2 --interval 1 -f json -o "$OUT/F_attach_0.json" 2>>"$OUT/F_attach.stderr"
+    [ $? -eq 1 ] && break
+  done
+  for i in 1 2 3 4 5 6; do
+    timeout 60 $DD attach "$LOOP" --samples 2 --interval 1 -f json -o "$OUT/F_attach_$i.json" 2>>"$OUT/F_attach.stderr"
+    echo "F attach $i exit $?" | tee -a "$OUT/steps.log"
+  done
+  kill -9 "$LOOP" 2>/dev/null; wait "$LOOP" 2>/dev/null
+  python3 -c 'import glob, json, sys
+for path in sorted(glob.glob(sys.argv[1] + "/F_attach_*.json")):
+    doc = json.load(open(path))
+    print(path.rsplit("/", 1)[-1], [(f["code"], f["evidence"].get("cycle"), sorted(f["evidence"].get("threads", []))) for f in doc["findings"]])' \
+    "$OUT" | tee "$OUT/F_labels.txt" ;;
 esac; done
 python3 benchmarks/gpu/own_run_table.py "$OUT" | tee "$OUT/own_run.md"
