@@ -25,7 +25,7 @@ from dflash_doctor.supervise.target_files import Reader, load_into_linecache, re
 
 INSTALL_HINT = "pip install py-spy"  # the whole [attach] extra; no index has dflash-doctor to name it by
 DUMP_TIMEOUT_S = 60.0
-_PROCESS = re.compile(r"^Process (\d+): (.*)$")
+_PROCESS = re.compile(r"^Process (\d+): (.*)$", re.MULTILINE)
 _DENIED = re.compile(r"permission denied|operation not permitted|ptrace|EPERM", re.IGNORECASE)
 _VERSION = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
 # Only true wait-for cycles: threads queued behind a holder that waits for none of their locks (LOCK_WAIT) are a
@@ -148,6 +148,25 @@ _FRAME_FILE = re.compile(r"^ {4}\S.*? \((?P<file>[^()]+?):\d+\)\s*$", re.MULTILI
 
 def files_named(text: str) -> List[str]:
     return sorted({match.group("file") for match in _FRAME_FILE.finditer(text)})
+
+
+def _process_pids(text: str) -> List[int]:
+    return [int(match.group(1)) for match in _PROCESS.finditer(text)]
+
+
+def _files_by_process(text: str) -> Dict[str, List[int]]:
+    """file -> the pids whose frames name it (a dump's 'Process N:' blocks)."""
+    named: Dict[str, List[int]] = {}
+    pid = None
+    for line in text.splitlines():
+        header = _PROCESS.match(line)
+        if header is not None:
+            pid = int(header.group(1))
+            continue
+        frame = _FRAME_FILE.match(line)
+        if frame is not None and pid is not None:
+            named.setdefault(frame.group("file"), []).append(pid)
+    return named
 
 
 _LOCAL = re.compile(r"^ {12}(\w+): (.*)$")
@@ -377,10 +396,11 @@ def attach(spec: AttachSpec, *, runner: Runner = _run, which=shutil.which, sleep
             if not exists(spec.pid):
                 raise UsageError(f"pid {spec.pid} ended while attach was reading it")
             raise PySpyFailed(f"py-spy dump of pid {spec.pid} failed: {error_line(said) or done.returncode}")
-        # The target's own uid decides which frame files are read (target_files.py), never attach's (root).
-        owner = reader_of(spec.pid)
-        if owner is not None:
-            load_into_linecache(files_named(done.stdout), owner)
+        # The target's own uid decides which frame files are read (target_files.py), never attach's (root); with
+        # --subprocesses each process's own, and a file two processes name is read only if both may.
+        readers = {pid: reader_of(pid) for pid in _process_pids(done.stdout) or [spec.pid]}
+        load_into_linecache(files_named(done.stdout), [r for r in readers.values() if r is not None],
+                            _files_by_process(done.stdout))
         dumps = parse_dump(done.stdout)
         if not any(dump.stacks for dump in dumps):
             first = next((line.strip() for line in done.stdout.splitlines() if line.strip()), "(nothing)")

@@ -14,7 +14,7 @@ import linecache
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Optional
+from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
@@ -27,6 +27,7 @@ class Reader:
     groups: FrozenSet[int]
     cwd: Optional[str] = None
     refused: Dict[str, str] = field(default_factory=dict)  # file -> why it was not read
+    pid: Optional[int] = None
 
     @classmethod
     def of_process(cls, pid: int) -> "Reader":
@@ -46,7 +47,7 @@ class Reader:
             cwd: Optional[str] = process.cwd()
         except psutil.Error:
             cwd = None
-        return cls(uid, frozenset(groups), cwd)
+        return cls(uid, frozenset(groups), cwd, pid=pid)
 
     def may(self, info: os.stat_result, want: int) -> bool:
         """Whether the target may read (want=4) or search (want=1) a file with this stat, by its mode bits."""
@@ -108,11 +109,22 @@ def read_source(name: str, reader: Reader) -> List[str]:
     return data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
 
-def load_into_linecache(names: Iterable[str], reader: Reader) -> None:
+def load_into_linecache(names: Iterable[str], readers: Sequence[Reader],
+                        named_by: Optional[Mapping[str, Sequence[int]]] = None) -> None:
     """Put every frame file into linecache as read_source allows it (refused ones as empty), so the stack and lock
-    readers, which go through linecache, never open a frame file themselves."""
+    readers, which go through linecache, never open a frame file themselves. With several processes (`named_by`:
+    file -> the pids naming it), a file is read only if every process naming it may read it; with no reader at all
+    (the target is gone) nothing is read."""
+    by_pid = {reader.pid: reader for reader in readers if reader.pid is not None}
     for name in set(names):
         if not name or name.startswith("<"):
             continue
-        lines = read_source(name, reader)
+        pids = list((named_by or {}).get(name, ()))
+        asked = [by_pid[pid] for pid in pids if pid in by_pid] if pids else list(readers)
+        if not asked or (pids and len(asked) < len(set(pids))):
+            lines: List[str] = []
+        else:
+            lines = read_source(name, asked[0])
+            if lines and any(not read_source(name, other) for other in asked[1:]):
+                lines = []
         linecache.cache[name] = (sum(map(len, lines)), None, lines, name)  # mtime None: checkcache keeps it
