@@ -42,3 +42,13 @@ def test_a_ring_of_three_locks_and_an_acquire_deadlock_are_named_and_killed(cli,
     assert sorted(finding["evidence"]["threads"]) == threads
     assert all(f"{name} holds {holds} and waits for" in " ".join(finding["evidence"]["chain"]) for name in threads)
     assert finding["path"].endswith(script)
+
+
+@pytest.mark.timeout(90)
+def test_two_threads_queued_behind_a_slow_holder_are_never_a_deadlock(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "--on-hang", "kill", "-f", "json", "-o", out, "--", sys.executable,
+               program("slow_holder.py"), "6", timeout=80)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "done"
+    assert _findings(out) == []
