@@ -110,7 +110,11 @@ def capture_stacks(names: Optional[Dict[int, str]] = None, skip_current: bool = 
     for ident, top in sys._current_frames().items():
         if skip_current and ident == current:
             continue
-        frames = frames_of(top, ident if read_locks else None)
+        # Only a thread blocked acquiring a lock has its frames' locals read: it cannot change them meanwhile, and
+        # a running thread's frame is never made to snapshot its locals (which a trace function there, coverage or
+        # a debugger, would write back later). A thread that waits for no lock is in no wait-for cycle.
+        blocked = read_locks and _blocked_on_lock(top)
+        frames = frames_of(top, ident if blocked else None)
         stacks.append(ThreadStack(names.get(ident, f"thread-{ident}"), ident, tuple(frames), read_locks))
     return sorted(stacks, key=lambda s: s.name)
 
@@ -172,6 +176,15 @@ def _live_locks(plain: Frame, frame: FrameType, ident: int, innermost: bool) -> 
         if found is not None and held_by(found[1], ident) is not False:
             holds.append(LockRef(found[0], expression))
     return replace(plain, waits_for=waits, holds=tuple(holds))
+
+
+def _blocked_on_lock(top: Optional[FrameType]) -> bool:
+    from dflash_doctor.runtime.lock_sites import lock_sites
+
+    if top is None or top.f_code.co_filename.replace("\\", "/").endswith("/threading.py"):
+        return False
+    sites = lock_sites(top.f_code.co_filename, top.f_lineno or 0)
+    return bool(sites.acquiring or sites.entering)
 
 
 @functools.lru_cache(maxsize=1024)
