@@ -117,10 +117,18 @@ def sites_in(tree: ast.AST, line: int) -> LockSites:
     releases: List[Tuple[int, str]] = []
     for node in ast.walk(scope):
         if isinstance(node, (ast.With, ast.AsyncWith)) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            in_header = line < node.body[0].lineno  # a header may span lines: `with (\n a,\n b):`
             for item in node.items:
-                text = _text(item.context_expr) if _is_lock_expression(item.context_expr) else None
-                if text is not None:
-                    (entering if node.lineno == line else inside).append(text)
+                expression = item.context_expr
+                text = _text(expression) if _is_lock_expression(expression) else None
+                if text is None:
+                    continue
+                # On the header's first line (a one-line `with X: f()` too) the innermost frame is entering it and
+                # an outer frame is inside it; the callers tell which (LockSites.entering).
+                if line == node.lineno or (in_header and expression.lineno <= line <= (expression.end_lineno or line)):
+                    entering.append(text)
+                elif not in_header or (expression.end_lineno or line) < line:  # the body, or an item entered
+                    inside.append(text)
         elif isinstance(node, ast.Call):
             acquired = _method_target(node, "acquire")
             if acquired is not None:

@@ -156,3 +156,27 @@ def test_a_lock_cycle_through_compile_lock_while_a_thread_compiles_in_autograd_i
         Frame(f"{TORCH}/_dynamo/convert_frame.py", 880, "__call__", "with compile_lock:", (), compile_lock)), True)
     diagnosis = classify_hang([compiler, device])
     assert diagnosis.cycle == DYNAMO_CYCLE and diagnosis.threads == ("drafter-0", "thread-77")
+
+
+def test_lock_sites_read_one_line_and_multi_line_with_headers_and_earlier_acquires():
+    import ast
+
+    from dflash_doctor.runtime.lock_sites import sites_in
+
+    tree = ast.parse(
+        "def f(self, other):\n"            # 1
+        "    with (self.lock,\n"           # 2
+        "          other.lock):\n"         # 3
+        "        work()\n"                 # 4
+        "    with self.lock: pass\n"       # 5
+        "    self.extra.acquire()\n"       # 6
+        "    try:\n"                       # 7
+        "        other.extra.acquire()\n"  # 8
+        "    finally:\n"                   # 9
+        "        self.extra.release()\n")  # 10
+    assert sites_in(tree, 3).entering == ("other.lock",) and sites_in(tree, 3).inside == ("self.lock",)
+    assert sites_in(tree, 4).inside == ("self.lock", "other.lock")
+    assert sites_in(tree, 5).entering == ("self.lock",)
+    assert sites_in(tree, 8).acquiring == ("other.extra",) and sites_in(tree, 8).acquired == ("self.extra",)
+    assert sites_in(tree, 10).acquired == ("other.extra",)  # self.extra released on this line
+    assert {"self", "other"} <= sites_in(tree, 8).local_names
