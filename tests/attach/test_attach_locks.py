@@ -73,3 +73,17 @@ def test_a_launchers_python_child_is_hinted_when_subprocesses_was_not_asked(cli,
     assert proc.returncode == 0 and doc["findings"] == []
     assert doc["facts"]["python_children"] == [worker]
     assert f"Python child process(es) {worker}" in text.stdout and "--subprocesses" in text.stdout
+
+
+@pytest.mark.timeout(120)
+def test_py_spy_beside_the_interpreter_is_used_when_path_does_not_have_it(cli, tmp_path, started):
+    import os
+
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(beside):
+        pytest.skip("py-spy is not installed beside this interpreter")
+    out = tmp_path / "attach.json"
+    proc = cli("attach", started("acquire_transfer.py"), "--interval", "0.3", "-f", "json", "-o", out,
+               env={"PATH": "/usr/bin:/bin"}, timeout=100)  # a venv that is not activated: nothing on PATH
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(out.read_text())["findings"][0]["code"] == "DFD903"
