@@ -13,10 +13,11 @@ import linecache
 import re
 from dataclasses import dataclass, replace
 from types import FrameType
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 
 from dflash_doctor.outcomes import FailureKind
-from dflash_doctor.runtime.lock_sites import TORCH_COMPILE_LOCK, LockRef, LockSites, global_identity, lock_sites
+from dflash_doctor.runtime.lock_sites import (TORCH_COMPILE_LOCK, LockRef, LockSites, cell_identity, global_identity,
+                                              lock_sites)
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
 
 DYNAMO_CYCLE = "compile-lock-autograd"
@@ -126,9 +127,11 @@ def _dynamo_diagnosis(holder: ThreadStack, waiter: ThreadStack, waiting_in: str,
     )
 
 
-def _source_refs(stack: ThreadStack) -> ThreadStack:
+def _source_refs(stack: ThreadStack, runs: Callable[[str, str], int]) -> ThreadStack:
     """A stack read without its objects (a faulthandler or pasted dump): the locks its frames name, with an
-    identity only for module globals (lock_sites.global_identity). `self.lock` in two frames may be two locks."""
+    identity only for module globals (lock_sites.global_identity) and for a closure's cell when one thread alone
+    runs the function owning it (`runs(file, function)`: how many threads have a frame there), so the cell is
+    that call's. `self.lock` in two frames may be two locks: no identity."""
     if stack.locks_read:
         return stack
     frames = []
@@ -146,6 +149,9 @@ def _source_refs(stack: ThreadStack) -> ThreadStack:
 
         def ref(expression: str) -> Optional[LockRef]:
             identity = global_identity(frame.file, expression, sites)
+            if identity is None:
+                cell = cell_identity(frame.file, expression, sites)
+                identity = cell[0] if cell is not None and runs(frame.file, cell[1]) == 1 else None
             return LockRef(identity, expression) if identity is not None else None
 
         waits = None
@@ -226,7 +232,15 @@ def classify_hang(stacks: Sequence[ThreadStack], stalled_s: float = 0.0) -> Hang
     dynamo = _dynamo_cycle(stacks, stalled_s)
     if dynamo is not None:
         return dynamo
-    stacks = [_source_refs(stack) for stack in stacks]
+    running: Dict[Tuple[str, str], set] = {}
+    for stack in stacks:
+        for frame in stack.frames:
+            running.setdefault((frame.file, frame.function), set()).add(stack.name)
+
+    def runs(file: str, function: str) -> int:
+        return len(running.get((file, function), ()))
+
+    stacks = [_source_refs(stack, runs) for stack in stacks]
     waiting = _lock_waits(stacks)
     cycle = _find_cycle(waiting, _holders(stacks))
     if cycle:

@@ -59,6 +59,9 @@ class LockSites:
     acquired: Tuple[str, ...] = ()  # `X.acquire()` earlier in the function, no `X.release()` since
     local_names: FrozenSet[str] = frozenset()  # the function's parameters and assigned names
     module_level: bool = False
+    # name -> (function name, first line) of the enclosing call whose local it is, for names that a nested
+    # function shares with its enclosing one (a closure's cell): `mine` in `def f(): mine = Lock(); def g(): mine`
+    cells: Tuple[Tuple[str, str, int], ...] = ()
 
 
 def _is_lock_expression(node: ast.expr) -> bool:
@@ -100,10 +103,24 @@ def _local_names(function: ast.AST) -> FrozenSet[str]:
         for extra in (arguments.vararg, arguments.kwarg):
             if extra is not None:
                 names.add(extra.arg)
-    for node in ast.walk(function):
+    for node in _own_scope(function):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
+            names.add(node.name)
     return frozenset(names)
+
+
+def _own_scope(function: ast.AST) -> List[ast.AST]:
+    """The nodes of a function's own scope: a nested function's or class's body belongs to another scope."""
+    found: List[ast.AST] = []
+    pending = list(ast.iter_child_nodes(function))
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            pending.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def sites_in(tree: ast.AST, line: int) -> LockSites:
@@ -141,7 +158,38 @@ def sites_in(tree: ast.AST, line: int) -> LockSites:
     # A closure's free variable is an enclosing call's local, one per call: as local as the function's own.
     local_names = frozenset().union(*(_local_names(node) for node in around))
     return LockSites(tuple(entering), tuple(text for _, text in sorted(acquiring)), tuple(inside), tuple(held),
-                     local_names, function is None)
+                     local_names, function is None, _cells(around))
+
+
+def _cells(around: List[ast.AST]) -> Tuple[Tuple[str, str, int], ...]:
+    """The names the innermost function shares with a nested or enclosing function (closure cells), each with
+    the function that owns it: (name, owner's name, owner's first line)."""
+    found = []
+    for depth, owner in enumerate(around):
+        owned = _local_names(owner)
+        inner = around[depth + 1:] or [node for node in ast.walk(owner)
+                                       if node is not owner and isinstance(node, (ast.FunctionDef, ast.Lambda))]
+        used_inside = {node.id for function in inner for node in ast.walk(function)
+                       if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Store)}
+        for name in sorted(owned & used_inside):
+            found.append((name, getattr(owner, "name", "<lambda>"), getattr(owner, "lineno", 0)))
+    innermost = _local_names(around[-1]) if around else frozenset()
+    # an enclosing function's cell that the innermost one rebinds is the innermost's own local, not the cell
+    return tuple(cell for cell in found if cell[2] == getattr(around[-1], "lineno", 0) or cell[0] not in innermost)
+
+
+def cell_identity(filename: str, expression: str, sites: LockSites) -> Optional[Tuple[str, str]]:
+    """From the source alone: a lock in a closure cell (a helper thread's target sharing its starter's local lock)
+    as (identity, owning function's name). One identity per cell *definition*: the caller accepts it only when a
+    single thread runs the owning function, so the cell is that call's."""
+    chain = _chain(expression)
+    if chain is None or any(isinstance(step, ast.Subscript) for step in chain[1]):
+        return None
+    # the innermost function owning the name: a nested scope's binding hides an outer one
+    owner = next(((function, line) for name, function, line in reversed(sites.cells) if name == chain[0]), None)
+    if owner is None:
+        return None
+    return f"cell {filename}:{owner[0]}@{owner[1]}:{expression}", owner[0]
 
 
 SourceLines = Callable[[str], List[str]]  # a file's lines, [] when it may not or cannot be read

@@ -180,3 +180,53 @@ def test_lock_sites_read_one_line_and_multi_line_with_headers_and_earlier_acquir
     assert sites_in(tree, 8).acquiring == ("other.extra",) and sites_in(tree, 8).acquired == ("self.extra",)
     assert sites_in(tree, 10).acquired == ("other.extra",)  # self.extra released on this line
     assert {"self", "other"} <= sites_in(tree, 8).local_names
+
+
+def _closure_deadlock(starters: int):
+    """`starters` threads each run `start_pair`, which deadlocks with a helper thread of its own through two locks
+    local to that call (the helper's closure shares them). Returns a faulthandler dump and thread names."""
+    names = {}
+    ready = threading.Barrier(2 * starters + 1)
+
+    def start_pair(index):
+        mine, theirs = threading.Lock(), threading.Lock()
+        both_hold = threading.Barrier(2)
+
+        def helper():
+            with theirs:
+                both_hold.wait()
+                ready.wait()
+                with mine:
+                    return
+
+        helper_thread = threading.Thread(target=helper, name=f"helper-{index}", daemon=True)
+        helper_thread.start()
+        names[helper_thread.ident] = helper_thread.name
+        with mine:
+            both_hold.wait()
+            ready.wait()
+            with theirs:
+                return
+
+    threads = [threading.Thread(target=start_pair, args=(i,), name=f"starter-{i}", daemon=True)
+               for i in range(starters)]
+    for thread in threads:
+        thread.start()
+        names[thread.ident] = thread.name
+    ready.wait(20)
+    import time
+
+    time.sleep(0.3)  # every thread is now blocked entering its second `with`
+    with tempfile.TemporaryFile("w+") as handle:
+        faulthandler.dump_traceback(file=handle, all_threads=True)
+        handle.seek(0)
+        return parse_faulthandler(handle.read(), names)
+
+
+@pytest.mark.timeout(30)
+def test_from_a_dump_a_closures_shared_locks_close_a_cycle_only_when_one_call_owns_them():
+    # real threads, left deadlocked (daemons): one starter and its helper form a cycle through their cells
+    diagnosis = classify_hang(_closure_deadlock(1))
+    assert diagnosis.cycle == LOCK_CYCLE and sorted(diagnosis.threads) == ["helper-0", "starter-0"]
+    # two starters run the same function: `mine` in each is another call's, so the dump cannot pair them up
+    assert classify_hang(_closure_deadlock(2)).cycle != LOCK_CYCLE
