@@ -555,8 +555,8 @@ class Agent:
             local_rank=rank("LOCAL_RANK"), torch_version=self.torch_version,
             fx_flag_thread_local=self.fx_flag_thread_local, fixes=tuple(self.config.fixes),
             problems=tuple(self.problems), events=tuple(self.recorder.events[-MAX_EVENTS:]),
-            blames=tuple(BlameRecord(b.victim, b.holder, b.kind, b.error, b.at_s, b.holder_stack)
-                         for b in self.recorder.blames),
+            blames=tuple(BlameRecord(b.victim, b.holder, b.kind, b.error, b.at_s, b.holder_stack, b.trace_start,
+                                     b.victim_stack) for b in self.recorder.blames),
             hang=self.hang, deaths=tuple(self.deaths), ended=self.ended, started_at=self.started_at,
             fix_facts={name: dict(facts or {}) for name, facts in self.fix_facts.items()})
 

@@ -20,6 +20,7 @@ from dflash_doctor.findings import Problem
 from dflash_doctor.outcomes import BlameKind, FailureKind
 from dflash_doctor.runtime.deadlock import HangDiagnosis
 from dflash_doctor.runtime.recorder import Event
+from dflash_doctor.runtime.lock_sites import LockRef
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
 
 
@@ -226,7 +227,26 @@ def _frame(data: Any) -> Frame:
         if not (isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and isinstance(pair[1], str)):
             raise RecordError("'enclosing_with' holds something other than [line, text] pairs")
         pairs.append((pair[0], pair[1]))
-    return Frame(_str(data, "file"), _int(data, "line"), _str(data, "function"), _str(data, "source"), tuple(pairs))
+    # the locks by identity (runtime/lock_sites.py): added later, so a record without them reads as no locks
+    waits = data.get("waits_for") if isinstance(data, dict) else None
+    holds = data.get("holds") if isinstance(data, dict) else None
+    return Frame(_str(data, "file"), _int(data, "line"), _str(data, "function"), _str(data, "source"), tuple(pairs),
+                 None if waits is None else _lock_ref(waits),
+                 tuple(_lock_ref(ref) for ref in _optional_list(holds, "holds")))
+
+
+def _lock_ref(value: Any) -> LockRef:
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(part, str) for part in value)):
+        raise RecordError("a lock is not an [identity, expression] pair")
+    return LockRef(value[0], value[1])
+
+
+def _optional_list(value: Any, key: str) -> List[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise RecordError(f"{key!r} is not a list")
+    return value
 
 
 def _frames(data: Mapping[str, Any], key: str) -> Tuple[Frame, ...]:
@@ -249,8 +269,12 @@ def _enum(data: Mapping[str, Any], key: str, kind: Callable[[str], _T]) -> _T:
 
 
 def _blame(data: Any) -> BlameRecord:
+    def later(key: str) -> Tuple[Frame, ...]:  # added after the first version: absent reads as none
+        return tuple(_frame(item) for item in _optional_list(data.get(key), key))
+
     return BlameRecord(_str(data, "victim"), _optional(data, "holder", _str), _enum(data, "kind", BlameKind),
-                       _str(data, "error"), _float(data, "at_s"), _frames(data, "holder_stack"))
+                       _str(data, "error"), _float(data, "at_s"), _frames(data, "holder_stack"),
+                       later("trace_start"), later("victim_stack"))
 
 
 def _death(data: Any) -> DeathRecord:
@@ -262,9 +286,12 @@ def _death(data: Any) -> DeathRecord:
 
 def _hang(data: Any) -> HangRecord:
     raw = _field(data, "diagnosis")
+    locks = _optional_list(raw.get("locks") if isinstance(raw, dict) else None, "locks")
+    if not all(isinstance(lock, str) for lock in locks):
+        raise RecordError("'locks' holds something other than strings")
     diagnosis = HangDiagnosis(_enum(raw, "kind", FailureKind), _str(raw, "cycle"), _strings(raw, "chain"),
-                              _strings(raw, "threads"), _float(raw, "stalled_s"), _str(raw, "hint"))
-    stacks = tuple(ThreadStack(_str(s, "name"), _int(s, "ident"), _frames(s, "frames"))
+                              _strings(raw, "threads"), _float(raw, "stalled_s"), _str(raw, "hint"), tuple(locks))
+    stacks = tuple(ThreadStack(_str(s, "name"), _int(s, "ident"), _frames(s, "frames"), s.get("locks_read") is True)
                    for s in _list(data, "stacks"))
     return HangRecord(diagnosis, stacks, _float(data, "detected_at_s"),
                       _optional(data, "last_clear_sample_at_s", _float), _optional(data, "last_event_at_s", _float))
@@ -328,10 +355,12 @@ def to_document(record: ProcessRecord) -> Dict[str, Any]:
         "problems": [p.to_dict() for p in record.problems],
         "events": [e.to_dict() for e in record.events],
         "blames": [{"victim": b.victim, "holder": b.holder, "kind": b.kind.value, "error": b.error, "at_s": b.at_s,
-                    "holder_stack": _frames_out(b.holder_stack)} for b in record.blames],
+                    "holder_stack": _frames_out(b.holder_stack), "trace_start": _frames_out(b.trace_start),
+                    "victim_stack": _frames_out(b.victim_stack)} for b in record.blames],
         "hang": None if hang is None else {
             "diagnosis": dict(hang.diagnosis.to_dict(), kind=hang.diagnosis.kind.value),
-            "stacks": [{"name": s.name, "ident": s.ident, "frames": _frames_out(s.frames)} for s in hang.stacks],
+            "stacks": [{"name": s.name, "ident": s.ident, "frames": _frames_out(s.frames), "locks_read": s.locks_read}
+                       for s in hang.stacks],
             "detected_at_s": hang.detected_at_s, "last_clear_sample_at_s": hang.last_clear_sample_at_s,
             "last_event_at_s": hang.last_event_at_s},
         "deaths": [dict(d.to_dict()) for d in record.deaths],
