@@ -265,8 +265,9 @@ def _recompile_finding(record: ProcessRecord) -> Optional[Finding]:
     if signs.guards_passed:
         parts.append(f"{len(signs.guards_passed)} recompiles whose guards 'passed'")
     if worker_hits:
-        parts.append(f"the recompile limit hit in {', '.join(sorted({t for t, _ in worker_hits}, key=_natural))}"
-                     " (that function now runs uncompiled)")
+        hit = sorted({t for t, _ in worker_hits}, key=_natural)
+        parts.append(f"the recompile limit hit in {len(hit)} thread(s): {_listed(hit, 3)} (that function now runs "
+                     "uncompiled)")
     message = f"threads raced to compile the same function ({record.label}): " + "; ".join(parts)
     caller = next((s.caller for s in starts if s.caller is not None), None)
     details = [f"threads: {_listed(threads)}",
