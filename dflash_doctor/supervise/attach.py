@@ -213,6 +213,21 @@ def _with_locks(stack: ThreadStack, printed_locals: List[Dict[str, str]]) -> Thr
     return replace(stack, frames=tuple(frames), locks_read=True)
 
 
+def _with_source_read_safely(stacks: Sequence[ThreadStack]) -> List[ThreadStack]:
+    """Source lines only from what load_into_linecache put there: a frame file it was not given (a line the frame
+    pattern missed) goes into linecache as empty first, so linecache never opens a frame file itself."""
+    import linecache
+    from dataclasses import replace
+
+    from dflash_doctor.runtime.stacks import with_source
+
+    for stack in stacks:
+        for frame in stack.frames:
+            if frame.file not in linecache.cache:
+                linecache.cache[frame.file] = (0, None, [], frame.file)
+    return [replace(stack, frames=tuple(with_source(frame) for frame in stack.frames)) for stack in stacks]
+
+
 def parse_dump(text: str) -> List[Dump]:
     """py-spy's text dump (one 'Process N: cmdline' block per process with --subprocesses) -> Dumps. Source lines
     come from linecache (load_into_linecache fills it with what the target may read)."""
@@ -235,7 +250,7 @@ def parse_dump(text: str) -> List[Dump]:
                 parser = StackDumpParser(number, crash=False)
             if not parser.feed(line):
                 break
-        stacks = tuple(parser.stacks(read_source=True)) if parser is not None else ()
+        stacks = tuple(_with_source_read_safely(parser.stacks())) if parser is not None else ()
         printed = _frame_locals(lines)
         stacks = tuple(_with_locks(stack, printed[i] if i < len(printed) else []) for i, stack in enumerate(stacks))
         dumps.append(Dump(pid, command, stacks))
