@@ -99,6 +99,8 @@ _NOT_ALIASES = frozenset({"self", "cls"})
 # such names made the candidate search grow with every call of a big file.
 _ALIAS_VALUE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:#.*)?$|(?:functools\s*\.\s*)?partial\s*\("
                           r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\("
+                          # `enable = getattr(model, "gradient_checkpointing_enable")`: a method fetched by name
+                          r"|getattr\s*\("
                           # `attend = flex_attention if use_flex else sdpa`: an alias on one of its paths
                           r"|[A-Za-z_][\w.]*\s+if\s+[^=]+?\s+else\s+[A-Za-z_][\w.]*\s*(?:#.*)?$)")
 

@@ -22,7 +22,7 @@ from dflash_doctor.scan.context import FileContext, Located
 from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.resolve import LocalClass, describe
 from dflash_doctor.scan.scopes import Binding, Scope
-from dflash_doctor.scan.versions import supported_branches
+from dflash_doctor.scan.values import Values, getattr_attribute
 
 CHECKPOINT_FUNCTIONS = frozenset({
     "torch.utils.checkpoint.checkpoint",
@@ -49,7 +49,6 @@ TRAINING_ARGUMENTS = frozenset({
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
 })
 
-_MAX_EXPANSION = 6  # names bound to names bound to names...
 # A use_reentrant value, judged: "true" | "false" | "missing" (absent or None: torch's default) | "unknown"
 Verdict = Tuple[str, str]
 # What an expression may evaluate to: literal nodes, one per path (a name's bindings, an if-expression's
@@ -170,50 +169,35 @@ class CheckpointRule(FileCheck):
         # set `args.gradient_checkpointing_kwargs = ...` after building them.
         self._training_arguments: List[Tuple[ast.Call, str]] = []
         self._assigns_hf_kwargs = False
+        self._values = Values(ctx, self._augment)
 
     def _literal_in(self, scope: Scope, line: int) -> Expand:
-        """Follow a name (or `self.attr`) to every value it is bound to in its scope (flow-insensitive, so one
-        name is judged alike at every line), an if-expression to both branches, and a dict bound to a name to
-        its later `name["use_reentrant"] = ...` in the same scope."""
-        resolver = self.ctx.resolver
+        """Follow an expression to every value it may have (scan/values.py: names, parameter defaults, fields of
+        local classes, dict subscripts, getattr, if-expressions), plus a dict's later `name["use_reentrant"] = ...`
+        and `name.setdefault(...)` in the same scope."""
+        values = self._values
 
-        def expand(node: Optional[ast.AST], depth: int = 0) -> List[Optional[ast.AST]]:
-            if depth > _MAX_EXPANSION:
-                return [None]
-            if isinstance(node, ast.IfExp):
-                # `{...} if is_torch_version(">=", "1.11") else {}`: only the branches a supported torch takes
-                return [path for branch in supported_branches(node) for path in expand(branch, depth + 1)]
-            if not isinstance(node, (ast.Name, ast.Attribute)):
-                return [node]
-            binding = resolver.value_binding(node, scope, line)
-            if binding is None:
-                return [node] if isinstance(node, ast.Attribute) else [None]
-            paths: List[Optional[ast.AST]] = []
-            siblings = self._bindings_like(node, binding)
-            # a value bound where only a torch without torch.compile goes (`else: ckpt_kwargs = {}` under a
-            # version test) is not a value the name has on any supported release
-            supported = [b for b in siblings if self.ctx.old_torch_only(b.line) is None]
-            for sibling in supported or siblings:
-                later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
-                if sibling.kind == "param" and later and all(key is not None for key, _ in later):
-                    # `**kwargs` given `kwargs.setdefault("use_reentrant", True)` or `kwargs[...] = ...`: what the
-                    # function sets is the value unless a caller passes the key (no caller is visible here)
-                    paths.append(ast.Dict(keys=[ast.Constant(key) for key, _ in later], values=[v for _, v in later]))
-                    continue
-                if sibling.kind != "assign":
-                    paths.append(None)
-                    continue
-                for value in expand(sibling.node, depth + 1):
-                    later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
-                    if later and isinstance(value, ast.expr) and _dict_items(value) is not None:
-                        if any(key is None for key, _ in later):
-                            value = None  # a key computed at run time: the dict is unknown
-                        else:
-                            value = ast.Dict(keys=[None] + [ast.Constant(key) for key, _ in later],
-                                             values=[value] + [v for _, v in later])
-                    paths.append(value)
-            return paths or [None]
+        def expand(node: Optional[ast.AST]) -> List[Optional[ast.AST]]:
+            return values.paths(node, scope, line)
         return expand
+
+    def _augment(self, binding: Binding, name: str, value: Optional[ast.AST]) -> Optional[List[Optional[ast.AST]]]:
+        """A dict bound to `name` with `name[key] = v` / `name.setdefault(key, v)` later in its scope: those keys
+        are part of its value."""
+        later = self._subscript_sets.get((id(binding.scope), name)) if name else None
+        if not later:
+            return None
+        if binding.kind == "param":
+            if not all(key is not None for key, _ in later):
+                return None
+            # `**kwargs` given `kwargs.setdefault("use_reentrant", True)` or `kwargs[...] = ...`: what the
+            # function sets is the value unless a caller passes the key (no caller is visible here)
+            return [ast.Dict(keys=[ast.Constant(key) for key, _ in later], values=[v for _, v in later])]
+        if not isinstance(value, ast.expr) or _dict_items(value) is None:
+            return None
+        if any(key is None for key, _ in later):
+            return [None]  # a key computed at run time: the dict is unknown
+        return [ast.Dict(keys=[None] + [ast.Constant(key) for key, _ in later], values=[value] + [v for _, v in later])]
 
     def visit_dict(self, node: ast.Dict, scope: Scope) -> None:
         """`{"gradient_checkpointing_kwargs": {"use_reentrant": True}, ...}`: a config written as a dict."""
@@ -223,16 +207,6 @@ class CheckpointRule(FileCheck):
             if _constant_key(key) in HF_KWARGS_KEYS and not (isinstance(value, ast.Constant) and value.value is None):
                 verdict = judge_mapping(value, expand=self._literal_in(scope, node.lineno))
                 self._report_hf(value, verdict, enable=False, spelled=f"{{{_constant_key(key)!r}: ...}}")
-
-    def _bindings_like(self, node: Union[ast.Name, ast.Attribute], binding: Binding) -> List[Binding]:
-        """Every binding of the name (in its scope) or `self.attr` (in its class) that `binding` is one of."""
-        table = self.ctx.table
-        if isinstance(node, ast.Name):
-            return table.bindings(binding.scope).get(node.id, [binding])
-        method = table.method_of(binding.scope)
-        if method is None or method.owner is None:
-            return [binding]
-        return table.attributes(method.owner).get(node.attr, [binding])
 
     def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
         """`args.gradient_checkpointing_kwargs = {...}` and `...["use_reentrant"] = value`, as real trainers
@@ -273,9 +247,10 @@ class CheckpointRule(FileCheck):
             self._record_subscript(func.value, _constant_key(node.args[0]), node.args[1], scope, line)
             return
         literal = self._literal_in(scope, line)
-        if isinstance(node.func, ast.Attribute) and node.func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT):
-            if not self._project_method(node.func.value, node.func.attr, scope, line):
-                self._hf_enable(node, literal, implicit_reentrant=node.func.attr == HF_ENABLE)
+        enable = self._enable_method(node.func, scope, line)
+        if enable is not None:
+            if not self._project_method(enable.value, enable.attr, scope, line):
+                self._hf_enable(node, literal, implicit_reentrant=enable.attr == HF_ENABLE)
             return
         for keyword in node.keywords:
             if keyword.arg in HF_KWARGS_KEYS:
@@ -325,6 +300,18 @@ class CheckpointRule(FileCheck):
             _POSITIONAL_INDEX.get(inner), literal,
         )
         self._report(node, node.func, inner, verdict, partial.lineno)
+
+    def _enable_method(self, func: ast.AST, scope: Scope, line: int) -> Optional[ast.Attribute]:
+        """`model.gradient_checkpointing_enable` as the called function: spelled out, fetched with `getattr(model,
+        "gradient_checkpointing_enable")`, or either bound to a local name first."""
+        if isinstance(func, ast.Attribute):
+            return func if func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT) else None
+        if not isinstance(func, (ast.Name, ast.Call)):
+            return None
+        fetched = getattr_attribute(func)
+        paths = [fetched] if fetched is not None else self._values.paths(func, scope, line)
+        return next((path for path in paths if isinstance(path, ast.Attribute)
+                     and path.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT)), None)
 
     def _wrapper(self, node: ast.Call, func: ast.AST, keywords: Sequence[ast.keyword], after_module: Sequence[ast.AST],
                  literal: Expand) -> None:
