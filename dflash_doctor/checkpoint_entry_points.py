@@ -89,6 +89,7 @@ class EntryPoint:
     kwargs_position: Optional[int] = None
     condition: str = ""  # when the library switches it on at all
     newest_read: str = ""  # the newest release whose sources were read
+    summary: str = ""  # what DFD104 says of it, in one clause (its rationale, so explain, --help and docs/rules.md)
 
     def variant(self, release: Optional[Release]) -> Optional[Variant]:
         """What runs on `release` (None: not known here)."""
@@ -113,7 +114,7 @@ PEFT_KBIT = EntryPoint(
     modules=frozenset({"peft"}),
     scanned=Scanned.CALL,
     switch="use_gradient_checkpointing", switch_position=1, kwargs_position=2,
-    condition="on a quantized model (the QLoRA path)",
+    condition="for a quantized model (the QLoRA path)",
     newest_read="0.21.2",
     releases=(
         ReleaseRange((0, 4, 0), (0, 6, 0), Variant.REENTRANT_BEFORE_TRANSFORMERS_5,
@@ -121,6 +122,9 @@ PEFT_KBIT = EntryPoint(
         ReleaseRange((0, 6, 0), None, Variant.REENTRANT,
                      "gradient_checkpointing_kwargs None becomes {}, so torch's reentrant default runs"),
     ),
+    summary="PEFT's prepare_model_for_kbit_training(model) on a quantized model (the QLoRA path): "
+            "use_gradient_checkpointing defaults to True and every release that has it (0.4.0 to 0.21.2) passes {} "
+            "or nothing, so torch's (or transformers 4.x's) reentrant default runs",
 )
 PEFT_INT8 = EntryPoint(
     library="peft",
@@ -128,7 +132,7 @@ PEFT_INT8 = EntryPoint(
     modules=frozenset({"peft"}),
     scanned=Scanned.CALL,
     switch="use_gradient_checkpointing", switch_position=1, kwargs_position=2,
-    condition="on an 8-bit model",
+    condition="for an 8-bit model",
     newest_read="0.9.0 (removed in 0.10.0)",
     releases=(
         ReleaseRange((0, 2, 0), (0, 6, 0), Variant.REENTRANT_BEFORE_TRANSFORMERS_5,
@@ -136,6 +140,7 @@ PEFT_INT8 = EntryPoint(
         ReleaseRange((0, 6, 0), (0, 10, 0), Variant.REENTRANT,
                      "forwards to prepare_model_for_kbit_training, which passes {}"),
     ),
+    summary="PEFT's prepare_model_for_int8_training(model) (0.2.0 to 0.9.0), the same",
 )
 # TRL's trainer configs whose gradient_checkpointing default became True in 0.22.0 (read in the v0.22.0 tag; from
 # 0.26 the last six live in trl.experimental with their own defaults).
@@ -159,6 +164,9 @@ TRL_CONFIGS = EntryPoint(
     condition="when the trainer trains",
     newest_read="1.9.0",
     releases=_TRL_RELEASES,
+    summary="TRL's trainer configs (SFTConfig, DPOConfig, GRPOConfig, ...) that never name gradient_checkpointing, "
+            "on by default on TRL 0.22.0 to 0.26.x (a warning where that TRL is installed, info where none is); from "
+            "0.27.0 TRL defaults to use_reentrant=False, so gradient_checkpointing=True on its configs is info there",
 )
 # The trainers that build their config when `args` is left out (SFTTrainer(model=...)): the same defaults.
 TRL_TRAINERS = EntryPoint(
@@ -170,6 +178,7 @@ TRL_TRAINERS = EntryPoint(
     condition="with no args: the trainer makes the default config",
     newest_read="1.9.0",
     releases=_TRL_RELEASES,
+    summary="TRL's trainers built without args (SFTTrainer(model=...)), which make that default config",
 )
 # The first TRL release whose configs switch checkpointing on by default, and the first that default it to
 # use_reentrant=False.
@@ -185,6 +194,8 @@ AXOLOTL_YAML = EntryPoint(
               "unfrozen_parameters",
     newest_read="0.18.0",
     releases=(ReleaseRange((0, 4, 0), None, Variant.REENTRANT, 'config normalisation sets {"use_reentrant": True}'),),
+    summary="not read: Axolotl YAML configs (gradient_checkpointing: true gets use_reentrant=True on 0.4.0 to "
+            "0.18.0), since scan reads Python sources",
 )
 ACCELERATE_FSDP = EntryPoint(
     library="accelerate",
@@ -194,6 +205,8 @@ ACCELERATE_FSDP = EntryPoint(
     condition="activation_checkpointing=True",
     newest_read="main of 2026-07-24",
     releases=(ReleaseRange(None, None, Variant.NON_REENTRANT, "checkpoint_wrapper with CheckpointImpl.NO_REENTRANT"),),
+    summary="never reported: Accelerate's and Lightning's FSDP activation checkpointing, non-reentrant on every "
+            "release read",
 )
 LIGHTNING_FSDP = EntryPoint(
     library="lightning",
@@ -214,15 +227,5 @@ CALL_WORDS: Tuple[str, ...] = tuple(sorted(name for e in ENTRY_POINTS if e.scann
 
 
 def coverage_sentence() -> str:
-    """What DFD104 covers beyond transformers, for its rationale (and so --help/explain/docs)."""
-    parts = []
-    for entry in ENTRY_POINTS:
-        names = "/".join(sorted(entry.names)) if len(entry.names) <= 2 else f"{len(entry.names)} trainer classes"
-        ranges = entry.reentrant_ranges()
-        if entry.scanned is Scanned.CALL:
-            parts.append(f"{entry.library}'s {names} {entry.condition} ({ranges})")
-        elif entry.scanned is Scanned.CONFIG:
-            parts.append(f"{entry.library}'s {names} {entry.condition} ({ranges}; non-reentrant from "
-                         f"{'.'.join(map(str, TRL_NON_REENTRANT))})")
-    return "; ".join(parts)
-
+    """What DFD104 says it covers beyond transformers (its rationale, so explain, --help and docs/rules.md)."""
+    return "; ".join(entry.summary for entry in ENTRY_POINTS if entry.summary)

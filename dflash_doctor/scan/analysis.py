@@ -21,6 +21,7 @@ from dflash_doctor.scan.dynamo_config import DynamoConfigRule
 from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.fixes import FixCollector
 from dflash_doctor.scan.flex import FlexAttentionRule
+from dflash_doctor.scan.library_switches import LibrarySwitchRule
 from dflash_doctor.scan.scopes import SCOPE_NODES, Scope, walk
 from dflash_doctor.scan.in_thread import COLLECTORS
 from dflash_doctor.scan.threads import SpawnCollector, TraceCollector
@@ -46,7 +47,7 @@ class FileResult:
 CHECK_CLASSES: Dict[str, Type[FileCheck]] = {
     f"{check.__module__.rpartition('.')[2]}.{check.__name__}": check
     for check in (CheckpointRule, DynamoConfigRule, FixCollector, FlexAttentionRule, SpawnCollector, TraceCollector,
-                  TrainerCompileRule) + COLLECTORS
+                  TrainerCompileRule, LibrarySwitchRule) + COLLECTORS
 }
 
 

@@ -15,6 +15,7 @@ from dflash_doctor.rules.scan import (
     CHECKPOINT_USE_REENTRANT_UNKNOWN,
     HF_GRADIENT_CHECKPOINTING_IMPLICIT,
 )
+from dflash_doctor.checkpoint_entry_points import TRL_NON_REENTRANT
 from dflash_doctor.findings import Severity
 from dflash_doctor.scan import hf_releases
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -167,7 +168,7 @@ class CheckpointRule(FileCheck):
         self._subscript_sets: Dict[Tuple[int, str], List[Tuple[Optional[str], ast.expr]]] = {}
         # TrainingArguments(gradient_checkpointing=True) without kwargs: judged at the end, because the file may
         # set `args.gradient_checkpointing_kwargs = ...` after building them.
-        self._training_arguments: List[Tuple[ast.Call, str]] = []
+        self._training_arguments: List[Tuple[ast.Call, str, str]] = []  # (call, class, the switch as spelled)
         self._assigns_hf_kwargs = False
         self._values = Values(ctx, self._augment)
 
@@ -337,9 +338,10 @@ class CheckpointRule(FileCheck):
             if partial not in self._called_partials:
                 self._report(partial, partial.args[0], inner, ("missing", ""), None)
         if not self._assigns_hf_kwargs:
-            for node, target in self._training_arguments:
-                self._report_hf(node, ("missing", ""), enable=True, spelled=target.rsplit(".", 1)[-1],
-                                via_trainer=True)
+            for node, target, switch in self._training_arguments:
+                self._report_hf(node, ("missing", ""), enable=True,
+                                spelled=f"{target.rsplit('.', 1)[-1]}(gradient_checkpointing={switch})",
+                                via_trainer=True, trl=target.startswith("trl."))
 
     def _project_method(self, receiver: ast.AST, name: str, scope: Scope, line: int) -> bool:
         """Whether `receiver.name(...)` calls a method this file defines that is not Hugging Face's (a framework's
@@ -367,7 +369,9 @@ class CheckpointRule(FileCheck):
             return
         if any(k.arg in HF_KWARGS_KEYS or k.arg is None for k in node.keywords):
             return  # judged as keywords above, or decided by **mapping
-        self._training_arguments.append((node, target))
+        # a value that is not the literal True is named with where True comes from (a default, a field)
+        spelled = "True" if isinstance(switch, ast.Constant) else f"{describe(switch)}, True on one of its paths"
+        self._training_arguments.append((node, target, spelled))
 
     def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict,
                 partial_line: Optional[int], keyword: str = "use_reentrant") -> None:
@@ -439,11 +443,10 @@ class CheckpointRule(FileCheck):
                         spelled=describe(node.func) + "(...)")
 
     def _report_hf(self, node: Located, verdict: Verdict, enable: bool, spelled: str,
-                   via_trainer: bool = False) -> None:
-        """`spelled`: the call or assignment as the message names it (a TrainingArguments class via_trainer)."""
+                   via_trainer: bool = False, trl: bool = False) -> None:
+        """`spelled`: the call or assignment as the message names it (a TrainingArguments class via_trainer; `trl`:
+        one of TRL's configs, which default to use_reentrant=False from TRL_NON_REENTRANT)."""
         state, value = verdict
-        if via_trainer:
-            spelled = f"{spelled}(gradient_checkpointing=True)"
         evidence: Dict[str, object] = {"call": spelled, "use_reentrant": value if value not in ("", "given") else None}
         if state == "true":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node,
@@ -468,6 +471,11 @@ class CheckpointRule(FileCheck):
             what = "with no gradient_checkpointing_kwargs (Trainer enables it with None)" if via_trainer else \
                 "without use_reentrant in gradient_checkpointing_kwargs"
             message = f"{spelled} {what} {hf_releases.implicit_default(version)}; {fix}"
+            trl_release = hf_releases.parse(hf_releases.installed_release("trl")) if trl else None
+            if trl_release is not None and trl_release >= TRL_NON_REENTRANT:
+                reentrant = False
+                message = (f"{message} (but trl {hf_releases.installed_release('trl')}, installed here, defaults it to "
+                           f"use_reentrant=False, as every trl from {'.'.join(map(str, TRL_NON_REENTRANT))} does)")
             self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence,
                             severity=Severity.INFO if reentrant is False else None)
 
