@@ -201,7 +201,7 @@ class LibrarySwitchRule(FileCheck):
         verdict = self._verdict(value, scope, node.lineno) if value is not None else ("unknown", "")
         if verdict[0] != "true":
             return
-        fields = self._values.class_fields(scope, HF_KWARGS[0])
+        fields = self._values.class_fields(scope, HF_KWARGS)
         kwargs = [self._values.field_default(b.node, b.scope, b.line) for b in fields]
         kwargs_verdict = combine([self._kwargs_verdict(k, scope, node.lineno) if k is not None else
                                   ("unknown", "") for k in kwargs], node) if kwargs else ("missing", "")

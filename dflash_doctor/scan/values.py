@@ -36,6 +36,14 @@ def getattr_attribute(node: ast.AST) -> Optional[ast.Attribute]:
     return None
 
 
+def _falsy(node: Optional[ast.AST]) -> bool:
+    """A literal Python treats as false (`None`, `False`, `0`, `""`, `{}`, `[]`)."""
+    if isinstance(node, ast.Constant):
+        return not node.value
+    return isinstance(node, (ast.Dict, ast.List, ast.Tuple)) and not (
+        node.keys if isinstance(node, ast.Dict) else node.elts)
+
+
 def parameter_default(binding: Binding, name: str) -> Optional[ast.expr]:
     """The default of parameter `name` of the function `binding` belongs to (None when it has none)."""
     function = binding.scope.node
@@ -126,6 +134,12 @@ class Values:
                 p for value in fallback for p in self.paths(value, scope, line, depth + 1)]
         if isinstance(node, ast.Subscript):
             return self._subscript(node, scope, line, depth)
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            # `gc_kwargs or {"use_reentrant": True}`: a value of an operand, skipping those known to be falsy
+            out: Paths = []
+            for operand in node.values:
+                out.extend(p for p in self.paths(operand, scope, line, depth + 1) if not _falsy(p))
+            return out or [None]
         if not isinstance(node, (ast.Name, ast.Attribute)):
             return [node]
         binding = self.ctx.resolver.value_binding(node, scope, line)
@@ -170,7 +184,26 @@ class Values:
         fields = self.class_fields(cls, node.attr)
         if not fields:
             return [node]
-        return [p for b in fields for p in self._binding_paths(b, node.attr, depth + 1)]
+        built = self._construction(node.value, scope, line)
+        if built is not None:
+            given = next((k.value for k in built.keywords if k.arg == node.attr), None)
+            if given is not None:  # `Config(gradient_checkpointing=False)`: the constructor's value, not the default
+                return self.paths(given, scope, line, depth + 1)
+        defaults = [p for b in fields for p in self._binding_paths(b, node.attr, depth + 1)]
+        if built is None or built.args or any(k.arg is None for k in built.keywords):
+            # a parameter annotated with the class, `self`, or positional/**mapping arguments: another value may
+            # have been given where it was built
+            defaults.append(None)
+        return defaults
+
+    def _construction(self, receiver: ast.AST, scope: Scope, line: int) -> Optional[ast.Call]:
+        """The `Class(...)` call a name was bound to, when it was."""
+        if isinstance(receiver, ast.Call):
+            return receiver
+        binding = self.ctx.resolver.value_binding(receiver, scope, line) if isinstance(receiver, ast.Name) else None
+        if binding is not None and binding.kind == "assign" and isinstance(binding.node, ast.Call):
+            return binding.node
+        return None
 
     def _subscript(self, node: ast.Subscript, scope: Scope, line: int, depth: int) -> Paths:
         key = node.slice
