@@ -205,8 +205,7 @@ ACCELERATE_FSDP = EntryPoint(
     condition="activation_checkpointing=True",
     newest_read="main of 2026-07-24",
     releases=(ReleaseRange(None, None, Variant.NON_REENTRANT, "checkpoint_wrapper with CheckpointImpl.NO_REENTRANT"),),
-    summary="never reported: Accelerate's and Lightning's FSDP activation checkpointing, non-reentrant on every "
-            "release read",
+    summary="never reported: Accelerate's FSDP activation_checkpointing (CheckpointImpl.NO_REENTRANT)",
 )
 LIGHTNING_FSDP = EntryPoint(
     library="lightning",
@@ -216,6 +215,7 @@ LIGHTNING_FSDP = EntryPoint(
     condition="activation_checkpointing_policy=...",
     newest_read="master of 2026-07-20",
     releases=(ReleaseRange(None, None, Variant.NON_REENTRANT, "torch's checkpoint_wrapper, NO_REENTRANT"),),
+    summary="Lightning's FSDPStrategy activation checkpointing (torch's checkpoint_wrapper, NO_REENTRANT)",
 )
 
 ENTRY_POINTS: Tuple[EntryPoint, ...] = (

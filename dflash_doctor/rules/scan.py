@@ -240,7 +240,8 @@ HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
     code="DFD104",
     name="hf-gradient-checkpointing-implicit",
     severity=Severity.WARNING,
-    summary="Hugging Face gradient checkpointing enabled without use_reentrant (reentrant on transformers 4.x)",
+    summary="Hugging Face gradient checkpointing switched on without use_reentrant (reentrant on transformers 4.x), "
+            "also by PEFT's prepare_model_for_kbit_training/int8 and TRL 0.22-0.26's default-on configs",
     rationale=(
         "Hugging Face models forward gradient_checkpointing_kwargs to torch.utils.checkpoint. Left out (a bare "
         "gradient_checkpointing_enable(), or TrainingArguments/TRL configs with gradient_checkpointing=True and no "
