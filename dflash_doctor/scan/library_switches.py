@@ -51,8 +51,9 @@ class LibrarySwitchRule(FileCheck):
         super().__init__(ctx, graph)
         self._values = Values(ctx)
         # findings that a later `args.gradient_checkpointing_kwargs = ...` in the file would settle (Trainer reads
-        # the attribute when it trains): (node, message, evidence, severity), reported at the end
-        self._pending: List[Tuple[Located, str, dict, Optional[Severity]]] = []
+        # the attribute and re-enables checkpointing with it when it trains): (node, message, evidence, severity,
+        # whether transformers' own default decides the variant), reported at the end
+        self._pending: List[Tuple[Located, str, dict, Optional[Severity], bool]] = []
         self._assigns_hf_kwargs = False
 
     # -- values ------------------------------------------------------------------------------------------------
@@ -125,11 +126,10 @@ class LibrarySwitchRule(FileCheck):
         message = (f"{name} turns Hugging Face gradient checkpointing on {entry.condition} ({how}) with {given}: "
                    f"every {entry.library} release with it{since} runs the reentrant checkpoint "
                    f"({entry.releases[-1].how}); {_FIX}")
-        severity = None
         if switched[0] == "unknown":
-            severity = Severity.INFO
-            message = f"{message} (if {entry.switch} is true at run time)"
-        self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence, severity=severity)
+            # the helper has no non-reentrant path: whenever the flag turns checkpointing on, it is reentrant
+            message = f"{message} (checkpointing is on whenever {switched[1]} is true)"
+        self._pending.append((node, message, evidence, None, False))
 
     def _trl_default(self, node: ast.Call, spelled: str) -> None:
         """A TRL config (or a trainer that builds one) that never names gradient_checkpointing: on by default from
@@ -146,7 +146,7 @@ class LibrarySwitchRule(FileCheck):
                    f"hand it to transformers without use_reentrant, reentrant on transformers 4.x ({where}; off by "
                    f"default before {on}, use_reentrant=False by default from {non_reentrant}); {_FIX}")
         evidence = {"call": spelled, "library": "trl", "trl_installed": installed, "use_reentrant": None}
-        self._pending.append((node, message, evidence, None if release is not None else Severity.INFO))
+        self._pending.append((node, message, evidence, None if release is not None else Severity.INFO, True))
 
     def _local_arguments(self, node: ast.Call, scope: Scope) -> None:
         """`MyArguments(gradient_checkpointing=...)` of a project's TrainingArguments subclass (a field default is
@@ -158,7 +158,7 @@ class LibrarySwitchRule(FileCheck):
         if verdict[0] == "true":
             spelled = f"{describe(node.func)}(gradient_checkpointing={verdict[1]})"
             self._pending.append((node, self._trainer_message(spelled), {"call": spelled, "use_reentrant": None},
-                                  None))
+                                  None, True))
 
     def _trainer_message(self, spelled: str) -> str:
         version = self.ctx.transformers_version
@@ -208,7 +208,7 @@ class LibrarySwitchRule(FileCheck):
         spelled = f"{scope.qualname}.gradient_checkpointing (a {parent.rsplit('.', 1)[-1]} field defaulting to True)"
         evidence = {"call": spelled, "use_reentrant": kwargs_verdict[1] or None}
         if kwargs_verdict[0] == "missing":
-            self._pending.append((node, self._trainer_message(spelled), evidence, None))
+            self._pending.append((node, self._trainer_message(spelled), evidence, None, True))
         elif kwargs_verdict[0] == "true":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node, f"{spelled} with gradient_checkpointing_kwargs "
                             f"use_reentrant={kwargs_verdict[1]}; use False", evidence)
@@ -220,8 +220,8 @@ class LibrarySwitchRule(FileCheck):
         if self._assigns_hf_kwargs:
             return  # the file sets the kwargs on the arguments before training: judged there
         reentrant = hf_releases.default_is_reentrant(self.ctx.transformers_version)
-        for node, message, evidence, severity in self._pending:
-            if reentrant is False and severity is None:
+        for node, message, evidence, severity, transformers_decides in self._pending:
+            if transformers_decides and reentrant is False and severity is None:
                 severity = Severity.INFO
             evidence = {**evidence, "transformers_installed": self.ctx.transformers_version}
             self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence, severity=severity)

@@ -67,7 +67,8 @@ def test_peft_preparation_is_reentrant_whatever_transformers_says(tmp_path):
      [(4, "DFD101", "warning")]),
     ('prepare_model_for_kbit_training(model, gradient_checkpointing_kwargs={"preserve_rng_state": True})',
      [(4, "DFD104", "warning")]),
-    ("prepare_model_for_kbit_training(model, use_gradient_checkpointing=flag)", [(4, "DFD104", "info")]),
+    # the user's own flag: whenever it turns checkpointing on, the helper's only variant is the reentrant one
+    ("prepare_model_for_kbit_training(model, use_gradient_checkpointing=flag)", [(4, "DFD104", "warning")]),
     ("prepare_model_for_kbit_training(model, **options)", []),
     ("prepare_model_for_int8_training(model)", [(4, "DFD104", "warning")]),
 ])
@@ -79,6 +80,18 @@ def test_peft_preparation_is_judged_on_its_switch_and_kwargs(call, expected):
         return {call}
     """
     assert findings(source) == expected
+
+
+def test_peft_preparation_is_settled_when_the_trainer_re_enables_it_non_reentrant():
+    source = """\
+    from peft import prepare_model_for_kbit_training
+
+    def main(model, training_args):
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=training_args.gradient_checkpointing)
+        training_args.gradient_checkpointing_kwargs = {"use_reentrant": False}
+        return model
+    """
+    assert findings(source) == []
 
 
 def test_a_local_function_of_the_same_name_is_not_peft():
