@@ -88,6 +88,7 @@ class EntryPoint:
     kwargs: str = "gradient_checkpointing_kwargs"
     kwargs_position: Optional[int] = None
     condition: str = ""  # when the library switches it on at all
+    quantized_only: bool = False  # only for a quantized model: one loaded here without quantization is info
     newest_read: str = ""  # the newest release whose sources were read
     summary: str = ""  # what DFD104 says of it, in one clause (its rationale, so explain, --help and docs/rules.md)
 
@@ -115,6 +116,7 @@ PEFT_KBIT = EntryPoint(
     scanned=Scanned.CALL,
     switch="use_gradient_checkpointing", switch_position=1, kwargs_position=2,
     condition="for a quantized model (the QLoRA path)",
+    quantized_only=True,
     newest_read="0.21.2",
     releases=(
         ReleaseRange((0, 4, 0), (0, 6, 0), Variant.REENTRANT_BEFORE_TRANSFORMERS_5,
@@ -133,6 +135,7 @@ PEFT_INT8 = EntryPoint(
     scanned=Scanned.CALL,
     switch="use_gradient_checkpointing", switch_position=1, kwargs_position=2,
     condition="for an 8-bit model",
+    quantized_only=True,
     newest_read="0.9.0 (removed in 0.10.0)",
     releases=(
         ReleaseRange((0, 2, 0), (0, 6, 0), Variant.REENTRANT_BEFORE_TRANSFORMERS_5,

@@ -33,6 +33,10 @@ from dflash_doctor.scan.scopes import Scope
 from dflash_doctor.scan.values import MAX_DEPTH, Values
 
 SWITCH = "gradient_checkpointing"
+# from_pretrained keywords that load a model quantized (bitsandbytes, GPTQ, AWQ... all go through the first)
+QUANTIZING_KEYWORDS = frozenset({"quantization_config", "load_in_4bit", "load_in_8bit"})
+# checkpoint names that are quantized already (unsloth's "-bnb-4bit", "-GPTQ", "-AWQ", Qwen's "-Int4")
+PREQUANTIZED_MARKERS = ("bnb", "gptq", "awq", "int4", "int8", "4bit", "8bit", "gguf", "hqq", "eetq", "aqlm")
 _FIX = 'pass gradient_checkpointing_kwargs={"use_reentrant": False}'
 
 
@@ -129,7 +133,31 @@ class LibrarySwitchRule(FileCheck):
         if switched[0] == "unknown":
             # the helper has no non-reentrant path: whenever the flag turns checkpointing on, it is reentrant
             message = f"{message} (checkpointing is on whenever {switched[1]} is true)"
-        self._pending.append((node, message, evidence, None, False))
+        severity = None
+        loaded = self._loaded_unquantized(node, scope) if entry.quantized_only else None
+        if loaded is not None:
+            severity = Severity.INFO
+            message = (f"{message}; but the model comes from {loaded} with no quantization config, and "
+                       f"{entry.library} switches it on only for a quantized model (a pre-quantized checkpoint is one)")
+        self._pending.append((node, message, evidence, severity, False))
+
+    def _loaded_unquantized(self, node: ast.Call, scope: Scope) -> Optional[str]:
+        """`model = X.from_pretrained(...)` just before, with none of the keywords that quantize it (and no
+        **mapping that may hold one): the call as spelled, else None."""
+        model = node.args[0] if node.args else _keyword(node, "model")
+        if not isinstance(model, ast.Name):
+            return None
+        binding = self.ctx.table.lookup(model.id, scope, node.lineno - 1)
+        loaded = binding.node if binding is not None and binding.kind == "assign" else None
+        if not (isinstance(loaded, ast.Call) and isinstance(loaded.func, ast.Attribute)
+                and loaded.func.attr == "from_pretrained"):
+            return None
+        if any(k.arg is None or k.arg in QUANTIZING_KEYWORDS for k in loaded.keywords):
+            return None
+        named = next((a.value for a in loaded.args[:1] if isinstance(a, ast.Constant) and isinstance(a.value, str)), "")
+        if any(marker in named.lower() for marker in PREQUANTIZED_MARKERS):
+            return None
+        return f"{describe(loaded.func)}(...) on line {loaded.lineno}"
 
     def _trl_default(self, node: ast.Call, spelled: str) -> None:
         """A TRL config (or a trainer that builds one) that never names gradient_checkpointing: on by default from

@@ -3,7 +3,7 @@ check can use (DFD1xx judge `use_reentrant` and `gradient_checkpointing` with it
 
 A path is a node (a literal, a call, a dict...) or None where the file cannot tell (a caller's argument, a value
 read at run time). Followed, each to every value it is bound to in its scope (flow-insensitive, like the rest of
-scan): a name or `self.attr` to its assignments; a parameter to its default, beside None for what a caller may pass;
+scan): a name or `self.attr` to its assignments; a parameter to its default (unless the function rebinds it), beside None for what a caller may pass;
 an attribute of an instance of a class this file defines (built here, or a parameter annotated with the class) to
 the class's field default (`x: bool = True`, `x: bool = field(default=True)`, `default_factory=...`), and the
 same field of a method's own `self`; `d["key"]` to the key's value in the dict literal `d` is bound to; `getattr(o,
@@ -163,7 +163,10 @@ class Values:
             if added is not None:
                 return added
             default = parameter_default(binding, name) if name else None
-            if default is None:
+            rebound = any(b.kind != "param" for b in self.ctx.table.bindings(binding.scope).get(name, ()))
+            if default is None or rebound:
+                # `if use_reentrant is None: use_reentrant = GLOBAL`: a default the function may replace before
+                # use is not a value the name is known to have
                 return [None]
             # the default on one path, and whatever a caller passes (not seen here) on the other
             return self.paths(default, binding.scope.enclosing, binding.line, depth + 1) + [None]

@@ -94,6 +94,27 @@ def test_peft_preparation_is_settled_when_the_trainer_re_enables_it_non_reentran
     assert findings(source) == []
 
 
+@pytest.mark.parametrize("load,severity", [
+    ('AutoModelForCausalLM.from_pretrained(name, torch_dtype="bfloat16")', "info"),  # PEFT switches nothing on
+    ("AutoModelForCausalLM.from_pretrained(name, quantization_config=quant)", "warning"),
+    ("AutoModelForCausalLM.from_pretrained(name, load_in_8bit=True)", "warning"),
+    ("AutoModelForCausalLM.from_pretrained(name, **options)", "warning"),
+    ('AutoModelForCausalLM.from_pretrained("org/llama-3-8b-bnb-4bit")', "warning"),  # quantized already
+    ("load_model(name)", "warning"),
+])
+def test_peft_preparation_of_a_model_loaded_without_quantization_is_info(load, severity):
+    source = f"""\
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM
+
+    def load(name, quant, options, load_model):
+        model = {load}
+        model = prepare_model_for_kbit_training(model)
+        return model
+    """
+    assert findings(source) == [(6, "DFD104", severity)]
+
+
 def test_a_local_function_of_the_same_name_is_not_peft():
     assert findings("""\
     def prepare_model_for_kbit_training(model):
@@ -148,6 +169,9 @@ def test_trl_explicit_switch_is_info_where_trl_defaults_to_non_reentrant(install
     ("def f(model, gc=True):\n    return TrainingArguments('o', gradient_checkpointing=gc)\n", [(2, "DFD104")]),
     ("def f(model, gc=False):\n    return TrainingArguments('o', gradient_checkpointing=gc)\n", []),
     ("def f(model, *, gc=True):\n    return TrainingArguments('o', gradient_checkpointing=gc)\n", [(2, "DFD104")]),
+    # a default the function replaces first (`if x is None: x = GLOBAL`) is not the value
+    ("def f(model, gc=None):\n    if gc is None:\n        gc = DEFAULT\n"
+     "    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={'use_reentrant': gc})\n", [(4, "DFD103")]),
     # a constant looked up in a dict literal
     ("CFG = {'gc': True}\ndef f():\n    return TrainingArguments('o', gradient_checkpointing=CFG['gc'])\n",
      [(3, "DFD104")]),
