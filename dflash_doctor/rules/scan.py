@@ -85,16 +85,21 @@ CHECKPOINT_IMPORT = ByteTrigger((b"checkpoint",), re.compile(
 # `supports_gradient_checkpointing = True` (every transformers model class) is not the switch.
 HF_SWITCH = ByteTrigger((b"gradient_checkpointing", b"activation_checkpointing"), re.compile(
     rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|(?<!\w)gradient_checkpointing\s*=\s*True"))
-# The library entry points that switch it on for the user (dflash_doctor/checkpoint_entry_points.py): PEFT's
-# preparation helpers, TRL's trainer configs and trainers (resolved only through an import naming trl), and a
+# The library entry points that switch it on for the user (dflash_doctor/checkpoint_entry_points.py): a
 # `gradient_checkpointing` given a value that is not a literal False/None (a parameter, a field default, a config
-# attribute: `self.gradient_checkpointing = False` in every transformers model is not the switch).
-LIBRARY_SWITCH = ByteTrigger((b"prepare_model_for_", b"gradient_checkpointing"), re.compile(
-    rb"prepare_model_for_(?:kbit|int8)_training"
-    rb"|(?<![\w.])gradient_checkpointing\s*(?::[^=\n]*)?=(?!=)\s*(?!False\b|None\b|0\b)"))
-TRL_ENTRY = ByteTrigger((b"Config", b"Trainer"), re.compile(
-    rb"\b(?:" + "|".join(sorted(TRL_CONFIG_NAMES)).replace("Config", "").encode() + rb")(?:Config|Trainer)\b"),
-    re.compile(rb"\btrl\b"))
+# attribute; `self.gradient_checkpointing = False` in every transformers model is not the switch), PEFT's preparation
+# helpers, TRL's trainer configs and trainers (in a file importing trl). The last two are looked for only in files
+# that say `checkpoint`: every file of the scan corpus (14,648) that calls a PEFT helper does (its flag, a resume or
+# output checkpoint), and it keeps the prefilter at one substring search per file for all DFD1xx rules (a file
+# without `checkpoint` is known after DFD101's search; benchmarks/scan_bench.py's target).
+LIBRARY_SWITCH = ByteTrigger((b"gradient_checkpointing",), re.compile(
+    rb"(?<![\w.])gradient_checkpointing\s*(?::[^=\n]*)?=(?!=)\s*(?!False\b|None\b|0\b)"))
+PEFT_ENTRY = ByteTrigger((b"checkpoint",), re.compile(rb"checkpoint"),
+                         re.compile(rb"prepare_model_for_(?:kbit|int8)_training"))
+# `from trl import`, `import trl` + `trl.X` and `from trl.trainer import` all hold `trl import` or `trl.`: a leading
+# literal keeps the whole-file regex fast (a leading \b or alternation, or one pattern for both triggers, made it the
+# costliest of the prefilter)
+TRL_ENTRY = ByteTrigger((b"checkpoint",), re.compile(rb"checkpoint"), re.compile(rb"trl(?: import\b|\.)"))
 # Thread, Timer and the pools resolve only through an import of their module (or a base class that the linker
 # follows to one): a file that names none of these cannot start a thread the rules recognise.
 THREAD_SPAWN = ByteTrigger(
@@ -179,9 +184,8 @@ CHECKPOINT_USE_REENTRANT_TRUE = declare(Rule(
         "    return tuc.checkpoint(fn, x, use_reentrant=False)\n"
     ),
 ), checks=("checkpointing.CheckpointRule", "library_switches.LibrarySwitchRule"),
-    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction") + CHECKPOINT_WRAPPERS
-    + ("gradient_checkpointing",) + CALL_WORDS,
-    triggers=(CHECKPOINT_IMPORT, HF_SWITCH, LIBRARY_SWITCH))
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction") + CHECKPOINT_WRAPPERS,
+    triggers=(CHECKPOINT_IMPORT, HF_SWITCH, LIBRARY_SWITCH, PEFT_ENTRY))
 
 CHECKPOINT_USE_REENTRANT_IMPLICIT = declare(Rule(
     code="DFD102",
@@ -232,9 +236,8 @@ CHECKPOINT_USE_REENTRANT_UNKNOWN = declare(Rule(
         "    return cp.checkpoint(layer, h, use_reentrant=False)\n"
     ),
 ), checks=("checkpointing.CheckpointRule", "library_switches.LibrarySwitchRule"),
-    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",) + CHECKPOINT_WRAPPERS + ("gradient_checkpointing",)
-    + CALL_WORDS,
-    triggers=(CHECKPOINT_IMPORT, HF_SWITCH, LIBRARY_SWITCH))
+    words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",) + CHECKPOINT_WRAPPERS,
+    triggers=(CHECKPOINT_IMPORT, HF_SWITCH, LIBRARY_SWITCH, PEFT_ENTRY))
 
 HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
     code="DFD104",
@@ -266,8 +269,10 @@ HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
         '    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})\n'
     ),
 ), checks=("checkpointing.CheckpointRule", "library_switches.LibrarySwitchRule"),
+    # the library entry points' names: their lines are judged for DFD101/103 too, whose triggers hold DFD104's
+    # PEFT_ENTRY and LIBRARY_SWITCH, so a file read for one is read for the other
     words=("gradient_checkpointing_enable", "activation_checkpointing_enable", "gradient_checkpointing") + CALL_WORDS,
-    triggers=(HF_SWITCH, LIBRARY_SWITCH, TRL_ENTRY))
+    triggers=(HF_SWITCH, LIBRARY_SWITCH, PEFT_ENTRY, TRL_ENTRY))
 
 COMPILED_CALL_IN_THREAD = declare(Rule(
     code="DFD201",

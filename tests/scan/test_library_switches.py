@@ -40,7 +40,7 @@ def installed(tmp_path, monkeypatch):
 QLORA = """\
     from peft import prepare_model_for_kbit_training
 
-    def load(model):
+    def load(model, resume_from_checkpoint=None):
         model = prepare_model_for_kbit_training(model)
         return model
 """
@@ -55,6 +55,12 @@ def test_peft_preparation_is_reentrant_whatever_transformers_says(tmp_path):
         assert (finding.line, finding.code, finding.severity.value) == (4, "DFD104", "warning")
         assert "every peft release with it (from 0.4.0) runs the reentrant checkpoint" in finding.message
         assert finding.evidence["library"] == "peft"
+
+
+def test_library_entry_points_are_read_only_in_files_that_say_checkpoint(tmp_path):
+    # the byte prefilter's trade (rules/scan.py PEFT_ENTRY, TRL_ENTRY): one substring search per file for DFD1xx
+    (tmp_path / "train.py").write_text(textwrap.dedent(QLORA).replace("resume_from_checkpoint", "resume"))
+    assert scan_paths([str(tmp_path)], jobs=1, transformers=lambda: None).findings == []
 
 
 @pytest.mark.parametrize("call,expected", [
