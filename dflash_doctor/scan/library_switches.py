@@ -108,7 +108,7 @@ class LibrarySwitchRule(FileCheck):
             return  # **options / *args: decided by what they hold
         switch = _argument(node, entry.switch, entry.switch_position)
         switched = ("true", "True (the default)") if switch is None else self._verdict(switch, scope, line)
-        if switched[0] == "false":
+        if switched[0] in ("false", "missing"):  # False, or None: the helper leaves checkpointing off
             return
         kwargs = _argument(node, entry.kwargs, entry.kwargs_position)
         verdict = ("missing", "") if kwargs is None else self._kwargs_verdict(kwargs, scope, line)
