@@ -66,6 +66,7 @@ def test_library_entry_points_are_read_only_in_files_that_say_checkpoint(tmp_pat
 @pytest.mark.parametrize("call,expected", [
     ("prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)", []),
     ("prepare_model_for_kbit_training(model, False)", []),
+    ("prepare_model_for_kbit_training(model, use_gradient_checkpointing=None)", []),
     ('prepare_model_for_kbit_training(model, gradient_checkpointing_kwargs={"use_reentrant": False})', []),
     ('prepare_model_for_kbit_training(model, True, {"use_reentrant": False})', []),
     ('prepare_model_for_kbit_training(model, True, {"use_reentrant": True})', [(4, "DFD101", "warning")]),
