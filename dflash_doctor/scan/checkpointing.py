@@ -250,7 +250,7 @@ class CheckpointRule(FileCheck):
         literal = self._literal_in(scope, line)
         enable = self._enable_method(node.func, scope, line)
         if enable is not None:
-            if not self._project_method(enable.value, enable.attr, scope, line):
+            if not _project_method(self.ctx, enable.value, enable.attr, scope, line):
                 self._hf_enable(node, literal, implicit_reentrant=enable.attr == HF_ENABLE)
             return
         for keyword in node.keywords:
@@ -343,25 +343,6 @@ class CheckpointRule(FileCheck):
                                 spelled=f"{target.rsplit('.', 1)[-1]}(gradient_checkpointing={switch})",
                                 via_trainer=True, trl=target.startswith("trl."))
 
-    def _project_method(self, receiver: ast.AST, name: str, scope: Scope, line: int) -> bool:
-        """Whether `receiver.name(...)` calls a method this file defines that is not Hugging Face's (a framework's
-        own gradient_checkpointing_enable that sets flags or forwards to Hugging Face's, where the forwarded call
-        is judged): `self.` in a class that defines it, or an instance of such a class built here, without a
-        gradient_checkpointing_kwargs parameter. `super().` is the parent's."""
-        table = self.ctx.table
-        owner = table.self_class(receiver, scope, line)
-        if owner is None:
-            cls = self.ctx.resolver.instance_class(receiver, scope, line)
-            owner = table.by_qualname.get(cls.qualname) if isinstance(cls, LocalClass) else None
-        if owner is None:
-            return False
-        defs = [b.node for b in table.bindings(owner).get(name, ()) if b.kind == "def"]
-        # Hugging Face's own implementation (PreTrainedModel calling self.gradient_checkpointing_enable(), a model
-        # overriding it with the same signature) takes gradient_checkpointing_kwargs: that one is judged.
-        return bool(defs) and not any(
-            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                arg.arg in HF_KWARGS_KEYS for arg in node.args.args + node.args.kwonlyargs) for node in defs)
-
     def _training_arguments_call(self, node: ast.Call, target: str, literal: Expand) -> None:
         """gradient_checkpointing=True with no kwargs reaches gradient_checkpointing_enable(None) in Trainer."""
         switch = next((k.value for k in node.keywords if k.arg == "gradient_checkpointing"), None)
@@ -405,7 +386,7 @@ class CheckpointRule(FileCheck):
             value = node.args[0]
         if value is None and any(k.arg is None for k in node.keywords):
             mapping = next(k for k in node.keywords if k.arg is None).value
-            verdict: Verdict = self._enable_mapping(mapping, literal, implicit_reentrant)
+            verdict: Verdict = _enable_mapping(mapping, literal, implicit_reentrant)
             if verdict[0] == "false" or verdict == ("missing", "") and not implicit_reentrant:
                 return
         elif value is None or isinstance(value, ast.Constant) and value.value is None:
@@ -417,24 +398,6 @@ class CheckpointRule(FileCheck):
             if verdict[0] == "missing":
                 verdict = ("missing", "given")
         self._report_hf(node, verdict, enable=True, spelled=describe(node.func) + "(...)")
-
-    @staticmethod
-    def _enable_mapping(mapping: ast.AST, expand: Expand, implicit_reentrant: bool) -> Verdict:
-        """`enable(**mapping)`: on each path, the mapping either leaves the kwargs out (the release's default) or
-        passes kwargs, judged for use_reentrant."""
-        verdicts: List[Verdict] = []
-        for path in expand(mapping):
-            items = _dict_items(path) if path is not None else None
-            if items is None:
-                verdicts.append(("unknown", "**" + describe(mapping)))
-                continue
-            given = [value for key, value in items if key in HF_KWARGS_KEYS]
-            if not given or isinstance(given[-1], ast.Constant) and given[-1].value is None:
-                verdicts.append(("missing", "") if implicit_reentrant else ("false", "False"))
-                continue
-            verdict = judge_mapping(given[-1], expand=expand)
-            verdicts.append(("missing", "given") if verdict[0] == "missing" else verdict)
-        return combine(verdicts, mapping)
 
     def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal: Expand) -> None:
         if isinstance(value, ast.Constant) and value.value is None:
@@ -478,6 +441,44 @@ class CheckpointRule(FileCheck):
                            f"use_reentrant=False, as every trl from {'.'.join(map(str, TRL_NON_REENTRANT))} does)")
             self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence,
                             severity=Severity.INFO if reentrant is False else None)
+
+
+def _enable_mapping(mapping: ast.AST, expand: Expand, implicit_reentrant: bool) -> Verdict:
+    """`enable(**mapping)`: on each path, the mapping either leaves the kwargs out (the release's default) or
+    passes kwargs, judged for use_reentrant."""
+    verdicts: List[Verdict] = []
+    for path in expand(mapping):
+        items = _dict_items(path) if path is not None else None
+        if items is None:
+            verdicts.append(("unknown", "**" + describe(mapping)))
+            continue
+        given = [value for key, value in items if key in HF_KWARGS_KEYS]
+        if not given or isinstance(given[-1], ast.Constant) and given[-1].value is None:
+            verdicts.append(("missing", "") if implicit_reentrant else ("false", "False"))
+            continue
+        verdict = judge_mapping(given[-1], expand=expand)
+        verdicts.append(("missing", "given") if verdict[0] == "missing" else verdict)
+    return combine(verdicts, mapping)
+
+
+def _project_method(ctx: FileContext, receiver: ast.AST, name: str, scope: Scope, line: int) -> bool:
+    """Whether `receiver.name(...)` calls a method this file defines that is not Hugging Face's (a framework's
+    own gradient_checkpointing_enable that sets flags or forwards to Hugging Face's, where the forwarded call
+    is judged): `self.` in a class that defines it, or an instance of such a class built here, without a
+    gradient_checkpointing_kwargs parameter. `super().` is the parent's."""
+    table = ctx.table
+    owner = table.self_class(receiver, scope, line)
+    if owner is None:
+        cls = ctx.resolver.instance_class(receiver, scope, line)
+        owner = table.by_qualname.get(cls.qualname) if isinstance(cls, LocalClass) else None
+    if owner is None:
+        return False
+    defs = [b.node for b in table.bindings(owner).get(name, ()) if b.kind == "def"]
+    # Hugging Face's own implementation (PreTrainedModel calling self.gradient_checkpointing_enable(), a model
+    # overriding it with the same signature) takes gradient_checkpointing_kwargs: that one is judged.
+    return bool(defs) and not any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            arg.arg in HF_KWARGS_KEYS for arg in node.args.args + node.args.kwonlyargs) for node in defs)
 
 
 def _hf_kwargs_target(node: ast.AST) -> bool:
