@@ -18,6 +18,7 @@ from dflash_doctor.findings import FailOn, Report
 from dflash_doctor.inputs import BASELINE, PYPROJECT, input_option
 from dflash_doctor.render import OutputFormat
 from dflash_doctor.render.help import epilog
+from dflash_doctor.rules.scan import SCAN_RULES
 
 EPILOG = epilog(
     ["dflash-doctor scan src/", "dflash-doctor scan train.py --format json",
@@ -29,6 +30,8 @@ EPILOG = epilog(
     "Settings: [tool.dflash-doctor] in pyproject.toml (select, ignore, exclude, fail-on, per-file-ignores, "
     "entry-points), found from the scanned paths upward; options win over it.",
     "Silence one line with `# noqa: DFD102`; DFD302 reports noqa codes that silence nothing.",
+    "Rules (`dflash-doctor explain CODE` for each): " + "; ".join(
+        f"{code} {entry.rule.summary}" for code, entry in sorted(SCAN_RULES.items())) + ".",
     EXIT_CODES_HELP,
 )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from dflash_doctor import dataparallel
+from dflash_doctor.checkpoint_entry_points import CALL_WORDS, TRL_CONFIG_NAMES, coverage_sentence
 from dflash_doctor.compile_settings import SETTINGS
 from dflash_doctor.findings import Severity
 from dflash_doctor.hazards import Hazard
@@ -84,6 +85,21 @@ CHECKPOINT_IMPORT = ByteTrigger((b"checkpoint",), re.compile(
 # `supports_gradient_checkpointing = True` (every transformers model class) is not the switch.
 HF_SWITCH = ByteTrigger((b"gradient_checkpointing", b"activation_checkpointing"), re.compile(
     rb"(?:gradient|activation)_checkpointing_(?:enable|kwargs)|(?<!\w)gradient_checkpointing\s*=\s*True"))
+# The library entry points that switch it on for the user (dflash_doctor/checkpoint_entry_points.py): a
+# `gradient_checkpointing` given a value that is not a literal False/None (a parameter, a field default, a config
+# attribute; `self.gradient_checkpointing = False` in every transformers model is not the switch), PEFT's preparation
+# helpers, TRL's trainer configs and trainers (in a file importing trl). The last two are looked for only in files
+# that say `checkpoint`: every file of the scan corpus (14,648) that calls a PEFT helper does (its flag, a resume or
+# output checkpoint), and it keeps the prefilter at one substring search per file for all DFD1xx rules (a file
+# without `checkpoint` is known after DFD101's search; benchmarks/scan_bench.py's target).
+LIBRARY_SWITCH = ByteTrigger((b"gradient_checkpointing",), re.compile(
+    rb"(?<![\w.])gradient_checkpointing\s*(?::[^=\n]*)?=(?!=)\s*(?!False\b|None\b|0\b)"))
+PEFT_ENTRY = ByteTrigger((b"checkpoint",), re.compile(rb"checkpoint"),
+                         re.compile(rb"prepare_model_for_(?:kbit|int8)_training"))
+# `from trl import`, `import trl` + `trl.X` and `from trl.trainer import` all hold `trl import` or `trl.`: a leading
+# literal keeps the whole-file regex fast (a leading \b or alternation, or one pattern for both triggers, made it the
+# costliest of the prefilter)
+TRL_ENTRY = ByteTrigger((b"checkpoint",), re.compile(rb"checkpoint"), re.compile(rb"trl(?: import\b|\.)"))
 # Thread, Timer and the pools resolve only through an import of their module (or a base class that the linker
 # follows to one): a file that names none of these cannot start a thread the rules recognise.
 THREAD_SPAWN = ByteTrigger(
@@ -149,8 +165,10 @@ CHECKPOINT_USE_REENTRANT_TRUE = declare(Rule(
         "Dynamo's compile lock and the FX-tracing flag are shared with every other worker thread. Upstream "
         "deprecated the reentrant variant; use_reentrant=False is the supported path. Reported wherever the value "
         "is set: torch's checkpoint calls and partials, torch's CheckpointFunction.apply called directly, and "
-        "Hugging Face's gradient_checkpointing_kwargs as a keyword, an attribute, a subscript or a config dict. A "
-        "name is judged on every value it is bound to in its scope, so a default of True on one path counts."
+        "Hugging Face's gradient_checkpointing_kwargs as a keyword, an attribute, a subscript, a config dict or a "
+        "TrainingArguments subclass's field default. A name is judged on every value it is bound to in its scope, "
+        "a parameter by its default, a config object's attribute by its class's field default, so a default of "
+        "True on one path counts."
     ),
     fix="Pass use_reentrant=False (and verify with `dflash-doctor repro`: on its own it does not remove the race).",
     bad=(
@@ -165,9 +183,9 @@ CHECKPOINT_USE_REENTRANT_TRUE = declare(Rule(
         "def chunk_loss(fn, x):\n"
         "    return tuc.checkpoint(fn, x, use_reentrant=False)\n"
     ),
-), checks=("checkpointing.CheckpointRule",),
+), checks=("checkpointing.CheckpointRule", "library_switches.LibrarySwitchRule"),
     words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant", "CheckpointFunction") + CHECKPOINT_WRAPPERS,
-    triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
+    triggers=(CHECKPOINT_IMPORT, HF_SWITCH, LIBRARY_SWITCH, PEFT_ENTRY))
 
 CHECKPOINT_USE_REENTRANT_IMPLICIT = declare(Rule(
     code="DFD102",
@@ -217,15 +235,16 @@ CHECKPOINT_USE_REENTRANT_UNKNOWN = declare(Rule(
         "def block(layer, h):\n"
         "    return cp.checkpoint(layer, h, use_reentrant=False)\n"
     ),
-), checks=("checkpointing.CheckpointRule",),
+), checks=("checkpointing.CheckpointRule", "library_switches.LibrarySwitchRule"),
     words=CHECKPOINT_CALLS + HF_KWARGS + ("use_reentrant",) + CHECKPOINT_WRAPPERS,
-    triggers=(CHECKPOINT_IMPORT, HF_SWITCH))
+    triggers=(CHECKPOINT_IMPORT, HF_SWITCH, LIBRARY_SWITCH, PEFT_ENTRY))
 
 HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
     code="DFD104",
     name="hf-gradient-checkpointing-implicit",
     severity=Severity.WARNING,
-    summary="Hugging Face gradient checkpointing enabled without use_reentrant (reentrant on transformers 4.x)",
+    summary="Hugging Face gradient checkpointing switched on without use_reentrant (reentrant on transformers 4.x), "
+            "also by PEFT's prepare_model_for_kbit_training/int8 and TRL 0.22-0.26's default-on configs",
     rationale=(
         "Hugging Face models forward gradient_checkpointing_kwargs to torch.utils.checkpoint. Left out (a bare "
         "gradient_checkpointing_enable(), or TrainingArguments/TRL configs with gradient_checkpointing=True and no "
@@ -233,7 +252,12 @@ HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
         "reentrant variant: 4.38-4.57 pass use_reentrant=True, 4.35-4.37 and older leave torch's reentrant "
         "default; 5.0 made use_reentrant=False the default. Kwargs given without use_reentrant reach torch's own "
         "default, the reentrant variant, on every release. The message names the installed transformers release "
-        "when there is one (read from package metadata, never imported); on 5.0 or later the finding is info."
+        "when there is one (read from package metadata, never imported); on 5.0 or later the finding is info. "
+        "Library entry points that switch it on for the user (dflash_doctor/checkpoint_entry_points.py, each read "
+        "in the library's sources): " + coverage_sentence() + ". The switch is followed to its value: a literal, a "
+        "name, a function parameter's default (`def train(gradient_checkpointing=True)`), the field default of a "
+        "project's own TrainingArguments subclass (reported at the field), a config object's field, and the enable "
+        "method fetched with getattr(model, \"gradient_checkpointing_enable\") or bound to a local name."
     ),
     fix='model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})',
     bad=(
@@ -244,9 +268,11 @@ HF_GRADIENT_CHECKPOINTING_IMPLICIT = declare(Rule(
         "def prepare(model):\n"
         '    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})\n'
     ),
-), checks=("checkpointing.CheckpointRule",),
-    words=("gradient_checkpointing_enable", "activation_checkpointing_enable", "gradient_checkpointing"),
-    triggers=(HF_SWITCH,))
+), checks=("checkpointing.CheckpointRule", "library_switches.LibrarySwitchRule"),
+    # the library entry points' names: their lines are judged for DFD101/103 too, whose triggers hold DFD104's
+    # PEFT_ENTRY and LIBRARY_SWITCH, so a file read for one is read for the other
+    words=("gradient_checkpointing_enable", "activation_checkpointing_enable", "gradient_checkpointing") + CALL_WORDS,
+    triggers=(HF_SWITCH, LIBRARY_SWITCH, PEFT_ENTRY, TRL_ENTRY))
 
 COMPILED_CALL_IN_THREAD = declare(Rule(
     code="DFD201",

@@ -21,6 +21,7 @@ from dflash_doctor.scan.dynamo_config import DynamoConfigRule
 from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.fixes import FixCollector
 from dflash_doctor.scan.flex import FlexAttentionRule
+from dflash_doctor.scan.library_switches import LibrarySwitchRule
 from dflash_doctor.scan.scopes import SCOPE_NODES, Scope, walk
 from dflash_doctor.scan.in_thread import COLLECTORS
 from dflash_doctor.scan.threads import SpawnCollector, TraceCollector
@@ -46,7 +47,7 @@ class FileResult:
 CHECK_CLASSES: Dict[str, Type[FileCheck]] = {
     f"{check.__module__.rpartition('.')[2]}.{check.__name__}": check
     for check in (CheckpointRule, DynamoConfigRule, FixCollector, FlexAttentionRule, SpawnCollector, TraceCollector,
-                  TrainerCompileRule) + COLLECTORS
+                  TrainerCompileRule, LibrarySwitchRule) + COLLECTORS
 }
 
 
@@ -99,6 +100,8 @@ _NOT_ALIASES = frozenset({"self", "cls"})
 # such names made the candidate search grow with every call of a big file.
 _ALIAS_VALUE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\s*(?:#.*)?$|(?:functools\s*\.\s*)?partial\s*\("
                           r"|[\w.]*(?:ThreadPoolExecutor|ThreadPool|Pool|Thread|Timer)\s*\("
+                          # `enable = getattr(model, "gradient_checkpointing_enable")`: a method fetched by name
+                          r"|getattr\s*\("
                           # `attend = flex_attention if use_flex else sdpa`: an alias on one of its paths
                           r"|[A-Za-z_][\w.]*\s+if\s+[^=]+?\s+else\s+[A-Za-z_][\w.]*\s*(?:#.*)?$)")
 

@@ -15,6 +15,7 @@ from dflash_doctor.rules.scan import (
     CHECKPOINT_USE_REENTRANT_UNKNOWN,
     HF_GRADIENT_CHECKPOINTING_IMPLICIT,
 )
+from dflash_doctor.checkpoint_entry_points import TRL_NON_REENTRANT
 from dflash_doctor.findings import Severity
 from dflash_doctor.scan import hf_releases
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -22,7 +23,7 @@ from dflash_doctor.scan.context import FileContext, Located
 from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.resolve import LocalClass, describe
 from dflash_doctor.scan.scopes import Binding, Scope
-from dflash_doctor.scan.versions import supported_branches
+from dflash_doctor.scan.values import Values, getattr_attribute
 
 CHECKPOINT_FUNCTIONS = frozenset({
     "torch.utils.checkpoint.checkpoint",
@@ -49,7 +50,6 @@ TRAINING_ARGUMENTS = frozenset({
     "transformers.training_args.TrainingArguments", "transformers.training_args_seq2seq.Seq2SeqTrainingArguments",
 })
 
-_MAX_EXPANSION = 6  # names bound to names bound to names...
 # A use_reentrant value, judged: "true" | "false" | "missing" (absent or None: torch's default) | "unknown"
 Verdict = Tuple[str, str]
 # What an expression may evaluate to: literal nodes, one per path (a name's bindings, an if-expression's
@@ -168,52 +168,37 @@ class CheckpointRule(FileCheck):
         self._subscript_sets: Dict[Tuple[int, str], List[Tuple[Optional[str], ast.expr]]] = {}
         # TrainingArguments(gradient_checkpointing=True) without kwargs: judged at the end, because the file may
         # set `args.gradient_checkpointing_kwargs = ...` after building them.
-        self._training_arguments: List[Tuple[ast.Call, str]] = []
+        self._training_arguments: List[Tuple[ast.Call, str, str]] = []  # (call, class, the switch as spelled)
         self._assigns_hf_kwargs = False
+        self._values = Values(ctx, self._augment)
 
     def _literal_in(self, scope: Scope, line: int) -> Expand:
-        """Follow a name (or `self.attr`) to every value it is bound to in its scope (flow-insensitive, so one
-        name is judged alike at every line), an if-expression to both branches, and a dict bound to a name to
-        its later `name["use_reentrant"] = ...` in the same scope."""
-        resolver = self.ctx.resolver
+        """Follow an expression to every value it may have (scan/values.py: names, parameter defaults, fields of
+        local classes, dict subscripts, getattr, if-expressions), plus a dict's later `name["use_reentrant"] = ...`
+        and `name.setdefault(...)` in the same scope."""
+        values = self._values
 
-        def expand(node: Optional[ast.AST], depth: int = 0) -> List[Optional[ast.AST]]:
-            if depth > _MAX_EXPANSION:
-                return [None]
-            if isinstance(node, ast.IfExp):
-                # `{...} if is_torch_version(">=", "1.11") else {}`: only the branches a supported torch takes
-                return [path for branch in supported_branches(node) for path in expand(branch, depth + 1)]
-            if not isinstance(node, (ast.Name, ast.Attribute)):
-                return [node]
-            binding = resolver.value_binding(node, scope, line)
-            if binding is None:
-                return [node] if isinstance(node, ast.Attribute) else [None]
-            paths: List[Optional[ast.AST]] = []
-            siblings = self._bindings_like(node, binding)
-            # a value bound where only a torch without torch.compile goes (`else: ckpt_kwargs = {}` under a
-            # version test) is not a value the name has on any supported release
-            supported = [b for b in siblings if self.ctx.old_torch_only(b.line) is None]
-            for sibling in supported or siblings:
-                later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
-                if sibling.kind == "param" and later and all(key is not None for key, _ in later):
-                    # `**kwargs` given `kwargs.setdefault("use_reentrant", True)` or `kwargs[...] = ...`: what the
-                    # function sets is the value unless a caller passes the key (no caller is visible here)
-                    paths.append(ast.Dict(keys=[ast.Constant(key) for key, _ in later], values=[v for _, v in later]))
-                    continue
-                if sibling.kind != "assign":
-                    paths.append(None)
-                    continue
-                for value in expand(sibling.node, depth + 1):
-                    later = self._subscript_sets.get((id(sibling.scope), getattr(node, "id", "")))
-                    if later and isinstance(value, ast.expr) and _dict_items(value) is not None:
-                        if any(key is None for key, _ in later):
-                            value = None  # a key computed at run time: the dict is unknown
-                        else:
-                            value = ast.Dict(keys=[None] + [ast.Constant(key) for key, _ in later],
-                                             values=[value] + [v for _, v in later])
-                    paths.append(value)
-            return paths or [None]
+        def expand(node: Optional[ast.AST]) -> List[Optional[ast.AST]]:
+            return values.paths(node, scope, line)
         return expand
+
+    def _augment(self, binding: Binding, name: str, value: Optional[ast.AST]) -> Optional[List[Optional[ast.AST]]]:
+        """A dict bound to `name` with `name[key] = v` / `name.setdefault(key, v)` later in its scope: those keys
+        are part of its value."""
+        later = self._subscript_sets.get((id(binding.scope), name)) if name else None
+        if not later:
+            return None
+        if binding.kind == "param":
+            if not all(key is not None for key, _ in later):
+                return None
+            # `**kwargs` given `kwargs.setdefault("use_reentrant", True)` or `kwargs[...] = ...`: what the
+            # function sets is the value unless a caller passes the key (no caller is visible here)
+            return [ast.Dict(keys=[ast.Constant(key) for key, _ in later], values=[v for _, v in later])]
+        if not isinstance(value, ast.expr) or _dict_items(value) is None:
+            return None
+        if any(key is None for key, _ in later):
+            return [None]  # a key computed at run time: the dict is unknown
+        return [ast.Dict(keys=[None] + [ast.Constant(key) for key, _ in later], values=[value] + [v for _, v in later])]
 
     def visit_dict(self, node: ast.Dict, scope: Scope) -> None:
         """`{"gradient_checkpointing_kwargs": {"use_reentrant": True}, ...}`: a config written as a dict."""
@@ -223,16 +208,6 @@ class CheckpointRule(FileCheck):
             if _constant_key(key) in HF_KWARGS_KEYS and not (isinstance(value, ast.Constant) and value.value is None):
                 verdict = judge_mapping(value, expand=self._literal_in(scope, node.lineno))
                 self._report_hf(value, verdict, enable=False, spelled=f"{{{_constant_key(key)!r}: ...}}")
-
-    def _bindings_like(self, node: Union[ast.Name, ast.Attribute], binding: Binding) -> List[Binding]:
-        """Every binding of the name (in its scope) or `self.attr` (in its class) that `binding` is one of."""
-        table = self.ctx.table
-        if isinstance(node, ast.Name):
-            return table.bindings(binding.scope).get(node.id, [binding])
-        method = table.method_of(binding.scope)
-        if method is None or method.owner is None:
-            return [binding]
-        return table.attributes(method.owner).get(node.attr, [binding])
 
     def visit_assign(self, node: Union[ast.Assign, ast.AnnAssign], scope: Scope) -> None:
         """`args.gradient_checkpointing_kwargs = {...}` and `...["use_reentrant"] = value`, as real trainers
@@ -273,9 +248,10 @@ class CheckpointRule(FileCheck):
             self._record_subscript(func.value, _constant_key(node.args[0]), node.args[1], scope, line)
             return
         literal = self._literal_in(scope, line)
-        if isinstance(node.func, ast.Attribute) and node.func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT):
-            if not self._project_method(node.func.value, node.func.attr, scope, line):
-                self._hf_enable(node, literal, implicit_reentrant=node.func.attr == HF_ENABLE)
+        enable = self._enable_method(node.func, scope, line)
+        if enable is not None:
+            if not _project_method(self.ctx, enable.value, enable.attr, scope, line):
+                self._hf_enable(node, literal, implicit_reentrant=enable.attr == HF_ENABLE)
             return
         for keyword in node.keywords:
             if keyword.arg in HF_KWARGS_KEYS:
@@ -326,6 +302,18 @@ class CheckpointRule(FileCheck):
         )
         self._report(node, node.func, inner, verdict, partial.lineno)
 
+    def _enable_method(self, func: ast.AST, scope: Scope, line: int) -> Optional[ast.Attribute]:
+        """`model.gradient_checkpointing_enable` as the called function: spelled out, fetched with `getattr(model,
+        "gradient_checkpointing_enable")`, or either bound to a local name first."""
+        if isinstance(func, ast.Attribute):
+            return func if func.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT) else None
+        if not isinstance(func, (ast.Name, ast.Call)):
+            return None
+        fetched = getattr_attribute(func)
+        paths = [fetched] if fetched is not None else self._values.paths(func, scope, line)
+        return next((path for path in paths if isinstance(path, ast.Attribute)
+                     and path.attr in (HF_ENABLE, HF_ENABLE_NON_REENTRANT)), None)
+
     def _wrapper(self, node: ast.Call, func: ast.AST, keywords: Sequence[ast.keyword], after_module: Sequence[ast.AST],
                  literal: Expand) -> None:
         """checkpoint_wrapper(module, checkpoint_impl=...) or partial(checkpoint_wrapper, checkpoint_impl=...): a
@@ -350,28 +338,10 @@ class CheckpointRule(FileCheck):
             if partial not in self._called_partials:
                 self._report(partial, partial.args[0], inner, ("missing", ""), None)
         if not self._assigns_hf_kwargs:
-            for node, target in self._training_arguments:
-                self._report_hf(node, ("missing", ""), enable=True, spelled=target.rsplit(".", 1)[-1],
-                                via_trainer=True)
-
-    def _project_method(self, receiver: ast.AST, name: str, scope: Scope, line: int) -> bool:
-        """Whether `receiver.name(...)` calls a method this file defines that is not Hugging Face's (a framework's
-        own gradient_checkpointing_enable that sets flags or forwards to Hugging Face's, where the forwarded call
-        is judged): `self.` in a class that defines it, or an instance of such a class built here, without a
-        gradient_checkpointing_kwargs parameter. `super().` is the parent's."""
-        table = self.ctx.table
-        owner = table.self_class(receiver, scope, line)
-        if owner is None:
-            cls = self.ctx.resolver.instance_class(receiver, scope, line)
-            owner = table.by_qualname.get(cls.qualname) if isinstance(cls, LocalClass) else None
-        if owner is None:
-            return False
-        defs = [b.node for b in table.bindings(owner).get(name, ()) if b.kind == "def"]
-        # Hugging Face's own implementation (PreTrainedModel calling self.gradient_checkpointing_enable(), a model
-        # overriding it with the same signature) takes gradient_checkpointing_kwargs: that one is judged.
-        return bool(defs) and not any(
-            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-                arg.arg in HF_KWARGS_KEYS for arg in node.args.args + node.args.kwonlyargs) for node in defs)
+            for node, target, switch in self._training_arguments:
+                self._report_hf(node, ("missing", ""), enable=True,
+                                spelled=f"{target.rsplit('.', 1)[-1]}(gradient_checkpointing={switch})",
+                                via_trainer=True, trl=target.startswith("trl."))
 
     def _training_arguments_call(self, node: ast.Call, target: str, literal: Expand) -> None:
         """gradient_checkpointing=True with no kwargs reaches gradient_checkpointing_enable(None) in Trainer."""
@@ -380,7 +350,9 @@ class CheckpointRule(FileCheck):
             return
         if any(k.arg in HF_KWARGS_KEYS or k.arg is None for k in node.keywords):
             return  # judged as keywords above, or decided by **mapping
-        self._training_arguments.append((node, target))
+        # a value that is not the literal True is named with where True comes from (a default, a field)
+        spelled = "True" if isinstance(switch, ast.Constant) else f"{describe(switch)}, True on one of its paths"
+        self._training_arguments.append((node, target, spelled))
 
     def _report(self, node: ast.Call, func: ast.AST, target: str, verdict: Verdict,
                 partial_line: Optional[int], keyword: str = "use_reentrant") -> None:
@@ -414,7 +386,7 @@ class CheckpointRule(FileCheck):
             value = node.args[0]
         if value is None and any(k.arg is None for k in node.keywords):
             mapping = next(k for k in node.keywords if k.arg is None).value
-            verdict: Verdict = self._enable_mapping(mapping, literal, implicit_reentrant)
+            verdict: Verdict = _enable_mapping(mapping, literal, implicit_reentrant)
             if verdict[0] == "false" or verdict == ("missing", "") and not implicit_reentrant:
                 return
         elif value is None or isinstance(value, ast.Constant) and value.value is None:
@@ -427,24 +399,6 @@ class CheckpointRule(FileCheck):
                 verdict = ("missing", "given")
         self._report_hf(node, verdict, enable=True, spelled=describe(node.func) + "(...)")
 
-    @staticmethod
-    def _enable_mapping(mapping: ast.AST, expand: Expand, implicit_reentrant: bool) -> Verdict:
-        """`enable(**mapping)`: on each path, the mapping either leaves the kwargs out (the release's default) or
-        passes kwargs, judged for use_reentrant."""
-        verdicts: List[Verdict] = []
-        for path in expand(mapping):
-            items = _dict_items(path) if path is not None else None
-            if items is None:
-                verdicts.append(("unknown", "**" + describe(mapping)))
-                continue
-            given = [value for key, value in items if key in HF_KWARGS_KEYS]
-            if not given or isinstance(given[-1], ast.Constant) and given[-1].value is None:
-                verdicts.append(("missing", "") if implicit_reentrant else ("false", "False"))
-                continue
-            verdict = judge_mapping(given[-1], expand=expand)
-            verdicts.append(("missing", "given") if verdict[0] == "missing" else verdict)
-        return combine(verdicts, mapping)
-
     def _hf_kwargs(self, node: ast.Call, value: ast.AST, literal: Expand) -> None:
         if isinstance(value, ast.Constant) and value.value is None:
             return
@@ -452,11 +406,10 @@ class CheckpointRule(FileCheck):
                         spelled=describe(node.func) + "(...)")
 
     def _report_hf(self, node: Located, verdict: Verdict, enable: bool, spelled: str,
-                   via_trainer: bool = False) -> None:
-        """`spelled`: the call or assignment as the message names it (a TrainingArguments class via_trainer)."""
+                   via_trainer: bool = False, trl: bool = False) -> None:
+        """`spelled`: the call or assignment as the message names it (a TrainingArguments class via_trainer; `trl`:
+        one of TRL's configs, which default to use_reentrant=False from TRL_NON_REENTRANT)."""
         state, value = verdict
-        if via_trainer:
-            spelled = f"{spelled}(gradient_checkpointing=True)"
         evidence: Dict[str, object] = {"call": spelled, "use_reentrant": value if value not in ("", "given") else None}
         if state == "true":
             self.ctx.report(CHECKPOINT_USE_REENTRANT_TRUE, node,
@@ -481,8 +434,51 @@ class CheckpointRule(FileCheck):
             what = "with no gradient_checkpointing_kwargs (Trainer enables it with None)" if via_trainer else \
                 "without use_reentrant in gradient_checkpointing_kwargs"
             message = f"{spelled} {what} {hf_releases.implicit_default(version)}; {fix}"
+            trl_release = hf_releases.parse(hf_releases.installed_release("trl")) if trl else None
+            if trl_release is not None and trl_release >= TRL_NON_REENTRANT:
+                reentrant = False
+                message = (f"{message} (but trl {hf_releases.installed_release('trl')}, installed here, defaults it to "
+                           f"use_reentrant=False, as every trl from {'.'.join(map(str, TRL_NON_REENTRANT))} does)")
             self.ctx.report(HF_GRADIENT_CHECKPOINTING_IMPLICIT, node, message, evidence,
                             severity=Severity.INFO if reentrant is False else None)
+
+
+def _enable_mapping(mapping: ast.AST, expand: Expand, implicit_reentrant: bool) -> Verdict:
+    """`enable(**mapping)`: on each path, the mapping either leaves the kwargs out (the release's default) or
+    passes kwargs, judged for use_reentrant."""
+    verdicts: List[Verdict] = []
+    for path in expand(mapping):
+        items = _dict_items(path) if path is not None else None
+        if items is None:
+            verdicts.append(("unknown", "**" + describe(mapping)))
+            continue
+        given = [value for key, value in items if key in HF_KWARGS_KEYS]
+        if not given or isinstance(given[-1], ast.Constant) and given[-1].value is None:
+            verdicts.append(("missing", "") if implicit_reentrant else ("false", "False"))
+            continue
+        verdict = judge_mapping(given[-1], expand=expand)
+        verdicts.append(("missing", "given") if verdict[0] == "missing" else verdict)
+    return combine(verdicts, mapping)
+
+
+def _project_method(ctx: FileContext, receiver: ast.AST, name: str, scope: Scope, line: int) -> bool:
+    """Whether `receiver.name(...)` calls a method this file defines that is not Hugging Face's (a framework's
+    own gradient_checkpointing_enable that sets flags or forwards to Hugging Face's, where the forwarded call
+    is judged): `self.` in a class that defines it, or an instance of such a class built here, without a
+    gradient_checkpointing_kwargs parameter. `super().` is the parent's."""
+    table = ctx.table
+    owner = table.self_class(receiver, scope, line)
+    if owner is None:
+        cls = ctx.resolver.instance_class(receiver, scope, line)
+        owner = table.by_qualname.get(cls.qualname) if isinstance(cls, LocalClass) else None
+    if owner is None:
+        return False
+    defs = [b.node for b in table.bindings(owner).get(name, ()) if b.kind == "def"]
+    # Hugging Face's own implementation (PreTrainedModel calling self.gradient_checkpointing_enable(), a model
+    # overriding it with the same signature) takes gradient_checkpointing_kwargs: that one is judged.
+    return bool(defs) and not any(
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            arg.arg in HF_KWARGS_KEYS for arg in node.args.args + node.args.kwonlyargs) for node in defs)
 
 
 def _hf_kwargs_target(node: ast.AST) -> bool:

@@ -19,7 +19,10 @@ The installed release is read from package metadata (importlib.metadata), never 
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
+import sys
 from typing import Callable, Optional, Tuple
 
 NON_REENTRANT_FROM = (5, 0, 0)
@@ -28,33 +31,41 @@ _VERSION = re.compile(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?")
 
 
 def installed_transformers() -> Optional[str]:
-    """The installed transformers release, from its metadata, or None.
+    """The installed transformers release, from its metadata, or None."""
+    return installed_release("transformers")
 
-    The version is read from the `transformers-X.Y.Z.dist-info` folder name on sys.path; importlib.metadata
+
+def installed_release(distribution: str) -> Optional[str]:
+    """The installed release of `distribution` (transformers, trl, peft), from its metadata, or None.
+
+    The version is read from the `NAME-X.Y.Z.dist-info` folder name on sys.path; importlib.metadata
     (which imports the email package, a tenth of a one-file scan's start-up) is asked only when a folder says
-    nothing, as an egg or an editable install may."""
-    import os
-    import sys
+    nothing, as an egg or an editable install may. Read once per sys.path: checks ask for every file."""
+    return _installed(distribution, tuple(sys.path))
 
-    for entry in sys.path:
+
+@functools.lru_cache(maxsize=32)
+def _installed(distribution: str, path: Tuple[str, ...]) -> Optional[str]:
+    prefix = distribution + "-"
+    for entry in path:
         try:
             names = os.listdir(entry) if entry else []
         except OSError:
             continue
         for name in names:
-            if name.startswith("transformers-") and name.endswith((".dist-info", ".egg-info")):
-                version = name[len("transformers-"):].rsplit(".", 1)[0]
+            if name.startswith(prefix) and name.endswith((".dist-info", ".egg-info")):
+                version = name[len(prefix):].rsplit(".", 1)[0]
                 if parse(version) is not None:
                     return version
-                return _from_metadata()
+                return _from_metadata(distribution)
     return None
 
 
-def _from_metadata() -> Optional[str]:
+def _from_metadata(distribution: str) -> Optional[str]:
     from importlib import metadata
 
     try:
-        return metadata.version("transformers")
+        return metadata.version(distribution)
     except Exception:  # noqa: BLE001 - broken metadata means "not known", never a failed scan
         return None
 
