@@ -490,6 +490,34 @@ def recommend(hazards: Iterable[Hazard], release: Release = Release()) -> List[R
     return recommendations
 
 
+def covering(hazards: Iterable[Hazard], release: Release = Release()) -> Optional[Recommendation]:
+    """The best complete recommendation that stops every hazard in `hazards` (those a baseline reproduced, plus
+    whatever else the release needs, as the caller passes them). A ranked combination that covers them all wins;
+    where none does (a hazard no combination was built for), the best one is completed with the narrowest
+    recommended fix for each hazard it leaves open, and reads inferred. None when nothing in the registry covers
+    them (no fix applies on this release)."""
+    needed = frozenset(hazards)
+    if not needed:
+        return None
+    ranked = recommend(needed, release)
+    whole = [r for r in ranked if r.complete and needed <= r.covers | frozenset(h for h in needed if h.minor)]
+    if whole:
+        return whole[0]
+    for base in ranked:
+        names = base.mitigations
+        if any(BY_NAME[name].solo for name in names):
+            continue
+        for hazard in sorted(needed - covers(names), key=list(Hazard).index):
+            usable = [m for m in REGISTRY if m.recommended and hazard in m.covers and not m.solo
+                      and m.unavailable(release) is None]
+            if usable:
+                names += (min(usable, key=lambda m: len(m.covers)).name,)
+        names = _ordered(names)
+        if not needed - covers(names) - frozenset(h for h in needed if h.minor):
+            return _recommendation(names, needed, release, Combination(names))
+    return None
+
+
 def _recommendation(names: Tuple[str, ...], needed: FrozenSet[Hazard], release: Release,
                     combination: Combination) -> Recommendation:
     entries = [BY_NAME[name] for name in names]
@@ -606,6 +634,6 @@ def _entering(factories) -> Callable[[], ContextManager[object]]:
 
 
 __all__ = ["BY_NAME", "COMBINATIONS", "MATRIX", "Combination", "INFERRED", "MEASURED", "NAMES", "NONE", "REGISTRY",
-           "RESTART", "RESTORE_CONFIG", "Advice", "Mitigation", "MitigationFailed", "Recommendation", "around_foreign_trace", "caveats_for", "covers",
+           "RESTART", "RESTORE_CONFIG", "Advice", "Mitigation", "MitigationFailed", "Recommendation", "around_foreign_trace", "caveats_for", "covering", "covers",
            "fix_text", "get", "help_text", "in_each_thread", "label", "ladder", "open_conditions", "parse",
            "recommend", "release_series"]

@@ -42,6 +42,9 @@ class Cache(str, enum.Enum):
 class Expect(str, enum.Enum):
     REPRODUCED = "reproduced"
     NOT_REPRODUCED = "not-reproduced"
+    # A --step/--model replay reproduced only under a stress that injects the tool's own FX trace (forced, stuck,
+    # foreign-trace): the step fails if a thread of the trainer traces with FX while it runs (repro exit 5).
+    REPRODUCED_IF_TRACED = "reproduced-if-traced"
 
 
 class Checkpoint(str, enum.Enum):
@@ -86,3 +89,15 @@ class RunExpect(str, enum.Enum):
     """run --expect: a CI assertion on the run's findings."""
 
     CLEAN = "clean"  # any finding makes the exit code fail (1 when the command itself exited 0)
+
+
+class Amplifier(str, enum.Enum):
+    """run --amplify: what makes a rare race likely in the user's unmodified run without changing what it
+    computes (supervise/amplifiers.py applies them inside every Python process the run starts)."""
+
+    # sys.setswitchinterval(0.0002) before the user's code: the interpreter hands the GIL over 25 times as
+    # often, so a thread inside a trace is preempted inside it far more often (one thread's trace, another's call).
+    SWITCH_INTERVAL = "switch-interval"
+    # A thread of the tool's own loops torch.fx.symbolic_trace over a small module beside the user's threads: what
+    # a profiler or graph-inspection thread does. A race it shows is one the run has IF a thread traces with FX.
+    FOREIGN_TRACE = "foreign-trace"

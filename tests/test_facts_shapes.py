@@ -265,6 +265,8 @@ def _check_repro(facts: Mapping[str, Any], check: Check = _check) -> None:
         check(facts["cpu"], repro.CpuFacts, all_keys=True)
     if "warm_start" in facts:
         check(facts["warm_start"], repro.WarmStartFacts, all_keys=True)
+    for entry in facts.get("baseline_reproduced", []):
+        check(entry, repro.ReproducedFacts, all_keys=True)
 
 
 @pytest.mark.timeout(120)

@@ -31,7 +31,9 @@ EPILOG = epilog(
     "Exit codes: 0 not reproduced; 1 reproduced (with --expect: 0 when the verdict matches, else 1); "
     "2 usage error (a --model that cannot be imported or built included); 3 harness failure (the single-thread "
     "control failed, a mitigation could not be applied, no trial gave a verdict, --max-time passed before "
-    "one did); 4 torch is missing.",
+    "one did); 4 torch is missing; 5 a --step/--model replay failed only under a stress that injects the tool's "
+    "own FX trace (forced, stuck, foreign-trace) while its own threads did not race: verdict reproduced-if-traced, "
+    "the step fails IF a thread of your trainer traces with FX while it runs.",
     "--model imports and runs your code: the factory returns (module, input_builder(device, shape_index)); "
     "repro wraps the module in torch.compile unless --model-compile yours. --step replays your training step as "
     "written (your compiles, your forward and backward): make_step(device, shape_index) is called in each worker's "

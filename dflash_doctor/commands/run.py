@@ -13,15 +13,16 @@ from dflash_doctor import mitigations as registry
 from dflash_doctor.commands.common import FORMAT_OPTION, OUTPUT_OPTION, check_output, finish, guarded, write_artifact
 from dflash_doctor.errors import UsageError, finite
 from dflash_doctor.render import OutputFormat
-from dflash_doctor.vocabularies import Cache, OnHang, RunExpect
+from dflash_doctor.vocabularies import Amplifier, Cache, OnHang, RunExpect
 
 # Each example on a line of its own: click keeps a paragraph that starts with \b as written.
 EPILOG = (
     "Contract: the command runs as you would run it (same argv, working folder, stdin, stdout, environment "
     "plus PYTHONPATH and two DFLASH_DOCTOR_RUN_* entries); every Python process it starts loads the recorder "
     "and watchdog first. The report goes to stderr or --output, never to stdout, which stays the command's. "
-    "Exit code: the command's own (a death by signal N is 128+N, Ctrl-C 130, SIGTERM 143); with --expect clean a "
-    "finding turns 0 into 1; 2 usage error (a --fix that needs your code is refused, with how to apply it). "
+    "Exit code: the command's own (a death by signal N is 128+N, Ctrl-C 130, SIGTERM 143); with --fix, the fix "
+    "arm's (the baseline is expected to fail); with --expect clean a finding (of the fix arm) turns 0 into 1; "
+    "2 usage error (a --fix that needs your code is refused, with how to apply it). "
     "126/127 when the command cannot be executed, as a shell. Ctrl-C and Ctrl-Z at the terminal reach the command "
     "as without the tool; SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 and SIGALRM sent to run are forwarded to the "
     "command's process group; every process the command started that is still running when it ends (other "
@@ -30,6 +31,7 @@ EPILOG = (
     "  dflash-doctor run -- python train.py --steps 100\n"
     "  dflash-doctor run --cache cold -f json -o run.json -- torchrun --nproc-per-node 2 train.py\n"
     "  dflash-doctor run --fix threadlocal-flag,non-lazy-backward --cache cold -- python train.py\n"
+    "  dflash-doctor run --fix isolate-fx-patches --trials 4 --amplify switch-interval -- python train.py\n"
     "  dflash-doctor run --expect clean --trials 3 --on-hang kill -- python -m mypkg.train\n"
     "  dflash-doctor run --trace trace.json -- python train.py"
 )
@@ -45,6 +47,22 @@ def fix_names(text: Optional[str]) -> Tuple[str, ...]:
         if not entry.applies_without_code_change:
             raise UsageError(f"--fix {name} needs a change in your own code, which run does not make: {entry.api}")
     return names
+
+
+PROOF_PAIRS = 3  # --fix with its baseline and no --trials: three of each arm
+
+
+def amplifier_names(text: Optional[str]) -> Tuple[str, ...]:
+    """`switch-interval,foreign-trace` -> their vocabularies.Amplifier values, in the vocabulary's order."""
+    if text is None:
+        return ()
+    names = {part.strip().lower() for part in text.split(",") if part.strip()}
+    known = [a.value for a in Amplifier]
+    unknown = sorted(names - set(known))
+    if unknown or not names:
+        raise UsageError(f"unknown amplifier {', '.join(unknown) or repr(text)}; choose from {', '.join(known)} "
+                         "(combine with commas; --cache cold is the third)")
+    return tuple(name for name in known if name in names)
 
 
 def _announcer(on_hang: OnHang):
@@ -101,14 +119,26 @@ def register(app: typer.Typer) -> None:
                                        help="report: say it on stderr at once and keep the run alive; kill: kill "
                                             "the command's process tree, then report."),
         fix: Optional[str] = typer.Option(
-            None, "--fix", help="Apply registry fixes to the unmodified run: those with a process-wide set-up or a "
-            "per-thread switch (" + ", ".join(m.name for m in registry.REGISTRY if m.applies_without_code_change)
+            None, "--fix", help="Prove registry fixes in your unmodified run: each trial runs twice, once without "
+            "the fix (the baseline) and once with it, alternating, and each race reads holds (the baseline showed "
+            "it, the fix stopped it), fails (it showed with the fix) or inconclusive (the baseline never showed "
+            "it: try more --trials, --amplify, --cache cold). Fixes with a process-wide set-up or a per-thread "
+            "switch (" + ", ".join(m.name for m in registry.REGISTRY if m.applies_without_code_change)
             + "); combine with commas."),
+        baseline: bool = typer.Option(
+            True, "--baseline/--no-baseline", help="With --fix: run the same command without the fix beside it "
+            "(default). --no-baseline runs only the fix: no verdict, the findings alone."),
+        amplify: Optional[str] = typer.Option(
+            None, "--amplify", help="Make a rare race likely without changing what your code computes, in every "
+            "Python process: switch-interval (sys.setswitchinterval(0.0002) before your code), foreign-trace (a "
+            "thread of the tool's own loops torch.fx.symbolic_trace beside your threads: a race it shows is one "
+            "your run has IF a thread traces with FX); combine with commas. --cache cold is the third."),
         cache: Cache = typer.Option(Cache.WARM, "--cache", case_sensitive=False,
                                     help="cold: a fresh TORCHINDUCTOR_CACHE_DIR for each trial (nothing compiled "
                                          "before, the incident's trigger); warm: yours, as it is."),
-        trials: int = typer.Option(1, "--trials", min=1, max=100, help="Run the command K times; the report "
-                                                                       "gives the rate."),
+        trials: Optional[int] = typer.Option(
+            None, "--trials", min=1, max=100, help="Run the command K times; the report gives the rate. Default 1; "
+            "with --fix and its baseline, 3 pairs (each pair: one trial without the fix, one with it)."),
         expect: Optional[RunExpect] = typer.Option(None, "--expect", case_sensitive=False,
                                                    help="clean: a finding fails the run (exit 1 if the command "
                                                         "exited 0)."),
@@ -128,6 +158,11 @@ def register(app: typer.Typer) -> None:
         prove a fix with --fix."""
         finite(hang_after, "--hang-after", minimum=1.0)
         fixes = fix_names(fix)
+        amplifiers = amplifier_names(amplify)
+        proving = bool(fixes) and baseline
+        if not baseline and not fixes:
+            raise UsageError("--no-baseline applies to --fix (without a fix there is no baseline to leave out)")
+        trials = trials or (PROOF_PAIRS if proving else 1)
         command = list(command or [])
         if command and command[0] == "--":
             command = command[1:]
@@ -140,10 +175,26 @@ def register(app: typer.Typer) -> None:
         )
 
         spec = RunSpec(tuple(command), hang_after_s=hang_after, on_hang=on_hang, fixes=fixes,
-                       cold_cache=cache is Cache.COLD, trials=trials, keep=keep, leave_running=leave_running)
-        results = Supervisor(spec, _announcer(on_hang), say=lambda line: _say_lines([f"dflash-doctor: {line}"]),
-                             progress=_progress).run()
-        report = report_for(spec, results, expect_clean=expect is RunExpect.CLEAN)
+                       cold_cache=cache is Cache.COLD, trials=trials, keep=keep, leave_running=leave_running,
+                       amplifiers=amplifiers)
+
+        def supervisor(arm: RunSpec) -> Supervisor:
+            return Supervisor(arm, _announcer(on_hang), say=lambda line: _say_lines([f"dflash-doctor: {line}"]),
+                              progress=_progress)
+
+        if proving:  # the baseline arm's trials leave the exit code and --expect to the fix arm's
+            from dflash_doctor.supervise.proof import add_proof, run_pairs
+
+            baseline_results, results = run_pairs(spec, supervisor)
+            report = report_for(spec, results, expect_clean=expect is RunExpect.CLEAN)
+            add_proof(report, baseline_results, results, spec)
+            results = baseline_results + results  # for --trace and --keep: every trial
+        else:
+            from dflash_doctor.supervise.proof import run_advice
+
+            results = supervisor(spec).run()
+            report = report_for(spec, results, expect_clean=expect is RunExpect.CLEAN)
+            report.facts["advice"] = run_advice(results, fixes)
         code = report.exit_code_override if report.exit_code_override is not None else 0
         if trace is not None:
             from dflash_doctor.runtime.chrome_trace import write_chrome_trace

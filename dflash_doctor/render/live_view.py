@@ -34,6 +34,16 @@ def render_run_facts(console: Console, facts: RunFacts) -> None:
     if rate["trials"] > 1:
         console.print(f"  [bold]rate[/]: findings in {rate['with_findings']} of {rate['trials']} trials, "
                       f"non-zero exit in {rate['exit_nonzero']}")
+    if facts.get("amplifiers") and not facts.get("proof"):
+        console.print(f"  amplifiers: {escape(', '.join(facts['amplifiers']))}")
+    proof = facts.get("proof")
+    if proof:
+        from dflash_doctor.render.proof_view import render_proof_facts
+
+        render_proof_facts(console, proof)
+    else:
+        for line in facts.get("advice") or []:
+            console.print(f"  [dim]advice:[/] {escape(printable(line))}")
 
 
 def render_attach_facts(console: Console, facts: AttachFacts) -> None:

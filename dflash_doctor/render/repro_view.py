@@ -79,7 +79,8 @@ def _phase_row(label: str, phase: Optional[PhaseFacts]) -> Optional[List[str]]:
 
 
 _WORD_STYLE: Dict[Optional[str], str] = {"fails": "bold red", "holds": "bold green", "inconclusive": "yellow",
-                                          "reproduced": "bold red", "not-reproduced": "green"}
+                                          "reproduced": "bold red", "not-reproduced": "green",
+                                          "reproduced-if-traced": "yellow"}
 def verdict_words(facts: ReproFacts) -> str:
     """The verdict in words: which race, under which stress, how often, and when it first showed (the run's
     clock, as the progress lines give it); or where nothing showed."""
@@ -87,6 +88,15 @@ def verdict_words(facts: ReproFacts) -> str:
     if verdict is None:
         return "no verdict (no trial ran to an end)"
     levels = facts.get("levels") or {}
+    if verdict == "reproduced-if-traced":
+        level = facts["level"]
+        entry = levels.get(level) if level is not None else None
+        counted = f"{entry['reproduced']}/{entry['ran']}" if entry else "?/?"
+        own = ", ".join(f"{stress} 0/{e['ran']}" for stress, e in levels.items()
+                        if e["ran"] and stress in ("natural", "amplified"))
+        return (f"not reproduced by the step's own threads ({own or 'natural and amplified did not run'}); "
+                f"{facts['kind']} only under the injected {level} stress ({counted} trials): the step fails IF a "
+                "thread traces with FX while it runs")
     if verdict == "reproduced":
         level = facts["level"]
         entry = levels.get(level) if level is not None else None
@@ -162,7 +172,7 @@ def render_repro_facts(console: Console, facts: ReproFacts) -> None:
     matrix = facts.get("matrix")
     if matrix:
         render_matrix(console, matrix)
-    style = "bold red" if facts["verdict"] == "reproduced" else "bold green"
+    style = _WORD_STYLE.get(facts["verdict"], "bold green") if facts["verdict"] != "not-reproduced" else "bold green"
     console.print(f"[{style}]{escape(verdict_line(facts))}[/]")
     outcome = facts.get("outcome")
     if outcome:

@@ -49,13 +49,22 @@ class Capabilities:
                 "torch_version": self.torch_version}
 
 
-def assess(backward: bool, on_cpu: bool, traits: Callable[[], LayoutTraits] = installed_traits) -> Capabilities:
+def assess(backward: bool, on_cpu: bool, traits: Callable[[], LayoutTraits] = installed_traits,
+           user_code: bool = False) -> Capabilities:
+    """What can show here. `user_code`: the workers run the user's --step or --model, which may call backward
+    on its own, start threads or trace with FX: the natural and amplified stresses are never skipped for it (only
+    the step knows what it does), and the notes say what holds whatever the step does."""
     storage, masked, version = traits()
     release = f"torch {version}" if version else "this torch"
     skipped: Dict[Stress, str] = {}
     lines = []
-    deadlock_possible = backward
-    if not backward:
+    deadlock_possible = backward and not (user_code and on_cpu)
+    if user_code and on_cpu:
+        # A CPU-only graph's backward runs on the thread that called it: there is no autograd device thread for
+        # a compile holding compile_lock to wait on (docs/races.md, "The deadlock").
+        lines.append("on a CPU each backward runs on the thread that calls it (no autograd device thread), so "
+                     "the compile-lock / autograd deadlock cannot form here, whatever the step does")
+    elif not backward:
         lines.append("no backward in this run (flex_attention has no CPU backward), so the compile-lock / autograd "
                      "deadlock cannot form here" if on_cpu else
                      "no backward in this run (--no-backward), so the compile-lock / autograd deadlock cannot form")
@@ -67,7 +76,7 @@ def assess(backward: bool, on_cpu: bool, traits: Callable[[], LayoutTraits] = in
         lines.append(f"{release} keeps the FX flag per thread: no trace can leak it into another thread")
         for stress in (Stress.FORCED, Stress.STUCK):
             skipped[stress] = f"the FX flag is thread-local in {release}"
-    if not deadlock_possible and not compile_leak_possible:
+    if not deadlock_possible and not compile_leak_possible and not user_code:
         reasons = ["no backward"] + (["compiles mask the FX flag"] if masked else []) + (
             ["the FX flag is thread-local"] if storage == "thread-local" else [])
         skipped[Stress.NATURAL] = skipped[Stress.AMPLIFIED] = (

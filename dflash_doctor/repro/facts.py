@@ -284,7 +284,7 @@ class SettingsFacts(_SettingsFactsAlways, _SettingsExtras):
 
 
 class _VerdictFacts(TypedDict):
-    verdict: Optional[str]  # reproduced | not-reproduced; None: no trial gave a verdict
+    verdict: Optional[str]  # reproduced | reproduced-if-traced (--step/--model) | not-reproduced; None: none
     kind: Optional[str]  # FailureKind of the first reproduction
     level: Optional[str]  # the first stress that reproduced
     blame: List[BlameFacts]  # of the reported trial
@@ -307,6 +307,15 @@ class _HeadlineExtras(TypedDict, total=False):
     outcome: str  # fails | holds | inconclusive
     outcome_reason: str
     baseline_levels: Dict[str, LevelFacts]
+    baseline_reproduced: List["ReproducedFacts"]  # every race the baseline showed (the advice covers each)
+
+
+class ReproducedFacts(TypedDict):
+    """One race the baseline reproduced (harness._headline_facts): every one, not only the headline's first."""
+
+    kind: str  # FailureKind
+    stress: str  # the first stress it showed under
+    injected: bool  # that stress injects the tool's own FX trace (ladder.INJECTED): shown only IF a thread traces
 
 
 class HeadlineFacts(_VerdictFacts, _HeadlineExtras):

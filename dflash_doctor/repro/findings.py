@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from dflash_doctor.findings import Finding
+from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 from dflash_doctor.repro.facts import ReproFacts, ThreadFacts
 from dflash_doctor.rules import repro as rules
@@ -22,8 +22,41 @@ def _where(facts: ReproFacts) -> Dict[str, Any]:
             "device": facts["device"], "torch_version": facts["torch_version"]}
 
 
+# The rule each race the baseline reproduced is reported under, besides the headline's own.
+_RULE_OF_KIND = {FailureKind.FX_FLAG_LEAK: rules.FX_FLAG_LEAK, FailureKind.STUCK_FLAG: rules.FX_FLAG_STUCK,
+                 FailureKind.DEADLOCK: rules.COMPILE_LOCK_DEADLOCK, FailureKind.PATCHER_RACE: rules.FX_PATCHER_RACE,
+                 FailureKind.OTHER_ERROR: rules.THREADED_STEP_FAILED}
+
+
 def findings_from_facts(facts: ReproFacts) -> List[Finding]:
-    """One finding for a reproduced race, none when the verdict is not-reproduced."""
+    """One finding for a reproduced race (none when the verdict is not-reproduced), and, where the headline is the
+    baseline, one for each other race it reproduced: a step with two races gets two findings, as the advice
+    covers both."""
+    return _headline_finding(facts) + _other_races(facts)
+
+
+def _other_races(facts: ReproFacts) -> List[Finding]:
+    """Only where the headline is the baseline itself (no --mitigation, or --matrix): a --mitigation run's finding
+    is the fix's own failure, and its advice covers the baseline's races (next_steps.py)."""
+    if facts["mitigation"] != "none":
+        return []
+    headline = facts["kind"] if facts["verdict"] == "reproduced" else None
+    findings = []
+    for entry in facts.get("baseline_reproduced") or []:
+        kind = FailureKind(entry["kind"])
+        if kind == headline:
+            continue
+        shown = (f"only under the injected {entry['stress']} stress: the step fails IF a thread traces with FX "
+                 "while it runs" if entry["injected"] else f"under {entry['stress']} stress")
+        message = f"the baseline (no mitigation) reproduced {kind} {shown}"
+        # a race only an injected trace showed is a condition of the trainer, not a failure of the step: a warning
+        severity = Severity.WARNING if entry["injected"] else None
+        findings.append(_RULE_OF_KIND[kind].finding(message, severity=severity, evidence={
+            **_where(facts), "kind": kind.value, "stress": entry["stress"], "injected": entry["injected"]}))
+    return findings
+
+
+def _headline_finding(facts: ReproFacts) -> List[Finding]:
     if facts["verdict"] != "reproduced":
         return []
     kind = facts["kind"]

@@ -40,6 +40,10 @@ from dflash_doctor.repro.spec import PhaseSpec, ReproSpec
 EXIT_NOT_REPRODUCED = 0
 EXIT_REPRODUCED = 1
 EXIT_HARNESS_FAILURE = 3
+# A --step/--model replay that reproduced only under a stress injecting the tool's own FX trace: what the step does
+# IF a thread of the trainer traces with FX, not a race of its own threads (ladder.INJECTED).
+EXIT_REPRODUCED_IF_TRACED = 5
+REPRODUCED_IF_TRACED = "reproduced-if-traced"
 POLL_S = 0.2
 # The default run climbs these; stuck runs only when asked for (--mode stuck) or to qualify a mitigation.
 ESCALATION = (Stress.NATURAL, Stress.AMPLIFIED, Stress.FORCED)
@@ -256,7 +260,7 @@ class Harness:
 
     def _run(self, root: Path, matrix: bool) -> Report[ReproFacts]:
         spec = self.spec
-        caps = self.capabilities or assess(spec.effective_backward, spec.on_cpu)
+        caps = self.capabilities or assess(spec.effective_backward, spec.on_cpu, user_code=spec.user_code)
         for line in caps.cannot_show:
             self.tell(EventKind.NOTE, "note", f"note: {line}")
         if spec.shared_cache_stresses:
@@ -312,7 +316,7 @@ class Harness:
         if failed_setup or facts["verdict"] is None:
             report.exit_code_override = EXIT_HARNESS_FAILURE
         else:
-            report.exit_code_override = EXIT_REPRODUCED if facts["verdict"] == "reproduced" else EXIT_NOT_REPRODUCED
+            report.exit_code_override = verdict_exit_code(facts["verdict"])
         return report
 
     def _execute(self, root: Path, rows: List[ladder.Row], needs_control: bool):
@@ -477,6 +481,8 @@ class Harness:
         chosen = first or (done[-1] if done else None)
         phase = _phase(chosen) if chosen else None
         verdict = "reproduced" if first else ("not-reproduced" if any(not r.no_verdict for r in done) else None)
+        if first is not None and not row.names and self.spec.user_code and ladder.own_level(row) is None:
+            verdict = REPRODUCED_IF_TRACED  # only a trace of the tool's own made the user's step fail
         at = level or next((s for s in reversed(STRESS_ORDER) if row.done_at(s)), None)
         tally = _levels(row)
         counted = tally.get(at.value) if at else None
@@ -502,6 +508,12 @@ class Harness:
             outcome, reason = ladder.judge(row, baseline)
             facts["outcome"], facts["outcome_reason"] = outcome.value, reason
             facts["baseline_levels"] = _levels(baseline)
+        # Every race the baseline showed, under which stress first, and whether only an injected trace made it: the
+        # advice must cover each of them (next_steps.py), not only the headline's first.
+        facts["baseline_reproduced"] = [
+            {"kind": kind.value, "stress": stress.value, "injected": stress in ladder.INJECTED}
+            for kind in ladder.reproduced_kinds(baseline)
+            for stress in [next(s for s in STRESS_ORDER if any(r.kind == kind for r in baseline.done_at(s)))]]
         return facts
 
     @staticmethod
@@ -562,7 +574,8 @@ class Harness:
         facts["partial"] = stopped_facts(MAX_TIME, said)
         report.problems.append(Problem("repro", f"stopped at --max-time {self.spec.max_time_s:g} s: {said}",
                                        "raise --max-time, or lower --trials / --jobs' load on this machine"))
-        report.exit_code_override = EXIT_REPRODUCED if facts["verdict"] == "reproduced" else EXIT_HARNESS_FAILURE
+        found = facts["verdict"] in ("reproduced", REPRODUCED_IF_TRACED)
+        report.exit_code_override = verdict_exit_code(facts["verdict"]) if found else EXIT_HARNESS_FAILURE
         return report
 
     def _control_failed(self, report: Report[ReproFacts], settings: SettingsFacts, single: Optional[PhaseFacts],
@@ -576,6 +589,15 @@ class Harness:
                         "kind": None, "blame": [], "level": None, "time_to_verdict_s": round(self.elapsed(), 3)}
         report.exit_code_override = EXIT_HARNESS_FAILURE
         return report
+
+
+def verdict_exit_code(verdict: Optional[str]) -> int:
+    """repro's exit code for a verdict a run reached (harness failures are decided before)."""
+    if verdict == "reproduced":
+        return EXIT_REPRODUCED
+    if verdict == REPRODUCED_IF_TRACED:
+        return EXIT_REPRODUCED_IF_TRACED
+    return EXIT_NOT_REPRODUCED
 
 
 # ladder.py keeps what a trial left as plain dicts (it is scheduling data); these read them back as the model

@@ -213,6 +213,28 @@ def judge(row: Row, baseline: Row) -> Tuple[Outcome, str]:
         f"{len(row.done_at(s))} {s.value}" for s in row.stresses) + " trials"
 
 
+# The stresses that inject a torch.fx trace of the tool's own beside the workers (a thread holding the FX flag inside
+# a real trace, two traces exiting out of order, a thread looping symbolic_trace): a reproduction under one of them
+# shows what the step does IF a thread of the trainer traces with FX while it runs, not a race of its own threads.
+# Natural and amplified only run the step (amplified widens the window of the step's own traces).
+INJECTED = frozenset({Stress.FORCED, Stress.STUCK, Stress.FOREIGN_TRACE})
+
+
+def own_level(row: Row) -> Optional[Stress]:
+    """The first stress that reproduced without a trace of the tool's beside the workers (natural, amplified)."""
+    return next((s for s in STRESS_ORDER if s not in INJECTED and row.reproduced_at(s)), None)
+
+
+def reproduced_kinds(row: Row) -> Tuple[FailureKind, ...]:
+    """Every race the row reproduced, under any stress, in the order first seen (a step can have two at once)."""
+    kinds: List[FailureKind] = []
+    for stress in STRESS_ORDER:
+        for result in row.done_at(stress):
+            if result.kind is not None and result.kind not in kinds:
+                kinds.append(result.kind)
+    return tuple(kinds)
+
+
 def headline_level(row: Row) -> Optional[Stress]:
     """The first stress under which the row reproduced."""
     return next((s for s in STRESS_ORDER if row.reproduced_at(s)), None)

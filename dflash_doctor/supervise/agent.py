@@ -333,6 +333,9 @@ class Agent:
 
     # -- start-up ------------------------------------------------------------------------------------------
     def start(self) -> None:
+        from dflash_doctor.supervise import amplifiers
+
+        amplifiers.at_start(amplifiers.parse(self.config.amplifiers))  # before the user's first line
         self.hooks.trace_crashes()
         self.hooks.thread_start()  # the per-thread fixes, and every thread's death
         if "torch" in sys.modules:  # a sitecustomize chained before us imported it
@@ -389,6 +392,12 @@ class Agent:
                 self.apply_setups()
             if threading.current_thread() is threading.main_thread():
                 self._enter_thread_fixes(self._main_thread_fixes)
+            helper = any(marker in (sys.argv[0] if sys.argv else "") for marker in HELPER_MARKERS)
+            if self.config.amplifiers and not helper:  # after the fixes: a patcher fix precedes its first trace
+                from dflash_doctor.supervise import amplifiers
+
+                _mark_initialised(torch)  # its thread imports torch.fx while this import is finishing
+                amplifiers.after_torch(amplifiers.parse(self.config.amplifiers))
         except Exception as exc:  # noqa: BLE001 - the user's `import torch` must succeed whatever the tool does
             self._problem("the flight recorder", exc, "the run went on without (some of) the recorder's hooks")
 

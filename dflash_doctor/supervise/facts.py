@@ -46,14 +46,69 @@ class RateFacts(TypedDict):
     exit_nonzero: int
 
 
-class RunFacts(TypedDict):
+class ProofTrialFacts(TypedDict):
+    trial: int
+    exit_code: int
+    seconds: float
+    findings: int
+    shown: List[str]  # the hazards its findings show (proof.OTHER for none of them)
+
+
+class ProofArmFacts(TypedDict):
+    """One arm of `run --fix`'s proof: the trials without the fix (baseline) or with it."""
+
+    trials: int
+    with_findings: int
+    exit_nonzero: int
+    per_trial: List[ProofTrialFacts]
+
+
+class ProofHazardFacts(TypedDict):
+    hazard: str  # a Hazard value, or "other"
+    baseline: int  # baseline trials that showed it
+    baseline_trials: int
+    fix: int  # fix trials that showed it
+    fix_trials: int
+    verdict: str  # holds | fails | inconclusive
+    reason: str
+    next: List[str]  # for an inconclusive verdict: more trials, the amplifiers not used
+
+
+class ProofAmplifierFacts(TypedDict):
+    name: str  # vocabularies.Amplifier
+    what: str  # as applied, to reproduce the result by hand
+
+
+class ProofFacts(TypedDict):
+    """`run --fix` against a baseline in the same invocation (supervise/proof.py)."""
+
+    fixes: List[str]
+    order: str  # how the arms' trials were interleaved
+    amplifiers: List[ProofAmplifierFacts]
+    cache: str  # cold | as-is
+    baseline: ProofArmFacts
+    fix: ProofArmFacts
+    hazards: List[ProofHazardFacts]
+    verdict: str  # fails if any hazard fails; holds if every hazard holds; else inconclusive
+    injected: bool  # a foreign trace of the tool's own ran beside the threads: a race shown is one IF a thread traces
+    advice: List[str]  # the fix covering every hazard either arm reproduced
+
+
+class _RunFactsAlways(TypedDict):
     command: List[str]
     fixes: List[str]
     cache: str  # cold | as-is
     on_hang: str
     hang_after_s: float
-    trials: List[TrialFacts]
+    trials: List[TrialFacts]  # with --fix and its baseline: the fix arm's (the baseline's are in proof)
     rate: RateFacts
+    amplifiers: List[str]  # --amplify: vocabularies.Amplifier values applied in every process
+    proof: Optional[ProofFacts]  # --fix with its baseline (the default); None: no --fix, or --no-baseline
+    advice: List[str]  # the fix covering every race the trials showed (proof.run_advice); with a proof, its advice
+
+
+class RunFacts(_RunFactsAlways):
+    """`run`'s facts (supervisor.report_for; proof.add_proof fills `proof`)."""
 
 
 class AttachProcessFacts(TypedDict):

@@ -30,6 +30,7 @@ class RunConfig:
     hang_after_s: float = 120.0  # the fallback: no event and no CPU use this long, after a compile began
     cycle_confirm_s: float = 1.5  # the same lock cycle in two samples this far apart is a deadlock
     fixes: Tuple[str, ...] = ()  # registry names, each one that applies without a code change
+    amplifiers: Tuple[str, ...] = ()  # vocabularies.Amplifier values (run --amplify; supervise/amplifiers.py)
 
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode("utf-8")
@@ -37,7 +38,8 @@ class RunConfig:
     @classmethod
     def decode(cls, data: bytes) -> "RunConfig":
         raw = json.loads(data)
-        return cls(float(raw["hang_after_s"]), float(raw["cycle_confirm_s"]), tuple(str(f) for f in raw["fixes"]))
+        return cls(float(raw["hang_after_s"]), float(raw["cycle_confirm_s"]), tuple(str(f) for f in raw["fixes"]),
+                   tuple(str(a) for a in raw["amplifiers"]))
 
     def write(self, session: Path) -> None:
         """For tests and benchmarks that build a folder by hand (a real run uses Session.create)."""

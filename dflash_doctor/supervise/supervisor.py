@@ -66,6 +66,7 @@ class RunSpec:
     trials: int = 1
     keep: bool = False
     leave_running: bool = False  # --leave-running: what the command left running is named, not ended
+    amplifiers: Tuple[str, ...] = ()  # vocabularies.Amplifier values, applied in every process (amplifiers.py)
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ class Supervisor:
     def run_trial(self, index: int) -> TrialResult:
         spec = self.spec
         self._seen, self._told = {}, set()
-        session = Session.create(RunConfig(spec.hang_after_s, spec.cycle_confirm_s, spec.fixes))
+        session = Session.create(RunConfig(spec.hang_after_s, spec.cycle_confirm_s, spec.fixes, spec.amplifiers))
         watcher = tree.Watcher(str(session.path), session.token)
         try:
             env = child_environment(session.path, token=session.token,
@@ -400,6 +401,7 @@ def report_for(spec: RunSpec, results: Sequence[TrialResult], expect_clean: bool
         "command": list(spec.command), "fixes": list(spec.fixes), "cache": "cold" if spec.cold_cache else "as-is",
         "on_hang": spec.on_hang.value, "hang_after_s": spec.hang_after_s,
         "trials": [_trial_facts(result) for result in results], "rate": trial_rate(results),
+        "amplifiers": list(spec.amplifiers), "proof": None, "advice": [],
     }
     report.exit_code_override = exit_code_for(results, expect_clean)
     return report

@@ -44,7 +44,7 @@ def test_forced_leak_names_the_victim_and_the_holder_with_its_stack(cli, tmp_pat
 @pytest.mark.timeout(240)
 def test_fix_threadlocal_flag_stops_the_forced_leak(cli, tmp_path):
     out = tmp_path / "run.json"
-    proc = cli("run", "--fix", "threadlocal-flag", "--expect", "clean", "-f", "json", "-o", out, "--",
+    proc = cli("run", "--fix", "threadlocal-flag", "--no-baseline", "--expect", "clean", "-f", "json", "-o", out, "--",
                sys.executable, program("fx_leak_trainer.py"), timeout=220)
     assert json.loads(proc.stdout) == {"drafter-0": "ok"}, proc.stderr
     assert proc.returncode == 0, proc.stderr
@@ -257,8 +257,8 @@ def test_a_thread_killed_by_the_patcher_race_is_named_with_the_tracing_thread_de
 @pytest.mark.timeout(120)
 def test_isolate_fx_patches_under_run_lets_that_worker_live(cli, tmp_path):
     out = tmp_path / "run.json"
-    proc = cli("run", "--fix", "isolate-fx-patches", "--expect", "clean", "-f", "json", "-o", out, "--",
-               sys.executable, program("graph_inspector.py"), timeout=110)
+    proc = cli("run", "--fix", "isolate-fx-patches", "--no-baseline", "--expect", "clean", "-f", "json", "-o", out,
+               "--", sys.executable, program("graph_inspector.py"), timeout=110)
     assert proc.returncode == 0, proc.stderr
     assert "worker: step=1" in proc.stderr and _report(out)["findings"] == []
 
