@@ -33,6 +33,7 @@ SETTINGS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("none", ()),
     ("switch-interval", ("--amplify", "switch-interval")),
     ("foreign-trace", ("--amplify", "foreign-trace")),
+    ("foreign-trace + switch-interval", ("--amplify", "foreign-trace,switch-interval")),
     ("cache cold", ("--cache", "cold")),
 )
 

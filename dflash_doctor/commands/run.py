@@ -130,7 +130,7 @@ def register(app: typer.Typer) -> None:
             "(default). --no-baseline runs only the fix: no verdict, the findings alone."),
         amplify: Optional[str] = typer.Option(
             None, "--amplify", help="Make a rare race likely without changing what your code computes, in every "
-            "Python process: switch-interval (sys.setswitchinterval(0.0002) before your code), foreign-trace (a "
+            "Python process: switch-interval (sys.setswitchinterval(0.0002) before your first thread), foreign-trace (a "
             "thread of the tool's own loops torch.fx.symbolic_trace beside your threads: a race it shows is one "
             "your run has IF a thread traces with FX); combine with commas. --cache cold is the third."),
         cache: Cache = typer.Option(Cache.WARM, "--cache", case_sensitive=False,

@@ -335,7 +335,7 @@ class Agent:
     def start(self) -> None:
         from dflash_doctor.supervise import amplifiers
 
-        amplifiers.at_start(amplifiers.parse(self.config.amplifiers))  # before the user's first line
+        amplifiers.at_start(amplifiers.parse(self.config.amplifiers))  # before the user's first thread starts
         self.hooks.trace_crashes()
         self.hooks.thread_start()  # the per-thread fixes, and every thread's death
         if "torch" in sys.modules:  # a sitecustomize chained before us imported it

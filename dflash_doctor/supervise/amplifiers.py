@@ -1,5 +1,6 @@
 """`run --amplify`: inside every Python process `run` starts, make a rare race likely without changing what the
-user's code computes. The agent calls `at_start` from the bootstrap (before the user's first line) and
+user's code computes. The agent calls `at_start` as it starts (at the process's first Thread.start() or import
+torch, before any of the user's threads runs) and
 `after_torch` right after torch's own import; nothing here imports torch before the user's code does.
 
 - switch-interval: `sys.setswitchinterval(SWITCH_INTERVAL_S)`. The interpreter asks the running thread to drop the
@@ -35,7 +36,7 @@ def parse(names: Iterable[str]) -> tuple:
 def describe(amplifier: Amplifier) -> str:
     """The amplifier as the report names it, so the result can be reproduced by hand."""
     if amplifier is Amplifier.SWITCH_INTERVAL:
-        return f"sys.setswitchinterval({SWITCH_INTERVAL_S}) in every Python process before your code"
+        return f"sys.setswitchinterval({SWITCH_INTERVAL_S}) in every Python process before its first thread"
     return ("a thread looping torch.fx.symbolic_trace over a small module beside your threads "
             f"({FOREIGN_TRACE_THREAD})")
 

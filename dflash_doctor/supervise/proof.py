@@ -101,8 +101,9 @@ def _untried(amplifiers: FrozenSet[Amplifier], cold: bool, hazard: str) -> List[
     if not cold and hazard != Hazard.PATCHER_RACE.value:
         steps.append("`--cache cold` (every trial compiles: the FX flag is up during each compile's trace)")
     if Amplifier.FOREIGN_TRACE not in amplifiers and hazard in (Hazard.PATCHER_RACE.value, Hazard.FX_FLAG_LEAK.value):
-        steps.append("`--amplify foreign-trace` if a thread of your trainer traces with torch.fx (a profiler, "
-                     "symbolic_trace): a thread of the tool's own does it throughout the run")
+        steps.append("`--amplify foreign-trace,switch-interval` if a thread of your trainer traces with torch.fx "
+                     "(a profiler, symbolic_trace): a thread of the tool's own does it throughout the run (alone it "
+                     "was decisive only on a loaded box: benchmarks/results/run_amplifiers.md)")
     return steps
 
 

@@ -1,4 +1,9 @@
-"""Prints the interpreter's switch interval as the program sees it from its first line."""
+"""Prints the interpreter's switch interval as a thread of the program sees it (it matters only once one runs)."""
 import sys
+import threading
 
-print(sys.getswitchinterval())
+seen = []
+worker = threading.Thread(target=lambda: seen.append(sys.getswitchinterval()), name="worker-0")
+worker.start()
+worker.join()
+print(seen[0])
