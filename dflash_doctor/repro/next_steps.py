@@ -40,8 +40,10 @@ def conditional_hazards(facts: ReproFacts) -> Tuple[Hazard, ...]:
     """The conditional hazards this run showed the trainer can meet: a foreign trace was part of it (the
     foreign-trace stress, or the patcher race reproduced in any row), so the advice must stop the patcher race
     too."""
+    tallies = [facts.get("levels") or {}, facts.get("baseline_levels") or {}] + [
+        row.get("stresses") or {} for row in facts.get("matrix") or []]
     foreign = facts["mode"] == Stress.FOREIGN_TRACE.value or Hazard.PATCHER_RACE in reproduced_hazards(facts) or any(
-        _ran((row.get("stresses") or {}).get(Stress.FOREIGN_TRACE.value)) for row in facts.get("matrix") or [])
+        _ran(tally.get(Stress.FOREIGN_TRACE.value)) for tally in tallies)
     return (Hazard.PATCHER_RACE,) if foreign else ()
 
 

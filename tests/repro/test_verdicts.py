@@ -145,3 +145,13 @@ def test_each_race_the_baseline_reproduced_is_a_finding_and_an_injected_one_a_wa
     from dflash_doctor.rules import repro as rules
 
     assert codes == [(rules.FX_PATCHER_RACE.code, "error", None), (rules.FX_FLAG_LEAK.code, "warning", True)], codes
+
+
+def test_a_run_that_put_a_foreign_trace_beside_the_step_advises_on_the_patcher_race_too():
+    # the baseline met the FX flag first under the foreign trace: the trace was there, so its patches are a risk
+    facts = repro_facts(verdict="not-reproduced", mitigation="isolate-fx-patches", outcome="inconclusive",
+                        outcome_reason="r", model="pkg:make_step",
+                        baseline_levels={"foreign-trace": _level(1, fx_flag_leak=1)},
+                        baseline_reproduced=[{"kind": "fx-flag-leak", "stress": "foreign-trace", "injected": True}])
+    fix = _fix_of(next_steps(facts)[-1])
+    assert {Hazard.PATCHER_RACE, Hazard.FX_FLAG_LEAK} <= registry.covers(fix)
