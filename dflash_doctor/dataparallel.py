@@ -66,8 +66,10 @@ FIXES: Tuple[DataParallelFix, ...] = (
         caveat="one CUDA context and one compile per process; several processes on one GPU (as replayed here) "
                "share its memory",
         registry_entry="processes",
-        measured=(Measured("2.13", "2-core CPU", "3 processes (DistributedDataParallel over gloo, compiled in "
-                                                  "each), 3 steps each, no error"),),
+        measured=(Measured("2.11", "H100", "3 processes on GPU 0 (DistributedDataParallel over gloo, compiled in "
+                                            "each), 3 steps each, 3 graphs, no error"),
+                  Measured("2.13", "2-core CPU", "3 processes (DistributedDataParallel over gloo, compiled in "
+                                                  "each), 3 steps each, no error")),
     ),
     DataParallelFix(
         name="compile-outside-dataparallel",
@@ -77,7 +79,7 @@ FIXES: Tuple[DataParallelFix, ...] = (
                "Dynamo's per-thread frame hook, so the replicas can run uncompiled: `graphs` in the facts says "
                "how many graphs the run compiled",
         registry_entry=None,
-        measured=(Measured("2.11", "H100", "3 steps, no error (graphs compiled not recorded)"),
+        measured=(Measured("2.11", "H100", "3 steps, no error, 0 graphs compiled: the replicas ran uncompiled"),
                   Measured("2.13", "2-core CPU, repro's stand-in", "3 steps, no error, 0 graphs compiled: the "
                                                                     "replicas ran uncompiled")),
     ),

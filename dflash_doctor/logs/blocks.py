@@ -43,6 +43,9 @@ _EXPECTS = {_FRAME: (_TRACEBACK, _SOURCE, _FRAME), _SOURCE: (_FRAME, _SOURCE), _
 _NEXT = {_FRAME: (_TRACEBACK, _SOURCE), _SOURCE: (_FRAME,), _EXCEPTION: (_SOURCE, _FRAME)}
 
 
+DYNAMO_USER_CODE = "from user code:"
+
+
 def _caret_line(text: str) -> bool:
     """Python 3.11's '    ~~~^^^' under a source line: decoration, nobody's next line in particular."""
     return "^" in text and not text.strip(" ~^")
@@ -326,6 +329,11 @@ class _Stream:
             return True
         if block.ended and 0 <= block.continuation < MAX_CONTINUATION and not patterns.RECORD_START.search(text):
             block.continue_message(text)
+            return True
+        if block.ended and not block.chained and text.startswith(DYNAMO_USER_CODE):
+            # Dynamo appends the user's stack to its errors after a blank line ('from user code:' and indented
+            # frames): they belong to this exception, not to a new traceback of a thread that never says why it died
+            block.continuation = -1
             return True
         if block.ended:
             closed.append(block.close())

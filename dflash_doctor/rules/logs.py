@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
+from dflash_doctor.dataparallel import FIXES as DATAPARALLEL_FIXES
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import fix_text
@@ -328,8 +329,8 @@ def _replica_message(details: Dict[str, Any]) -> str:
 
 
 def _replica_steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
-    return ["compile outside the DataParallel (torch.compile(nn.DataParallel(model))) or run one process per GPU "
-            "(torchrun, accelerate launch) instead of DataParallel's replica threads",
+    # dataparallel.FIXES, best first, with each one's caveat: the same words DFD204 and DFD707 give
+    return [f"{fix.name}: {fix.api} ({fix.caveat})" for fix in DATAPARALLEL_FIXES] + [
             "dflash-doctor scan <trainer dir>: where a compiled module is handed to DataParallel or parallel_apply",
             fix_step(LOG_RULES["DFD519"].rule)]
 

@@ -30,7 +30,8 @@ def test_a_dataparallel_replica_is_named_with_its_device_and_inner_error_and_the
     assert finding.evidence["inner_message"].startswith("Detected that you are using FX to symbolically trace")
     assert report.facts["threads"]["replica 1"]["died"]["code"] == "DFD519"
     steps = report.facts["next_steps"]
-    assert steps[0].startswith("compile outside the DataParallel (torch.compile(nn.DataParallel(model)))")
+    assert [step.split(":")[0] for step in steps[:2]] == ["processes", "compile-outside-dataparallel"]
+    assert "uncompiled" in steps[1]  # compiling outside avoids the error but compiled no graph in the replicas
     assert "main" not in report.facts["threads"]
 
 
@@ -91,3 +92,13 @@ def test_real_threads_making_first_calls_at_once_are_read_as_racing(tmp_path):
         assert "DFD520" in found
     else:  # (no race this time: the rule must then stay quiet)
         assert "DFD520" not in found
+
+
+def test_dynamos_user_code_after_a_replicas_error_is_part_of_it_not_a_death_without_a_cause():
+    # The layout of the H100 run of nn.DataParallel(torch.compile(model), device_ids=[0, 0, 0]) (torch 2.11):
+    # Dynamo appends 'from user code:' and the user's frames after the replica's exception line.
+    report = scan_fixture("records/dataparallel_dynamo_user_code.log")
+    assert codes(report) == [("DFD519", "replica 2")]
+    finding, = report.findings
+    assert (finding.evidence["inner"], finding.evidence["gpu"]) == ("torch._dynamo.exc.InternalTorchDynamoError", 0)
+    assert finding.evidence["inner_message"].startswith("RecursionError: maximum recursion depth exceeded")
