@@ -16,7 +16,7 @@ reaches every thread: the hook then sets nothing, and leaving `in_this_thread` d
 which would switch the fix off for every other thread still inside it. Nothing changes there from a plain
 assignment.
 
-`watch(record)` is the run-time hazard (`run`'s DFD911): each thread remembers, when it is started, the values of
+`watch(report)` is the run-time hazard (`run`'s DFD910): each thread remembers, when it is started, the values of
 the settings in compile_settings.SETTINGS its starter read; at its first Dynamo compile it compares them with what
 it reads itself and reports each difference (main assigned it, the worker reads the default).
 
@@ -171,8 +171,14 @@ class SettingGap:
     starter_reads: str
 
     def to_detail(self) -> Dict[str, str]:
+        """The recorder event's detail; `from_detail` is the one reader (run's records cross a process)."""
         return {"key": self.key, "thread": self.thread, "reads": self.reads, "starter": self.starter,
                 "starter_reads": self.starter_reads}
+
+    @classmethod
+    def from_detail(cls, detail: Mapping[str, object]) -> "SettingGap":
+        return cls(str(detail["key"]), str(detail["thread"]), str(detail["reads"]), str(detail["starter"]),
+                   str(detail["starter_reads"]))
 
 
 def _snapshot() -> Dict[str, object]:
