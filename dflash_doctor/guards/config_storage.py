@@ -54,15 +54,15 @@ def read_config_storage(index: Index) -> ConfigStorage:
     setattr_def = _method(module, "ConfigModule", "__setattr__")
     if setattr_def is None:
         return ConfigStorage(file=display, notes=(f"no ConfigModule.__setattr__ in {display}",))
-    sets = [n for n in ast.walk(setattr_def) if _is_override_set(n)]
+    sets: List[ast.Call] = [n for n in ast.walk(setattr_def) if isinstance(n, ast.Call) and _is_override_set(n)]
     contextvar_line = _contextvar_line(module)
     if sets and contextvar_line is not None:
         return ConfigStorage(PER_THREAD, display, sets[0].lineno, contextvar_line, (
             f"ConfigModule.__setattr__ stores an assigned value with user_override.set() ({display}:"
             f"{sets[0].lineno}) in a ContextVar ({display}:{contextvar_line}): a thread started later reads the "
             "default",))
-    stores = [n for n in ast.walk(setattr_def) if isinstance(n, ast.Assign) and any(_is_shared_store(t)
-                                                                                      for t in n.targets)]
+    stores: List[ast.Assign] = [n for n in ast.walk(setattr_def) if isinstance(n, ast.Assign)
+                                and any(_is_shared_store(t) for t in n.targets)]
     if stores and not sets:
         return ConfigStorage(PROCESS_WIDE, display, stores[0].lineno, None, (
             f"ConfigModule.__setattr__ stores an assigned value on the module's own entries ({display}:"

@@ -29,7 +29,7 @@ import contextvars
 import importlib
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from dflash_doctor.compile_settings import SETTINGS
 
@@ -201,45 +201,84 @@ def gaps_in_this_thread(started_with: Mapping[str, object], starter: str) -> Tup
     return tuple(found)
 
 
-def watch(report: Callable[[SettingGap], None]) -> Callable[[], None]:
+def watch(report: Callable[[SettingGap], object]) -> Callable[[], None]:
     """Report, at each thread's first Dynamo compile, every setting of compile_settings.SETTINGS it reads
-    otherwise than its starter did. Returns the undo. Quietly nothing on a torch without Dynamo's callbacks."""
-    import torch._dynamo.callback as dynamo_callback
+    otherwise than its starter did. Returns the undo.
 
-    handler = getattr(dynamo_callback, "callback_handler", None)
-    if handler is None or not hasattr(handler, "register_start_callback"):
-        return lambda: None
+    The check runs in front of `torch._dynamo.convert_frame._compile` (called through its module global in every
+    release read, 2.4-2.15), in the compiling thread. Dynamo's start callbacks are not used: they run only for the
+    outermost of compiles that overlap across threads, so a worker whose compile began while another thread's was
+    in progress would go unchecked (seen in repro's two-thread CPU runs: a lazy backward compile with an end event
+    and no start)."""
+    import torch._dynamo.convert_frame as convert_frame
+
     owner = threading.Thread
     original_start = owner.start
-    checked: Set[int] = set()
+    original_compile = getattr(convert_frame, "_compile", None)
 
     def start(thread_self, *args, **kwargs):
         with contextlib.suppress(Exception):
             setattr(thread_self, _STARTED_WITH, (threading.current_thread().name, _snapshot()))
         return original_start(thread_self, *args, **kwargs)
 
-    def on_compile_start(_args) -> None:
+    def check_this_thread() -> None:
         thread = threading.current_thread()
-        if thread.ident in checked:
-            return
-        checked.add(thread.ident or 0)
-        started = getattr(thread, _STARTED_WITH, None)  # None: the main thread, or one torch's C++ side started
+        # Popped, so each thread is checked at its first compile only (marked on the Thread object: an ident is
+        # reused by the next thread once one ends). None: the main thread, or one torch's C++ side started.
+        started = thread.__dict__.pop(_STARTED_WITH, None)
         if started is None:
             return
         for gap in gaps_in_this_thread(started[1], started[0]):
             with contextlib.suppress(Exception):
                 report(gap)
 
-    owner.start = start  # type: ignore[method-assign]
-    handler.register_start_callback(on_compile_start)
+    owner.start = start  # type: ignore[method-assign,assignment]
+    if callable(original_compile):
+        def compile_(*args, **kwargs):
+            with contextlib.suppress(Exception):  # the tool's check never stands in the way of the compile
+                check_this_thread()
+            return original_compile(*args, **kwargs)
+
+        convert_frame._compile = compile_
 
     def undo() -> None:
         owner.start = original_start  # type: ignore[method-assign]
-        with contextlib.suppress(Exception):
-            handler.remove_start_callback(on_compile_start)
+        if callable(original_compile):
+            convert_frame._compile = original_compile
+
+    return undo
+
+
+def watch_lazy_backward(on_lazy: Callable[[str], object]) -> Callable[[], None]:
+    """Call `on_lazy(thread name)` each time a backward graph is compiled lazily, at a backward call, in the thread
+    that compiles it: what the non-lazy switch, where it reached the thread, prevents. Returns the undo.
+
+    AOTAutograd enters `callback_handler.install_callbacks(CallbackTrigger.LAZY_BACKWARD, ...)` around every lazy
+    backward compile (2.9 and later); it is wrapped on the handler itself because the callbacks it runs fire only
+    for the outermost of compiles that overlap across threads. Nothing on a release without the trigger."""
+    import torch._dynamo.callback as dynamo_callback
+
+    handler = getattr(dynamo_callback, "callback_handler", None)
+    original = getattr(handler, "install_callbacks", None)
+    if handler is None or original is None or not hasattr(getattr(dynamo_callback, "CallbackTrigger", None),
+                                                           "LAZY_BACKWARD"):
+        return lambda: None
+
+    def install_callbacks(*args, **kwargs):
+        trigger = args[0] if args else kwargs.get("trigger")
+        if getattr(trigger, "name", None) == "LAZY_BACKWARD":
+            with contextlib.suppress(Exception):
+                on_lazy(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    handler.install_callbacks = install_callbacks
+
+    def undo() -> None:
+        with contextlib.suppress(AttributeError):
+            del handler.install_callbacks
 
     return undo
 
 
 __all__ = ["EVENT_KIND", "SettingGap", "SettingUnavailable", "available", "gaps_in_this_thread", "in_this_thread",
-           "inherited", "per_thread_storage", "read", "set_for_every_thread", "set_in_this_thread", "watch"]
+           "inherited", "per_thread_storage", "read", "set_for_every_thread", "set_in_this_thread", "watch", "watch_lazy_backward"]
