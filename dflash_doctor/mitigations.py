@@ -420,7 +420,9 @@ RESTART = Advice(
 RESTORE_CONFIG = Advice(
     "restore-config",
     "Set torch._dynamo.config.error_on_nested_fx_trace = True and force_compile_during_fx_trace = False (the "
-    "defaults), then remove the race with one of the fixes below.",
+    "defaults) by removing the assignments that changed them, in every thread that made one (from torch 2.12 each "
+    "thread keeps its own value: resetting them in main leaves a worker's own change in place), then remove the "
+    "race with one of the fixes below.",
     "none; the race raises again instead of silently running uncompiled code (for flex_attention: the dense path "
     "that materialises QK^T and can run out of memory)",
 )
