@@ -181,11 +181,21 @@ class SettingGap:
                    str(detail["starter_reads"]))
 
 
+def _is_alias(dotted: str) -> bool:
+    """A key that only forwards to another (cache_size_limit to recompile_limit where both exist): watched once,
+    under the name it forwards to."""
+    module, key = _resolve(dotted)
+    entries = getattr(module, "_config", None)
+    entry = entries.get(key) if isinstance(entries, dict) else None
+    return getattr(entry, "alias", None) is not None
+
+
 def _snapshot() -> Dict[str, object]:
     values: Dict[str, object] = {}
     for setting in SETTINGS:
         with contextlib.suppress(Exception):
-            values[setting.dotted] = read(setting.dotted)
+            if not _is_alias(setting.dotted):
+                values[setting.dotted] = read(setting.dotted)
     return values
 
 
