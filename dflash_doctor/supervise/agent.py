@@ -406,7 +406,8 @@ class Agent:
         """DFD910: a worker whose compile settings differ from its starter's (runtime/thread_config.py)."""
         from dflash_doctor.runtime import thread_config
 
-        thread_config.watch(lambda gap: self.recorder.record(thread_config.EVENT_KIND, "I", **gap.to_detail()))
+        self.hooks.undo.append(thread_config.watch(
+            lambda gap: self.recorder.record(thread_config.EVENT_KIND, "I", **gap.to_detail())))
 
     def _problem(self, subject: str, exc: BaseException, hint: str) -> None:
         self._add_problem(subject, f"{type(exc).__name__}: {exc}", hint)

@@ -111,7 +111,8 @@ def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
     assert corrupted.facts["hazards"]["stuck-flag"]["reason"].startswith("the FX-tracing flag is True right now")
     assert [fix["fix"].split(":")[0] for fix in corrupted.facts["fixes"][:2]] == [
         "Restart the process", "Set torch._dynamo.config.error_on_nested_fx_trace = True and "
-        "force_compile_during_fx_trace = False (the defaults), then remove the race with one of the fixes below."]
+        "force_compile_during_fx_trace = False (the defaults) by removing the assignments that changed them, in every "
+        "thread that made one (from torch 2.12 each thread keeps its own value"]
 
 
 def test_a_crashed_probe_host_leaves_the_static_verdict_and_one_problem_per_probe(tmp_path):
