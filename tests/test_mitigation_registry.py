@@ -265,16 +265,26 @@ _SETUP_REACH = textwrap.dedent("""
                  if compile_settings.setting(s.setting) is not None}):
             return step(5)
 
+    # Every worker stays alive until all have compiled, as training workers do (torch 2.11's CPU build crashed,
+    # in and out of this tool, compiling in a thread started after an earlier compiling thread had ended).
+    finished, stop = threading.Event(), threading.Event()
+
+    def later_worker():
+        out["later"] = step(7)
+        finished.set()
+        stop.wait(60)
+
     before = threading.Thread(target=lambda: out.__setitem__("early", early()), name="early")
     out = {}
     before.start()
     entry.setup()
     out["main"] = [repr(s.read()) for s in entry.switches]
-    later = threading.Thread(target=lambda: out.__setitem__("later", step(7)), name="later")
-    later.start(); later.join(60)
+    later = threading.Thread(target=later_worker, name="later")
+    later.start(); finished.wait(60)
     with ThreadPoolExecutor(1, thread_name_prefix="pool") as pool:
         out["pool"] = pool.submit(step, 9).result(60)
-    go.set(); before.join(60)
+        go.set(); before.join(60)
+    stop.set(); later.join(60)
     out["events"] = events
     print(json.dumps(out))
 """)

@@ -73,9 +73,22 @@ def test_the_watch_names_a_worker_that_compiled_without_its_starters_value_and_n
             torch.compile(lambda x: x * 2 + 1, backend="eager")(torch.ones(3))
 
         def starter():
+            # both workers alive until both compiled (torch 2.11's CPU build crashed compiling in a thread started
+            # after a compiling thread had ended, with or without this tool)
             thread_config.set_in_this_thread({LIMIT: default + 7})
-            _in_thread(lambda: compile_once(False), "worker-default")
+            first_done, stop = threading.Event(), threading.Event()
+
+            def first():
+                compile_once(False)
+                first_done.set()
+                stop.wait(60)
+
+            holder = threading.Thread(target=first, name="worker-default")
+            holder.start()
+            first_done.wait(60)
             _in_thread(lambda: compile_once(True), "worker-own")
+            stop.set()
+            holder.join(60)
 
         _in_thread(starter)
     finally:

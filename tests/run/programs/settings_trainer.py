@@ -37,9 +37,20 @@ def train(size):
 if sys.argv[1:] == ["main"]:
     functorch_config.force_non_lazy_backward_lowering = True
 reads = {}
-worker = threading.Thread(target=lambda: reads.__setitem__("drafter-0", train(6)), name="drafter-0")
+trained, stop = threading.Event(), threading.Event()
+
+
+def drafter():
+    reads["drafter-0"] = train(6)
+    trained.set()
+    stop.wait(60)  # alive while the pool worker trains, as a trainer's workers are
+
+
+worker = threading.Thread(target=drafter, name="drafter-0")
 worker.start()
-worker.join()
+trained.wait(60)
 with ThreadPoolExecutor(1, thread_name_prefix="pool") as pool:
     reads["pool_0"] = pool.submit(train, 10).result()
+stop.set()
+worker.join()
 print(json.dumps({"order": order, "reads": reads}))
