@@ -123,6 +123,12 @@ def citations(facts: dict) -> List[Tuple[str, int, str]]:
     option = facts["backward_compile"]["non_lazy_option"]
     if option:
         cited.append((option["file"], option["line"], "force_non_lazy_backward_lowering"))
+    settings = facts["compile_settings"]
+    if settings["write_line"]:
+        cited.append((settings["file"], settings["write_line"], "user_override" if settings["per_thread"] is not False
+                      or "user_override" in _line(settings["file"], settings["write_line"]) else "_config["))
+    if settings["contextvar_line"]:
+        cited.append((settings["file"], settings["contextvar_line"], "ContextVar"))
     return cited
 
 
@@ -151,6 +157,11 @@ def check(version: str, document: dict) -> Tuple[List[str], int]:
     patcher = hazards["fx-patcher-race"]
     if patcher["state"] == "present" and "isolate-fx-patches" not in patcher["fixes"] + list(patcher["unavailable"]):
         failures.append(f"{version}: isolate-fx-patches neither offered nor said to be unavailable")
+    settings = facts["compile_settings"]
+    if settings["per_thread"] is None:
+        failures.append(f"{version}: where an assigned compile setting lives was not read")
+    elif settings["per_thread"] and not any(c.startswith("non-lazy-backward:") for c in settings["consequences"]):
+        failures.append(f"{version}: compile settings per thread, but no consequence named for non-lazy-backward")
     shim_offered = "threadlocal-flag" in hazards["fx-flag-leak"]["fixes"]
     if shim_offered != (facts["fx_flag_storage"] == "module-global"):
         failures.append(f"{version}: thread-local shim offered={shim_offered}, FX flag {facts['fx_flag_storage']}")
@@ -161,6 +172,14 @@ def _where(site: Optional[dict], root: str) -> str:
     if not site:
         return "-"
     return f"`{os.path.relpath(site['file'], root)}:{site['line']}`"
+
+
+def _settings_cell(settings: dict, root: str) -> str:
+    write = {"file": settings["file"], "line": settings["write_line"]} if settings["write_line"] else None
+    cell = f"**{settings['storage']}** {_where(write, root)}"
+    if settings["contextvar_line"]:
+        cell += f", ContextVar {_where({'file': settings['file'], 'line': settings['contextvar_line']}, root)}"
+    return cell
 
 
 def _fix_label(fix: dict) -> str:
@@ -192,8 +211,8 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
             "## What decided it (file:line in each wheel)", "",
             "| torch | guard raise (wrapper, predicate) | FX flag | is_compiling set by a Dynamo compile | "
             "backward compile takes compile_lock | lazy backward compile | non-lazy switch | nn.Module patched "
-            "on the class, patcher |",
-            "|---|---|---|---|---|---|---|---|"]
+            "on the class, patcher | compile settings (assigned value) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         facts, root = row["facts"], row["root"]
         guard, flag, compiling, backward = (facts["guard"], facts["fx_flag"], facts["compiling_flag"],
@@ -214,7 +233,7 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
                    f"{flag_cell} | "
                    f"{masking_cell} | {lock_cell} | {lazy['function'] if lazy else '-'} {_where(lazy, root)} | "
                    f"{_where(backward['non_lazy_option'], root) if backward['non_lazy_option'] else 'none'} | "
-                   f"{patcher_cell} |")
+                   f"{patcher_cell} | {_settings_cell(facts['compile_settings'], root)} |")
     holders = [(r["version"], r["facts"]["backward_compile"]["holder"]) for r in rows]
     functions = sorted({holder["function"] for _, holder in holders if holder})
     out += ["", "The Dynamo compile holding the lock on the other side of the cycle, in "
@@ -245,7 +264,8 @@ def render(rows: Sequence[dict], anchor: float, machine: str, failures: Sequence
             "is offered exactly where `torch._functorch.config.force_non_lazy_backward_lowering` exists, the "
             "thread-local shim exactly where the FX flag is a module global, single-thread-autograd wherever the "
             "deadlock is present, isolate-fx-patches wherever the FX patcher race is (on 2.4 with the reason it cannot "
-            "apply there).",
+            "apply there); where an assigned compile setting lives is read on every release, and where it is per "
+            "thread the consequence for non-lazy-backward is named.",
             "- Failures: " + ("none" if not failures else "; ".join(failures)), ""]
     out += [NOTES]
     return "\n".join(out)
@@ -291,6 +311,16 @@ is decided the same way but left out of the headline: it needs a thread running 
   CURRENT_PATCHER is None in finally block`. Present where the class is patched and the patcher is a module global
   (every release read), absent where the patcher is per thread. The live probe runs the minimal case: an eager
   `nn.Linear` in one thread while another sits inside `symbolic_trace`.
+
+- **Compile settings per thread (2.12 and later; not a hazard of its own, a condition on every config-based fix).**
+  `ConfigModule.__setattr__` in `torch/utils/_config_module.py` (what `torch._functorch.config.x = v` runs) stores
+  the value with `user_override.set(value)` in a `ContextVar` made per key in `_ConfigEntry` from 2.12 on; up to
+  2.11 it stores it on the module's own entries (`self._config[name].user_override = value`, 2.6-2.11;
+  `self._config[name] = value`, 2.4-2.5), which every thread shares. Per thread, a thread started later reads the
+  default: `force_non_lazy_backward_lowering` set once in main leaves every worker's backward lazy, and
+  `error_on_nested_fx_trace = False` set in main leaves the workers raising. DFD611 names it with the consequence
+  for every config-based fix; `dflash_doctor.runtime.enable_non_lazy_backward()` sets the switch in every thread
+  started after it (docs/races.md).
 
 ### The deadlock, as measured
 

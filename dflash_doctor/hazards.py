@@ -109,6 +109,9 @@ class Release:
     # Tracer.trace's nn.Module patches apply to the tracing thread only and its patcher is per thread (False in
     # every release read, 2.4-2.15: the patches go on the classes and CURRENT_PATCHER is a module global).
     fx_patches_isolated: Optional[bool] = None
+    # A value assigned to torch._dynamo/_inductor/_functorch.config lives in the assigning thread's ContextVar
+    # (2.12+): threads started later read the default, so a config-based fix must reach each worker itself.
+    compile_settings_per_thread: Optional[bool] = None
 
     def hazards(self, including: Iterable[Hazard] = ()) -> frozenset:
         """The hazards this release can show (unknown counts as possible: advice errs on the safe side).

@@ -11,6 +11,7 @@ Importing this module never imports torch: the apply hooks import the runtime la
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
@@ -33,6 +34,9 @@ def _setup_threadlocal_flag() -> dict:
     else:
         raise MitigationFailed("this torch's FX module is not a layout the shim knows: " + status.detail)
     return facts
+
+
+_NON_LAZY = "torch._functorch.config.force_non_lazy_backward_lowering"
 
 
 def _setup_non_lazy_backward() -> dict:
@@ -81,6 +85,49 @@ def _wrap_global_lock(step: Callable) -> Callable:
     from dflash_doctor import runtime
 
     return runtime.global_lock(step)
+
+
+def _read_setting(dotted: str) -> Callable[[], object]:
+    def read() -> object:
+        from dflash_doctor.runtime import thread_config
+
+        return thread_config.read(dotted)
+
+    return read
+
+
+def _autograd_multithreading() -> object:
+    import torch
+
+    return torch.autograd.is_multithreading_enabled()
+
+
+class Reach(str, enum.Enum):
+    """Which threads a switch reaches once the fix is applied by its hook, on every release (the generated
+    registry tests start real threads to prove it)."""
+
+    LATER_THREADS = "every thread started after the set-up"  # setup: the calling thread and threads started later
+    ENTERING_THREAD = "each thread that enters it"  # in_each_thread: that thread only, for as long as it is inside
+
+
+class Serialises(str, enum.Enum):
+    """What a step wrapper keeps from overlapping across threads (the generated tests measure the overlap)."""
+
+    NOTHING = "nothing"
+    FIRST_STEPS = "each thread's first step"
+    EVERY_STEP = "every step"
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A value a fix switches: what it is, the value it takes, how the calling thread reads it, and which threads
+    it reaches. `setting` is a dotted name; a compile setting (compile_settings.SETTINGS) is kept per thread from
+    torch 2.12 on, so its fix must reach the workers through the thread-start hook or the per-thread form."""
+
+    setting: str
+    value: object
+    read: Callable[[], object]
+    reach: Reach
 
 
 class MitigationFailed(RuntimeError):
@@ -141,9 +188,13 @@ class Mitigation:
     # The fix that completes this one (and why), stated as data so advice can tell when the pairing is met or moot.
     pair_with: Optional[str] = None
     pair_reason: str = ""
+    # What it claims, proved by tests generated from this registry (tests/test_mitigation_registry.py): the values
+    # it switches and which threads they reach, and what its step wrapper serialises.
+    switches: Tuple[Switch, ...] = ()
+    serialises: Serialises = Serialises.NOTHING
 
     def __post_init__(self) -> None:
-        for field_name in ("caveats", "source_markers"):
+        for field_name in ("caveats", "source_markers", "switches"):
             if not isinstance(getattr(self, field_name), tuple):
                 raise TypeError(f"mitigation {self.name}: {field_name} must be a tuple of strings")
 
@@ -182,6 +233,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         recommended=False,
         wrap_step=_wrap_first_call_lock,
         source_markers=("first_call_lock",),
+        serialises=Serialises.FIRST_STEPS,
     ),
     Mitigation(
         name="global-lock",
@@ -197,6 +249,7 @@ REGISTRY: Tuple[Mitigation, ...] = (
         cost="60 steps of 3 threads took 15.8 s under the lock against 0.27 s after a warm-up (H200, torch 2.11); "
              "a tracing thread waits for the steps too",
         wrap_step=_wrap_global_lock,
+        serialises=Serialises.EVERY_STEP,
         around_foreign_trace=_fx_trace_lock,
         source_markers=("global_lock", "fx_trace_lock"),
     ),
@@ -231,17 +284,24 @@ REGISTRY: Tuple[Mitigation, ...] = (
     Mitigation(
         name="non-lazy-backward",
         summary="compile the backward with the forward: torch._functorch.config.force_non_lazy_backward_lowering "
-                "(stops the deadlock, not the leak)",
-        api="dflash_doctor.runtime.enable_non_lazy_backward()",
+                "in every thread that compiles (stops the deadlock, not the leak)",
+        api="dflash_doctor.runtime.enable_non_lazy_backward()  # before the workers start: this thread and every "
+            "thread started later; a thread already running: `with "
+            "dflash_doctor.runtime.non_lazy_backward_in_thread(): ...`",
         covers=frozenset({Hazard.DEADLOCK}),
-        caveats=(),
+        caveats=("torch 2.12 and later keep compile settings per thread: a plain `torch._functorch.config."
+                 "force_non_lazy_backward_lowering = True` in the main thread leaves every worker compiling its "
+                 "backward lazily; enable_non_lazy_backward() also sets it in threads started after it, "
+                 "non_lazy_backward_in_thread() in a thread already running",),
         pair_with="threadlocal-flag",
         pair_reason="alone it turns the deadlock into the FX RuntimeError where the flag is a module global "
                     "(torch < 2.14): the longer compile leaks the flag into warm threads",
         cost="a longer first step: the backward compiles before it is needed",
         unavailable=_needs_non_lazy_flag,
         setup=_setup_non_lazy_backward,
-        source_markers=("enable_non_lazy_backward", "force_non_lazy_backward_lowering"),
+        source_markers=("enable_non_lazy_backward", "non_lazy_backward_in_thread",
+                        "force_non_lazy_backward_lowering"),
+        switches=(Switch(_NON_LAZY, True, _read_setting(_NON_LAZY), Reach.LATER_THREADS),),
     ),
     Mitigation(
         name="single-thread-autograd",
@@ -261,6 +321,8 @@ REGISTRY: Tuple[Mitigation, ...] = (
                     "thread still raised the FX error while another thread compiled (H200, torch 2.11, 2 of 2)",
         in_each_thread=_single_thread_autograd,
         source_markers=("set_multithreading_enabled", "single_thread_autograd"),
+        switches=(Switch("torch.autograd.is_multithreading_enabled()", False, _autograd_multithreading,
+                         Reach.ENTERING_THREAD),),
     ),
     Mitigation(
         name="isolate-fx-patches",
@@ -358,7 +420,9 @@ RESTART = Advice(
 RESTORE_CONFIG = Advice(
     "restore-config",
     "Set torch._dynamo.config.error_on_nested_fx_trace = True and force_compile_during_fx_trace = False (the "
-    "defaults), then remove the race with one of the fixes below.",
+    "defaults) by removing the assignments that changed them, in every thread that made one (from torch 2.12 each "
+    "thread keeps its own value: resetting them in main leaves a worker's own change in place), then remove the "
+    "race with one of the fixes below.",
     "none; the race raises again instead of silently running uncompiled code (for flex_attention: the dense path "
     "that materialises QK^T and can run out of memory)",
 )
@@ -634,6 +698,7 @@ def _entering(factories) -> Callable[[], ContextManager[object]]:
 
 
 __all__ = ["BY_NAME", "COMBINATIONS", "MATRIX", "Combination", "INFERRED", "MEASURED", "NAMES", "NONE", "REGISTRY",
-           "RESTART", "RESTORE_CONFIG", "Advice", "Mitigation", "MitigationFailed", "Recommendation", "around_foreign_trace", "caveats_for", "covering", "covers",
+           "RESTART", "RESTORE_CONFIG", "Advice", "Mitigation", "MitigationFailed", "Reach", "Serialises", "Switch",
+           "Recommendation", "around_foreign_trace", "caveats_for", "covering", "covers",
            "fix_text", "get", "help_text", "in_each_thread", "label", "ladder", "open_conditions", "parse",
            "recommend", "release_series"]

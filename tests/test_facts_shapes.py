@@ -297,7 +297,7 @@ def _child_result(spec: Dict[str, Any], outcome: str = "ok", error: Optional[str
 
     names = spec["thread_names"]
     threads = [{"name": n, "outcome": outcome, "error": error, "steps": 0 if error else spec["steps"], "seconds": 0.5,
-                "autograd_multithreading": True} for n in names]
+                "autograd_multithreading": True, "switches": {}, "lazy_backward_compiles": 0} for n in names]
     result = {"phase": spec["phase"], "problems": [], "shim": None, "shim_check": None, "warmup_s": [], "hang": None,
               "stacks": [], "torch_version": "2.13.0+cpu", "python": "3.11.7", "pid": 7, "setup_s": 0.1,
               "thread_ids": {}, "run_s": 0.5, "outcome": outcome, "threads": threads, "blame": [], "seconds": 1.0,

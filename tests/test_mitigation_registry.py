@@ -118,8 +118,11 @@ def test_each_setup_hook_really_applies_in_a_fresh_process(entry):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("name", ["first-call-lock", "global-lock"])
-def test_each_step_wrapper_serialises_what_it_says_with_real_threads(name):
+@pytest.mark.parametrize("entry", [e for e in registry.REGISTRY if e.wrap_step], ids=lambda e: e.name)
+def test_each_step_wrapper_serialises_what_it_claims_with_real_threads(entry):
+    # Generated from the registry: a wrapper must say what it serialises, and three real threads prove it.
+    assert entry.serialises is not registry.Serialises.NOTHING or not entry.recommended, (
+        f"{entry.name} wraps the step but claims to serialise nothing")
     guard, local = threading.Lock(), threading.local()
     inside = {"any": 0, "first": 0}
     peak = {"any": 0, "first": 0}
@@ -138,16 +141,18 @@ def test_each_step_wrapper_serialises_what_it_says_with_real_threads(name):
                 inside[key] -= 1
         calls.append(1)
 
-    wrapped = [registry.get(name).wrap_step(step) for _ in range(3)]
-    threads = [threading.Thread(target=lambda w=w: [w() for _ in range(3)]) for w in wrapped]
+    wrapped = [entry.wrap_step(step) for _ in range(3)]
+    start = threading.Barrier(3)
+    threads = [threading.Thread(target=lambda w=w: (start.wait(10), [w() for _ in range(3)])) for w in wrapped]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert len(calls) == 9
-    assert peak["first"] == 1  # both serialise the threads' first steps
-    if name == "global-lock":
-        assert peak["any"] == 1  # and the global lock every step
+    assert len(calls) == 9, "the wrapper lost or repeated steps"
+    if entry.serialises in (registry.Serialises.FIRST_STEPS, registry.Serialises.EVERY_STEP):
+        assert peak["first"] == 1, f"{entry.name}: two threads' first steps overlapped"
+    if entry.serialises is registry.Serialises.EVERY_STEP:
+        assert peak["any"] == 1, f"{entry.name}: two threads' steps overlapped"
 
 
 def test_ladders_and_the_matrix_follow_what_each_entry_claims():
@@ -194,24 +199,137 @@ def test_evidence_is_measured_only_for_the_exact_parts_on_the_release_they_ran_o
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("entry", [e for e in registry.REGISTRY if e.in_each_thread], ids=lambda e: e.name)
 def test_each_per_thread_switch_is_entered_in_a_real_worker_thread_and_left_again(entry):
-    torch = pytest.importorskip("torch")
+    # Generated from the registry: what the entry says it switches, read in the thread inside, outside and after.
+    pytest.importorskip("torch")
+    assert entry.switches, f"{entry.name} is entered in each thread but declares nothing it switches"
     seen, inside, leave = {}, threading.Event(), threading.Event()
+
+    def values():
+        return tuple(switch.read() for switch in entry.switches)
+
+    before = values()
 
     def worker():
         with registry.in_each_thread((entry.name,))():
-            seen["inside"] = torch.autograd.is_multithreading_enabled()
+            seen["inside"] = values()
             inside.set()
             leave.wait(20)
-        seen["after"] = torch.autograd.is_multithreading_enabled()
+        seen["after"] = values()
 
     thread = threading.Thread(target=worker)
     thread.start()
     assert inside.wait(20)
-    seen["main"] = torch.autograd.is_multithreading_enabled()
+    seen["main"] = values()
     leave.set()
     thread.join(20)
-    # the only per-thread switch so far is autograd's; a new kind of switch adds its own observable here
-    assert seen == {"inside": False, "main": True, "after": True}
+    assert all(s.reach is registry.Reach.ENTERING_THREAD for s in entry.switches)
+    assert seen == {"inside": tuple(s.value for s in entry.switches), "main": before, "after": before}
+
+
+# A fresh interpreter per entry: the set-up changes process-wide state. It proves each switch of a set-up reaches
+# the threads it claims on the installed torch: the calling thread, a thread started afterwards, a ThreadPoolExecutor
+# worker; a thread started before the set-up reads the value inside the entry's per-thread form; and where the
+# switch is a compile setting that compiles the backward with the forward, a worker's backward is compiled by its
+# forward call, not lazily at backward() (an aot_autograd backend records when each compiler runs).
+_SETUP_REACH = textwrap.dedent("""
+    import json, sys, threading
+    from concurrent.futures import ThreadPoolExecutor
+    import torch
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from dflash_doctor import compile_settings, mitigations as registry, runtime
+
+    entry = registry.get(sys.argv[1])
+    events = []
+
+    def compiler(kind):
+        def compile_(gm, example_inputs):
+            events.append((kind, threading.current_thread().name))
+            return make_boxed_func(gm.forward)
+        return compile_
+
+    backend = aot_autograd(fw_compiler=compiler("fw"), bw_compiler=compiler("bw"))
+    compiled = torch.compile(lambda x: (x.sin() * 2).sum(), backend=backend, dynamic=False)  # a compile per size
+    go = threading.Event()
+
+    def step(size):
+        y = compiled(torch.randn(size, requires_grad=True))
+        events.append(("forward-returned", threading.current_thread().name))
+        y.backward()
+        return [repr(s.read()) for s in entry.switches]
+
+    def early():
+        go.wait(30)
+        with registry.in_each_thread((entry.name,))(), runtime.thread_config.in_this_thread(
+                {s.setting: s.value for s in entry.switches
+                 if compile_settings.setting(s.setting) is not None}):
+            return step(5)
+
+    # Every worker stays alive until all have compiled, as training workers do (torch 2.11's CPU build crashed,
+    # in and out of this tool, compiling in a thread started after an earlier compiling thread had ended).
+    finished, stop = threading.Event(), threading.Event()
+
+    def later_worker():
+        out["later"] = step(7)
+        finished.set()
+        stop.wait(60)
+
+    before = threading.Thread(target=lambda: out.__setitem__("early", early()), name="early")
+    out = {}
+    before.start()
+    entry.setup()
+    out["main"] = [repr(s.read()) for s in entry.switches]
+    later = threading.Thread(target=later_worker, name="later")
+    later.start(); finished.wait(60)
+    with ThreadPoolExecutor(1, thread_name_prefix="pool") as pool:
+        out["pool"] = pool.submit(step, 9).result(60)
+        go.set(); before.join(60)
+    stop.set(); later.join(60)
+    out["events"] = events
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("entry", [e for e in registry.REGISTRY if e.setup and e.switches], ids=lambda e: e.name)
+def test_each_setup_switch_reaches_the_threads_it_claims(entry):
+    pytest.importorskip("torch")
+    if entry.unavailable(_installed_release()) is not None:
+        pytest.skip(entry.unavailable(_installed_release()))
+    import json
+    import os
+
+    proc = subprocess.run([sys.executable, "-c", _SETUP_REACH, entry.name], capture_output=True, text=True,
+                          timeout=140, cwd=str(REPO), env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    wanted = [repr(s.value) for s in entry.switches]
+    assert all(s.reach is registry.Reach.LATER_THREADS for s in entry.switches)
+    assert out["main"] == wanted and out["later"] == wanted and out["pool"] == wanted, out
+    assert out["early"] == wanted, "the per-thread form did not reach a thread started before the set-up"
+    from dflash_doctor.compile_settings import SettingRole, setting
+
+    if any((setting(s.setting) is not None and setting(s.setting).role is SettingRole.DEADLOCK_FIX)
+           for s in entry.switches):
+        for thread in ("later", "pool_0", "early"):
+            mine = [kind for kind, name in out["events"] if name == thread]
+            assert mine == ["fw", "bw", "forward-returned"], (thread, out["events"])
+
+
+def _installed_release() -> Release:
+    import torch._functorch.config as functorch_config
+
+    return Release(non_lazy_backward_available=hasattr(functorch_config, "force_non_lazy_backward_lowering"))
+
+
+def test_every_compile_setting_a_fix_switches_is_declared_where_its_reach_is_reasoned_about():
+    from dflash_doctor.compile_settings import setting
+
+    for entry in registry.REGISTRY:
+        for switch in entry.switches:
+            if switch.setting.startswith("torch._") and ".config." in switch.setting:
+                assert setting(switch.setting) is not None, switch.setting
+                assert entry.setup is not None or entry.in_each_thread is not None
 
 
 @pytest.mark.timeout(60)

@@ -13,6 +13,7 @@ class ReleaseFacts(TypedDict):
     non_lazy_backward_available: Optional[bool]
     backward_compile_takes_compile_lock: Optional[bool]
     fx_patches_isolated: Optional[bool]
+    compile_settings_per_thread: Optional[bool]
 
 
 class GuardsFacts(TypedDict):
@@ -35,6 +36,7 @@ class GuardsFacts(TypedDict):
     compiling_flag: Dict[str, Any]
     backward_compile: Dict[str, Any]
     fx_patches: Dict[str, Any]
+    compile_settings: Dict[str, Any]  # where an assigned compile setting lives, and what that means for the fixes
     corroboration: Any
     probe_details: Dict[str, Dict[str, Any]]
     state_source: str

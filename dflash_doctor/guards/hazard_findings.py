@@ -47,6 +47,15 @@ def layout_findings(layout: Layout) -> List[Finding]:
         ))
     if states[Hazard.DEADLOCK] == PRESENT:
         findings.append(_deadlock_finding(layout))
+    settings = layout.compile_settings
+    if settings.per_thread:
+        findings.append(rules.COMPILE_SETTINGS_PER_THREAD.finding(
+            "an assigned compile setting lives in the assigning thread's ContextVar (ConfigModule.__setattr__, "
+            f"{settings.file}:{settings.write_line}): " + "; ".join(settings.to_dict()["consequences"]),
+            path=settings.file, line=settings.write_line, column=1,
+            evidence={"storage": settings.storage, "contextvar_line": settings.contextvar_line,
+                      "write_line": settings.write_line},
+        ))
     return findings
 
 

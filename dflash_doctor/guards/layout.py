@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.guards.backward import BackwardCompile, read_backward
+from dflash_doctor.guards.config_storage import ConfigStorage, read_config_storage
 from dflash_doctor.guards.patcher import FxPatches, read_fx_patches
 from dflash_doctor.guards.pyindex import FUNCTION_DEFS, FunctionNode, Index, Module, Variable, dotted, own_nodes
 from dflash_doctor.guards.torch_sources import DirectoryTree, MappingTree, SourceTree, parse_bundle
@@ -90,6 +91,8 @@ class Layout:
     compile_sets_compiling_flag: Optional[bool] = None
     backward: BackwardCompile = field(default_factory=BackwardCompile)
     fx_patches: FxPatches = field(default_factory=FxPatches)
+    # Where an assigned compile setting lives: per thread (a ContextVar, 2.12+) or process-wide.
+    compile_settings: ConfigStorage = field(default_factory=ConfigStorage)
     notes: Tuple[str, ...] = field(default_factory=tuple)
     unknown_reason: Optional[str] = None  # why the FX flag's storage could not be told, when it could not
 
@@ -154,6 +157,7 @@ class _Analysis:
         masking, compile_sets_flag = self._masking(flag) if flag is not None else (None, None)
         backward = read_backward(self.index)
         fx_patches = read_fx_patches(self.index)
+        compile_settings = read_config_storage(self.index)
         for relpath in self.index.unreadable:
             if relpath != EVAL_FRAME:  # _guard already said so
                 self.notes.append(f"{self.tree.display_path(relpath)} does not parse")
@@ -161,6 +165,7 @@ class _Analysis:
             root=self.tree.label, torch_version=version, cuda=cuda, hip=hip, guard=guard, fx_flag=fx_flag,
             consults_is_compiling=consults_is_compiling, compiling_flag=flag, masking=masking,
             compile_sets_compiling_flag=compile_sets_flag, backward=backward, fx_patches=fx_patches,
+            compile_settings=compile_settings,
             notes=tuple(self.notes),
             unknown_reason=None if fx_flag else (self.unknown_reason or "the FX-tracing flag was not found"),
         )

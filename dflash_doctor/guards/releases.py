@@ -30,6 +30,8 @@ class ReleaseRow:
     lazy_backward: bool  # AOTAutograd compiles the backward at the first backward call
     non_lazy_backward_available: bool  # torch._functorch.config.force_non_lazy_backward_lowering
     fx_patches_isolated: bool = False  # Tracer.trace's nn.Module patches kept to the tracing thread (patcher.py)
+    # An assigned compile setting lives in the assigning thread's ContextVar (config_storage.py): 2.12 and later.
+    compile_settings_per_thread: bool = False
 
 
 def release_of(version: Optional[str]) -> Optional[str]:
@@ -38,14 +40,16 @@ def release_of(version: Optional[str]) -> Optional[str]:
 
 
 def _row(read_from: str, predicate: str, storage: str, masked: bool, compile_sets: bool, takes_lock: bool,
-         non_lazy: bool) -> ReleaseRow:
+         non_lazy: bool, settings_per_thread: bool = False) -> ReleaseRow:
     # Constant across 2.4-2.15 as read: save/set/restore in Tracer.trace, a module-global compiling flag, a
     # backward compiled on first use, and nn.Module patched on the class with a module-global CURRENT_PATCHER.
     return ReleaseRow(release_of(read_from) or read_from, read_from, predicate, storage, True, masked,
-                      MODULE_GLOBAL, compile_sets, takes_lock, True, non_lazy)
+                      MODULE_GLOBAL, compile_sets, takes_lock, True, non_lazy,
+                      compile_settings_per_thread=settings_per_thread)
 
 
 _TRACING, _SYMBOLIC = "is_fx_tracing", "is_fx_symbolic_tracing"
+# The last column: compile settings per thread (utils/_config_module.py keeps an assigned value in a ContextVar).
 TABLE: Tuple[ReleaseRow, ...] = (
     _row("2.4.1", _TRACING, MODULE_GLOBAL, False, False, False, False),
     _row("2.5.1", _TRACING, MODULE_GLOBAL, False, False, False, False),
@@ -55,14 +59,14 @@ TABLE: Tuple[ReleaseRow, ...] = (
     _row("2.9.1", _SYMBOLIC, MODULE_GLOBAL, False, False, True, False),
     _row("2.10.0", _SYMBOLIC, MODULE_GLOBAL, False, False, True, True),
     _row("2.11.0", _SYMBOLIC, MODULE_GLOBAL, False, False, True, True),
-    _row("2.12.0", _SYMBOLIC, MODULE_GLOBAL, False, False, True, True),
-    _row("2.13.0", _SYMBOLIC, MODULE_GLOBAL, True, True, True, True),
-    _row("2.14.1", _SYMBOLIC, THREAD_LOCAL, True, True, True, True),
-    _row("2.15.0", _SYMBOLIC, THREAD_LOCAL, True, True, True, True),
+    _row("2.12.0", _SYMBOLIC, MODULE_GLOBAL, False, False, True, True, True),
+    _row("2.13.0", _SYMBOLIC, MODULE_GLOBAL, True, True, True, True, True),
+    _row("2.14.1", _SYMBOLIC, THREAD_LOCAL, True, True, True, True, True),
+    _row("2.15.0", _SYMBOLIC, THREAD_LOCAL, True, True, True, True, True),
 )
 _COMPARED = ("predicate", "fx_flag_storage", "fx_flag_restores_saved_value", "masked_during_compile",
              "compiling_flag_storage", "compile_sets_compiling_flag", "backward_compile_takes_compile_lock",
-             "lazy_backward", "non_lazy_backward_available", "fx_patches_isolated")
+             "lazy_backward", "non_lazy_backward_available", "fx_patches_isolated", "compile_settings_per_thread")
 
 
 def release_key(release: str) -> Tuple[int, ...]:
@@ -96,6 +100,7 @@ def read_values(layout: Layout) -> dict:
         "lazy_backward": backward.lazy_backward,
         "non_lazy_backward_available": backward.non_lazy_available,
         "fx_patches_isolated": layout.fx_patches.isolated,
+        "compile_settings_per_thread": layout.compile_settings.per_thread,
     }
 
 

@@ -139,7 +139,8 @@ def release_of(layout: Layout) -> Release:
                    fx_flag_thread_local={MODULE_GLOBAL: False, THREAD_LOCAL: True}.get(storage),
                    non_lazy_backward_available=layout.backward.non_lazy_available,
                    backward_compile_takes_compile_lock=layout.backward.takes_lock,
-                   fx_patches_isolated=layout.fx_patches.isolated)
+                   fx_patches_isolated=layout.fx_patches.isolated,
+                   compile_settings_per_thread=layout.compile_settings.per_thread)
 
 
 def decide_hazards(layout: Layout, probes: Mapping[str, Optional[str]],

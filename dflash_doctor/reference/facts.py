@@ -34,6 +34,7 @@ class PipelineWorkerFacts(TypedDict):
     # Read inside the worker thread under the mitigations' per-thread switches; None where it was not read
     # (processes, set-up).
     autograd_multithreading: Optional[bool]
+    switches: Dict[str, str]  # each applied mitigation's declared switch, as the worker thread read it
     save_error: Optional[str]  # --save: why the trained drafter could not be written
 
 

@@ -87,13 +87,16 @@ class WorkerOutcome:
     # torch.autograd.is_multithreading_enabled() read inside the worker thread, under the mitigations' per-thread
     # switches (single-thread-autograd turns it off there); None where it was not read (processes, set-up)
     autograd_multithreading: Optional[bool] = None
+    # Every switch the applied mitigations declare (mitigations.Switch), read inside the worker thread: compile
+    # settings are per thread from torch 2.12, so this shows the set-up reached the worker. Empty where not read.
+    switches: Dict[str, str] = field(default_factory=dict)
     save_error: Optional[str] = None  # --save: why the trained drafter could not be written (disk full...)
 
     def to_dict(self) -> PipelineWorkerFacts:
         return {"name": self.name, "role": self.role, "device": self.device, "outcome": self.outcome.value,
                 "error": self.error, "steps": self.steps, "traceback": self.traceback, "phase": self.phase,
                 "wait_s": round(self.wait_s, 3), "autograd_multithreading": self.autograd_multithreading,
-                "save_error": self.save_error}
+                "switches": dict(self.switches), "save_error": self.save_error}
 
 
 @dataclass(frozen=True)

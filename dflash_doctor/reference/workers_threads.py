@@ -245,6 +245,8 @@ class ThreadRun:
 
             # Read here, inside the worker: the switch is thread-local.
             outcome.autograd_multithreading = bool(torch.autograd.is_multithreading_enabled())
+            outcome.switches = {switch.setting: repr(switch.read()) for name in self.plan.mitigations
+                                for switch in mitigations.get(name).switches}
             self._run_body(outcome, body)
 
     def _run_body(self, outcome: WorkerOutcome, body: Callable[[], None]) -> None:

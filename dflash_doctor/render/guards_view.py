@@ -24,6 +24,7 @@ def guards_view(console: Console, facts: GuardsFacts) -> None:
     _versions(console, facts)
     _guard(console, facts)
     _backward(console, facts)
+    _compile_settings(console, facts)
     _state(console, facts)
     _probes(console, facts)
     _hazards(console, facts)
@@ -153,6 +154,20 @@ def _backward(console: Console, facts: GuardsFacts) -> None:
                       f"({escape(option['file'])}:{option['line']})")
     elif backward.get("non_lazy_backward_available") is False:
         console.print("[bold]Non-lazy switch[/] none in this release")
+
+
+def _compile_settings(console: Console, facts: GuardsFacts) -> None:
+    from rich.markup import escape
+
+    settings = facts.get("compile_settings") or {}
+    storage = settings.get("storage")
+    if storage is None:
+        return
+    where = f" ({escape(str(settings['file']))}:{settings['write_line']})" if settings.get("write_line") else ""
+    style = {"per-thread": "red", "process-wide": "green"}.get(storage, "magenta")
+    console.print(f"[bold]Compile settings[/] [{style}]{escape(storage)}[/]{where}")
+    for line in settings.get("consequences") or []:
+        console.print(f"  - {escape(line)}")
 
 
 def _state(console: Console, facts: GuardsFacts) -> None:

@@ -57,6 +57,7 @@ class PhaseChild:
         self.started = clock()
         self._first_steps_lock = threading.Lock()
         self._first_steps_pending = spec.threads
+        self._lazy_backward: dict = {}  # thread name -> backward graphs it compiled lazily
 
     # -- set-up ------------------------------------------------------------------------------------------
     def install_mitigations(self) -> None:
@@ -107,12 +108,29 @@ class PhaseChild:
             self.record_thread_switches(self.thread_results[index])
             self.work(index, step, barrier)
 
-    @staticmethod
-    def record_thread_switches(record: dict) -> None:
+    def record_thread_switches(self, record: dict) -> None:
         import torch
 
-        # Read inside the worker: the switch is thread-local, so the main thread's value says nothing.
+        from dflash_doctor import mitigations as registry
+
+        # Read inside the worker: the switch is thread-local, so the main thread's value says nothing. Every switch
+        # the applied mitigations declare is read here too: compile settings are per thread from torch 2.12, so
+        # this is where a set-up is seen to reach (or miss) the worker.
         record["autograd_multithreading"] = bool(torch.autograd.is_multithreading_enabled())
+        record["switches"] = {switch.setting: repr(switch.read()) for name in self.spec.mitigation
+                              for switch in registry.get(name).switches}
+
+    def count_lazy_backward_compiles(self) -> None:
+        """Each worker's backward compiles made lazily, at its first backward (thread_config.watch_lazy_backward):
+        0 with non-lazy backward in effect there. On a CPU the
+        backward runs in the worker; on a GPU the autograd device thread runs it, so the count is the device
+        thread's and the workers read 0 either way."""
+        for record in self.thread_results:
+            record["lazy_backward_compiles"] = self._lazy_backward.get(record["name"], 0)
+
+    def _lazy_backward_in(self, thread: str) -> None:
+        with self._written:
+            self._lazy_backward[thread] = self._lazy_backward.get(thread, 0) + 1
 
     def work(self, index: int, step, barrier: threading.Barrier) -> None:
         record = self.thread_results[index]
@@ -172,6 +190,7 @@ class PhaseChild:
         import torch
 
         from dflash_doctor import runtime
+        from dflash_doctor.runtime import thread_config
         from dflash_doctor.repro import disturb
         from dflash_doctor.repro.steps import build_thread_steps
 
@@ -185,6 +204,7 @@ class PhaseChild:
         self._fault_file = open(self.result_path.with_name("faulthandler.txt"), "w", encoding="utf-8")
         self.install_mitigations()
         runtime.install(self.recorder)
+        thread_config.watch_lazy_backward(self._lazy_backward_in)
         if spec.mode == "amplified":
             disturb.install_amplifier(spec.amplify_ms, on_sleep=self.recorder.mark_progress)
         self.started = self.clock()
@@ -218,6 +238,7 @@ class PhaseChild:
                 if self.clock() - watchdog.last_alive() < spec.hang_after_s:
                     self.rearm_faulthandler()
         self.result["run_s"] = round(self.clock() - workers_started, 6)
+        self.count_lazy_backward_compiles()
         watchdog.stop()
         if disturbance is not None:
             disturbance.stop()

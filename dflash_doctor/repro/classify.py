@@ -61,6 +61,10 @@ def _thread_facts(record: dict) -> ThreadFacts:
                           "steps": record.get("steps", 0)}
     if "autograd_multithreading" in record:
         facts["autograd_multithreading"] = record["autograd_multithreading"]
+    if "switches" in record:
+        facts["switches"] = record["switches"]
+    if "lazy_backward_compiles" in record:
+        facts["lazy_backward_compiles"] = record["lazy_backward_compiles"]
     return facts
 
 

@@ -89,6 +89,12 @@ class ThreadFacts(_ThreadFactsAlways, total=False):
     # Read inside the worker, where the switch lives (it is thread-local). Absent where the child died before its
     # workers ran and the parent made the record up from how it ended (runner.read_phase_result).
     autograd_multithreading: bool
+    # Every switch the applied mitigations declare (mitigations.Switch), as the worker read it: compile settings
+    # are per thread from torch 2.12, so this shows whether a set-up reached the worker.
+    switches: Dict[str, str]
+    # Backward graphs compiled lazily in this thread at a backward call (0 with non-lazy backward in effect; on a
+    # GPU the autograd device thread compiles them, so a worker reads 0 there either way).
+    lazy_backward_compiles: int
 
 
 class ShimStatusFacts(TypedDict):

@@ -363,3 +363,57 @@ PROBE_PATCHER_RACE = register(Rule(
     bad='{"probes": {"patcher_race": "reproduced"}}\n',
     good='{"probes": {"patcher_race": "not-reproduced"}}\n',
 ))
+
+_CONFIG_ENTRY = (
+    "# ==> utils/_config_module.py <==\n"
+    "from contextvars import ContextVar\n"
+    "\n"
+    "_UNSET = object()\n"
+    "\n"
+    "\n"
+    "class _ConfigEntry:\n"
+    "    def __init__(self, name, default):\n"
+    "        self.default = default\n"
+)
+
+COMPILE_SETTINGS_PER_THREAD = register(Rule(
+    code="DFD611",
+    name="compile-settings-per-thread",
+    severity=Severity.WARNING,
+    summary="this release keeps compile settings per thread: a setting assigned in the main thread never reaches "
+            "the worker threads",
+    rationale=(
+        "ConfigModule.__setattr__ (what `torch._functorch.config.force_non_lazy_backward_lowering = True`, "
+        "`torch._dynamo.config.error_on_nested_fx_trace = False` or `recompile_limit = 64` run) stores the value "
+        "in a ContextVar here (torch 2.12 and later as read). A thread started later begins with an empty context "
+        "and reads the default. So the deadlock fix set once in main leaves every worker compiling its backward "
+        "lazily (measured on torch 2.13: the worker's backward still compiled at its first backward()), silencing "
+        "the FX error in main does not silence a worker, and a recompile limit raised in main leaves the workers "
+        "at the default. On 2.11 and earlier the same assignment reached every thread."
+    ),
+    fix=("Apply a config-based fix so it reaches every worker: `dflash_doctor.runtime.enable_non_lazy_backward()` "
+         "before the workers start (it also sets the switch in every thread started later, ThreadPoolExecutor and "
+         "DataParallel threads included), or `with dflash_doctor.runtime.non_lazy_backward_in_thread():` in each "
+         "worker; `dflash-doctor run --fix non-lazy-backward` does the former for an unmodified trainer. Set any "
+         "other compile setting inside each thread that compiles."),
+    example_format="torch-layout",
+    bad=(
+        _CONFIG_ENTRY
+        + "        self.user_override = ContextVar(name, default=_UNSET)\n"
+        "\n"
+        "\n"
+        "class ConfigModule:\n"
+        "    def __setattr__(self, name, value):\n"
+        "        entry = self._config[name]\n"
+        "        entry.user_override.set(value)  # DFD611\n"
+    ),
+    good=(
+        _CONFIG_ENTRY
+        + "        self.user_override = _UNSET\n"
+        "\n"
+        "\n"
+        "class ConfigModule:\n"
+        "    def __setattr__(self, name, value):\n"
+        "        self._config[name].user_override = value\n"
+    ),
+))

@@ -219,3 +219,39 @@ RUN_RECOMPILE_RACE = register(Rule(
     bad=_facts(_process(4242, events=_storm())),
     good=_GOOD,
 ))
+
+
+def _setting_gap(thread: str, key: str, reads: str, starter_reads: str) -> dict:
+    return {"t": 2.4, "thread": thread, "tid": 140000000000001, "kind": "compile-setting", "phase": "I",
+            "detail": {"key": key, "thread": thread, "reads": reads, "starter": "MainThread",
+                       "starter_reads": starter_reads}}
+
+
+_WORKER_AT_DEFAULT = _process(4242, events=[_setting_gap(
+    "drafter-0", "torch._functorch.config.force_non_lazy_backward_lowering", "False", "True")])
+
+RUN_SETTING_NOT_IN_THREAD = register(Rule(
+    code="DFD910",
+    name="run-compile-setting-not-in-thread",
+    severity=Severity.WARNING,
+    summary="a worker thread compiled with another value of a compile setting than the thread that started it "
+            "had set: the setting did not reach it (torch 2.12+ keeps compile settings per thread)",
+    rationale=(
+        "From torch 2.12 a value assigned to torch._dynamo.config, torch._inductor.config or "
+        "torch._functorch.config lives in the assigning thread's ContextVar, and a thread started later reads "
+        "the default. `run` remembers, when a thread is started, what its starter read for each setting that "
+        "matters to the thread races (force_non_lazy_backward_lowering, error_on_nested_fx_trace, "
+        "force_compile_during_fx_trace, the recompile limits), and compares it with what the thread reads at its "
+        "first compile. A difference means a fix or a limit set once in main does nothing in that worker: the "
+        "deadlock fix leaves its backward compiled lazily on the autograd thread, a raised recompile limit is "
+        "the default again."
+    ),
+    fix=("Set it in every thread that compiles: for the deadlock fix `dflash_doctor.runtime."
+         "enable_non_lazy_backward()` before the workers start (it sets the switch in every thread started "
+         "later) or `with dflash_doctor.runtime.non_lazy_backward_in_thread():` in each worker, or `dflash-doctor "
+         "run --fix non-lazy-backward` for an unmodified trainer; any other compile setting: assign it at the top "
+         "of each worker's target."),
+    example_format="live-facts",
+    bad=_facts(_WORKER_AT_DEFAULT),
+    good=_GOOD,
+))

@@ -3,7 +3,9 @@
     from dflash_doctor import runtime
 
     runtime.install_threadlocal_fx_flag()      # before any torch.compile wrapper is created
-    runtime.enable_non_lazy_backward()         # the backward compiles with the forward: no lock cycle
+    runtime.enable_non_lazy_backward()         # the backward compiles with the forward: no lock cycle (here and
+                                               # in every thread started later: torch 2.12+ keeps it per thread)
+    with runtime.non_lazy_backward_in_thread(): # or: in a worker thread already running, around its steps
     runtime.isolate_fx_patches()               # a thread's symbolic_trace patches nn.Module for that thread only
     with runtime.single_thread_autograd():     # or: in each worker thread, its backward runs on that thread
         ...
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
         first_call_lock,
         fx_trace_lock,
         global_lock,
+        non_lazy_backward_in_thread,
         single_thread_autograd,
         warmup,
     )
@@ -56,7 +59,7 @@ _MODULES = {
     'fx_patches': ('PatchIsolation', 'isolate_fx_patches', 'thread_has_fx_patches',
                    'verify_isolated_fx_patches'),
     'mitigations': ('MitigationUnavailable', 'enable_non_lazy_backward', 'first_call_lock', 'fx_trace_lock',
-                    'global_lock', 'single_thread_autograd', 'warmup'),
+                    'global_lock', 'non_lazy_backward_in_thread', 'single_thread_autograd', 'warmup'),
     'recorder': ('Blame', 'Event', 'FlightRecorder', 'active_recorder', 'install', 'uninstall'),
     'stacks': ('ThreadStack', 'capture_stacks', 'parse_faulthandler'),
     'watchdog': ('HangReport', 'Watchdog', 'arm_faulthandler'),
@@ -80,6 +83,6 @@ __all__ = [
     "ShimStatus", "fx_trace_lock", "isolate_fx_patches", "thread_has_fx_patches", "verify_isolated_fx_patches",
     "ThreadStack", "Watchdog", "active_recorder", "arm_faulthandler", "capture_stacks", "chrome_trace",
     "classify_hang", "enable_non_lazy_backward", "first_call_lock", "global_lock", "install",
-    "install_threadlocal_fx_flag", "parse_faulthandler", "single_thread_autograd", "thread_is_fx_tracing", "uninstall",
+    "install_threadlocal_fx_flag", "non_lazy_backward_in_thread", "parse_faulthandler", "single_thread_autograd", "thread_is_fx_tracing", "uninstall",
     "verify_threadlocal_fx_flag", "warmup", "write_chrome_trace",
 ]

@@ -9,7 +9,8 @@ each stops and leaves open is declared in dflash_doctor/mitigations.py.
 - `install_threadlocal_fx_flag()` (fx_flag.py): make the FX flag per thread. Fixes the RuntimeError, not the
   compile_lock <-> autograd deadlock.
 - `enable_non_lazy_backward()`: compile the backward together with the forward, so the autograd device thread
-  never waits for compile_lock. Combined with the shim, the only configuration that let three threads compile
+  never waits for compile_lock; in this thread and every thread started afterwards (torch 2.12+ keeps compile
+  settings per thread: thread_config.py). `non_lazy_backward_in_thread()` is its per-thread form. Combined with the shim, the only configuration that let three threads compile
   concurrently with no error and no hang.
 - `single_thread_autograd()`: a context manager each worker thread enters around its steps, so its backward runs
   on the worker itself instead of the autograd device thread: no device thread to wait for, no lock cycle.
@@ -74,23 +75,43 @@ def warmup(steps: Iterable[Callable[[], object]], clock: Callable[[], float] = t
     return seconds
 
 
-def enable_non_lazy_backward() -> bool:
-    """Compile the backward with the forward (`torch._functorch.config.force_non_lazy_backward_lowering`).
+NON_LAZY_BACKWARD = "torch._functorch.config.force_non_lazy_backward_lowering"
 
-    Returns the previous value. Raises MitigationUnavailable on a torch without the option.
-    """
+
+def _non_lazy_values() -> dict:
     from dflash_doctor.errors import require_torch
+    from dflash_doctor.runtime import thread_config
 
     require_torch("non-lazy backward lowering")
-    import torch._functorch.config as functorch_config
+    if not thread_config.available(NON_LAZY_BACKWARD):
+        raise MitigationUnavailable(f"this torch has no {NON_LAZY_BACKWARD}")
+    return {NON_LAZY_BACKWARD: True}
 
-    if not hasattr(functorch_config, "force_non_lazy_backward_lowering"):
-        raise MitigationUnavailable(
-            "this torch has no torch._functorch.config.force_non_lazy_backward_lowering"
-        )
-    previous = bool(functorch_config.force_non_lazy_backward_lowering)
-    functorch_config.force_non_lazy_backward_lowering = True
-    return previous
+
+def enable_non_lazy_backward() -> bool:
+    """Compile the backward with the forward (`torch._functorch.config.force_non_lazy_backward_lowering`), in
+    this thread and in every thread started from now on.
+
+    Call it before the workers start. torch 2.12+ keeps compile settings per thread, so a plain assignment in
+    the main thread never reaches a worker; this also sets it first thing in every later `threading.Thread`
+    (ThreadPoolExecutor and DataParallel threads included: runtime/thread_config.py). A thread already running
+    enters `non_lazy_backward_in_thread()` instead. Returns the previous value in this thread. Raises
+    MitigationUnavailable on a torch without the option.
+    """
+    from dflash_doctor.runtime import thread_config
+
+    return bool(thread_config.set_for_every_thread(_non_lazy_values())[NON_LAZY_BACKWARD])
+
+
+@contextlib.contextmanager
+def non_lazy_backward_in_thread() -> Iterator[None]:
+    """The per-thread form of `enable_non_lazy_backward()`: entered by a worker thread around its steps, its
+    compiles lower the backward with the forward (on every release; needed on 2.12+ for a thread that started
+    before the set-up)."""
+    from dflash_doctor.runtime import thread_config
+
+    with thread_config.in_this_thread(_non_lazy_values()):
+        yield
 
 
 @contextlib.contextmanager

@@ -386,6 +386,7 @@ class Agent:
             symbolic_trace = importlib.import_module("torch.fx._symbolic_trace")
             self.fx_flag_thread_local = hasattr(symbolic_trace, "_is_fx_tracing_tls")
             runtime.install(self.recorder)
+            self._watch_thread_settings()
             self._hook_fx_predicates()
             if any(fix.setup is not None for fix in self._fixes):
                 _mark_initialised(torch)
@@ -400,6 +401,13 @@ class Agent:
                 amplifiers.after_torch(amplifiers.parse(self.config.amplifiers))
         except Exception as exc:  # noqa: BLE001 - the user's `import torch` must succeed whatever the tool does
             self._problem("the flight recorder", exc, "the run went on without (some of) the recorder's hooks")
+
+    def _watch_thread_settings(self) -> None:
+        """DFD910: a worker whose compile settings differ from its starter's (runtime/thread_config.py)."""
+        from dflash_doctor.runtime import thread_config
+
+        self.hooks.undo.append(thread_config.watch(
+            lambda gap: self.recorder.record(thread_config.EVENT_KIND, "I", **gap.to_detail())))
 
     def _problem(self, subject: str, exc: BaseException, hint: str) -> None:
         self._add_problem(subject, f"{type(exc).__name__}: {exc}", hint)

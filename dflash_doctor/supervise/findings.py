@@ -19,6 +19,7 @@ from dflash_doctor.runtime.fx_patches import is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, CompileStart, recompile_signs
 from dflash_doctor.runtime.stacks import Frame
 from dflash_doctor.supervise.records import BlameRecord, DeathRecord, ProcessRecord
+from dflash_doctor.supervise.setting_gaps import setting_gap_findings
 
 STACK_FRAMES = 12  # frames of a holder's stack kept in a finding's evidence (innermost)
 
@@ -300,6 +301,7 @@ def findings_from_records(records: Sequence[ProcessRecord]) -> List[Finding]:
         recompiles = _recompile_finding(record)
         if recompiles is not None:
             findings.append(recompiles)
+        findings.extend(setting_gap_findings(record))
         hang = _hang_finding(record)
         if hang is not None:
             findings.append(hang)

@@ -68,7 +68,13 @@ def test_real_torch_2_13_is_vulnerable_with_both_races_reproduced(real_run, cach
     assert facts["corroboration"]["agrees"] is True and facts["corroboration"]["read_from"] == "2.13.0"
     assert facts["release"] == {"version": facts["torch_version"], "fx_flag_thread_local": False,
                                 "non_lazy_backward_available": True, "backward_compile_takes_compile_lock": True,
-                                "fx_patches_isolated": False}
+                                "fx_patches_isolated": False, "compile_settings_per_thread": True}
+    # guards says where an assigned compile setting lives, read from utils/_config_module.py (a ContextVar on 2.13)
+    settings = facts["compile_settings"]
+    assert settings["storage"] == "per-thread" and settings["file"] == str(root / "utils" / "_config_module.py")
+    assert "user_override.set(" in (root / "utils" / "_config_module.py").read_text().splitlines()[
+        settings["write_line"] - 1]
+    assert any(c.startswith("non-lazy-backward:") for c in settings["consequences"])
     # The conditional patcher race is not in the ranking (no fix grows isolate-fx-patches), but every fix that
     # leaves it open says so; each ranking says it was inferred (measured on 2.11, not on 2.13).
     assert [f.get("mitigation") or f["kind"] for f in facts["fixes"]] == [
@@ -80,7 +86,7 @@ def test_real_torch_2_13_is_vulnerable_with_both_races_reproduced(real_run, cach
             named = any("FX patcher race" in caveat for caveat in fix["caveats"])
             assert named is ("fx-patcher-race" not in registry.covers(registry.parse(fix["mitigation"]))), fix
     assert sorted(f["code"] for f in doc["findings"]) == ["DFD601", "DFD604", "DFD605", "DFD606", "DFD607",
-                                                          "DFD608", "DFD609", "DFD610"]
+                                                          "DFD608", "DFD609", "DFD610", "DFD611"]
     assert doc["problems"] == [] and proc.returncode == doc["exit_code"] == 1
     for name in PROBES:
         assert 0 <= facts["probe_details"][name]["seconds"] < 60
@@ -139,7 +145,7 @@ def test_text_view_draws_partial_facts(folder, tmp_path):
     ("torch-2.4", "vulnerable", "stuck-flag", ["DFD601"], 1),
     ("torch-2.6", "vulnerable", "deadlock", ["DFD609", "DFD601"], 1),
     ("torch-2.11", "vulnerable", "deadlock", ["DFD609", "DFD601"], 1),
-    ("torch-2.14", "vulnerable", "deadlock", ["DFD609", "DFD605"], 1),
+    ("torch-2.14", "vulnerable", "deadlock", ["DFD609", "DFD605", "DFD611"], 1),
     ("torch-unknown", "unknown", None, [], 4),
 ])
 def test_stand_in_layouts_through_the_cli(folder, verdict, worst, codes, exit_code, cache_env):

@@ -12,7 +12,7 @@ GUARDS_RULES = [rule for rule in all_rules() if rule.code.startswith("DFD6")]
 
 
 def test_the_guards_rules_are_registered():
-    assert [rule.code for rule in GUARDS_RULES] == [f"DFD6{n:02d}" for n in range(1, 11)]
+    assert [rule.code for rule in GUARDS_RULES] == [f"DFD6{n:02d}" for n in range(1, 12)]
     assert {rule.example_format for rule in GUARDS_RULES} == {"torch-layout", "guards-state"}
 
 

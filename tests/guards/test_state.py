@@ -56,7 +56,7 @@ def _static(folder, tmp_path, **kwargs):
 def test_static_report_for_a_stand_in_layout(tmp_path):
     report = _static("torch-2.13", tmp_path)
     facts = report.facts
-    assert [f.code for f in report.sorted_findings()] == ["DFD609", "DFD605", "DFD601"]
+    assert [f.code for f in report.sorted_findings()] == ["DFD609", "DFD605", "DFD601", "DFD611"]
     assert facts["verdict"] == "vulnerable" and report.problems == []
     assert facts["probes"] == dict.fromkeys(PROBE_NAMES, "skipped")
     assert facts["config"] == {"error_on_nested_fx_trace": None, "force_compile_during_fx_trace": None}
@@ -97,7 +97,7 @@ def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
     assert clean.facts["state_source"] == "this process"
     assert clean.facts["config"] == {"error_on_nested_fx_trace": True, "force_compile_during_fx_trace": False}
     assert clean.facts["fx_flag_now"] is False
-    assert [f.code for f in clean.sorted_findings()] == ["DFD609", "DFD605", "DFD601"]
+    assert [f.code for f in clean.sorted_findings()] == ["DFD609", "DFD605", "DFD601", "DFD611"]
 
     saved = symbolic_trace._is_fx_tracing_flag
     symbolic_trace._is_fx_tracing_flag = True  # what an out-of-order trace exit leaves behind
@@ -107,11 +107,12 @@ def test_live_state_of_this_process_when_dynamo_is_loaded(tmp_path):
     finally:
         symbolic_trace._is_fx_tracing_flag = saved
     assert corrupted.facts["fx_flag_now"] is True
-    assert {f.code for f in corrupted.findings} == {"DFD601", "DFD602", "DFD603", "DFD605", "DFD609"}
+    assert {f.code for f in corrupted.findings} == {"DFD601", "DFD602", "DFD603", "DFD605", "DFD609", "DFD611"}
     assert corrupted.facts["hazards"]["stuck-flag"]["reason"].startswith("the FX-tracing flag is True right now")
     assert [fix["fix"].split(":")[0] for fix in corrupted.facts["fixes"][:2]] == [
         "Restart the process", "Set torch._dynamo.config.error_on_nested_fx_trace = True and "
-        "force_compile_during_fx_trace = False (the defaults), then remove the race with one of the fixes below."]
+        "force_compile_during_fx_trace = False (the defaults) by removing the assignments that changed them, in every "
+        "thread that made one (from torch 2.12 each thread keeps its own value"]
 
 
 def test_a_crashed_probe_host_leaves_the_static_verdict_and_one_problem_per_probe(tmp_path):

@@ -154,6 +154,10 @@ def test_every_thread_mitigation_of_the_registry_applies_and_the_run_trains(miti
     per_thread = "single-thread-autograd" in mitigation
     assert {w["name"]: w["autograd_multithreading"] for w in facts["workers"]} == {
         w["name"]: not per_thread for w in facts["workers"]}
+    # a compile setting a fix switches is read inside every worker thread: it reached them (per thread from 2.12)
+    if "non-lazy-backward" in mitigation:
+        assert {w["name"]: w["switches"] for w in facts["workers"]} == {
+            w["name"]: {"torch._functorch.config.force_non_lazy_backward_lowering": "True"} for w in facts["workers"]}
 
 
 @pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
