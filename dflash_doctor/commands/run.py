@@ -166,10 +166,11 @@ def register(app: typer.Typer) -> None:
         command = list(command or [])
         if command and command[0] == "--":
             command = command[1:]
-        if not command:
-            raise UsageError("no command given: dflash-doctor run [OPTIONS] -- COMMAND [ARGS]...")
+        # the outputs first, as every command checks them before any work (an empty command names no input)
         check_output(output, _command_inputs(command))
         check_output(trace, [output, *_command_inputs(command)], "--trace")
+        if not command:
+            raise UsageError("no command given: dflash-doctor run [OPTIONS] -- COMMAND [ARGS]...")
         from dflash_doctor.supervise.supervisor import (
             RunSpec, Supervisor, ranks_of, report_for, trace_phases,
         )
