@@ -7,6 +7,7 @@ the rules read); dflash_doctor.supervise.findings turns them into findings, and 
 import json
 from typing import List, Optional
 
+from dflash_doctor.dataparallel import fix_text as dataparallel_fix_text
 from dflash_doctor.findings import Severity
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import fix_text
@@ -172,6 +173,28 @@ RUN_THREAD_DIED = register(Rule(
     example_format="live-facts",
     bad=_facts(_process(4242, deaths=[_death(
         "loader", "KeyError", "'input_ids'", [_frame("train.py", 31, "collate", "ids = batch['input_ids']")])])),
+    good=_GOOD,
+))
+
+
+RUN_DATAPARALLEL_COMPILED = register(Rule(
+    code="DFD911",
+    name="run-dataparallel-compiled-module",
+    severity=Severity.ERROR,
+    summary="nn.DataParallel ran replicas of a torch.compile'd module, and they failed",
+    rationale=(
+        "nn.DataParallel(torch.compile(model)) copies the compiled wrapper for each replica; the copy's "
+        "assignments of its empty parameters and submodules go through the wrapper to your own model, which is "
+        "left without its layers, and each replica thread then fails (an AttributeError, or a RecursionError in "
+        "Dynamo's guard building: both seen on an H100 with torch 2.11). It is not a thread race and no thread "
+        "fix helps. `run` sees the replica threads parallel_apply starts and the module each one runs, so it "
+        "names this even when your trainer catches DataParallel's re-raised error."
+    ),
+    fix=dataparallel_fix_text(),
+    example_format="live-facts",
+    bad=_facts(_process(4242, deaths=[{**_death(
+        "replica 0 on device 0 (Thread-1 (_worker))", "AttributeError", "'MLP' object has no attribute 'blocks'",
+        [_frame("train.py", 44, "train_step", "loss = model(batch).pow(2).mean()")]), "replicated_compiled": True}])),
     good=_GOOD,
 ))
 

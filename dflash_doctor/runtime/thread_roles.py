@@ -29,6 +29,18 @@ def replica_of(thread: threading.Thread) -> Optional[Tuple[int, str]]:
     return index, str(device)
 
 
+def replicates_compiled_module(thread: threading.Thread) -> bool:
+    """Whether a parallel_apply worker runs a replica of a torch.compile'd module (Dynamo's OptimizedModule):
+    nn.DataParallel(torch.compile(model)), whose replicate corrupts the user's model (docs/races.md,
+    "nn.DataParallel over a compiled model"), not a thread race. Read by type, never by calling the module."""
+    if replica_of(thread) is None:
+        return False
+    args: tuple = tuple(getattr(thread, "_args", ()) or ())
+    module_type = type(args[1]) if len(args) > 1 else None
+    return module_type is not None and module_type.__name__ == "OptimizedModule" \
+        and module_type.__module__.startswith("torch._dynamo")
+
+
 def thread_label(thread: Optional[threading.Thread] = None, where: str = "") -> str:
     """The thread's name, with its replica role when it is one: 'replica 1 on device 0 (Thread-3 (_worker))'.
     `where`: torch's own words for the replica (ExceptionWrapper's), which know the device it resolved."""

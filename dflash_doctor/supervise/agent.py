@@ -500,13 +500,14 @@ class Agent:
         text = str(exc)
         traced_nearby = bool(tracing) or (last is not None and self.recorder.now() - last[1] <= TRACE_NEARBY_S)
         race = is_patcher_error(text) or (traced_nearby and _guard_broke(exc))
-        from dflash_doctor.runtime.thread_roles import thread_label
+        from dflash_doctor.runtime.thread_roles import replicates_compiled_module, thread_label
 
         death = DeathRecord(label or thread_label(), type(exc).__name__, text[:500],
                             round(self.recorder.now(), 6), race,
                             raised_at, tuple(name for name, _ in tracing),
                             tracing[0][1] if tracing else self.recorder.trace_start_of(last[0]) if last else (),
-                            last[0] if last else None, round(last[1], 6) if last else None)
+                            last[0] if last else None, round(last[1], 6) if last else None,
+                            replicates_compiled_module(threading.current_thread()))
         self.recorder.record("thread-died", "I", type=death.error_type, message=death.error[:200])
         with self._write_lock:
             self.deaths.append(death)

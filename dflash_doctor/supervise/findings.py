@@ -238,10 +238,35 @@ def _death_finding(record: ProcessRecord, death: DeathRecord) -> Finding:
 def _death_findings(record: ProcessRecord) -> List[Finding]:
     """One finding per death, each once. A death that is the FX-tracing RuntimeError DFD901 already blamed for that
     thread is that finding; any other death of the same thread (the patcher race later in the same run) is its
-    own (the de-duplication is by thread and error, not by thread)."""
+    own (the de-duplication is by thread and error, not by thread). The replicas of a compiled module that
+    nn.DataParallel ran are one finding for the process: every step fails the same way, for one reason."""
     blamed = {blame.victim for blame in record.blames}
-    return [_death_finding(record, death) for death in record.deaths
-            if not (death.thread in blamed and death.error.startswith(FX_ERROR_PREFIX))]
+    replicated = [death for death in record.deaths if death.replicated_compiled]
+    found = [_death_finding(record, death) for death in record.deaths
+             if not death.replicated_compiled
+             and not (death.thread in blamed and death.error.startswith(FX_ERROR_PREFIX))]
+    return ([_replicated_compiled_finding(record, replicated)] if replicated else []) + found
+
+
+def _replicated_compiled_finding(record: ProcessRecord, deaths: Sequence[DeathRecord]) -> Finding:
+    from dflash_doctor.dataparallel import FIXES
+
+    first = deaths[0]
+    raised = _own_frame(first.raised_at)
+    replicas = sorted({death.thread.split(" (")[0] for death in deaths})
+    said = f"{first.error_type}: {first.error.splitlines()[0] if first.error else ''}"
+    message = (f"nn.DataParallel ran replicas of a torch.compile'd module and they failed {len(deaths)} time(s) from "
+               f"{first.at_s:.1f} s ({record.label}): {said}"[:300])
+    steps = [f"{fix.name}: {fix.api}" for fix in FIXES] + ["dflash-doctor repro --mode dataparallel: each form on "
+                                                           "this machine"]
+    details = [f"replicas: {', '.join(replicas)}", f"first: {first.thread} at {_line_of(raised)}",
+               f"error: {said}"[:300],
+               "why: replicating an OptimizedModule writes the copy's empty parameters and submodules through to "
+               "your own model (not a thread race; no thread fix helps)"]
+    evidence = {**_base(record), "worker": first.thread, "error_type": first.error_type, "error": first.error,
+                "at_s": first.at_s, "traceback": _where(first.raised_at), "failures": len(deaths),
+                "replicas": replicas, "details": details, "next": "; ".join(steps), "next_steps": steps}
+    return rules.RUN_DATAPARALLEL_COMPILED.finding(message, evidence=evidence, **_location(raised))
 
 
 def _recompile_finding(record: ProcessRecord) -> Optional[Finding]:

@@ -63,12 +63,14 @@ class DeathRecord:
     tracing_stack: Tuple[Frame, ...] = ()
     last_tracer: Optional[str] = None  # when none traced at that moment: whose trace ended last, and when
     last_trace_at_s: Optional[float] = None
+    replicated_compiled: bool = False  # a DataParallel replica of a torch.compile'd module (thread_roles)
 
     def to_dict(self) -> dict:
         return {"thread": self.thread, "error_type": self.error_type, "error": self.error, "at_s": self.at_s,
                 "patcher_race": self.patcher_race, "raised_at": [f.to_dict() for f in self.raised_at],
                 "tracing": list(self.tracing), "tracing_stack": [f.to_dict() for f in self.tracing_stack],
-                "last_tracer": self.last_tracer, "last_trace_at_s": self.last_trace_at_s}
+                "last_tracer": self.last_tracer, "last_trace_at_s": self.last_trace_at_s,
+                "replicated_compiled": self.replicated_compiled}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "DeathRecord":
@@ -78,7 +80,7 @@ class DeathRecord:
                    tuple(str(t) for t in data.get("tracing") or ()),
                    tuple(Frame.from_dict(f) for f in data.get("tracing_stack") or ()),
                    data.get("last_tracer"), None if data.get("last_trace_at_s") is None
-                   else float(data["last_trace_at_s"]))
+                   else float(data["last_trace_at_s"]), data.get("replicated_compiled") is True)
 
 
 @dataclass(frozen=True)
@@ -281,7 +283,8 @@ def _death(data: Any) -> DeathRecord:
     return DeathRecord(_str(data, "thread"), _str(data, "error_type"), _str(data, "error"), _float(data, "at_s"),
                        _bool(data, "patcher_race"), _frames(data, "raised_at"), _strings(data, "tracing"),
                        _frames(data, "tracing_stack"), _optional(data, "last_tracer", _str),
-                       _optional(data, "last_trace_at_s", _float))
+                       _optional(data, "last_trace_at_s", _float),
+                       data.get("replicated_compiled") is True)  # added after the first version: absent is False
 
 
 def _hang(data: Any) -> HangRecord:

@@ -24,3 +24,18 @@ def test_a_replicas_caught_failure_is_named_by_replica_and_located_at_its_line(c
     assert finding["message"].startswith("replica 1 on device ") and " failed at " in finding["message"]
     source = open(program("replica_step.py")).read().splitlines()
     assert 'batch["labels"]' in source[finding["line"] - 1]
+
+
+@pytest.mark.timeout(200)
+def test_replicas_of_a_compiled_module_are_one_finding_that_names_dataparallel_and_its_fixes(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "-f", "json", "-o", out, "--", sys.executable, program("replicated_compiled_step.py"),
+               timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # the trainer caught every step's error: its own exit code
+    assert proc.stdout.strip() == "done"
+    finding, = json.loads(out.read_text())["findings"]
+    assert finding["code"] == "DFD911"
+    evidence = finding["evidence"]
+    assert evidence["failures"] >= 3 and evidence["replicas"][0].startswith("replica 0 on device ")
+    assert [step.split(":")[0] for step in evidence["next_steps"][:2]] == ["processes", "compile-outside-dataparallel"]
+    assert finding["path"].endswith("replicated_compiled_step.py")
