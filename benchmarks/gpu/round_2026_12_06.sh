@@ -11,6 +11,8 @@
 #   C  issue 37: run --cache cold --on-hang kill on the deadlock loop; then the loop started without the tool and
 #      `attach PID` three times on the same hung process (the cycle must be named the same way each time)
 #   A  issue 34: the repro matrix rows with non-lazy-backward on 2.11 (and the plain baseline) still as before
+#   G  issue 34: guards on 2.11 (settings process-wide, no DFD611) and the pipeline with the non-lazy fix
+#   T  issue 37: run --on-hang kill over torchrun's two workers; then whether any process still holds the GPU
 #   H  (not in the default; needs its own device time) held-out trainers the project never tuned on: copied by the
 #      lead into the git-ignored .gpu/heldout_dp/ and carried (carry=[".whl", ".gpu"]); each runs plain (the
 #      truth: exit code, stderr tail) and under `run`, then `logs` reads the plain run's stderr
@@ -24,7 +26,7 @@ WORK="$(mktemp -d)"
 cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 DD="python3 -m dflash_doctor"
-BLOCKS="${BLOCKS:-B C A}"
+BLOCKS="${BLOCKS:-B C A}"  # G and T: the second call of the day (BLOCKS="A G T")
 
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 # step NAME LIMIT_S MIN_S CMD...: runs CMD bounded by min(LIMIT_S, what is left - 15 s for the bundling), or skips
@@ -92,6 +94,28 @@ A)  # issue 34: the matrix rows that use non-lazy-backward, on 2.11, against a p
     --mitigation non-lazy-backward -f json -o "$WORK/A2_repro_non_lazy.json"
   step A3_repro_shim_non_lazy 160 80 $DD repro --threads 3 --shapes per-thread --device cuda --trials 2 --max-time 150 \
     --mitigation threadlocal-flag,non-lazy-backward -f json -o "$WORK/A3_repro_shim_non_lazy.json"
+  ;;
+G)  # issue 34: guards reads 2.11's settings as process-wide (no DFD611); the pipeline with the non-lazy fix trains
+  step G1_guards 60 20 $DD guards -f json -o "$WORK/G1_guards.json"
+  ( fresh_cache; step G2_pipeline_non_lazy 200 90 $DD pipeline --preset small --device cuda --steps 20 \
+      --mitigation threadlocal-flag,non-lazy-backward -f json -o "$WORK/G2_pipeline_non_lazy.json" )
+  ;;
+T)  # issue 37: --on-hang kill under torchrun ends every worker (own processes, the deadlocked ones included)
+  ( fresh_cache; step T1_run_torchrun_kill 120 60 $DD run --cache cold --on-hang kill --hang-after 60 -f json \
+      -o "$WORK/T1_run_torchrun_kill.json" -- torchrun --standalone --nproc-per-node 2 \
+      benchmarks/gpu/plain_loop.py --shapes same --hang-after 90 --out "$WORK/T1_loop_rank.json" )
+  sleep 3
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader >"$WORK/T2_gpu_holders.txt" 2>&1
+  ps -eo pid,args | grep -c "[p]lain_loop.py" >"$WORK/T2_left.txt"
+  python3 - "$WORK" <<'PY'
+import json, sys, time, pathlib
+work = pathlib.Path(sys.argv[1])
+holders = [l for l in (work / "T2_gpu_holders.txt").read_text().splitlines() if l.strip()]
+left = int((work / "T2_left.txt").read_text().strip() or 0)
+(work / "T2_after.meta.json").write_text(json.dumps({"step": "T2_after", "rc": 0, "seconds": 0, "limit_s": 0,
+    "timed_out": False, "command": "nvidia-smi --query-compute-apps; ps | grep plain_loop.py",
+    "stdout_tail": f"gpu holders: {holders}; plain_loop processes left: {left}", "stderr_tail": ""}))
+PY
   ;;
 H)  # held-out trainers: truth (plain) then the tool, each bounded; skipped where the folder was not carried
   HELD=.gpu/heldout_dp

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-BLOCKS = {"A": "issue34_A.json", "B": "issue35_B.json", "C": "issue37_C.json", "H": "heldout_H.json"}
+BLOCKS = {"A": "issue34_A.json", "B": "issue35_B.json", "C": "issue37_C.json", "H": "heldout_H.json",
+          "G": "issue34_G.json", "T": "issue37_T.json"}
 BULKY = ("events", "samples", "stacks", "frames")
 KEEP_ITEMS = 5
 TEXT_CAP = 4000
