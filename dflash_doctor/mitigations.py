@@ -661,13 +661,13 @@ def _open_titles(names: Tuple[str, ...], release: Release) -> str:
 
 
 def caveats_for(names: Iterable[str], release: Release = Release()) -> Tuple[str, ...]:
-    """What a fix, or a combination, leaves open as applied: each part's caveats, a pairing unless the partner
-    is part of it, and every conditional hazard it does not stop."""
+    """What a fix, or a combination, leaves open as applied: a pairing unless the partner is part of it, every
+    conditional hazard it does not stop, then each part's caveats. The races it leaves open come first: they say
+    why a failing fix failed; how to apply it right (per thread from 2.12, say) follows."""
     names = tuple(names)
     entries = [BY_NAME[name] for name in names]
-    return tuple(c for entry in entries for c in entry.caveats) + tuple(
-        entry.pairing_caveat() for entry in entries if entry.pair_with and entry.pair_with not in names) + \
-        open_conditions(names, release)
+    return tuple(entry.pairing_caveat() for entry in entries if entry.pair_with and entry.pair_with not in names) + \
+        open_conditions(names, release) + tuple(c for entry in entries for c in entry.caveats)
 
 
 def in_each_thread(names: Iterable[str]) -> Callable[[], ContextManager[object]]:
