@@ -111,10 +111,19 @@ class Resolver:
             and self.dotted(expr.func, scope, line) in PARTIAL_FUNCTIONS
         )
 
+    def name_binding(self, name: ast.Name, scope: Scope, line: int) -> Optional[Binding]:
+        """The binding `name` reads at `line`. A name read on the right of its own assignment reads the binding
+        before it (`net = nn.DataParallel(net)`: the argument is the compiled `net` of the line above)."""
+        binding = self.table.lookup(name.id, scope, line)
+        if binding is None or binding.kind != "assign" or binding.line != line or not _encloses(binding.node, name):
+            return binding
+        earlier = self.table.lookup(name.id, scope, line - 1)
+        return None if earlier is binding else earlier
+
     def value_binding(self, expr: ast.AST, scope: Scope, line: int) -> Optional[Binding]:
         """The binding a Name or `self.attr` refers to (last assignment for attributes)."""
         if isinstance(expr, ast.Name):
-            return self.table.lookup(expr.id, scope, line)
+            return self.name_binding(expr, scope, line)
         if isinstance(expr, ast.Attribute):
             owner = self.table.self_class(expr.value, scope, line)
             if owner is not None and self.table.attributes(owner).get(expr.attr):
@@ -128,7 +137,7 @@ class Resolver:
         if depth > _MAX_ALIAS_DEPTH:
             return None
         if isinstance(expr, ast.Name):
-            return self.binding_callee(self.table.lookup(expr.id, scope, line), expr.id, depth)
+            return self.binding_callee(self.name_binding(expr, scope, line), expr.id, depth)
         if isinstance(expr, ast.Attribute):
             owner = self.table.self_class(expr.value, scope, line)
             if owner is not None:
@@ -264,3 +273,12 @@ def describe(node: ast.AST) -> str:
     except (RecursionError, ValueError):  # pragma: no cover - absurdly deep expressions
         return "<expression>"
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _encloses(outer: Optional[ast.AST], inner: ast.AST) -> bool:
+    """Whether `inner` lies inside `outer`'s source span (positions, not identity: the AST is not re-walked)."""
+    if outer is None or not hasattr(outer, "end_lineno") or not hasattr(inner, "end_lineno"):
+        return False
+    start = (outer.lineno, outer.col_offset)  # type: ignore[attr-defined]
+    end = (outer.end_lineno, outer.end_col_offset)  # type: ignore[attr-defined]
+    return start <= (inner.lineno, inner.col_offset) and (inner.end_lineno, inner.end_col_offset) <= end  # type: ignore[attr-defined]

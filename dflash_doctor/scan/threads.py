@@ -184,7 +184,9 @@ class SpawnCollector(FileCheck):
         if binding is None:
             return
         for sibling in self.ctx.table.bindings(binding.scope).get(getattr(wrapped, "id", ""), ()):
-            if sibling.kind == "assign" and isinstance(sibling.node, ast.Call):
+            # only what the name held when the compile read it (`net = torch.compile(net)` then
+            # `net = nn.DataParallel(net)`: the DataParallel comes after and replicates the compiled module)
+            if sibling.kind == "assign" and isinstance(sibling.node, ast.Call) and sibling.line <= binding.line:
                 self._compiled_wrappers.add(id(sibling.node))
 
     def _pool(self, receiver: ast.AST, scope: Scope, line: int) -> Optional[str]:
