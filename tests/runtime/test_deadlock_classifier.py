@@ -220,7 +220,9 @@ def _closure_deadlock(starters: int):
     with tempfile.TemporaryFile("w+") as handle:
         faulthandler.dump_traceback(file=handle, all_threads=True)
         handle.seek(0)
-        return parse_faulthandler(handle.read(), names)
+        # this call's threads only: a worker of the suite also holds other tests' deadlocked daemons (an earlier
+        # call's pair, the reference's injected hang), each a cycle of its own
+        return [stack for stack in parse_faulthandler(handle.read(), names) if stack.ident in names]
 
 
 @pytest.mark.timeout(30)
