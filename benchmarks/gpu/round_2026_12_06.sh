@@ -13,6 +13,8 @@
 #   A  issue 34: the repro matrix rows with non-lazy-backward on 2.11 (and the plain baseline) still as before
 #   G  issue 34: guards on 2.11 (settings process-wide, no DFD611) and the pipeline with the non-lazy fix
 #   T  issue 37: run --on-hang kill over torchrun's two workers; then whether any process still holds the GPU
+#   D  issue 35 after DFD911: run on the DataParallel-over-compiled loop, uncaught and caught
+#   P  issue 36: run --fix single-thread-autograd,threadlocal-flag against its baseline, 3 pairs, on the plain loop
 #   H  (not in the default; needs its own device time) held-out trainers the project never tuned on: copied by the
 #      lead into the git-ignored .gpu/heldout_dp/ and carried (carry=[".whl", ".gpu"]); each runs plain (the
 #      truth: exit code, stderr tail) and under `run`, then `logs` reads the plain run's stderr
@@ -117,12 +119,23 @@ left = int((work / "T2_left.txt").read_text().strip() or 0)
     "stdout_tail": f"gpu holders: {holders}; plain_loop processes left: {left}", "stderr_tail": ""}))
 PY
   ;;
+D)  # issue 35, after DFD911: run names nn.DataParallel's replicas of a compiled module as such (uncaught and caught)
+  ( fresh_cache; step D1_run_inside 70 40 $DD run --cache cold -f json -o "$WORK/D1_run_inside.json" -- \
+      python3 benchmarks/gpu/dataparallel_loop.py --form inside )
+  ( fresh_cache; step D2_run_inside_caught 70 40 $DD run --cache cold -f json -o "$WORK/D2_run_inside_caught.json" -- \
+      python3 benchmarks/gpu/dataparallel_loop.py --form inside --catch )
+  ;;
+P)  # issue 36: run --fix against its baseline on the plain loop (same shapes: the baseline deadlocks)
+  ( fresh_cache; step P1_run_fix_proof 240 120 $DD run --fix single-thread-autograd,threadlocal-flag --trials 3 \
+      --cache cold --on-hang kill --hang-after 45 -f json -o "$WORK/P1_run_fix_proof.json" -- \
+      python3 benchmarks/gpu/plain_loop.py --shapes same --hang-after 90 )
+  ;;
 H)  # held-out trainers: truth (plain) then the tool, each bounded; skipped where the folder was not carried
   HELD=.gpu/heldout_dp
   if [ -d "$HELD" ]; then
-    for spec in "hf:hf_style_trainer.py --torch_compile --data_parallel_replicas 3" \
+    for spec in ${HELD_SPECS:-"hf:hf_style_trainer.py --torch_compile --data_parallel_replicas 3" \
                 "dp:dp_compiled.py --replicas 3" "executor:executor_trainer.py" "executor_varying:executor_trainer.py --varying" \
-                "profiler:profiler_thread_trainer.py" "thread_args:thread_args_trainer.py"; do
+                "profiler:profiler_thread_trainer.py" "thread_args:thread_args_trainer.py"}; do
       name=${spec%%:*}; args=${spec#*:}
       ( fresh_cache; step "H_${name}_plain" 60 30 python3 $HELD/$args )
       ( fresh_cache; step "H_${name}_run" 70 30 $DD run --cache cold --on-hang kill --hang-after 40 -f json \

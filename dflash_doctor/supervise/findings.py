@@ -242,16 +242,26 @@ def _death_findings(record: ProcessRecord) -> List[Finding]:
     nn.DataParallel ran are one finding for the process: every step fails the same way, for one reason."""
     blamed = {blame.victim for blame in record.blames}
     replicated = [death for death in record.deaths if death.replicated_compiled]
+    # the caller's death by DataParallel's re-raise of such a replica's error is that error, said once
+    folded = [death for death in record.deaths
+              if death.replicated_compiled or (replicated and _replica_reraise(death))]
     found = [_death_finding(record, death) for death in record.deaths
-             if not death.replicated_compiled
-             and not (death.thread in blamed and death.error.startswith(FX_ERROR_PREFIX))]
-    return ([_replicated_compiled_finding(record, replicated)] if replicated else []) + found
+             if death not in folded and not (death.thread in blamed and death.error.startswith(FX_ERROR_PREFIX))]
+    return ([_replicated_compiled_finding(record, replicated, folded)] if replicated else []) + found
 
 
-def _replicated_compiled_finding(record: ProcessRecord, deaths: Sequence[DeathRecord]) -> Finding:
+def _replica_reraise(death: DeathRecord) -> bool:
+    """torch/_utils.py ExceptionWrapper.reraise: 'Caught <Error> in replica N on device D.' in the caller."""
+    first = death.error.splitlines()[0] if death.error else ""
+    return first.startswith("Caught ") and " in replica " in first
+
+
+def _replicated_compiled_finding(record: ProcessRecord, deaths: Sequence[DeathRecord],
+                                 folded: Sequence[DeathRecord]) -> Finding:
     from dflash_doctor.dataparallel import FIXES
 
     first = deaths[0]
+    reraised_in = sorted({death.thread for death in folded if not death.replicated_compiled})
     raised = _own_frame(first.raised_at)
     replicas = sorted({death.thread.split(" (")[0] for death in deaths})
     said = f"{first.error_type}: {first.error.splitlines()[0] if first.error else ''}"
@@ -265,7 +275,8 @@ def _replicated_compiled_finding(record: ProcessRecord, deaths: Sequence[DeathRe
                "your own model (not a thread race; no thread fix helps)"]
     evidence = {**_base(record), "worker": first.thread, "error_type": first.error_type, "error": first.error,
                 "at_s": first.at_s, "traceback": _where(first.raised_at), "failures": len(deaths),
-                "replicas": replicas, "details": details, "next": "; ".join(steps), "next_steps": steps}
+                "replicas": replicas, "reraised_in": reraised_in, "details": details, "next": "; ".join(steps),
+                "next_steps": steps}
     return rules.RUN_DATAPARALLEL_COMPILED.finding(message, evidence=evidence, **_location(raised))
 
 

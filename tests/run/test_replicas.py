@@ -39,3 +39,13 @@ def test_replicas_of_a_compiled_module_are_one_finding_that_names_dataparallel_a
     assert evidence["failures"] >= 3 and evidence["replicas"][0].startswith("replica 0 on device ")
     assert [step.split(":")[0] for step in evidence["next_steps"][:2]] == ["processes", "compile-outside-dataparallel"]
     assert finding["path"].endswith("replicated_compiled_step.py")
+
+
+@pytest.mark.timeout(200)
+def test_the_callers_death_by_the_reraise_is_the_same_finding_not_a_second_one(cli, tmp_path):
+    out = tmp_path / "run.json"
+    proc = cli("run", "-f", "json", "-o", out, "--", sys.executable, program("replicated_compiled_step.py"),
+               "--raise", timeout=180)
+    assert proc.returncode == 1, proc.stderr[-2000:]  # the trainer's own exit code: it died of the re-raise
+    finding, = json.loads(out.read_text())["findings"]
+    assert finding["code"] == "DFD911" and finding["evidence"]["reraised_in"] == ["MainThread"]
