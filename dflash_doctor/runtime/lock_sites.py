@@ -354,20 +354,14 @@ def _index(node: ast.expr, frame: FrameType) -> object:
 
 def live_object(expression: str, frame: FrameType) -> object:
     """The object `expression` names in a live frame of this process, or _MISSING."""
-    try:
-        node = ast.parse(expression, mode="eval").body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    chain = _chain(expression)
+    if chain is None:
         return _MISSING
-    steps: List[ast.expr] = []
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        steps.append(node)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return _MISSING
-    value = frame.f_locals.get(node.id, _MISSING)
+    root, steps = chain
+    value = frame.f_locals.get(root, _MISSING)
     if value is _MISSING:
-        value = frame.f_globals.get(node.id, _MISSING)
-    for step in reversed(steps):
+        value = frame.f_globals.get(root, _MISSING)
+    for step in steps:
         if value is _MISSING:
             return _MISSING
         if isinstance(step, ast.Attribute):
