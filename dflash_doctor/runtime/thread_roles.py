@@ -15,6 +15,8 @@ from typing import Optional, Tuple
 
 _PARALLEL_APPLY = "torch.nn.parallel.parallel_apply"
 _WHERE = re.compile(r"^in replica (\d+) on device (\S+)$")
+# ExceptionWrapper.reraise in the caller: 'Caught <Error> in replica N on device D.' (the same `where`, re-raised)
+_RERAISE = re.compile(r"^Caught [\w.]+ in replica \d+ on device \S+")
 
 
 def replica_of(thread: threading.Thread) -> Optional[Tuple[int, str]]:
@@ -41,6 +43,11 @@ def replicates_compiled_module(thread: threading.Thread) -> bool:
         and module_type.__module__.startswith("torch._dynamo")
 
 
+def is_replica_reraise(message: str) -> bool:
+    """Whether an error's message is DataParallel re-raising a replica's error in the thread that called it."""
+    return _RERAISE.match(message) is not None
+
+
 def thread_label(thread: Optional[threading.Thread] = None, where: str = "") -> str:
     """The thread's name, with its replica role when it is one: 'replica 1 on device 0 (Thread-3 (_worker))'.
     `where`: torch's own words for the replica (ExceptionWrapper's), which know the device it resolved."""
@@ -52,3 +59,8 @@ def thread_label(thread: Optional[threading.Thread] = None, where: str = "") -> 
     if replica is None:
         return thread.name
     return f"replica {replica[0]} on device {replica[1]} ({thread.name})"
+
+
+def role_of(label: str) -> str:
+    """A thread_label's role without the thread's own name: 'replica 1 on device 0' (a plain name stays whole)."""
+    return label.split(" (", 1)[0] if label.startswith("replica ") else label

@@ -10,6 +10,7 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor import mitigations as registry
+from dflash_doctor.dataparallel import FIXES as DATAPARALLEL_FIXES
 from dflash_doctor.findings import Finding
 from dflash_doctor.hazards import Hazard, Release
 from dflash_doctor.outcomes import BlameKind
@@ -18,6 +19,7 @@ from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
 from dflash_doctor.runtime.fx_patches import is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, CompileStart, recompile_signs
 from dflash_doctor.runtime.stacks import Frame
+from dflash_doctor.runtime.thread_roles import is_replica_reraise, role_of
 from dflash_doctor.supervise.records import BlameRecord, DeathRecord, ProcessRecord
 from dflash_doctor.supervise.setting_gaps import setting_gap_findings
 
@@ -244,31 +246,23 @@ def _death_findings(record: ProcessRecord) -> List[Finding]:
     replicated = [death for death in record.deaths if death.replicated_compiled]
     # the caller's death by DataParallel's re-raise of such a replica's error is that error, said once
     folded = [death for death in record.deaths
-              if death.replicated_compiled or (replicated and _replica_reraise(death))]
+              if death.replicated_compiled or (replicated and is_replica_reraise(death.error))]
     found = [_death_finding(record, death) for death in record.deaths
              if death not in folded and not (death.thread in blamed and death.error.startswith(FX_ERROR_PREFIX))]
     return ([_replicated_compiled_finding(record, replicated, folded)] if replicated else []) + found
 
 
-def _replica_reraise(death: DeathRecord) -> bool:
-    """torch/_utils.py ExceptionWrapper.reraise: 'Caught <Error> in replica N on device D.' in the caller."""
-    first = death.error.splitlines()[0] if death.error else ""
-    return first.startswith("Caught ") and " in replica " in first
-
-
 def _replicated_compiled_finding(record: ProcessRecord, deaths: Sequence[DeathRecord],
                                  folded: Sequence[DeathRecord]) -> Finding:
-    from dflash_doctor.dataparallel import FIXES
-
     first = deaths[0]
     reraised_in = sorted({death.thread for death in folded if not death.replicated_compiled})
     raised = _own_frame(first.raised_at)
-    replicas = sorted({death.thread.split(" (")[0] for death in deaths})
+    replicas = sorted({role_of(death.thread) for death in deaths})
     said = f"{first.error_type}: {first.error.splitlines()[0] if first.error else ''}"
     message = (f"nn.DataParallel ran replicas of a torch.compile'd module and they failed {len(deaths)} time(s) from "
                f"{first.at_s:.1f} s ({record.label}): {said}"[:300])
-    steps = [f"{fix.name}: {fix.api}" for fix in FIXES] + ["dflash-doctor repro --mode dataparallel: each form on "
-                                                           "this machine"]
+    steps = [f"{fix.name}: {fix.api}" for fix in DATAPARALLEL_FIXES] + [
+        "dflash-doctor repro --mode dataparallel: each form on this machine"]
     details = [f"replicas: {', '.join(replicas)}", f"first: {first.thread} at {_line_of(raised)}",
                f"error: {said}"[:300],
                "why: replicating an OptimizedModule writes the copy's empty parameters and submodules through to "
