@@ -36,7 +36,8 @@ _KEYWORDS = frozenset(("else", "try", "finally"))  # source lines that end in ':
 _GLUED_NAMES = re.compile(r"(?<=\d)(?=[A-Za-z_])")  # 'drafter-0drafter-2': a name ends in its number
 _NAME_THEN_SOURCE = re.compile(r"^(?P<name>[^\s:()]{1,200})(?P<rest>    \S.*)$")
 # '    self.run()drafter-1drafter-2:': late names written after another thread's source line, before its newline
-_NAMES_AFTER_SOURCE = re.compile(r"(?<=[)\]'\"])(?P<names>(?:[A-Za-z_][\w.]*-\d+)+):\s*$")
+# (their colon may come later when another write is glued on after them)
+_NAMES_AFTER_SOURCE = re.compile(r"(?<=[)\]'\"])(?P<names>(?:[A-Za-z_][\w.]*-\d+)+)(?P<colon>:?)\s*$")
 
 
 def has_glue(text: str) -> bool:
@@ -105,8 +106,15 @@ def untangle(text: str, late: int) -> Tuple[List[str], int]:
     for index, piece in enumerate(pieces):
         if piece.startswith(HEADER):
             rest = piece[len(HEADER):]
+            tail = _NAMES_AFTER_SOURCE.search(rest) if rest.rstrip().endswith(":") else None
             if rest[:1].isspace() and rest.rstrip().endswith(":") and _NAME.fullmatch(rest.strip()[:-1]):
                 lines.append(f"{HEADER}{rest.strip()}")  # 'Exception in thread     drafter-0:': another's indentation
+            elif tail is not None and not _NAME.fullmatch(rest.strip()[:-1]):
+                # 'Exception in thread     self.run()drafter-1:': another's source line between this header and
+                # its name (the names of earlier headers may be glued there too)
+                names = _names(tail.group("names"), late + 1)
+                late -= len(names) - 1
+                lines += ["    " + rest[:tail.start()].strip()] + [f"{HEADER}{name}:" for name in names]
             elif not rest.strip() or rest[:1].isspace():
                 late += 1  # its name comes in a later piece ('Exception in thread     lin(x)': another's source)
                 if rest.strip():
@@ -139,7 +147,9 @@ def untangle(text: str, late: int) -> Tuple[List[str], int]:
                 lines += [f"{HEADER}{glued.group('name')}:", glued.group("rest")]
                 continue
         tail = _NAMES_AFTER_SOURCE.search(piece) if late and piece[:1].isspace() else None
-        if tail is not None:
+        # without its colon only where another write was glued on next ('...kwargs)drafter-1Traceback (most ...'):
+        # the colon comes later, alone or on a caret line
+        if tail is not None and (tail.group("colon") or index + 1 < len(pieces)):
             names = _names(tail.group("names"), late)
             late -= len(names)
             lines += [piece[:tail.start()]] + [f"{HEADER}{name}:" for name in names]
