@@ -57,6 +57,8 @@ class PhaseChild:
         self.started = clock()
         self._first_steps_lock = threading.Lock()
         self._first_steps_pending = spec.threads
+        self._disturbance = None  # the mode's disturbance while the workers run (foreign-trace asks them to stay)
+        self._traces_at_start = 0
         self._lazy_backward: dict = {}  # thread name -> backward graphs it compiled lazily
 
     # -- set-up ------------------------------------------------------------------------------------------
@@ -96,8 +98,14 @@ class PhaseChild:
     def _overlap_wanted(self, own_steps_done_at: float) -> bool:
         """After its own steps a worker goes on stepping while another worker is still in its first step: in
         training, warm threads keep calling compiled code while a cold one compiles, and that overlap is the
-        race. Capped at --hang-after, so a thread stuck in its first step cannot hide behind busy peers."""
-        return self._first_steps_pending > 0 and self.clock() - own_steps_done_at < self.spec.hang_after_s
+        race. Beside a foreign trace it also goes on until it has met enough of the tracer's traces
+        (Disturbance.wants_company). Capped at --hang-after, so a thread stuck in its first step cannot hide behind
+        busy peers."""
+        if self.clock() - own_steps_done_at >= self.spec.hang_after_s:
+            return False
+        if self._disturbance is not None and self._disturbance.wants_company(self._traces_at_start):
+            return True
+        return self._first_steps_pending > 0
 
     def worker(self, index: int, step, barrier: threading.Barrier) -> None:
         """One worker thread: every per-thread switch of the mitigations (mitigations.in_each_thread) held
@@ -223,6 +231,8 @@ class PhaseChild:
         self.rearm_faulthandler()
         watchdog.start()
         disturbance = self.start_disturbance()
+        if disturbance is not None and disturbance.traces is not None:
+            self._disturbance, self._traces_at_start = disturbance, disturbance.traces[0]
         barrier = threading.Barrier(spec.threads)
         workers = [threading.Thread(target=self.worker, args=(i, step, barrier), name=spec.thread_names[i],
                                     daemon=True) for i, step in enumerate(steps)]

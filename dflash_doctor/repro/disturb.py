@@ -63,6 +63,17 @@ class Disturbance:
     errors: List[str] = field(default_factory=list)  # what the tracing threads themselves raised
     traces: Optional[List[int]] = None  # foreign-trace: how many traces the looping thread finished
 
+    def wants_company(self, traces_at_start: int) -> bool:
+        """foreign-trace: the workers should go on stepping until they have run beside TRACES_TO_FACE of the
+        tracer's traces. A trace keeps its patches in place for a few milliseconds of every BETWEEN_TRACES_S, so
+        a worker whose own steps end within a handful of traces can miss every window: one CI run's foreign-trace
+        trial (workers done in 0.2 s) did, and "a foreign trace settles in one trial" did not hold."""
+        if self.traces is None or self.errors or self.release.is_set():
+            return False
+        if not any(thread.is_alive() for thread in self.threads):
+            return False
+        return self.traces[0] - traces_at_start < TRACES_TO_FACE
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self.release.set()
         for thread in self.threads:
@@ -146,6 +157,9 @@ def leave_fx_flag_stuck(*, names=("fx-trace-a", "fx-trace-b"), timeout_s: float 
 # in and keeps the tracer from taking the GIL from the workers' compiles.
 TRACE_PAUSE_S = 0.002
 BETWEEN_TRACES_S = 0.02
+# How many of the tracer's traces the workers run beside before a foreign-trace trial may end (about 0.6 s): each
+# trace is a window of its own, so the chance of missing all of them falls geometrically with this count.
+TRACES_TO_FACE = 25
 
 
 def _profiled_module(pause_s: float):

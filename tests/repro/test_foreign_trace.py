@@ -99,3 +99,24 @@ def test_threadlocal_flag_with_isolate_fx_patches_stops_a_foreign_trace(runs):
     assert multi["tracing_thread"]["outcome"] == "ok" and multi["tracing_thread"]["traces"] > 0
     assert multi["fx_patches"]["state"] == "installed" and multi["fx_patches_check"]["ok"] is True
     assert _errors(facts) == []
+
+
+@pytest.mark.timeout(60)
+def test_workers_stay_beside_a_foreign_trace_until_they_have_faced_enough_of_its_traces():
+    import time
+
+    from dflash_doctor.repro import disturb
+
+    disturbance = disturb.trace_alongside(30.0)
+    try:
+        start = disturbance.traces[0]
+        assert disturbance.wants_company(start)
+        deadline = time.monotonic() + 30.0
+        while disturbance.traces[0] - start < disturb.TRACES_TO_FACE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert disturbance.traces[0] - start >= disturb.TRACES_TO_FACE
+        assert not disturbance.wants_company(start)
+        assert disturbance.wants_company(disturbance.traces[0])  # a later start has not faced them yet
+    finally:
+        disturbance.stop()
+    assert not disturbance.wants_company(disturbance.traces[0])  # a stopped tracer keeps nobody
