@@ -120,6 +120,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON (the device round reads it)")
     args = parser.parse_args(argv)
     if args.child:
         child(args.device, args.preset, args.rounds, args.steps)
@@ -172,6 +173,14 @@ def main(argv=None) -> int:
         "0.1 s of CPU at start-up (importing the agent and psutil), which is not per step.",
     ]
     text = "\n".join(lines) + "\n"
+    if args.json:
+        args.json.write_text(json.dumps({
+            "device": args.device, "preset": args.preset, "torch": torch.__version__,
+            "bare_median_step_s": bare_median, "run_median_step_s": under_median,
+            "end_to_end_ratio_of_medians": under_median / bare_median,
+            "watchdog_share": steady["share"], "watchdog_us_per_poll": steady["work_s"] / steady["polls"] * 1e6,
+            "blame_hook_extra_s": blame["extra_s"], "target_met": steady["share"] <= 0.01,
+            "bare_means_s": bare, "run_means_s": under}, indent=1), encoding="utf-8")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text, encoding="utf-8")

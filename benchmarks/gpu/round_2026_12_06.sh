@@ -18,6 +18,11 @@
 #   H  (not in the default; needs its own device time) held-out trainers the project never tuned on: copied by the
 #      lead into the git-ignored .gpu/heldout_dp/ and carried (carry=[".whl", ".gpu"]); each runs plain (the
 #      truth: exit code, stderr tail) and under `run`, then `logs` reads the plain run's stderr
+#   S  issue 41: the floors and the verdict targets in one run, as ratios: benchmarks/gpu/anchors.py (import torch,
+#      torch._dynamo), then benchmarks/speed_ratios.py --device cuda (one cold compile of repro's step in a fresh
+#      process, the import floor, `repro --threads 3` to its verdict, `guards`, the per-thread matrix); ~400 s
+#   Q  issue 41: `pipeline --preset small` with threads then processes (MFU, warm-up, the throughput ratio), then
+#      benchmarks/run_overhead.py --device cuda --preset small (run's share of a training step); ~450 s
 # BLOCKS="B C" runs a subset, in the order given. The three blocks may need more than one call's 540 s (A3 alone
 # may take 150 s): run BLOCKS="B C" and BLOCKS="A" as two calls if the first one skipped A's rows.
 set -u
@@ -146,6 +151,19 @@ H)  # held-out trainers: truth (plain) then the tool, each bounded; skipped wher
   else
     echo '{"step": "H", "skipped": ".gpu/heldout_dp was not carried"}' >"$WORK/H.meta.json"
   fi
+  ;;
+S)  # issue 41: every floor and the targets measured against it in the same call
+  step S1_anchors 120 40 python3 benchmarks/gpu/anchors.py
+  cp "$WORK/S1_anchors.stdout" "$WORK/S1_anchors.json" 2>/dev/null
+  step S2_ratios 470 200 python3 benchmarks/speed_ratios.py --device cuda --json "$WORK/S2_ratios.json"
+  ;;
+Q)  # issue 41: the pipeline's MFU, warm-up and threads against processes; run's share of a step
+  ( fresh_cache; step Q1_pipeline_threads 170 90 $DD pipeline --preset small --device cuda -f json \
+      -o "$WORK/Q1_pipeline_threads.json" )
+  ( fresh_cache; step Q2_pipeline_processes 170 90 $DD pipeline --preset small --device cuda --workers processes \
+      -f json -o "$WORK/Q2_pipeline_processes.json" )
+  ( fresh_cache; step Q3_run_overhead 200 90 python3 benchmarks/run_overhead.py --device cuda --preset small \
+      --pairs 2 --rounds 3 --steps 20 --json "$WORK/Q3_run_overhead.json" )
   ;;
 esac; done
 

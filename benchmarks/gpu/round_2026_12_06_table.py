@@ -94,6 +94,56 @@ def repro_rows_table(block: dict) -> List[str]:
     return lines
 
 
+def _pipeline_cell(facts: dict) -> str:
+    if not facts:
+        return "no facts"
+    mfu = facts.get("mfu")
+    return (f"MFU {mfu * 100:.1f} %" if mfu is not None else "no MFU") + (
+        f", {facts.get('tokens_per_s') or 0:,.0f} tok/s, warm-up {facts.get('warmup_s')} s")
+
+
+def pipeline_table(block: dict) -> List[str]:
+    """Q: the pipeline with threads and with processes (targets: MFU >= 45 %, warm-up <= 20 s, processes >= 0.95x
+    threads' throughput), then run's share of the same step."""
+    steps = block["steps"]
+    facts = {name: ((steps.get(name) or {}).get("doc") or {}).get("facts") or {}
+             for name in ("Q1_pipeline_threads", "Q2_pipeline_processes")}
+    lines = ["| `pipeline --preset small --device cuda` | exit, time | measured | targets |", "|---|---|---|---|"]
+    for name, label in (("Q1_pipeline_threads", "threads (the default)"), ("Q2_pipeline_processes", "--workers processes")):
+        lines.append(f"| {label} | {_step_cell(steps.get(name) or {})} | {_pipeline_cell(facts[name])} | "
+                     "MFU >= 45 %, warm-up <= 20 s |")
+    threads, processes = (facts[n].get("tokens_per_s") for n in ("Q1_pipeline_threads", "Q2_pipeline_processes"))
+    if threads and processes:
+        lines.append(f"| processes / threads throughput | | {processes / threads:.3f}x | >= 0.95x |")
+    overhead = (steps.get("Q3_run_overhead") or {}).get("doc") or {}
+    if overhead:
+        lines += ["", f"`benchmarks/run_overhead.py --device cuda --preset small` "
+                  f"({_step_cell(steps['Q3_run_overhead'])}): median step bare "
+                  f"{overhead['bare_median_step_s'] * 1e3:.2f} ms, under run {overhead['run_median_step_s'] * 1e3:.2f} ms "
+                  f"(ratio of medians {overhead['end_to_end_ratio_of_medians']:.3f}); the watchdog's share of wall time "
+                  f"{overhead['watchdog_share'] * 100:.4f} %, the blame hook {overhead['blame_hook_extra_s'] * 1e9:.0f} ns a "
+                  f"compiled call; target <= 1 % of a step: {'met' if overhead['target_met'] else 'MISSED'}"]
+    return lines
+
+
+def speed_table(block: dict) -> List[str]:
+    """S: the anchors, then speed_ratios.py's own rows (measured, floor, ratio, target) as it wrote them."""
+    steps = block["steps"]
+    lines = []
+    anchors = (steps.get("S1_anchors") or {}).get("doc") or {}
+    if anchors:
+        second = anchors.get("second") or {}
+        lines += [f"Anchors (a fresh interpreter each, the second of two): import torch {second.get('import_torch_s')} s, "
+                  f"torch._dynamo {second.get('import_dynamo_s')} s more.", ""]
+    ratios = (steps.get("S2_ratios") or {}).get("doc") or {}
+    lines += ["| target | measured s | floor | floor s | ratio | target ratio | |", "|---|---|---|---|---|---|---|"]
+    for row in ratios.get("rows", []):
+        lines.append(f"| {row.get('name')} | {row.get('measured_s')} | {row.get('floor')} | {row.get('floor_s')} | "
+                     f"{row.get('ratio')} | {row.get('target')} | {row.get('verdict')} |")
+    lines.append(f"\n(speed_ratios.py: {_step_cell(steps.get('S2_ratios') or {})})")
+    return lines
+
+
 def main(argv: List[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
@@ -104,7 +154,9 @@ def main(argv: List[str]) -> int:
     for filename, title, render in (("issue35_B.json", "Issue 35: nn.DataParallel over a compiled model", dataparallel_table),
                                     ("issue37_C.json", "Issue 37: run and attach on the deadlock loop", attach_table),
                                     ("issue34_A.json", "Issue 34: non-lazy-backward rows on torch 2.11", repro_rows_table),
-                                    ("heldout_H.json", "Held-out trainers (plain run, run, logs)", attach_table)):
+                                    ("heldout_H.json", "Held-out trainers (plain run, run, logs)", attach_table),
+                                    ("issue41_S.json", "Issue 41: floors and verdict targets", speed_table),
+                                    ("issue41_Q.json", "Issue 41: the pipeline and run's share of a step", pipeline_table)):
         block = _load(out / filename)
         print(f"### {title}\n")
         print("\n".join(render(block)) if block else "(not run)")

@@ -18,7 +18,7 @@ from typing import Any
 
 BLOCKS = {"A": "issue34_A.json", "B": "issue35_B.json", "C": "issue37_C.json", "H": "heldout_H.json",
           "G": "issue34_G.json", "T": "issue37_T.json",
-          "D": "issue35_D.json", "P": "issue36_P.json"}
+          "D": "issue35_D.json", "P": "issue36_P.json", "S": "issue41_S.json", "Q": "issue41_Q.json"}
 BULKY = ("events", "samples", "stacks", "frames")
 KEEP_ITEMS = 5
 TEXT_CAP = 4000
