@@ -18,7 +18,7 @@ by the scanner itself; their place only orders LOG_RULES (and so DEATH_CODES and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Mapping, Tuple
+from typing import Dict, Mapping, Sequence, Tuple
 
 from dflash_doctor.rules.logs.model import LogRule
 
@@ -81,9 +81,10 @@ PRECEDENCE: Tuple[Place, ...] = (
 )
 
 
-def resolve(declared: Mapping[str, LogRule]) -> Dict[str, LogRule]:
-    """The declared rules in PRECEDENCE's order; every declared rule has exactly one place, every place a rule."""
-    codes = [place.code for place in PRECEDENCE]
+def resolve(declared: Mapping[str, LogRule], order: Sequence[Place] = PRECEDENCE) -> Dict[str, LogRule]:
+    """The declared rules in `order`, PRECEDENCE unless another is asked for (tests/logs/test_precedence.py reverses
+    it); every declared rule has exactly one place, every place a rule."""
+    codes = [place.code for place in order]
     repeated = sorted({code for code in codes if codes.count(code) > 1})
     unplaced = sorted(set(declared) - set(codes))
     unknown = sorted(set(codes) - set(declared))
