@@ -4,7 +4,9 @@ every line of the rules' own examples that two rules match, each given to the ru
 (in a child process, before the scanner is imported) hands every one of them to another rule."""
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import re
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from typing import List, Tuple
 import pytest
 
 from dflash_doctor.logs.examples import example_findings
+from dflash_doctor.rules import logs as logs_package
 from dflash_doctor.rules.logs import DECLARED, LOG_RULES
 from dflash_doctor.rules.logs.model import LogRule
 from dflash_doctor.rules.logs.precedence import PRECEDENCE, Place, resolve
@@ -52,6 +55,14 @@ CONTESTS = _contests()
 def test_log_rules_are_the_declared_rules_in_the_declared_order():
     assert list(LOG_RULES) == ORDER
     assert set(ORDER) == set(DECLARED)
+
+
+def test_every_family_module_is_loaded_with_the_package():
+    # A family module the package does not import would declare its rules only when something else imports it:
+    # import them all, and the rules declared must be those LOG_RULES holds.
+    for module in pkgutil.iter_modules(logs_package.__path__):
+        importlib.import_module(f"{logs_package.__name__}.{module.name}")
+    assert set(DECLARED) == set(LOG_RULES)
 
 
 def test_a_rule_without_a_place_or_placed_twice_is_refused():
@@ -108,6 +119,7 @@ reordered = resolve(logs.DECLARED, tuple(reversed(PRECEDENCE)))
 logs.LOG_RULES.clear()
 logs.LOG_RULES.update(reordered)
 from dflash_doctor.logs.examples import example_findings
+from dflash_doctor.rules import logs as logs_package
 texts = json.load(sys.stdin)
 print(json.dumps([sorted({f.code for f in example_findings(text)}) for text in texts]))
 """

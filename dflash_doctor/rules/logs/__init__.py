@@ -17,7 +17,7 @@ The families:
     fx_tracing.py      DFD509 DFD501 DFD518  torch.jit.trace over compiled code, the FX-tracing race, the patcher race
     gpu_faults.py      DFD510 DFD502 DFD511 DFD517  Triton out of resources, CUDA OOM, illegal access, device assert
     nccl.py            DFD512 DFD504 DFD516  the watchdog's abort, a collective timeout, a NCCL error
-    dynamo.py          DFD506 DFD521 DFD520 DFD505  recompile limit, a setting not in a worker, first-call race, dense path
+    dynamo.py          DFD506 DFD521 DFD520 DFD505  recompile limit, a limit not in a worker, first calls, dense path
     signals.py         DFD514  a signal death (its wordings: signal_wordings.py)
     hangs.py           DFD515 DFD507  a stuck process's stack dump, a stalled thread
     deaths.py          DFD508 DFD513  a thread's or a process's death no narrower rule explains

@@ -36,6 +36,7 @@ LOG_THREAD_DIED = declare(Rule(
     ),
 ), triggers=("Exception in thread",))
 
+
 def _exit_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
     """torchrun's agent ('failed (exitcode: 1) local_rank: 3'), DeepSpeed's launcher ('... '--local_rank=3' ...]
     exits with return code = 1'), or an exception's last line with no traceback above it."""

@@ -217,6 +217,7 @@ LOG_THREADS_RACED_FIRST_CALL = declare(Rule(
     ),
 ), triggers=("Unexpected recompilation",), pattern=_RACED, on_match=_raced_line, next_steps=_raced_steps)
 
+
 def _dense_warning_line(scanner: RuleScanner, line: RuleLine) -> None:
     scanner.report(LOG_DENSE_ATTENTION_FALLBACK, (), f"{line.worker}: flex_attention ran without torch.compile (dense "
                    "path that materialises the full scores matrix)", line.lineno, dict(thread=line.worker,

@@ -17,7 +17,8 @@ from dflash_doctor.rules.logs.model import (
 from dflash_doctor.rules.logs.shared import gpu_details
 from dflash_doctor.rules.registry import Rule
 
-_RANK_MENTION = re.compile(r"\[(?:PG [^\]]{0,120}?)?Rank (?P<rank>\d+)(?:\]|\s*$)")  # (a pasted line may be cut after the rank)
+# '[PG 0 Rank 3]', '[Rank 3]' (a pasted line may be cut after the rank)
+_RANK_MENTION = re.compile(r"\[(?:PG [^\]]{0,120}?)?Rank (?P<rank>\d+)(?:\]|\s*$)")
 
 
 def _stopped_first(threads: Dict[str, dict]) -> Optional[str]:
@@ -38,8 +39,8 @@ def _after_a_timeout(found: Sequence[Finding], threads: Dict[str, dict], count: 
             "timeouts of the others follow from it"]
 
 
-# The watchdog's abort comes before the CUDA kinds: its termination line names them as its inner cause
-# ('... watchdog thread terminated with exception: CUDA error: an illegal memory access ...').
+# The watchdog's abort is placed before the CUDA kinds (precedence.py): its termination line names them as its inner
+# cause ('... watchdog thread terminated with exception: CUDA error: an illegal memory access ...').
 _ABORT_INNER = (
     ("collective timeout", re.compile(r"Watchdog caught collective operation timeout|ran for \d+ milliseconds"
                                       r"|checkTimeout")),

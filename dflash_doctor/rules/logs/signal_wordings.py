@@ -223,7 +223,8 @@ SIGNAL_WORDINGS: Tuple[SignalWording, ...] = (
                   r"|-1073741795|3221225501|-1073741571|3221225725|-1073740791|3221226505)\b",
                   lambda m, text: _windows(_NTSTATUS_DECIMAL[m.group("code")], m.group("code")),
                   "Process finished with exit code 3221226505", "SIGABRT"),
-    # (reasons a rule above names, such as an illegal memory access or the NCCL watchdog, are matched by it first)
+    # (reasons a rule placed before DFD514 names, such as an illegal memory access or the NCCL watchdog, are matched
+    # by it first: precedence.py)
     SignalWording("a C++ exception nothing caught: 'terminate called ...' then its what()",
                   r"^\s*what\(\):\s+(?P<what>\S.*)",
                   lambda m, text: SignalReading("SIGABRT", meaning="a C++ exception nothing caught (terminate, then "
