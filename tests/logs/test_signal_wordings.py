@@ -1,5 +1,5 @@
-"""Every wording of a signal death (rules/logs.py SIGNAL_WORDINGS) is found by the rule's one pattern, read by its
-own decoder and reported as DFD514 with the signal its example names."""
+"""Every wording of a signal death (rules/logs/signal_wordings.py SIGNAL_WORDINGS) is found by the rule's one
+pattern, read by its own decoder and reported as DFD514 with the signal its example names."""
 from __future__ import annotations
 
 import pytest
