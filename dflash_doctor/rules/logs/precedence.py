@@ -88,7 +88,8 @@ def resolve(declared: Mapping[str, LogRule], order: Sequence[Place] = PRECEDENCE
     repeated = sorted({code for code in codes if codes.count(code) > 1})
     unplaced = sorted(set(declared) - set(codes))
     unknown = sorted(set(codes) - set(declared))
-    if repeated or unplaced or unknown:
-        raise ValueError(f"log rule precedence: placed twice {repeated}, declared without a place {unplaced}, "
-                         f"placed but not declared {unknown} (dflash_doctor/rules/logs/precedence.py)")
+    wrong = [f"{what} {found}" for what, found in (("placed twice", repeated), ("declared without a place", unplaced),
+                                                      ("placed but not declared", unknown)) if found]
+    if wrong:
+        raise ValueError(f"log rule precedence: {'; '.join(wrong)} (dflash_doctor/rules/logs/precedence.py)")
     return {code: declared[code] for code in codes}
