@@ -68,6 +68,7 @@ from dflash_doctor.rules.logs.signal_wordings import (
     SIGNAL_MEANING,
     SIGNAL_WORDINGS,
     SIGNALS,
+    SignalDecoder,
     SignalReading,
     SignalWording,
     signal_wording,
@@ -96,6 +97,6 @@ __all__ = [
     "LOG_THREADS_RACED_FIRST_CALL", "LOG_THREAD_DIED", "LOG_THREAD_STALLED", "LOG_THROUGHPUT_DROP",
     "LOG_TRITON_OUT_OF_RESOURCES", "LineHook", "LineMemory", "LogRule", "MatchHook", "NCCL_TAKEN_DOWN", "NextSteps",
     "PRECEDENCE", "Place", "RuleLine", "RuleScanner", "SIGNALS", "SIGNAL_MEANING", "SIGNAL_WORDINGS",
-    "SignalReading", "SignalWording", "UNNAMED", "declare", "fix_line", "fix_step", "gpu_in", "signal_wording",
-    "trigger_words",
+    "SignalDecoder", "SignalReading", "SignalWording", "UNNAMED", "declare", "fix_line", "fix_step", "gpu_in",
+    "signal_wording", "trigger_words",
 ]
