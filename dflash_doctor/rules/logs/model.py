@@ -136,7 +136,6 @@ class LogRule:
         return self.describe(details) if self.describe is not None else self.rule.summary
 
 
-
 DECLARED: Dict[str, LogRule] = {}  # by code, as the family modules declare them (their order decides nothing)
 
 
