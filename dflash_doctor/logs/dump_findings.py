@@ -50,6 +50,9 @@ class DumpReader:
         self._worker = worker
         self.open.feed(text)
 
+    def is_open(self) -> bool:
+        return self.open is not None
+
     def take(self, body: str) -> Tuple[bool, List[Finding]]:
         """Feed the open dump: (whether it took the line, the finding its end gave)."""
         if self.open is None:

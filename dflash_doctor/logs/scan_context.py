@@ -6,7 +6,7 @@ dump_findings.py, held_lines.py), so that no part reaches into another's state a
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.logs.cursor import Cursor
@@ -18,6 +18,18 @@ from dflash_doctor.logs.scan_common import MAIN, MESSAGE_CHARS
 from dflash_doctor.logs.worker_progress import TOTAL, DropEvent, ProgressTracker
 from dflash_doctor.rules.logs import LOG_THROUGHPUT_DROP, LineMemory, LogRule
 from dflash_doctor.rules.registry import Rule
+
+
+class SpanReader(Protocol):
+    """A part that reads something spanning lines to its end (torchrun's summary, a stack dump). While one is open,
+    every line goes to it before anything else, and intake hands over every line (the scanner is busy)."""
+
+    def is_open(self) -> bool: ...
+
+    def take(self, body: str) -> Tuple[bool, List[Finding]]:
+        """(whether it took the line, the findings its end gave: a line it does not take ends it too)"""
+
+    def end(self) -> List[Finding]: ...
 
 
 class ScanContext:

@@ -27,7 +27,7 @@ from dflash_doctor.logs.lines import split_prefix, unwrap, without_record_prefix
 from dflash_doctor.logs.logged import bracket_stream
 from dflash_doctor.logs.next_steps import next_steps
 from dflash_doctor.logs.options import LogOptions
-from dflash_doctor.logs.scan_context import ScanContext
+from dflash_doctor.logs.scan_context import ScanContext, SpanReader
 from dflash_doctor.logs.throughput import TOK_S
 from dflash_doctor.logs.torchrun_findings import TorchrunSummaryReader
 from dflash_doctor.logs.tracebacks import TracebackJudge
@@ -37,6 +37,9 @@ BLOCK_GAP = 200  # lines after which an open block that stopped growing is close
 
 
 class LogScanner:
+    """One log, one pass: the public face of a scan (source.py and the tests use feed, feed_block, idle, restart,
+    finish, lines); the parts behind it are built here and see each other only through the ScanContext."""
+
     def __init__(self, path: str, options: LogOptions = LogOptions()) -> None:
         self.path = path
         self.options = options
@@ -48,6 +51,8 @@ class LogScanner:
         self._summary = TorchrunSummaryReader(context, self._blocks, context.cursor.line_before)
         self._held = HeldLines(context)
         self._tracebacks = TracebackJudge(context, self._blocks)
+        # what spans lines, in the order a line is offered to them (a summary's line is not a dump's)
+        self._spans: Tuple[SpanReader, ...] = (self._summary, self._dumps)
         self._intake = LineIntake(context, self)
 
     # -- input ---------------------------------------------------------------------------------------------
@@ -68,7 +73,7 @@ class LogScanner:
 
     def busy(self) -> bool:
         """Something spans lines now: intake must hand over every line until it is closed."""
-        return bool(self._blocks.active or self._held.busy() or self._summary.open or self._dumps.open
+        return bool(self._blocks.active or self._held.busy() or any(span.is_open() for span in self._spans)
                     or self._context.deaths.record)
 
     def idle(self) -> List[Finding]:
@@ -79,7 +84,8 @@ class LogScanner:
     def restart(self) -> List[Finding]:
         """The followed file started over (rotated or truncated): what was open belongs to the old content."""
         new = self._tracebacks.close(self._blocks.flush()) + self._held.flush_recompile() + self._held.flush_abort()
-        new += self._summary.end() + self._dumps.end()
+        for span in self._spans:
+            new += span.end()
         return new
 
     def finish(self) -> Report[LogsFacts]:
@@ -139,12 +145,14 @@ class LogScanner:
         return new
 
     def _spanning(self, body: str) -> Tuple[bool, List[Finding]]:
-        """Feed torchrun's summary or a stack dump being read: (whether it took the line, what ending it found)."""
-        taken, new = self._summary.take(body)
-        if taken:
-            return True, new
-        taken, found = self._dumps.take(body)
-        return taken, new + found
+        """Offer the line to what spans lines: (whether one took it, what the endings it caused found)."""
+        new: List[Finding] = []
+        for span in self._spans:
+            taken, found = span.take(body)
+            new += found
+            if taken:
+                return True, new
+        return False, new
 
     # -- facts -----------------------------------------------------------------------------------------------
 

@@ -43,6 +43,9 @@ class TorchrunSummaryReader:
             return True
         return False
 
+    def is_open(self) -> bool:
+        return self.open is not None
+
     def take(self, body: str) -> Tuple[bool, List[Finding]]:
         """Feed the open summary: (whether it took the line, what its end found)."""
         if self.open is None:
