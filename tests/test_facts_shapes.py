@@ -317,11 +317,12 @@ def _leak(spec: Dict[str, Any]) -> dict:
 
 
 def _deadlock(spec: Dict[str, Any]) -> dict:
-    from dflash_doctor.outcomes import FailureKind
+    from dflash_doctor.outcomes import FailureKind, HangCycle
     from dflash_doctor.runtime.deadlock import HangDiagnosis
     from dflash_doctor.runtime.stacks import ThreadStack
 
-    hang = HangDiagnosis(FailureKind.DEADLOCK, "compile-lock-autograd", ("a waits", "b waits"), ("a", "b"), 60.0)
+    hang = HangDiagnosis(FailureKind.DEADLOCK, HangCycle.COMPILE_LOCK_AUTOGRAD, ("a waits", "b waits"), ("a", "b"),
+                         60.0)
     stacks = [ThreadStack(n, i, tuple(_frames())).to_dict() for i, n in enumerate(spec["thread_names"])]
     return _child_result(spec, "hung", hang=hang.to_dict(), stacks=stacks)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tupl
 from dflash_doctor.errors import MissingDependency
 from dflash_doctor.findings import Finding, Problem, Report, Severity, stopped_facts
 from dflash_doctor.progress import Reporter, shifted, silent
+from dflash_doctor.rules.scan import COMPILED_CALL_IN_THREAD
 
 if TYPE_CHECKING:
     from dflash_doctor.check.facts import CheckFacts, CheckPartsFacts, PartName
@@ -24,7 +25,7 @@ PART_ORDER: Tuple[PartName, ...] = ("scan", "guards", "repro")
 # Environment parts: what they find breaks threaded compiled code, and only that.
 ENVIRONMENT_PARTS: Tuple[PartName, ...] = ("guards", "repro")
 # Scan codes that show the scanned code calls compiled code from threads: the pattern the environment breaks.
-THREADED_COMPILE_CODES = frozenset({"DFD201"})
+THREADED_COMPILE_CODES = frozenset({COMPILED_CALL_IN_THREAD.code})
 DOWNGRADED = (
     "downgraded to info by check: no scanned code calls compiled code from a thread without a mitigation that "
     "holds (DFD201 above info), so this torch behaviour cannot break it; pass --assume-threads if threads start "

@@ -5,6 +5,7 @@ from typing import List, Sequence
 
 from dflash_doctor.findings import Finding
 from dflash_doctor.rules import lookup
+from dflash_doctor.rules.gpus import IDLE_BESIDE_PEERS
 
 
 def next_steps(findings: Sequence[Finding], source: str = "snapshot.csv") -> List[str]:
@@ -14,7 +15,7 @@ def next_steps(findings: Sequence[Finding], source: str = "snapshot.csv") -> Lis
         if finding.code not in codes:
             codes.append(finding.code)
     for code in codes:
-        if code in ("DFD401", "DFD405"):
+        if code in IDLE_BESIDE_PEERS:
             steps.append(f"dflash-doctor status --log train.log --from {source} --roles ROLE=GPUS: which worker "
                          "died on it and why")
         else:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, cast
 
 from dflash_doctor.findings import Finding, Problem
-from dflash_doctor.outcomes import BlameKind
+from dflash_doctor.outcomes import BlameKind, HangCycle
 from dflash_doctor.reference.facts import PipelineFacts, PipelineWorkerFacts, ThreadStackFacts
 from dflash_doctor.reference.results import Outcome
-from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
 from dflash_doctor.runtime.fx_patches import is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
 from dflash_doctor.rules import pipeline as rules
@@ -66,9 +65,9 @@ def _hang_finding(facts: PipelineFacts, hung: List[PipelineWorkerFacts]) -> Find
     chain = list(hang.get("chain") or []) if hang else []
     threads = list(hang.get("threads") or []) if hang else []
     names = ", ".join(w["name"] for w in hung) or facts.get("failed_worker") or "the workers"
-    if cycle == DYNAMO_CYCLE:
+    if cycle == HangCycle.COMPILE_LOCK_AUTOGRAD:
         rule, what = rules.COMPILE_DEADLOCK, "deadlocked on compile_lock and the autograd device thread"
-    elif cycle in (LOCK_CYCLE, LOCK_WAIT):
+    elif cycle in (HangCycle.LOCK_CYCLE, HangCycle.LOCK_WAIT):
         rule, what = rules.LOCK_DEADLOCK, "deadlocked on locks"
     else:
         rule, what = rules.WORKERS_HUNG, "made no progress (no lock cycle in the stacks)"

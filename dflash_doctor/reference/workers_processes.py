@@ -24,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set, Union
 
+from dflash_doctor.outcomes import HangCycle
 from dflash_doctor.reference.facts import BlameFacts, WrittenCorpusFacts
 from dflash_doctor.reference.results import (
     FAILED, Outcome, PipelineResult, Progress, RunPlan, StepAggregator, StepRecord, WorkerOutcome,
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 LOG = logging.getLogger("dflash_doctor.reference")
 PARENT_POLL_S = 0.5
 STACK_DUMP_WAIT_S = 1.0
-DIAGNOSIS_ORDER = ("compile-lock-autograd", "lock-cycle", "lock-wait", "no-cycle")
 
 
 def _free_port() -> int:
@@ -445,8 +445,8 @@ class ProcessRun:
         for stack in report.stacks:
             by_rank.setdefault(stack.name.split("/")[0], []).append(stack)
         diagnoses = [classify_hang(stacks, report.diagnosis.stalled_s) for stacks in by_rank.values()]
-        hang = min(diagnoses or [report.diagnosis], key=lambda d: DIAGNOSIS_ORDER.index(d.cycle)
-                   if d.cycle in DIAGNOSIS_ORDER else len(DIAGNOSIS_ORDER))
+        most_specific_first = list(HangCycle)  # its declaration order
+        hang = min(diagnoses or [report.diagnosis], key=lambda d: most_specific_first.index(d.cycle))
         self.hang, self.hang_stacks = hang, report.stacks
         involved = [t.split("/")[0] for t in hang.threads if t.split("/")[0] in self.names]
         slowest = min(self.steps_done, key=lambda name: self.steps_done[name])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from dflash_doctor.outcomes import FailureKind, ThreadOutcome
+from dflash_doctor.outcomes import FailureKind, RecorderEventKind, ThreadOutcome
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -12,10 +12,11 @@ if TYPE_CHECKING:
 
 TIMELINE_WIDTH = 60
 # Later entries win when several things fall into one column.
-_GLYPHS = (("step", "="), ("compile", "C"), ("fx-trace", "T"), ("stuck-flag", "!"), ("hang", "H"),
-           ("exception", "X"))
-_PRIORITY = {kind: rank for rank, (kind, _) in enumerate(_GLYPHS)}
-_GLYPH = dict(_GLYPHS)
+_GLYPHS = ((RecorderEventKind.STEP, "="), (RecorderEventKind.COMPILE, "C"), (RecorderEventKind.FX_TRACE, "T"),
+           (RecorderEventKind.STUCK_FLAG, "!"), (RecorderEventKind.HANG, "H"), (RecorderEventKind.EXCEPTION, "X"))
+# keyed by the words, which the events of a phase's facts carry
+_PRIORITY: Dict[str, int] = {kind: rank for rank, (kind, _) in enumerate(_GLYPHS)}
+_GLYPH: Dict[str, str] = dict(_GLYPHS)
 _OUTCOME_STYLE: Dict[Optional[str], str] = {ThreadOutcome.OK: "green", ThreadOutcome.ERROR: "bold red",
                                              ThreadOutcome.HUNG: "bold magenta"}
 

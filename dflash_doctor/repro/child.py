@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 from typing import IO, List, Optional
 
-from dflash_doctor.outcomes import ThreadOutcome
+from dflash_doctor.outcomes import RecorderEventKind, ThreadOutcome
 from dflash_doctor.repro.spec import PhaseSpec
 from dflash_doctor.runtime.recorder import FlightRecorder
 
@@ -172,7 +172,7 @@ class PhaseChild:
     def on_hang(self, report) -> None:
         self.result["hang"] = report.diagnosis.to_dict()
         self.result["stacks"] = [stack.to_dict() for stack in report.stacks]
-        self.recorder.record("hang", "I", cycle=report.diagnosis.cycle)
+        self.recorder.record(RecorderEventKind.HANG, "I", cycle=report.diagnosis.cycle)
         for record in self.thread_results:
             if record["outcome"] == ThreadOutcome.RUNNING:
                 record["outcome"] = ThreadOutcome.HUNG
@@ -227,7 +227,7 @@ class PhaseChild:
         self.result["setup_s"] = round(self.clock() - self.started, 6)
         watchdog = runtime.Watchdog(lambda: self.recorder.last_progress, spec.hang_after_s, self.on_hang,
                                     clock=self.clock)
-        self.recorder.record("note", "I", message="workers starting")
+        self.recorder.record(RecorderEventKind.NOTE, "I", message="workers starting")
         self.rearm_faulthandler()
         watchdog.start()
         disturbance = self.start_disturbance()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple, cast
 
-from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
+from dflash_doctor.outcomes import BlameKind, FailureKind, RecorderEventKind, ThreadOutcome
 from dflash_doctor.repro.facts import PhaseExtras, PhaseFacts, ThreadFacts
 from dflash_doctor.runtime.fx_patches import is_guard_break, is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX
@@ -43,7 +43,7 @@ def _traced_beside_the_workers(result: dict) -> bool:
     if result.get("tracing_thread"):
         return True
     workers = {t.get("name") for t in result.get("threads", [])}
-    return any(e.get("kind") == "fx-trace" and e.get("thread") not in workers for e in result.get("events") or [])
+    return any(e.get("kind") == RecorderEventKind.FX_TRACE and e.get("thread") not in workers for e in result.get("events") or [])
 
 
 def phase_facts(result: dict) -> PhaseFacts:

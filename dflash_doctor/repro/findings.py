@@ -4,12 +4,9 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from dflash_doctor.findings import Finding, Severity
-from dflash_doctor.outcomes import FailureKind, ThreadOutcome
+from dflash_doctor.outcomes import FailureKind, HangCycle, ThreadOutcome
 from dflash_doctor.repro.facts import ReproFacts, ThreadFacts
 from dflash_doctor.rules import repro as rules
-
-DYNAMO_CYCLE = "compile-lock-autograd"
-
 
 def _failed_threads(facts: ReproFacts) -> List[ThreadFacts]:
     multi = facts["multi_thread"]
@@ -77,7 +74,7 @@ def _headline_finding(facts: ReproFacts) -> List[Finding]:
         hang = (multi.get("hang") if multi else None) or facts.get("hang")
         chain = list(hang["chain"]) if hang else []
         cycle = hang["cycle"] if hang else None
-        rule = rules.COMPILE_LOCK_DEADLOCK if cycle == DYNAMO_CYCLE else rules.THREAD_DEADLOCK
+        rule = rules.COMPILE_LOCK_DEADLOCK if cycle == HangCycle.COMPILE_LOCK_AUTOGRAD else rules.THREAD_DEADLOCK
         message = f"{len(victims)} thread(s) hung: {'; '.join(chain[:2]) or 'no progress'}"
         return [rule.finding(message, evidence={**evidence, "chain": chain, "cycle": cycle})]
     if kind == FailureKind.PATCHER_RACE:

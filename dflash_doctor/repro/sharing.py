@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from dflash_doctor.outcomes import RecorderEventKind
+
 
 class SharedCache:
     def __init__(self) -> None:
@@ -38,4 +40,4 @@ class SharedCache:
             events = json.loads((phase_dir / "result.json").read_text(encoding="utf-8")).get("events") or []
         except (OSError, ValueError, AttributeError):  # no result (killed, crashed): it filled nothing
             return
-        self.filled = any(e.get("kind") == "compile" and e.get("phase") == "E" for e in events)
+        self.filled = any(e.get("kind") == RecorderEventKind.COMPILE and e.get("phase") == "E" for e in events)

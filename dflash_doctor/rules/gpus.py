@@ -177,3 +177,7 @@ GPU_ALL_IDLE = register(Rule(
         "1, 60890 MiB, 95 %\n"
     ),
 ))
+
+# A GPU idle beside working peers, the mark of a worker that stopped there: `status` joins these GPUs to the log's
+# dead workers, and the gpus report's next step sends the reader to `status`.
+IDLE_BESIDE_PEERS = (GPU_IDLE_MEMORY_HELD.code, GPU_IDLE_EMPTY_BESIDE_BUSY.code)

@@ -11,6 +11,7 @@ from dflash_doctor.dataparallel import fix_text as dataparallel_fix_text
 from dflash_doctor.findings import Severity
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.mitigations import fix_text
+from dflash_doctor.outcomes import FailureKind, HangCycle, RecorderEventKind
 from dflash_doctor.rules.registry import Rule, register
 
 _FX_ERROR = ("Detected that you are using FX to symbolically trace a dynamo-optimized function. "
@@ -36,7 +37,8 @@ def _death(thread: str, error_type: str, error: str, raised_at: list, tracing: O
             "raised_at": raised_at, "tracing": tracing or [], "tracing_stack": tracing_stack or []}
 
 
-def _hang(cycle: str, kind: str, threads: List[str], chain: List[str], stacks: Optional[list] = None) -> dict:
+def _hang(cycle: HangCycle, kind: FailureKind, threads: List[str], chain: List[str],
+          stacks: Optional[list] = None) -> dict:
     return {"diagnosis": {"kind": kind, "cycle": cycle, "chain": chain, "threads": threads, "stalled_s": 3.0,
                           "hint": ""},
             "stacks": stacks or [], "detected_at_s": 41.5, "last_clear_sample_at_s": 38.5}
@@ -83,7 +85,7 @@ LIVE_COMPILE_DEADLOCK = register(Rule(
         "`dflash-doctor run --fix ...`.",
     example_format="live-facts",
     bad=_facts(_process(4242, rank=1, hang=_hang(
-        "compile-lock-autograd", "deadlock", ["worker-1", "thread-7781"],
+        HangCycle.COMPILE_LOCK_AUTOGRAD, FailureKind.DEADLOCK, ["worker-1", "thread-7781"],
         ["worker-1 holds compile_lock (Dynamo compiling a frame) and waits in torch.autograd.grad",
          "thread-7781 (the autograd device thread) waits for compile_lock in compile_fx_backward",
          "cycle: compile_lock -> autograd device thread -> compile_lock"]))),
@@ -104,7 +106,7 @@ LIVE_LOCK_DEADLOCK = register(Rule(
         "waits.",
     example_format="live-facts",
     bad=_facts(_process(4242, hang=_hang(
-        "lock-cycle", "deadlock", ["loader", "trainer"],
+        HangCycle.LOCK_CYCLE, FailureKind.DEADLOCK, ["loader", "trainer"],
         ["loader holds LOCK_A and waits for LOCK_B at train.py:20 in load",
          "trainer holds LOCK_B and waits for LOCK_A at train.py:30 in step", "lock-order cycle: no progress"]))),
     good=_GOOD,
@@ -124,7 +126,7 @@ LIVE_NO_PROGRESS = register(Rule(
     fix="Read the threads' stacks in the JSON report; raise --hang-after if the work was only slow.",
     example_format="live-facts",
     bad=_facts(_process(4242, rank=0, hang=_hang(
-        "no-cycle", "other-error", ["MainThread"],
+        HangCycle.NO_CYCLE, FailureKind.OTHER_ERROR, ["MainThread"],
         ["no progress for 120.0 s and no lock cycle in the stacks", "MainThread at train.py:88 in wait_for_peer"]))),
     good=_GOOD,
 ))
@@ -204,7 +206,7 @@ _PASSED = ("0/{n}: Unexpected recompilation: runtime guards failed even though t
 
 
 def _compile(thread: str, t: float, attempt: int) -> dict:
-    return {"t": t, "thread": thread, "tid": 100 + attempt, "kind": "compile", "phase": "B",
+    return {"t": t, "thread": thread, "tid": 100 + attempt, "kind": RecorderEventKind.COMPILE, "phase": "B",
             "detail": {"trigger": "dynamo", "compile_id": f"0/{attempt}", "caller": ["train.py", 41]}}
 
 
@@ -213,10 +215,11 @@ def _storm() -> list:
     for attempt, thread in enumerate(["worker-3", "worker-0", "worker-7"]):
         events.append(_compile(thread, 2.0 + attempt, attempt))
         if attempt:
-            events.append({"t": 2.0 + attempt, "thread": thread, "tid": 100 + attempt, "kind": "recompile",
-                           "phase": "I", "detail": {"reason": _PASSED.format(n=attempt - 1)}})
-    events.append({"t": 5.5, "thread": "worker-12", "tid": 112, "kind": "recompile-limit", "phase": "I",
-                   "detail": {"limit": "recompile_limit", "compile_id": "0/8"}})
+            events.append({"t": 2.0 + attempt, "thread": thread, "tid": 100 + attempt,
+                           "kind": RecorderEventKind.RECOMPILE, "phase": "I",
+                           "detail": {"reason": _PASSED.format(n=attempt - 1)}})
+    events.append({"t": 5.5, "thread": "worker-12", "tid": 112, "kind": RecorderEventKind.RECOMPILE_LIMIT,
+                   "phase": "I", "detail": {"limit": "recompile_limit", "compile_id": "0/8"}})
     return events
 
 
@@ -245,7 +248,8 @@ RUN_RECOMPILE_RACE = register(Rule(
 
 
 def _setting_gap(thread: str, key: str, reads: str, starter_reads: str) -> dict:
-    return {"t": 2.4, "thread": thread, "tid": 140000000000001, "kind": "compile-setting", "phase": "I",
+    return {"t": 2.4, "thread": thread, "tid": 140000000000001, "kind": RecorderEventKind.COMPILE_SETTING,
+            "phase": "I",
             "detail": {"key": key, "thread": thread, "reads": reads, "starter": "MainThread",
                        "starter_reads": starter_reads}}
 

@@ -8,17 +8,19 @@ from __future__ import annotations
 import json
 from typing import Iterable, Mapping, Sequence
 
+from dflash_doctor.outcomes import RecorderEventKind
 from dflash_doctor.runtime.recorder import Event
 
-_NAMES = {"fx-trace": "FX trace", "compile": "Dynamo compile", "step": "step"}
+_NAMES = {RecorderEventKind.FX_TRACE: "FX trace", RecorderEventKind.COMPILE: "Dynamo compile",
+          RecorderEventKind.STEP: "step"}
 
 
 def _event_name(event: Event) -> str:
-    if event.kind == "compile":
+    if event.kind == RecorderEventKind.COMPILE:
         return f"compile ({event.detail.get('trigger', 'dynamo')})"
-    if event.kind == "exception":
+    if event.kind == RecorderEventKind.EXCEPTION:
         return f"{event.detail.get('type', 'exception')}"
-    if event.kind == "step" and event.detail.get("index") is not None:
+    if event.kind == RecorderEventKind.STEP and event.detail.get("index") is not None:
         return f"step {event.detail['index']}"
     return _NAMES.get(event.kind, event.kind)
 

@@ -15,15 +15,10 @@ from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypedDict
 
-from dflash_doctor.outcomes import FailureKind
+from dflash_doctor.outcomes import FailureKind, HangCycle
 from dflash_doctor.runtime.lock_sites import (TORCH_COMPILE_LOCK, LockRef, LockSites, cell_identity, global_identity,
                                               lock_sites)
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
-
-DYNAMO_CYCLE = "compile-lock-autograd"
-LOCK_CYCLE = "lock-cycle"
-LOCK_WAIT = "lock-wait"
-NO_CYCLE = "no-cycle"
 
 _BACKWARD_COMPILERS = ("compile_fx_backward", "bw_compiler")
 _ACQUIRE = re.compile(r"([\w.\[\]'\"]+)\.acquire\(")
@@ -34,7 +29,7 @@ class HangFacts(TypedDict):
     """A HangDiagnosis as the facts JSON writes it (HangDiagnosis.to_dict): pipeline, repro and run reports carry it."""
 
     kind: str  # outcomes.FailureKind: deadlock | other-error
-    cycle: str
+    cycle: str  # outcomes.HangCycle
     chain: List[str]
     threads: List[str]
     stalled_s: float
@@ -45,7 +40,7 @@ class HangFacts(TypedDict):
 @dataclass(frozen=True)
 class HangDiagnosis:
     kind: FailureKind  # DEADLOCK, or OTHER_ERROR (no lock cycle in the stacks)
-    cycle: str  # compile-lock-autograd | lock-cycle | lock-wait | no-cycle
+    cycle: HangCycle
     chain: Tuple[str, ...]  # the cycle in plain words, one step per entry
     threads: Tuple[str, ...] = ()  # the threads taking part
     stalled_s: float = 0.0
@@ -53,7 +48,7 @@ class HangDiagnosis:
     locks: Tuple[str, ...] = ()  # the identities of the locks in the cycle: the same cycle has the same ones
 
     @property
-    def signature(self) -> Tuple[str, Tuple[str, ...], Tuple[str, ...]]:
+    def signature(self) -> Tuple[HangCycle, Tuple[str, ...], Tuple[str, ...]]:
         """What must be equal in two samples for them to show the same cycle (kind, threads, lock objects)."""
         return self.cycle, tuple(sorted(self.threads)), tuple(sorted(self.locks))
 
@@ -120,7 +115,7 @@ def _dynamo_diagnosis(holder: ThreadStack, waiter: ThreadStack, waiting_in: str,
         "cycle: compile_lock -> autograd device thread -> compile_lock",
     )
     return HangDiagnosis(
-        FailureKind.DEADLOCK, DYNAMO_CYCLE, chain, (holder.name, waiter.name), stalled_s,
+        FailureKind.DEADLOCK, HangCycle.COMPILE_LOCK_AUTOGRAD, chain, (holder.name, waiter.name), stalled_s,
         hint="compile the backward with the forward (enable_non_lazy_backward(), with the thread-local FX shim), "
              "warm up every shape in one thread first, or hold one global lock around each step",
         locks=(TORCH_COMPILE_LOCK,),
@@ -252,17 +247,18 @@ def classify_hang(stacks: Sequence[ThreadStack], stalled_s: float = 0.0) -> Hang
             f"{name} holds {', '.join(sorted({r.expression for r in waiting[name].holds}))} and waits for "
             f"{waiting[name].wants.expression} at {waiting[name].frame.where()}" for name in cycle
         ) + (f"lock-order cycle: {_stalled(stalled_s)}",)
-        return HangDiagnosis(FailureKind.DEADLOCK, LOCK_CYCLE, chain, tuple(cycle), stalled_s,
+        return HangDiagnosis(FailureKind.DEADLOCK, HangCycle.LOCK_CYCLE, chain, tuple(cycle), stalled_s,
                              hint="take the locks in one global order", locks=tuple(r.identity for r in locks))
     if len(waiting) >= 2:
         chain = tuple(f"{name} waits for {wait.wants.expression} at {wait.frame.where()}" for name, wait in
                       sorted(waiting.items())) + (_stalled(stalled_s),)
-        return HangDiagnosis(FailureKind.DEADLOCK, LOCK_WAIT, chain, tuple(sorted(waiting)), stalled_s,
+        return HangDiagnosis(FailureKind.DEADLOCK, HangCycle.LOCK_WAIT, chain, tuple(sorted(waiting)), stalled_s,
                              hint="threads wait for locks whose holders wait for none of theirs: a slow holder, "
                                   "or one the stacks do not show")
     busy = tuple(f"{s.name} at {s.innermost.where()}" for s in stacks if s.innermost is not None)
-    return HangDiagnosis(FailureKind.OTHER_ERROR, NO_CYCLE, (f"{_stalled(stalled_s)} and no lock cycle in the stacks",)
-                         + busy, tuple(s.name for s in stacks), stalled_s)
+    return HangDiagnosis(FailureKind.OTHER_ERROR, HangCycle.NO_CYCLE,
+                         (f"{_stalled(stalled_s)} and no lock cycle in the stacks",) + busy,
+                         tuple(s.name for s in stacks), stalled_s)
 
 
 def _dynamo_behind(stacks: Sequence[ThreadStack], locks: Sequence[LockRef], stalled_s: float) -> Optional[HangDiagnosis]:

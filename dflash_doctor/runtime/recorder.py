@@ -23,7 +23,7 @@ from types import FrameType
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple, TypedDict
 
-from dflash_doctor.outcomes import BlameKind
+from dflash_doctor.outcomes import BlameKind, RecorderEventKind
 from dflash_doctor.runtime.stacks import Frame, FrameFacts, frames_of, light_frames, with_source_lines
 from dflash_doctor.runtime.thread_roles import replica_of, thread_label
 
@@ -41,7 +41,7 @@ class Event:
     t: float  # seconds since the recorder started
     thread: str
     tid: int
-    kind: str  # fx-trace | compile | recompile | step | exception | stuck-flag | hang | note
+    kind: RecorderEventKind
     phase: str
     detail: dict = field(default_factory=dict)
 
@@ -51,7 +51,8 @@ class Event:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Event":
-        return cls(float(data["t"]), str(data["thread"]), int(data["tid"]), str(data["kind"]), str(data["phase"]),
+        return cls(float(data["t"]), str(data["thread"]), int(data["tid"]),
+                   RecorderEventKind(data["kind"]), str(data["phase"]),
                    dict(data.get("detail") or {}))
 
 
@@ -116,7 +117,7 @@ class FlightRecorder:
     def now(self) -> float:
         return self._clock() - self.started
 
-    def record(self, kind: str, phase: str = "I", **detail) -> Event:
+    def record(self, kind: RecorderEventKind, phase: str = "I", **detail) -> Event:
         thread = threading.current_thread()
         t = self._clock()
         event = Event(t - self.started, thread.name, thread.ident or 0, kind, phase, detail)
@@ -127,19 +128,19 @@ class FlightRecorder:
     @contextlib.contextmanager
     def step(self, index: Optional[int] = None):
         """Wrap one training step: logs begin/end, and an exception (with blame) if the step raises."""
-        self.record("step", "B", index=index)
+        self.record(RecorderEventKind.STEP, "B", index=index)
         try:
             yield
         except BaseException as exc:
             self.exception(exc)
-            self.record("step", "E", index=index, ok=False)
+            self.record(RecorderEventKind.STEP, "E", index=index, ok=False)
             raise
-        self.record("step", "E", index=index, ok=True)
+        self.record(RecorderEventKind.STEP, "E", index=index, ok=True)
 
     def exception(self, exc: BaseException) -> Optional[Blame]:
         """Log `exc` for the calling thread; for the FX RuntimeError also name the thread that held the flag."""
         blame = self.blame_for(exc) if is_fx_flag_error(exc) else None
-        self.record("exception", "I", type=type(exc).__name__, message=str(exc)[:500],
+        self.record(RecorderEventKind.EXCEPTION, "I", type=type(exc).__name__, message=str(exc)[:500],
                     holder=blame.holder if blame else None)
         if blame is not None:
             with self._lock:
@@ -193,7 +194,7 @@ class FlightRecorder:
         `include_self`: the caller's own traces count too (an error another thread raised, re-raised here)."""
         me = None if include_self else threading.get_ident()
         for event in reversed(self.events):
-            if event.kind == "fx-trace" and event.tid != me:
+            if event.kind == RecorderEventKind.FX_TRACE and event.tid != me:
                 return event.thread, event.t
         return None
 
@@ -214,7 +215,7 @@ class FlightRecorder:
             self._names[ident] = thread.name
             if depth == 0 and start:
                 self._trace_starts[ident] = start
-        self.record("fx-trace", "B")
+        self.record(RecorderEventKind.FX_TRACE, "B")
 
     def _trace_exit(self, global_flag: Optional[bool]) -> None:
         thread = threading.current_thread()
@@ -228,9 +229,10 @@ class FlightRecorder:
                 stuck = True
             elif global_flag is False:
                 self.stuck_by = None
-        self.record("fx-trace", "E")
+        self.record(RecorderEventKind.FX_TRACE, "E")
         if stuck:
-            self.record("stuck-flag", "I", note="trace exit restored a stale True: the global FX flag is stuck")
+            self.record(RecorderEventKind.STUCK_FLAG, "I",
+                        note="trace exit restored a stale True: the global FX flag is stuck")
 
     def to_dicts(self) -> List[dict]:
         return [event.to_dict() for event in self.events]
@@ -330,7 +332,8 @@ def _hook_replica_errors() -> None:
         if error is None:
             return
         label = thread_label(where=str(where))
-        recorder.record("replica-error", "I", type=type(error).__name__, message=str(error)[:200], replica=label)
+        recorder.record(RecorderEventKind.REPLICA_ERROR, "I", type=type(error).__name__, message=str(error)[:200],
+                        replica=label)
         for listener in list(recorder.caught_in_replica):
             with contextlib.suppress(Exception):  # the tool's trouble never changes the user's error
                 listener(error, label)
@@ -349,12 +352,13 @@ def _install_dynamo_hooks() -> None:
     if handler is not None and hasattr(handler, "register_start_callback"):
         def on_start(args) -> None:
             if _ACTIVE is not None:
-                _ACTIVE.record("compile", "B", trigger=_trigger_name(args), compile_id=_compile_id(args),
-                               caller=_user_line(sys._getframe(1)))
+                _ACTIVE.record(RecorderEventKind.COMPILE, "B", trigger=_trigger_name(args),
+                               compile_id=_compile_id(args), caller=_user_line(sys._getframe(1)))
 
         def on_end(args) -> None:
             if _ACTIVE is not None:
-                _ACTIVE.record("compile", "E", trigger=_trigger_name(args), compile_id=_compile_id(args))
+                _ACTIVE.record(RecorderEventKind.COMPILE, "E", trigger=_trigger_name(args),
+                               compile_id=_compile_id(args))
 
         handler.register_start_callback(on_start)
         handler.register_end_callback(on_end)
@@ -370,7 +374,7 @@ def _install_dynamo_hooks() -> None:
         def reasons(*args, **kwargs):
             result = reasons_fn(*args, **kwargs)
             if _ACTIVE is not None:
-                _ACTIVE.record("recompile", "I", reason=(result[0] if result else "unknown")[:300])
+                _ACTIVE.record(RecorderEventKind.RECOMPILE, "I", reason=(result[0] if result else "unknown")[:300])
             return result
 
         _patch(convert_frame, "get_and_maybe_log_recompilation_reasons", reasons)
@@ -382,14 +386,14 @@ def _install_dynamo_hooks() -> None:
             result = limit_fn(*args, **kwargs)
             hit = result[0] if isinstance(result, tuple) else bool(result)
             if hit and _ACTIVE is not None:
-                _ACTIVE.record(RECOMPILE_LIMIT, "I", limit=str(result[1] if isinstance(result, tuple) else "")[:80],
+                _ACTIVE.record(RecorderEventKind.RECOMPILE_LIMIT, "I",
+                               limit=str(result[1] if isinstance(result, tuple) else "")[:80],
                                compile_id=str(args[1] if len(args) > 1 else kwargs.get("compile_id", "")))
             return result
 
         _patch(convert_frame, "exceeds_recompile_limit", exceeds)
 
 
-RECOMPILE_LIMIT = "recompile-limit"
 GUARDS_PASSED = "even though they passed"  # Dynamo's words for guards that failed at runtime yet passed on analysis
 
 
@@ -418,15 +422,15 @@ def recompile_signs(events) -> RecompileSigns:
     """Read the recorder's own compile, recompile and recompile-limit events back (this module writes them)."""
     compiles, passed, hits = [], [], []
     for event in events:
-        if event.kind == "compile" and event.phase == "B":
+        if event.kind == RecorderEventKind.COMPILE and event.phase == "B":
             frame, _, attempt = str(event.detail.get("compile_id", "")).partition("/")
             caller = event.detail.get("caller")
             at = Frame(str(caller[0]), int(caller[1]), "") if isinstance(caller, list) and len(caller) == 2 else None
             if frame and event.detail.get("trigger", "dynamo") == "dynamo":
                 compiles.append(CompileStart(event.thread, event.t, frame.strip("[]"), attempt.strip("[]"), at))
-        elif event.kind == "recompile" and GUARDS_PASSED in str(event.detail.get("reason", "")):
+        elif event.kind == RecorderEventKind.RECOMPILE and GUARDS_PASSED in str(event.detail.get("reason", "")):
             passed.append((event.thread, str(event.detail.get("reason", ""))))
-        elif event.kind == RECOMPILE_LIMIT:
+        elif event.kind == RecorderEventKind.RECOMPILE_LIMIT:
             hits.append((event.thread, str(event.detail.get("compile_id", ""))))
     return RecompileSigns(tuple(compiles), tuple(passed), tuple(hits))
 

@@ -39,7 +39,6 @@ _LOCK = threading.Lock()
 _HOOKED: List[str] = []  # the Thread method wrapped, once per process
 # Set on a Thread object by the start hook of `watch`: the starter's values of the settings that matter.
 _STARTED_WITH = "_dflash_doctor_settings_at_start"
-EVENT_KIND = "compile-setting"  # the recorder event of a worker whose value differs from its starter's
 
 
 class SettingUnavailable(RuntimeError):
@@ -171,7 +170,8 @@ class SettingGap:
     starter_reads: str
 
     def to_detail(self) -> Dict[str, str]:
-        """The recorder event's detail; `from_detail` is the one reader (run's records cross a process)."""
+        """The detail of its recorder event (outcomes.RecorderEventKind.COMPILE_SETTING); `from_detail` is the one
+        reader (run's records cross a process)."""
         return {"key": self.key, "thread": self.thread, "reads": self.reads, "starter": self.starter,
                 "starter_reads": self.starter_reads}
 
@@ -290,5 +290,5 @@ def watch_lazy_backward(on_lazy: Callable[[str], object]) -> Callable[[], None]:
     return undo
 
 
-__all__ = ["EVENT_KIND", "SettingGap", "SettingUnavailable", "available", "gaps_in_this_thread", "in_this_thread",
+__all__ = ["SettingGap", "SettingUnavailable", "available", "gaps_in_this_thread", "in_this_thread",
            "inherited", "per_thread_storage", "read", "set_for_every_thread", "set_in_this_thread", "watch", "watch_lazy_backward"]

@@ -19,13 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
-from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, HangDiagnosis, classify_hang
+from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
 from dflash_doctor.runtime.stacks import ThreadStack, capture_stacks
 
 
 BUSY_CORE_FRACTION = 0.1  # above this share of one core, averaged over a window, the tree counts as working
 BUSY_WINDOW_S = 1.0
-CYCLES = (DYNAMO_CYCLE, LOCK_CYCLE)  # true wait-for cycles: they never resolve, so two samples settle it
 
 
 def process_tree_cpu_seconds() -> float:
@@ -180,7 +179,9 @@ class Watchdog:
         stacks = self._capture()
         diagnosis = classify_hang(stacks, quiet)
         previous, previous_at = self._suspect, self._suspect_at
-        self._suspect, self._suspect_at = (HangReport(diagnosis, stacks) if diagnosis.cycle in CYCLES else None), now
+        # only a true wait-for cycle never resolves, so only it can be settled by a second sample
+        suspect = HangReport(diagnosis, stacks) if diagnosis.cycle.is_wait_for_cycle else None
+        self._suspect, self._suspect_at = suspect, now
         if self._suspect is None:
             self.last_clear_sample_at = now
         # The same cycle means the same threads waiting on the same lock objects, not only the same kind: two

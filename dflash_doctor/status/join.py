@@ -15,7 +15,8 @@ from dflash_doctor.gpus.next_steps import next_steps as gpu_steps
 from dflash_doctor.gpus.roles import RoleMap, gpu_for_thread, role_of
 from dflash_doctor.logs.facts import DeathFacts, LogsFacts, ThreadFacts
 from dflash_doctor.logs.next_steps import next_steps as log_steps
-from dflash_doctor.rules.logs import DEATH_CODES
+from dflash_doctor.rules.gpus import IDLE_BESIDE_PEERS
+from dflash_doctor.rules.logs import DEATH_CODES, LOG_FX_TRACE_RACE, LOG_THREAD_STALLED
 from dflash_doctor.status.facts import CauseFacts, GpuStatusFacts, StatusFacts, WorkerFacts
 
 _RANK = re.compile(r"^rank(?P<n>\d+)$")
@@ -70,7 +71,7 @@ def join_status(logs_report: Report[LogsFacts], gpus_report: Report[GpusFacts], 
     report.problems = list(logs_report.problems) + list(gpus_report.problems)
     gpus = {g["index"]: g for g in gpus_report.facts.get("gpus", [])}
     gpu_codes = _gpu_codes(gpus_report)
-    stalled = {f.evidence.get("thread") for f in logs_report.findings if f.code == "DFD507"}
+    stalled = {f.evidence.get("thread") for f in logs_report.findings if f.code == LOG_THREAD_STALLED.code}
     owner = role_of(roles)
 
     workers: List[WorkerFacts] = []
@@ -101,7 +102,7 @@ def join_status(logs_report: Report[LogsFacts], gpus_report: Report[GpusFacts], 
     ]
     dead_on = {w["gpu"] for w in workers if w["state"] == "dead"}
     unexplained = [index for index, codes in sorted(gpu_codes.items())
-                   if {"DFD401", "DFD405"} & set(codes) and index not in dead_on]
+                   if set(IDLE_BESIDE_PEERS) & set(codes) and index not in dead_on]
     report.facts = {
         "log": logs_report.facts.get("path"),
         "gpu_source": gpus_report.facts.get("source"),
@@ -120,7 +121,8 @@ def next_steps(logs_report: Report[LogsFacts], gpus_report: Report[GpusFacts], w
                roles: RoleMap,
                unexplained: List[int]) -> List[str]:
     dead = [w for w in workers if w["state"] == "dead"]
-    race_role = next((w["role"] for w in dead if w["cause"] and w["cause"]["code"] == "DFD501" and w["role"]), None)
+    race_role = next((w["role"] for w in dead
+                      if w["cause"] and w["cause"]["code"] == LOG_FX_TRACE_RACE.code and w["role"]), None)
     count = len(roles.get(race_role, ())) if race_role else None
     # (log_steps reads the threads as plain dicts, which they are)
     steps = log_steps(logs_report.findings, cast(Dict[str, dict], logs_report.facts.get("threads", {})),

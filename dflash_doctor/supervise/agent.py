@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Optional, Set
 
+from dflash_doctor.outcomes import RecorderEventKind
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, FlightRecorder
 from dflash_doctor.supervise.session import FAULT_PREFIX, RunConfig, record_name
 from dflash_doctor.supervise.sessionfs import SessionFolder
@@ -366,7 +367,7 @@ class Agent:
         """Whether a Dynamo compile has started in this process (read incrementally from the events)."""
         if not self._compiled:
             events = self.recorder.events
-            self._compiled = any(event.kind == "compile" for event in events[self._seen_events:])
+            self._compiled = any(event.kind == RecorderEventKind.COMPILE for event in events[self._seen_events:])
             self._seen_events = len(events)
         return self._compiled
 
@@ -407,7 +408,7 @@ class Agent:
         from dflash_doctor.runtime import thread_config
 
         self.hooks.undo.append(thread_config.watch(
-            lambda gap: self.recorder.record(thread_config.EVENT_KIND, "I", **gap.to_detail())))
+            lambda gap: self.recorder.record(RecorderEventKind.COMPILE_SETTING, "I", **gap.to_detail())))
 
     def _problem(self, subject: str, exc: BaseException, hint: str) -> None:
         self._add_problem(subject, f"{type(exc).__name__}: {exc}", hint)
@@ -508,7 +509,7 @@ class Agent:
                             tracing[0][1] if tracing else self.recorder.trace_start_of(last[0]) if last else (),
                             last[0] if last else None, round(last[1], 6) if last else None,
                             replicates_compiled_module(threading.current_thread()))
-        self.recorder.record("thread-died", "I", type=death.error_type, message=death.error[:200])
+        self.recorder.record(RecorderEventKind.THREAD_DIED, "I", type=death.error_type, message=death.error[:200])
         with self._write_lock:
             self.deaths.append(death)
         self.write()
@@ -523,7 +524,7 @@ class Agent:
         clear = watchdog.last_clear_sample_at if watchdog is not None else None
         start = self.recorder.started
         last_event = self.recorder.last_progress
-        self.recorder.record("hang", "I", cycle=report.diagnosis.cycle)
+        self.recorder.record(RecorderEventKind.HANG, "I", cycle=report.diagnosis.cycle)
         self.hang = HangRecord(report.diagnosis, tuple(report.stacks), round(fired - start, 6),
                                None if clear is None else round(clear - start, 6),
                                round(last_event - start, 6))
@@ -551,7 +552,7 @@ class Agent:
 
     def _notable(self) -> bool:
         return bool(self.recorder.blames or self.hang or self.problems
-                    or any(event.kind == "exception" for event in self.recorder.events))
+                    or any(event.kind == RecorderEventKind.EXCEPTION for event in self.recorder.events))
 
     def _at_exit(self) -> None:
         self.ended = "exit"

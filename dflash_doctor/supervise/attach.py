@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from dflash_doctor.errors import DoctorError, MissingDependency, UsageError
 from dflash_doctor.findings import EXIT_PROBLEMS, Finding, Problem, Report
-from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, HangDiagnosis, classify_hang
+from dflash_doctor.runtime.deadlock import HangDiagnosis, classify_hang
 from dflash_doctor.runtime.stacks import ThreadStack
 from dflash_doctor.supervise.facts import AttachFacts, AttachProcessFacts
 from dflash_doctor.supervise.findings import findings_from_records
@@ -28,9 +28,6 @@ DUMP_TIMEOUT_S = 60.0
 _PROCESS = re.compile(r"^Process (\d+): (.*)$", re.MULTILINE)
 _DENIED = re.compile(r"permission denied|operation not permitted|ptrace|EPERM", re.IGNORECASE)
 _VERSION = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.MULTILINE)
-# Only true wait-for cycles: threads queued behind a holder that waits for none of their locks (LOCK_WAIT) are a
-# slow holder, which every sample of a busy program may show, not a deadlock.
-CYCLES = (DYNAMO_CYCLE, LOCK_CYCLE)
 
 
 class PySpyFailed(DoctorError):
@@ -336,8 +333,10 @@ SETTLE_SAMPLES = 3
 
 def _since_cycle(dumps: Sequence[Dump], diagnosis: HangDiagnosis) -> List[Dump]:
     """The trailing samples that all show the same cycle as `diagnosis` (the same kind, threads and lock objects):
-    a cycle is judged only over the samples since it formed, and it must be the same answer in each."""
-    if diagnosis.cycle not in CYCLES:
+    a cycle is judged only over the samples since it formed, and it must be the same answer in each. Only true
+    wait-for cycles: threads queued behind a holder that waits for none of their locks (a lock wait) are a slow
+    holder, which every sample of a busy program may show, not a deadlock."""
+    if not diagnosis.cycle.is_wait_for_cycle:
         return []
     tail: List[Dump] = []
     for dump in reversed(dumps):
@@ -350,7 +349,7 @@ def _since_cycle(dumps: Sequence[Dump], diagnosis: HangDiagnosis) -> List[Dump]:
 def _cycle_forming(dumps: Sequence[Dump]) -> bool:
     """The last sample shows a cycle that no earlier sample showed: one more sample tells whether it stands."""
     last = classify_hang(list(dumps[-1].stacks))
-    return last.cycle in CYCLES and len(_since_cycle(dumps, last)) < 2
+    return last.cycle.is_wait_for_cycle and len(_since_cycle(dumps, last)) < 2
 
 
 @dataclass(frozen=True)
@@ -459,8 +458,9 @@ def _report(spec: AttachSpec, samples: Dict[int, List[Dump]], commands: Dict[int
         last = dumps[-1]
         diagnosis = classify_hang(list(last.stacks))
         since = _since_cycle(dumps, diagnosis)
-        still = still_threads(since if diagnosis.cycle in CYCLES else dumps)
-        cycle_still = diagnosis.cycle in CYCLES and len(since) >= 2 and all(t in still for t in diagnosis.threads)
+        cycle = diagnosis.cycle if diagnosis.cycle.is_wait_for_cycle else None
+        still = still_threads(since if cycle is not None else dumps)
+        cycle_still = cycle is not None and len(since) >= 2 and all(t in still for t in diagnosis.threads)
         ppid, argv, rank, local_rank = _process_facts(pid)
         record = ProcessRecord(
             pid=pid, ppid=ppid, argv=argv or (commands.get(pid, ""),), rank=rank, local_rank=local_rank,
@@ -472,11 +472,11 @@ def _report(spec: AttachSpec, samples: Dict[int, List[Dump]], commands: Dict[int
             report.findings.append(_with_gpus(finding, gpus.get(pid)))
         processes.append({"pid": pid, "command": commands.get(pid), "rank": rank, "gpus": gpus.get(pid),
                           "threads": [s.name for s in last.stacks], "still": still,
-                          "cycle": diagnosis.cycle if diagnosis.cycle in CYCLES else None,
+                          "cycle": cycle,
                           "cycle_threads_still": cycle_still, "chain": list(diagnosis.chain),
                           "samples": len(dumps)})
-        if diagnosis.cycle in CYCLES and not cycle_still:
-            report.problems.append(Problem(f"pid {pid}", f"a {diagnosis.cycle} showed in the last sample but its "
+        if cycle is not None and not cycle_still:
+            report.problems.append(Problem(f"pid {pid}", f"a {cycle} showed in the last sample but its "
                                                          "threads moved between samples",
                                            "attach again with more --samples to see whether it settles"))
     report.facts = {"pid": spec.pid, "subprocesses": spec.subprocesses, "samples": spec.samples,

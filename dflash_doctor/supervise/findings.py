@@ -13,9 +13,8 @@ from dflash_doctor import mitigations as registry
 from dflash_doctor.dataparallel import FIXES as DATAPARALLEL_FIXES
 from dflash_doctor.findings import Finding
 from dflash_doctor.hazards import Hazard, Release
-from dflash_doctor.outcomes import BlameKind
+from dflash_doctor.outcomes import BlameKind, HangCycle
 from dflash_doctor.rules import live as rules
-from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT
 from dflash_doctor.runtime.fx_patches import is_patcher_error
 from dflash_doctor.runtime.recorder import FX_ERROR_PREFIX, CompileStart, recompile_signs
 from dflash_doctor.runtime.stacks import Frame
@@ -158,13 +157,13 @@ def _hang_finding(record: ProcessRecord) -> Optional[Finding]:
         return None
     diagnosis = hang.diagnosis
     threads = ", ".join(diagnosis.threads)
-    if diagnosis.cycle == DYNAMO_CYCLE:
+    if diagnosis.cycle == HangCycle.COMPILE_LOCK_AUTOGRAD:
         rule, steps = rules.LIVE_COMPILE_DEADLOCK, next_steps(Hazard.DEADLOCK, record)
         what = f"threads {threads} deadlocked on compile_lock and the autograd device thread"
-    elif diagnosis.cycle == LOCK_CYCLE:
+    elif diagnosis.cycle == HangCycle.LOCK_CYCLE:
         rule, steps = rules.LIVE_LOCK_DEADLOCK, [rules.LIVE_LOCK_DEADLOCK.fix]
         what = f"threads {threads} wait on each other's locks"
-    elif diagnosis.cycle == LOCK_WAIT:  # queued behind holders that wait for none of their locks: no cycle
+    elif diagnosis.cycle == HangCycle.LOCK_WAIT:  # queued behind holders that wait for none of their locks: no cycle
         rule, steps = rules.LIVE_NO_PROGRESS, [rules.LIVE_NO_PROGRESS.fix]
         what = (f"no progress for {diagnosis.stalled_s:.0f} s; threads {threads} wait for locks whose holders "
                 "wait for none of theirs")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from dflash_doctor.findings import Problem
-from dflash_doctor.outcomes import BlameKind, FailureKind
+from dflash_doctor.outcomes import BlameKind, FailureKind, HangCycle, RecorderEventKind
 from dflash_doctor.runtime.deadlock import HangDiagnosis
 from dflash_doctor.runtime.recorder import Event
 from dflash_doctor.runtime.lock_sites import LockRef
@@ -107,8 +107,9 @@ class HangRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HangRecord":
         raw = data["diagnosis"]
-        diagnosis = HangDiagnosis(FailureKind(raw["kind"]), str(raw["cycle"]), tuple(raw.get("chain") or ()),
-                                  tuple(raw.get("threads") or ()), float(raw.get("stalled_s") or 0.0),
+        diagnosis = HangDiagnosis(FailureKind(raw["kind"]), HangCycle(raw["cycle"]),
+                                  tuple(raw.get("chain") or ()), tuple(raw.get("threads") or ()),
+                                  float(raw.get("stalled_s") or 0.0),
                                   str(raw.get("hint") or ""), tuple(str(lock) for lock in raw.get("locks") or ()))
         clear, event = data.get("last_clear_sample_at_s"), data.get("last_event_at_s")
         return cls(diagnosis, tuple(ThreadStack.from_dict(s) for s in data.get("stacks") or ()),
@@ -259,8 +260,8 @@ def _event(data: Any) -> Event:
     detail = _field(data, "detail")
     if not isinstance(detail, dict):
         raise RecordError("an event's 'detail' is not an object")
-    return Event(_float(data, "t"), _str(data, "thread"), _int(data, "tid"), _str(data, "kind"),
-                 _str(data, "phase"), detail)
+    return Event(_float(data, "t"), _str(data, "thread"), _int(data, "tid"),
+                 _enum(data, "kind", RecorderEventKind), _str(data, "phase"), detail)
 
 
 def _enum(data: Mapping[str, Any], key: str, kind: Callable[[str], _T]) -> _T:
@@ -292,8 +293,9 @@ def _hang(data: Any) -> HangRecord:
     locks = _optional_list(raw.get("locks") if isinstance(raw, dict) else None, "locks")
     if not all(isinstance(lock, str) for lock in locks):
         raise RecordError("'locks' holds something other than strings")
-    diagnosis = HangDiagnosis(_enum(raw, "kind", FailureKind), _str(raw, "cycle"), _strings(raw, "chain"),
-                              _strings(raw, "threads"), _float(raw, "stalled_s"), _str(raw, "hint"), tuple(locks))
+    diagnosis = HangDiagnosis(_enum(raw, "kind", FailureKind), _enum(raw, "cycle", HangCycle),
+                              _strings(raw, "chain"), _strings(raw, "threads"), _float(raw, "stalled_s"),
+                              _str(raw, "hint"), tuple(locks))
     stacks = tuple(ThreadStack(_str(s, "name"), _int(s, "ident"), _frames(s, "frames"), s.get("locks_read") is True)
                    for s in _list(data, "stacks"))
     return HangRecord(diagnosis, stacks, _float(data, "detected_at_s"),

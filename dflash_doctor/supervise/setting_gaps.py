@@ -7,7 +7,8 @@ from typing import List, Set, Tuple
 from dflash_doctor.compile_settings import setting
 from dflash_doctor.findings import Finding
 from dflash_doctor.rules import live as rules
-from dflash_doctor.runtime.thread_config import EVENT_KIND, SettingGap
+from dflash_doctor.outcomes import RecorderEventKind
+from dflash_doctor.runtime.thread_config import SettingGap
 from dflash_doctor.supervise.records import ProcessRecord
 
 
@@ -15,7 +16,7 @@ def setting_gap_findings(record: ProcessRecord) -> List[Finding]:
     findings: List[Finding] = []
     seen: Set[Tuple[str, str]] = set()
     for event in record.events:
-        if event.kind != EVENT_KIND:
+        if event.kind != RecorderEventKind.COMPILE_SETTING:
             continue
         gap = SettingGap.from_detail(event.detail)
         if (gap.thread, gap.key) in seen:

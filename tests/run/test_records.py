@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dflash_doctor.findings import Problem
-from dflash_doctor.outcomes import BlameKind, FailureKind
+from dflash_doctor.outcomes import BlameKind, FailureKind, HangCycle, RecorderEventKind
 from dflash_doctor.runtime.deadlock import HangDiagnosis
 from dflash_doctor.runtime.recorder import Event
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
@@ -19,13 +19,13 @@ _WAIT = Frame("/srv/train.py", 41, "step", "with STEP_LOCK:", ((40, "LOAD_LOCK")
 
 
 def _record() -> ProcessRecord:
-    hang = HangRecord(HangDiagnosis(FailureKind.DEADLOCK, "lock-cycle", ("loader holds LOAD_LOCK",),
+    hang = HangRecord(HangDiagnosis(FailureKind.DEADLOCK, HangCycle.LOCK_CYCLE, ("loader holds LOAD_LOCK",),
                                     ("loader", "trainer"), 3.0, "take the locks in one order"),
                       (ThreadStack("loader", 7, (_WAIT,)),), 5.25, 3.75, 1.5)
     return ProcessRecord(
         pid=4242, ppid=1, argv=("train.py", "--steps", "3"), rank=1, local_rank=1, torch_version="2.13.0",
         fx_flag_thread_local=False, fixes=("threadlocal-flag",), problems=(Problem("--fix x", "why", "hint"),),
-        events=(Event(0.5, "trainer", 7, "compile", "B", {"frame": "forward"}),),
+        events=(Event(0.5, "trainer", 7, RecorderEventKind.COMPILE, "B", {"frame": "forward"}),),
         blames=(BlameRecord("drafter-0", "fx-holder", BlameKind.FX_FLAG_LEAK, "Detected", 1.25, (_WAIT,)),),
         hang=hang, deaths=(DeathRecord("worker-0", "KeyError", "'input_ids'", 2.0, False, (_WAIT,), ("tracer",),
                                        (_WAIT,), None, None),),
@@ -34,6 +34,18 @@ def _record() -> ProcessRecord:
 
 def test_what_is_written_is_what_is_read():
     assert decode(encode(_record())) == _record()
+
+
+def test_the_vocabularies_are_read_back_as_their_enums_and_a_word_outside_them_is_refused():
+    read = decode(encode(_record()))
+    assert read.hang is not None and read.hang.diagnosis.cycle is HangCycle.LOCK_CYCLE
+    assert read.events[0].kind is RecorderEventKind.COMPILE
+    for where, key in ((("events", 0), "kind"), (("hang", "diagnosis"), "cycle")):
+        document = json.loads(encode(_record()))
+        outer, inner = where
+        document[outer][inner][key] = "gremlins"
+        with pytest.raises(RecordError, match=f"'{key}' is not one of its vocabulary: gremlins"):
+            decode(json.dumps(document).encode())
 
 
 def test_a_missing_field_a_wrong_version_and_an_out_of_range_number_are_refused():

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE, LOCK_CYCLE, LOCK_WAIT, NO_CYCLE, classify_hang
+from dflash_doctor.outcomes import HangCycle
+from dflash_doctor.runtime.deadlock import classify_hang
 from dflash_doctor.runtime.lock_sites import LockRef
 from dflash_doctor.runtime.stacks import Frame, ThreadStack, parse_faulthandler
 
@@ -48,7 +49,7 @@ def backward_waiter(name="thread-140211"):
 def test_the_dynamo_compile_lock_autograd_cycle_is_named_with_both_threads():
     diagnosis = classify_hang([dynamo_compiler(), backward_waiter(), stack("MainThread", frame(
         "/usr/lib/python3.12/threading.py", "_wait_for_tstate_lock", "if lock.acquire(block, timeout):"))], 42.0)
-    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", DYNAMO_CYCLE)
+    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", HangCycle.COMPILE_LOCK_AUTOGRAD)
     assert diagnosis.threads == ("drafter-1", "thread-140211")
     assert diagnosis.chain[0].startswith("drafter-1 holds compile_lock")
     assert "torch.autograd.grad" in diagnosis.chain[0]
@@ -58,12 +59,12 @@ def test_the_dynamo_compile_lock_autograd_cycle_is_named_with_both_threads():
 
 def test_the_2_6_backward_compiler_name_counts_too():
     waiter = stack("t", frame(f"{TORCH}/_inductor/compile_fx.py", "bw_compiler", "with compile_lock:"))
-    assert classify_hang([dynamo_compiler(), waiter]).cycle == DYNAMO_CYCLE
+    assert classify_hang([dynamo_compiler(), waiter]).cycle == HangCycle.COMPILE_LOCK_AUTOGRAD
 
 
 def test_a_compiling_thread_alone_is_not_the_dynamo_cycle():
     # Half the cycle (nobody waits for compile_lock in a backward compile) is no cycle.
-    assert classify_hang([dynamo_compiler()]).cycle == NO_CYCLE
+    assert classify_hang([dynamo_compiler()]).cycle == HangCycle.NO_CYCLE
 
 
 def test_a_lock_order_cycle_between_two_threads_names_the_locks():
@@ -72,7 +73,7 @@ def test_a_lock_order_cycle_between_two_threads_names_the_locks():
     b = stack("worker-b", frame("/app/locks.py", "take_ba", "with lock_a:", line=18,
                                 enclosing=((17, "lock_b"), (18, "lock_a"))))
     diagnosis = classify_hang([a, b], 5.0)
-    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", LOCK_CYCLE)
+    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", HangCycle.LOCK_CYCLE)
     assert set(diagnosis.threads) == {"worker-a", "worker-b"}
     assert "worker-a holds lock_a and waits for lock_b at /app/locks.py:12 in take_ab" in diagnosis.chain
     assert "worker-b holds lock_b and waits for lock_a at /app/locks.py:18 in take_ba" in diagnosis.chain
@@ -83,13 +84,13 @@ def test_self_locks_read_from_text_alone_are_no_cycle_and_read_by_object_they_ar
     a = stack("a", frame("/app/x.py", "outer", "inner()", line=5, enclosing=((4, "self.lock_a"),)),
               frame("/app/x.py", "inner", "self.lock_b.acquire()", line=9))
     b = stack("b", frame("/app/x.py", "other", "self.lock_a.acquire()", line=30, enclosing=((29, "self.lock_b"),)))
-    assert classify_hang([a, b]).cycle != LOCK_CYCLE
+    assert classify_hang([a, b]).cycle != HangCycle.LOCK_CYCLE
     # The same frames as a reader that saw the objects gives them: the held lock of one is the wanted of the other.
     lock_a, lock_b = LockRef("object 0xa", "self.lock_a"), LockRef("object 0xb", "self.lock_b")
     a = ThreadStack("a", 1, (replace(a.frames[0], holds=(lock_a,)), replace(a.frames[1], waits_for=lock_b)), True)
     b = ThreadStack("b", 2, (replace(b.frames[0], holds=(lock_b,), waits_for=lock_a),), True)
     diagnosis = classify_hang([a, b])
-    assert diagnosis.cycle == LOCK_CYCLE and set(diagnosis.locks) == {"object 0xa", "object 0xb"}
+    assert diagnosis.cycle == HangCycle.LOCK_CYCLE and set(diagnosis.locks) == {"object 0xa", "object 0xb"}
 
 
 def test_a_ring_of_three_locks_is_one_cycle_and_a_queue_behind_a_holder_is_not():
@@ -97,25 +98,25 @@ def test_a_ring_of_three_locks_is_one_cycle_and_a_queue_behind_a_holder_is_not()
     ring = [ThreadStack(f"t{i}", i, (Frame("/app/ring.py", 7, "turn", "locks[(i + 1) % 3].acquire()", (),
                                            refs[(i + 1) % 3], (refs[i],)),), True) for i in range(3)]
     diagnosis = classify_hang(ring)
-    assert diagnosis.cycle == LOCK_CYCLE and sorted(diagnosis.threads) == ["t0", "t1", "t2"]
+    assert diagnosis.cycle == HangCycle.LOCK_CYCLE and sorted(diagnosis.threads) == ["t0", "t1", "t2"]
     holder = ThreadStack("holder", 9, (Frame("/app/q.py", 4, "slow", "time.sleep(5)", (), None, (refs[0],)),), True)
     queued = [ThreadStack(f"q{i}", 10 + i, (Frame("/app/q.py", 3, "slow", "with lock:", (), refs[0], ()),), True)
               for i in range(2)]
-    assert classify_hang([holder, *queued]).cycle == LOCK_WAIT
+    assert classify_hang([holder, *queued]).cycle == HangCycle.LOCK_WAIT
 
 
 def test_threads_waiting_on_locks_whose_holders_are_unknown_are_a_lock_wait():
     a = stack("a", frame("/app/x.py", "f", "with shared:", line=3, enclosing=((3, "shared"),)))
     b = stack("b", frame("/app/x.py", "g", "registry_lock.acquire()", line=7))
     diagnosis = classify_hang([a, b])
-    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", LOCK_WAIT)
+    assert (diagnosis.kind, diagnosis.cycle) == ("deadlock", HangCycle.LOCK_WAIT)
 
 
 def test_threads_busy_elsewhere_are_not_called_a_deadlock():
     a = stack("a", frame("/app/x.py", "spin", "while True: pass", line=3))
     b = stack("b", frame("/usr/lib/python3.12/threading.py", "wait", "waiter.acquire()", line=355))
     diagnosis = classify_hang([a, b], 9.0)
-    assert (diagnosis.kind, diagnosis.cycle) == ("other-error", NO_CYCLE)
+    assert (diagnosis.kind, diagnosis.cycle) == ("other-error", HangCycle.NO_CYCLE)
 
 
 @pytest.mark.timeout(30)
@@ -155,7 +156,7 @@ def test_a_lock_cycle_through_compile_lock_while_a_thread_compiles_in_autograd_i
         Frame(f"{TORCH}/_inductor/codecache.py", 60, "store", "", (), None, (cache,)),
         Frame(f"{TORCH}/_dynamo/convert_frame.py", 880, "__call__", "with compile_lock:", (), compile_lock)), True)
     diagnosis = classify_hang([compiler, device])
-    assert diagnosis.cycle == DYNAMO_CYCLE and diagnosis.threads == ("drafter-0", "thread-77")
+    assert diagnosis.cycle == HangCycle.COMPILE_LOCK_AUTOGRAD and diagnosis.threads == ("drafter-0", "thread-77")
 
 
 def test_lock_sites_read_one_line_and_multi_line_with_headers_and_earlier_acquires():
@@ -229,6 +230,6 @@ def _closure_deadlock(starters: int):
 def test_from_a_dump_a_closures_shared_locks_close_a_cycle_only_when_one_call_owns_them():
     # real threads, left deadlocked (daemons): one starter and its helper form a cycle through their cells
     diagnosis = classify_hang(_closure_deadlock(1))
-    assert diagnosis.cycle == LOCK_CYCLE and sorted(diagnosis.threads) == ["helper-0", "starter-0"]
+    assert diagnosis.cycle == HangCycle.LOCK_CYCLE and sorted(diagnosis.threads) == ["helper-0", "starter-0"]
     # two starters run the same function: `mine` in each is another call's, so the dump cannot pair them up
-    assert classify_hang(_closure_deadlock(2)).cycle != LOCK_CYCLE
+    assert classify_hang(_closure_deadlock(2)).cycle != HangCycle.LOCK_CYCLE

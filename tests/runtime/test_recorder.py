@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dflash_doctor import runtime  # noqa: E402
+from dflash_doctor.outcomes import RecorderEventKind  # noqa: E402
 from dflash_doctor.repro import disturb  # noqa: E402
 from dflash_doctor.runtime.chrome_trace import chrome_trace, write_chrome_trace  # noqa: E402
 
@@ -113,9 +114,9 @@ def test_uncaught_thread_exceptions_are_logged_with_the_thread_name(recorder):
 def test_chrome_trace_has_metadata_slices_and_instants_per_thread(tmp_path):
     clock = iter([0.0, 0.5, 1.0, 1.25, 2.0]).__next__
     recorder = runtime.FlightRecorder(clock=clock)
-    recorder.record("step", "B", index=0)
-    recorder.record("exception", "I", type="RuntimeError", message="x", holder="h")
-    recorder.record("step", "E", index=0)
+    recorder.record(RecorderEventKind.STEP, "B", index=0)
+    recorder.record(RecorderEventKind.EXCEPTION, "I", type="RuntimeError", message="x", holder="h")
+    recorder.record(RecorderEventKind.STEP, "E", index=0)
     path = tmp_path / "trace.json"
     as_dicts = [e.to_dict() for e in recorder.events]
     write_chrome_trace(path, [("3 threads", recorder.events), ("single-thread", as_dicts)])

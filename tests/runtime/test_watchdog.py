@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dflash_doctor.runtime.deadlock import LOCK_CYCLE
+from dflash_doctor.outcomes import HangCycle
 from dflash_doctor.runtime.watchdog import Watchdog
 from tests.conftest import REPO
 
@@ -99,7 +99,7 @@ def test_a_real_lock_order_deadlock_in_a_child_is_reported_as_a_lock_cycle_in_ti
                           cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     elapsed = time.monotonic() - began
     diagnosis = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert (diagnosis["kind"], diagnosis["cycle"]) == ("deadlock", LOCK_CYCLE)
+    assert (diagnosis["kind"], diagnosis["cycle"]) == ("deadlock", HangCycle.LOCK_CYCLE)
     assert set(diagnosis["threads"]) == {"worker-ab", "worker-ba"}
     assert any(step.startswith("worker-ab holds lock_a and waits for lock_b") for step in diagnosis["chain"])
     assert any(step.startswith("worker-ba holds lock_b and waits for lock_a") for step in diagnosis["chain"])
@@ -121,8 +121,6 @@ def _dynamo_cycle_stacks():
 
 
 def test_a_compile_lock_cycle_seen_in_two_quiet_samples_fires_long_before_the_silence_rule():
-    from dflash_doctor.runtime.deadlock import DYNAMO_CYCLE
-
     clock, fired, samples = FakeClock(), [], []
     last = {"t": 100.0}
 
@@ -140,7 +138,7 @@ def test_a_compile_lock_cycle_seen_in_two_quiet_samples_fires_long_before_the_si
     assert dog.check() is None and samples == [101.5]  # samples are cycle_confirm_s apart
     clock.now = 103.0
     report = dog.check()
-    assert report is not None and report.diagnosis.cycle == DYNAMO_CYCLE and fired == [report]
+    assert report is not None and report.diagnosis.cycle == HangCycle.COMPILE_LOCK_AUTOGRAD and fired == [report]
     assert report.diagnosis.stalled_s == pytest.approx(3.0)
 
 

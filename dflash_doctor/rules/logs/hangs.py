@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence
 
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.hazards import Hazard
+from dflash_doctor.outcomes import HangCycle
 from dflash_doctor.rules.logs.model import UNNAMED, HeldLine, RuleLine, RuleScanner, declare
 from dflash_doctor.rules.logs.shared import fix_line
 from dflash_doctor.rules.registry import Rule
@@ -28,7 +29,7 @@ def _stack_dump_line(scanner: RuleScanner, line: RuleLine) -> None:
 
 
 def _dump_steps(found: Sequence[Finding], threads: Dict[str, dict], count: int) -> Optional[List[str]]:
-    if any(f.evidence.get("cycle") == "compile-lock-autograd" for f in found):
+    if any(f.evidence.get("cycle") == HangCycle.COMPILE_LOCK_AUTOGRAD for f in found):
         return [f"dflash-doctor repro --threads {count} --shapes per-thread: reproduce the deadlock here"] + fix_line(
             (Hazard.DEADLOCK, Hazard.FX_FLAG_LEAK, Hazard.STUCK_FLAG))
     return ["py-spy dump --pid PID a second time: threads that have not moved are stuck where the dump shows"]
