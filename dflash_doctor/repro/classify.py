@@ -43,7 +43,8 @@ def _traced_beside_the_workers(result: dict) -> bool:
     if result.get("tracing_thread"):
         return True
     workers = {t.get("name") for t in result.get("threads", [])}
-    return any(e.get("kind") == RecorderEventKind.FX_TRACE and e.get("thread") not in workers for e in result.get("events") or [])
+    return any(e.get("kind") == RecorderEventKind.FX_TRACE and e.get("thread") not in workers
+               for e in result.get("events") or [])
 
 
 def phase_facts(result: dict) -> PhaseFacts:
