@@ -1,7 +1,7 @@
 """A line outside any traceback: a progress line, one rule's line, or a thread's death logged on one line.
 
 The rules are tried in LOG_RULES order and the first whose trigger word and pattern match takes the line. A rule's
-own behaviour runs through its hooks (rules/logs.py: `on_match`, `on_line`, `worker_of`, ...), which see this part
+own behaviour runs through its hooks (rules/logs/model.py: `on_match`, `on_line`, `worker_of`, ...), which see this part
 as their `RuleScanner`: what it offers them (the line memory, the line before, starting a stack dump, reporting, who
 is dead) is all a hook may use, so the scanner never branches on a rule's code.
 """
@@ -38,7 +38,7 @@ class RuleLines:
         self._default_threads = context.options.thread_pattern is None
         self._hooked: List[Finding] = []  # what a rule's hook reported for the line being parsed
 
-    # -- what the rules' hooks use (rules/logs.py RuleScanner) ---------------------------------------------------
+    # -- what the rules' hooks use (rules/logs/model.py RuleScanner) ---------------------------------------------------
 
     def report(self, rule: Rule, key: tuple, message: str, lineno: int, evidence: Dict[str, Any]) -> None:
         self._hooked += self._context.emit(rule, key, message, lineno, evidence)

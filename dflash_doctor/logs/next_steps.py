@@ -1,4 +1,4 @@
-"""What to do next about a logs report: the steps each rule declares for its findings (rules/logs.py
+"""What to do next about a logs report: the steps each rule declares for its findings (rules/logs/
 `LogRule.next_steps`), or its fix.
 
 The fix texts come from the rule registry and the mitigation registry (dflash_doctor/mitigations.py), so the

@@ -1,6 +1,6 @@
 """The shapes of a log that no single rule owns: traceback structure, worker prefixes, thread names.
 
-What each fatal kind's text looks like lives with its rule (dflash_doctor/rules/logs.py). Sources for these:
+What each fatal kind's text looks like lives with its rule (the package dflash_doctor/rules/logs/). Sources for these:
 Lib/threading.py and Modules/_threadmodule.c (excepthook: 'Exception in thread NAME:', written in pieces, so two
 threads dying together print 'Exception in thread Exception in thread A:' and later a bare 'B:'),
 Lib/traceback.py, torchrun's per-rank line prefix ('[rank1]:', older '[default1]:'), Ray's '(Worker pid=N)', vLLM's

@@ -1,6 +1,6 @@
 """Find the few lines of a block that can matter, without looking at the others in Python.
 
-Every rule declares literal trigger words (rules/logs.py); a line with none of them can fire no rule and is only
+Every rule declares literal trigger words (rules/logs/); a line with none of them can fire no rule and is only
 counted. Searching a megabyte for thirty words one after another costs thirty passes, and a regex alternation is
 slower still (Python's re tries it at every byte). So each word is given an anchor: its rarest byte in training
 logs. `bytes.find` of a single byte is memchr, an order of magnitude faster than a substring search, and an anchor

@@ -79,7 +79,8 @@ class RuleLine:
 
 
 class RuleScanner(Protocol):
-    """What a rule's hook may use of the scanner reading the line (dflash_doctor/logs/scanner.py)."""
+    """What a rule's hook may use of the scanner reading the line: dflash_doctor/logs/line_rules.py RuleLines,
+    the part of the scanner that reads a line outside a traceback."""
 
     memory: LineMemory
 
