@@ -1,4 +1,4 @@
-"""Lines a rule's hook held for what should follow them (rules/logs/model.py LineMemory), reported when that came or when
+"""Lines a rule's hook held for what should follow them (rules/logs LineMemory), reported when that came or when
 it is no longer due: a recompile-limit warning waits up to RECOMPILE_LOOKAHEAD lines for its 'function:' line; a
 'terminate called' line no rank claimed within ABORT_LINES is the process's own abort; DeepSpeed's launcher line cut
 before its return code, and py-spy's 'Process N:' with no thread after it, are reported at the end of the log.
