@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from dflash_doctor import mitigations as registry
+from dflash_doctor.findings import Problem
 from dflash_doctor.hazards import STRESS_ORDER, Stress
 from dflash_doctor.outcomes import FailureKind, ThreadOutcome
+from dflash_doctor.repro.facts import BlameFacts, LevelFacts, PhaseFacts
 
 # Trials a clean natural level needs before it may count towards "holds": one clean run of a race is luck.
 MIN_NATURAL_TRIALS = 2
@@ -56,9 +58,9 @@ class TrialResult:
     outcome: ThreadOutcome  # the phase's
     seconds: float
     finished_at_s: float  # since the run started
-    phase: dict = field(default_factory=dict)  # the multi-thread phase facts
-    blame: Tuple[dict, ...] = ()
-    problems: Tuple[dict, ...] = ()
+    phase: PhaseFacts  # the multi-thread phase facts
+    blame: Tuple[BlameFacts, ...] = ()
+    problems: Tuple[Problem, ...] = ()
     no_verdict: bool = False  # killed while still making progress: neither reproduced nor clean
     cpu_s: Optional[float] = None  # CPU seconds its children used (their compile workers included)
 
@@ -137,18 +139,18 @@ class Row:
             return self.failed() is None
         return True
 
-    def tally(self) -> Dict[str, dict]:
+    def tally(self) -> Dict[str, LevelFacts]:
         """Per stress: trials run, how many reproduced, of which kinds; or why it was skipped; and, once the row
         had its verdict, how many of its planned trials it did not wait for (`stopped_early`: stopped, or never
         started), so a count like `natural 0/1` is not read as the plan."""
-        out = {}
+        out: Dict[str, LevelFacts] = {}
         decided = self.finished()
         for stress in self.stresses:
             if stress in self.skipped:
                 out[stress.value] = {"ran": 0, "reproduced": 0, "kinds": {}, "skipped": self.skipped[stress]}
                 continue
             results = [r for r in self.done_at(stress) if not r.no_verdict]
-            kinds: Dict[FailureKind, int] = {}
+            kinds: Dict[str, int] = {}  # FailureKind members: str, and their words on the wire
             for r in results:
                 if r.kind:
                     kinds[r.kind] = kinds.get(r.kind, 0) + 1

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from dflash_doctor.findings import Problem
-from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
+from dflash_doctor.outcomes import BlameKind, FailureKind, HangCycle, RecorderEventKind, ThreadOutcome
 from dflash_doctor.runtime.deadlock import HangDiagnosis
 from dflash_doctor.runtime.fx_flag import ShimStatus
 from dflash_doctor.runtime.fx_patches import PatchIsolation
@@ -281,7 +281,8 @@ def _frames(f: _Fields, key: str) -> Tuple[Frame, ...]:
 
 def _event(data: Any) -> Event:
     f = _Fields(data, "an event")
-    return Event(f.number("t"), f.text("thread"), f.integer("tid"), f.text("kind"), f.text("phase"), f.mapping("detail"))
+    return Event(f.number("t"), f.text("thread"), f.integer("tid"), f.word("kind", RecorderEventKind), f.text("phase"),
+                 f.mapping("detail"))
 
 
 def _blame(data: Any) -> Blame:
@@ -297,7 +298,7 @@ def _problem(data: Any) -> Problem:
 
 def _hang(data: Any) -> HangDiagnosis:
     f = _Fields(data, "the hang")
-    return HangDiagnosis(f.word("kind", FailureKind), f.text("cycle"), f.texts("chain"), f.texts("threads"),
+    return HangDiagnosis(f.word("kind", FailureKind), f.word("cycle", HangCycle), f.texts("chain"), f.texts("threads"),
                          f.number("stalled_s"), f.text("hint"), f.texts("locks"))
 
 

@@ -2,7 +2,9 @@
 
 A child that hangs past --timeout has its whole process group killed (inductor's compile workers included);
 its faulthandler dump, if any, is classified like the watchdog's stacks. A child that crashed (segfault, abort)
-without writing a result is reported as outcome `error` with its exit status and the tail of its log.
+without writing a result is reported as outcome `error` with its exit status and the tail of its log. What a
+child left is read through repro/phase_record.py, the module it was written with; a result that module refuses
+(another version, a field missing) is reported as a crash that says so.
 """
 from __future__ import annotations
 
@@ -12,12 +14,17 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Dict, Optional, Protocol
+from typing import Callable, Dict, List, Optional, Protocol, Tuple
 
+from dflash_doctor.findings import Problem
 from dflash_doctor.outcomes import ThreadOutcome
+from dflash_doctor.repro import phase_record
+from dflash_doctor.repro.phase_record import PhaseRecord, PhaseRecordError, ThreadRecord
 from dflash_doctor.repro.spec import PhaseSpec
+from dflash_doctor.runtime.deadlock import HangDiagnosis
+from dflash_doctor.runtime.stacks import ThreadStack
 
 LOG_TAIL_CHARS = 4000
 
@@ -167,46 +174,59 @@ def log_tail(path: Path) -> str:
     return data[-LOG_TAIL_CHARS:].decode("utf-8", "replace")
 
 
-def read_phase_result(phase_dir: Path, exit: ChildExit, spec: PhaseSpec) -> dict:
-    """The child's result, or one reconstructed from how it ended (killed on timeout, crashed)."""
+def read_phase_result(phase_dir: Path, exit: ChildExit, spec: PhaseSpec) -> PhaseRecord:
+    """The child's result, or one reconstructed from how it ended (killed on timeout, crashed, or a result this
+    version cannot read)."""
     result_path = phase_dir / "result.json"
     if result_path.exists():
-        result = json.loads(result_path.read_text(encoding="utf-8"))
-        if exit.timed_out and result.get("phase") == "disturb":
-            result["killed_after_s"] = round(exit.seconds, 3)
+        try:
+            result = phase_record.read(result_path)
+        except (OSError, PhaseRecordError) as exc:
+            return _made_up(phase_dir, exit, spec, f"left a result this dflash-doctor cannot read ({exc})")
+        if exit.timed_out and result.phase == "disturb":
+            result = replace(result, killed_after_s=round(exit.seconds, 3))
         return result
-    threads = [{"name": name, "outcome": ThreadOutcome.HUNG if exit.timed_out else ThreadOutcome.ERROR,
-                "error": None, "steps": 0}
-               for name in spec.thread_names]
-    result = {"phase": spec.phase, "threads": threads, "events": [], "blame": [], "problems": [],
-              "seconds": round(exit.seconds, 6), "hang": None, "stacks": [],
-              "log_tail": log_tail(phase_dir / "log.txt")}
-    if exit.timed_out:
-        result["outcome"] = ThreadOutcome.HUNG
-        result["hang"], result["stacks"] = _faulthandler_diagnosis(phase_dir, exit.seconds)
+    return _made_up(phase_dir, exit, spec)
+
+
+def _made_up(phase_dir: Path, exit: ChildExit, spec: PhaseSpec, unreadable: Optional[str] = None) -> PhaseRecord:
+    """The record of a child that left none (or none this version reads: `unreadable` says why)."""
+    hung = exit.timed_out and unreadable is None
+    if hung:
+        hang, stacks, problems = _faulthandler_diagnosis(phase_dir, exit.seconds)
         # No dump: the child kept showing progress (its dump is re-armed while it does) until the timeout.
-        result["timed_out_busy"] = not result["stacks"]
-    else:
-        result["outcome"] = ThreadOutcome.ERROR
-        reason = (f"killed by signal {signal.Signals(-exit.returncode).name}" if exit.returncode and exit.returncode < 0
-                  else f"exited with status {exit.returncode} without a result")
-        for thread in threads:
-            thread["error"] = f"child process {reason}"
-        result["crash"] = reason
-    return result
+        return PhaseRecord(phase=spec.phase, outcome=ThreadOutcome.HUNG, seconds=round(exit.seconds, 6),
+                           threads=tuple(ThreadRecord(name, ThreadOutcome.HUNG, None, 0) for name in spec.thread_names),
+                           problems=problems, hang=hang, stacks=stacks, log_tail=log_tail(phase_dir / "log.txt"),
+                           timed_out_busy=not stacks)
+    reason = unreadable or (f"killed by signal {signal.Signals(-exit.returncode).name}"
+                            if exit.returncode and exit.returncode < 0
+                            else f"exited with status {exit.returncode} without a result")
+    return PhaseRecord(phase=spec.phase, outcome=ThreadOutcome.ERROR, seconds=round(exit.seconds, 6),
+                       threads=tuple(ThreadRecord(name, ThreadOutcome.ERROR, f"child process {reason}", 0)
+                                     for name in spec.thread_names),
+                       log_tail=log_tail(phase_dir / "log.txt"), crash=reason)
 
 
-def _faulthandler_diagnosis(phase_dir: Path, seconds: float):
+def _faulthandler_diagnosis(phase_dir: Path, seconds: float
+                            ) -> Tuple[Optional[HangDiagnosis], Tuple[ThreadStack, ...], Tuple[Problem, ...]]:
+    """The hang a killed child's faulthandler dump shows, its stacks, and a problem where its threads' names
+    could not be read (the stacks are then named by ident)."""
     from dflash_doctor.runtime.deadlock import classify_hang
     from dflash_doctor.runtime.stacks import parse_faulthandler
 
     dump = phase_dir / "faulthandler.txt"
     text = dump.read_text(encoding="utf-8", errors="replace") if dump.exists() else ""
     names_path = phase_dir / "threads.json"
-    names = {}
+    names: Dict[int, str] = {}
+    problems: List[Problem] = []
     if names_path.exists():
-        names = {int(ident): name for ident, name in json.loads(names_path.read_text(encoding="utf-8")).items()}
+        try:
+            names = phase_record.read_thread_names(names_path)
+        except (OSError, PhaseRecordError) as exc:
+            problems.append(Problem(f"{phase_dir.name} thread names", f"unreadable: {exc}",
+                                    "the hang's stacks are named by thread ident"))
     stacks = parse_faulthandler(text, names)
     if not stacks:
-        return None, []
-    return classify_hang(stacks, seconds).to_dict(), [s.to_dict() for s in stacks]
+        return None, (), tuple(problems)
+    return classify_hang(stacks, seconds), tuple(stacks), tuple(problems)

@@ -7,11 +7,11 @@ bookkeeping: the harness asks before it starts a trial and tells it when a shari
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 from dflash_doctor.outcomes import RecorderEventKind
+from dflash_doctor.repro import phase_record
 
 
 class SharedCache:
@@ -37,7 +37,7 @@ class SharedCache:
         if self.filled:
             return
         try:
-            events = json.loads((phase_dir / "result.json").read_text(encoding="utf-8")).get("events") or []
-        except (OSError, ValueError, AttributeError):  # no result (killed, crashed): it filled nothing
-            return
-        self.filled = any(e.get("kind") == RecorderEventKind.COMPILE and e.get("phase") == "E" for e in events)
+            events = phase_record.read(phase_dir / "result.json").events
+        except (OSError, phase_record.PhaseRecordError):  # no result (killed, crashed) or none it can read
+            return  # it filled nothing that can be counted on
+        self.filled = any(e.kind == RecorderEventKind.COMPILE and e.phase == "E" for e in events)

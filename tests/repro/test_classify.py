@@ -1,5 +1,5 @@
-"""Verdict, kind and blame from phase results (plain dicts, as the children write them), and the parent's
-reading of a child that crashed or hung without reporting."""
+"""Verdict, kind and blame from phase results (the typed records the children write, repro/phase_record.py), and
+the parent's reading of a child that crashed or hung without reporting."""
 from __future__ import annotations
 
 import json
@@ -10,55 +10,75 @@ import time
 
 import pytest
 
+from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
 from dflash_doctor.repro.classify import classify_phase, merge_process_results, phase_facts
+from dflash_doctor.repro.phase_record import PhaseRecord, ThreadRecord, TracingThreadRecord
 from dflash_doctor.repro.runner import ChildExit, ChildProcess, read_phase_result
 from dflash_doctor.mitigations import parse as parse_mitigation
 from dflash_doctor.repro.spec import PhaseSpec
+from dflash_doctor.runtime.deadlock import HangDiagnosis
+from dflash_doctor.runtime.recorder import Blame, Event
 from tests.conftest import REPO
 
 FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function. This is..."
+OK, ERROR, HUNG = ThreadOutcome.OK, ThreadOutcome.ERROR, ThreadOutcome.HUNG
 
 
-def thread(name, outcome="ok", error=None, steps=1):
-    return {"name": name, "outcome": outcome, "error": error, "steps": steps}
+def thread(name, outcome=OK, error=None, steps=1, **more):
+    return ThreadRecord(name, outcome, error, steps, **more)
+
+
+def phase(outcome, *threads, **more):
+    return PhaseRecord(phase="multi", outcome=outcome, seconds=more.pop("seconds", 1.0), threads=threads, **more)
+
+
+def blamed(victim, holder, kind):
+    return Blame(victim, holder, 1.0, kind, FX)
 
 
 def test_an_all_ok_phase_is_not_reproduced():
-    assert classify_phase({"outcome": "ok", "threads": [thread("a")]}) == (None, [])
+    assert classify_phase(phase(OK, thread("a"))) == (None, [])
 
 
 def test_fx_errors_with_a_holder_are_a_leak_and_keep_the_blame():
-    blame = [{"victim": "a", "holder": "fx-holder", "at_s": 1.0, "kind": "fx-flag-leak"}]
-    result = {"outcome": "error", "threads": [thread("a", "error", FX, 0)], "blame": blame}
-    assert classify_phase(result) == ("fx-flag-leak", blame)
+    blame = blamed("a", "fx-holder", BlameKind.FX_FLAG_LEAK)
+    result = phase(ERROR, thread("a", ERROR, FX, 0), blame=(blame,))
+    assert classify_phase(result) == ("fx-flag-leak", [blame])
 
 
 def test_fx_errors_after_a_stuck_exit_are_a_stuck_flag():
-    blame = [{"victim": "a", "holder": "fx-trace-b", "at_s": 1.0, "kind": "stuck-flag"}]
-    result = {"outcome": "error", "threads": [thread("a", "error", FX, 0)], "blame": blame}
+    result = phase(ERROR, thread("a", ERROR, FX, 0), blame=(blamed("a", "fx-trace-b", BlameKind.STUCK_FLAG),))
     assert classify_phase(result)[0] == "stuck-flag"
 
 
 def test_other_errors_and_hangs_without_a_lock_cycle_are_other_errors():
-    assert classify_phase({"outcome": "error", "threads": [thread("a", "error", "KeyError: 'x'")]})[0] == "other-error"
-    assert classify_phase({"outcome": "hung", "threads": [], "hang": {"kind": "other-error"}})[0] == "other-error"
-    assert classify_phase({"outcome": "hung", "threads": [], "hang": {"kind": "deadlock"}})[0] == "deadlock"
+    assert classify_phase(phase(ERROR, thread("a", ERROR, "KeyError: 'x'")))[0] == "other-error"
+    no_cycle = HangDiagnosis(FailureKind.OTHER_ERROR, "no-cycle", ())
+    assert classify_phase(phase(HUNG, hang=no_cycle))[0] == "other-error"
+    cycle = HangDiagnosis(FailureKind.DEADLOCK, "lock-cycle", ("a waits for b", "b waits for a"))
+    assert classify_phase(phase(HUNG, hang=cycle))[0] == "deadlock"
 
 
 def test_phase_facts_keep_the_contract_keys_and_steps_per_second():
-    facts = phase_facts({"outcome": "ok", "seconds": 2.0, "run_s": 0.5,
-                         "threads": [dict(thread("a", steps=3), traceback="tb"), thread("b", steps=2)]})
-    assert facts["threads"] == [thread("a", steps=3), thread("b", steps=2)]
+    facts = phase_facts(phase(OK, thread("a", steps=3, traceback="tb", seconds=0.4), thread("b", steps=2),
+                              seconds=2.0, run_s=0.5))
+    assert facts["threads"] == [{"name": "a", "outcome": "ok", "error": None, "steps": 3},
+                                {"name": "b", "outcome": "ok", "error": None, "steps": 2}]
     assert (facts["outcome"], facts["seconds"], facts["steps_per_s"]) == ("ok", 2.0, 10.0)
+    # the keys a child fills only sometimes are left out where it did not
+    assert list(facts) == ["outcome", "seconds", "threads", "run_s", "steps_per_s", "events"]
 
 
 def test_process_results_merge_to_the_worst_outcome():
+    step = Event(0.0, "drafter-0", 1, "step", "I")
     merged = merge_process_results([
-        {"outcome": "ok", "threads": [thread("drafter-0")], "run_s": 1.0, "events": [{"t": 0}]},
-        {"outcome": "error", "threads": [thread("drafter-1", "error", "boom", 0)], "run_s": 2.0},
+        phase(OK, thread("drafter-0"), run_s=1.0, events=(step,)),
+        phase(ERROR, thread("drafter-1", ERROR, "boom", 0), run_s=2.0),
     ])
-    assert merged["outcome"] == "error" and [t["name"] for t in merged["threads"]] == ["drafter-0", "drafter-1"]
-    assert merged["run_s"] == 2.0 and merged["processes"][0] == {"threads": ["drafter-0"], "events": [{"t": 0}]}
+    assert merged.outcome == "error" and [t.name for t in merged.threads] == ["drafter-0", "drafter-1"]
+    facts = phase_facts(merged)
+    assert facts["run_s"] == 2.0 and facts["events"] == []
+    assert facts["processes"][0] == {"threads": ["drafter-0"], "events": [step.to_dict()]}
 
 
 def test_mitigations_parse_in_a_stable_order():
@@ -75,15 +95,15 @@ def spec(names=("drafter-0",)):
 def test_a_crashed_child_without_a_result_is_an_error_naming_the_signal(tmp_path):
     (tmp_path / "log.txt").write_text("Fatal Python error: Segmentation fault\n")
     result = read_phase_result(tmp_path, ChildExit(-signal.SIGSEGV, False, 3.0), spec())
-    assert result["outcome"] == "error" and result["crash"] == "killed by signal SIGSEGV"
-    assert result["threads"] == [{"name": "drafter-0", "outcome": "error", "steps": 0,
-                                  "error": "child process killed by signal SIGSEGV"}]
-    assert "Segmentation fault" in result["log_tail"]
+    assert result.outcome == "error" and result.crash == "killed by signal SIGSEGV"
+    assert result.threads == (ThreadRecord("drafter-0", ERROR, "child process killed by signal SIGSEGV", 0),)
+    assert "Segmentation fault" in (result.log_tail or "")
 
 
 HUNG_CHILD = '''
-import json, sys, threading
+import sys, threading
 from pathlib import Path
+from dflash_doctor.repro.phase_record import write_thread_names
 from dflash_doctor.runtime.watchdog import arm_faulthandler
 
 out = Path(sys.argv[1])
@@ -105,7 +125,7 @@ def take_ba():
 workers = [threading.Thread(target=take_ab, name="drafter-0"), threading.Thread(target=take_ba, name="drafter-1")]
 for worker in workers:
     worker.start()
-(out / "threads.json").write_text(json.dumps({str(w.ident): w.name for w in workers}))
+write_thread_names(out / "threads.json", {w.ident: w.name for w in workers})  # as the phase child does
 handle = arm_faulthandler(out / "faulthandler.txt", 0.5)
 for worker in workers:
     worker.join()
@@ -124,11 +144,11 @@ def test_a_child_that_never_reports_is_killed_and_its_faulthandler_dump_classifi
     exit = ChildProcess(popen, log, time.monotonic).wait(3.0)
     assert exit.timed_out and exit.returncode == -signal.SIGKILL and time.monotonic() - began < 15
     result = read_phase_result(tmp_path, exit, spec(("drafter-0", "drafter-1")))
-    assert result["outcome"] == "hung"
-    assert [t["outcome"] for t in result["threads"]] == ["hung", "hung"]
-    assert result["hang"]["cycle"] == "lock-cycle"
-    assert set(result["hang"]["threads"]) == {"drafter-0", "drafter-1"}
-    assert json.dumps(result)  # what the parent reports stays JSON
+    assert result.outcome == "hung" and not result.timed_out_busy and result.problems == ()
+    assert [t.outcome for t in result.threads] == ["hung", "hung"]
+    assert result.hang is not None and result.hang.cycle == "lock-cycle"
+    assert set(result.hang.threads) == {"drafter-0", "drafter-1"}  # named from threads.json, not by ident
+    assert json.dumps(phase_facts(result))  # what the parent reports stays JSON
 
 
 # The errors a worker's compile printed under repro's foreign-trace stress on the 2-core box (torch 2.13): the
@@ -142,33 +162,33 @@ GUARD_BREAKS = ("InternalTorchDynamoError: AttributeError: 'builtin_function_or_
 
 @pytest.mark.parametrize("error", GUARD_BREAKS)
 def test_a_compile_whose_guards_broke_beside_a_tracing_thread_is_the_patcher_race(error):
-    tracer = {"name": "fx-profiler", "outcome": "ok", "error": None}
-    result = {"outcome": "error", "threads": [thread("a", "error", error, 0)], "tracing_thread": tracer}
+    tracer = TracingThreadRecord("fx-profiler", OK, None, 3)
+    result = phase(ERROR, thread("a", ERROR, error, 0), tracing_thread=tracer)
     assert classify_phase(result)[0] == "fx-patcher-race"
     # without a thread that traced, the same words are not evidence of the race
-    assert classify_phase({"outcome": "error", "threads": [thread("a", "error", error, 0)]})[0] == "other-error"
+    assert classify_phase(phase(ERROR, thread("a", ERROR, error, 0)))[0] == "other-error"
 
 
 @pytest.mark.parametrize("error", GUARD_BREAKS)
 def test_a_compile_whose_guards_broke_beside_the_forced_holders_trace_is_the_patcher_race(error):
     """The forced stress's holder keeps the FX flag up inside a real torch.fx trace, so it patches nn.Module as a
     profiler's trace does: beside it (the shim on, so no leak) a broken guard is the patcher race too."""
-    events = [{"t": 0.1, "thread": "fx-holder", "kind": "fx-trace", "phase": "B", "detail": {}},
-              {"t": 0.2, "thread": "a", "kind": "fx-trace", "phase": "B", "detail": {}}]
-    result = {"outcome": "error", "threads": [thread("a", "error", error, 0)], "events": events}
+    events = (Event(0.1, "fx-holder", 2, "fx-trace", "B"), Event(0.2, "a", 1, "fx-trace", "B"))
+    result = phase(ERROR, thread("a", ERROR, error, 0), events=events)
     assert classify_phase(result)[0] == "fx-patcher-race"
     # a worker's own traces (Dynamo's and AOT's, inside its compile) are not a trace beside it
-    own = {"outcome": "error", "threads": [thread("a", "error", error, 0)], "events": events[1:]}
+    own = phase(ERROR, thread("a", ERROR, error, 0), events=events[1:])
     assert classify_phase(own)[0] == "other-error"
 
 
 LINGERING_CHILD = '''
-import json, os, sys, time
+import sys, time
 from pathlib import Path
+from dflash_doctor.outcomes import ThreadOutcome
+from dflash_doctor.repro import phase_record
 out = Path(sys.argv[1])
-tmp = out / "result.json.tmp"
-tmp.write_text(json.dumps({"phase": "multi", "outcome": "ok", "threads": []}))
-os.replace(tmp, out / "result.json")  # atomically, as the phase child writes it
+# atomically, as the phase child writes it
+phase_record.write(out / "result.json", phase_record.PhaseRecord("multi", ThreadOutcome.OK, 0.5))
 time.sleep(60)  # an interpreter shutdown that takes its time (torch's atexit hooks, compile workers)
 '''
 
@@ -179,7 +199,8 @@ def test_a_child_whose_result_is_written_is_ended_without_waiting_for_its_shutdo
     script.write_text(LINGERING_CHILD)
     log = open(tmp_path / "log.txt", "wb")
     popen = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=log, stderr=subprocess.STDOUT,
-                             cwd=REPO, env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+                             cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+                             start_new_session=True)
     child = ChildProcess(popen, log, time.monotonic, tmp_path / "result.json")
     began = time.monotonic()
     ended = None
@@ -189,7 +210,7 @@ def test_a_child_whose_result_is_written_is_ended_without_waiting_for_its_shutdo
     assert ended is not None and not ended.timed_out
     assert time.monotonic() - began < 15  # not the 60 s of its shutdown
     assert popen.poll() is not None  # the process is gone, not left running
-    assert read_phase_result(tmp_path, ended, spec(()))["outcome"] == "ok"
+    assert read_phase_result(tmp_path, ended, spec(())).outcome == "ok"
 
 
 @pytest.mark.timeout(60)
