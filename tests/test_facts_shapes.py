@@ -284,69 +284,76 @@ def test_a_real_forced_repro_matches_the_model(tmp_path: Path) -> None:
         _check(thread, repro.ThreadFacts, all_keys=True)  # a real worker records its autograd switch
 
 
-# Child results as a phase child writes them, built with the producers' own to_dict()s (the real ones are the
-# runtime's), so a key renamed there fails here as it would in the JSON.
+# Child results as a phase child writes them: its typed record (repro/phase_record.py), built with the producers'
+# own types (the real ones are the runtime's), so a field renamed there fails here as it would in the JSON.
 def _frames() -> list:
     from dflash_doctor.runtime.stacks import Frame
 
     return [Frame("train.py", 3, "step", "loss.backward()", ((2, "torch.no_grad()"),))]
 
 
-def _child_result(spec: Dict[str, Any], outcome: str = "ok", error: Optional[str] = None, **keys: Any) -> dict:
+def _child_result(spec: Dict[str, Any], outcome: str = "ok", error: Optional[str] = None, **keys: Any) -> Any:
+    from dflash_doctor.outcomes import ThreadOutcome
+    from dflash_doctor.repro.phase_record import PhaseRecord, ThreadRecord
     from dflash_doctor.runtime.recorder import Event
 
     names = spec["thread_names"]
-    threads = [{"name": n, "outcome": outcome, "error": error, "steps": 0 if error else spec["steps"], "seconds": 0.5,
-                "autograd_multithreading": True, "switches": {}, "lazy_backward_compiles": 0} for n in names]
-    result = {"phase": spec["phase"], "problems": [], "shim": None, "shim_check": None, "warmup_s": [], "hang": None,
-              "stacks": [], "torch_version": "2.13.0+cpu", "python": "3.11.7", "pid": 7, "setup_s": 0.1,
-              "thread_ids": {}, "run_s": 0.5, "outcome": outcome, "threads": threads, "blame": [], "seconds": 1.0,
-              "events": [Event(0.1, n, i, "step", "I").to_dict() for i, n in enumerate(names)]}
-    result.update(keys)
-    return result
+    threads = tuple(ThreadRecord(n, ThreadOutcome(outcome), error, 0 if error else spec["steps"], 0.5,
+                                 autograd_multithreading=True, switches={}, lazy_backward_compiles=0) for n in names)
+    fields: Dict[str, Any] = dict(phase=spec["phase"], outcome=ThreadOutcome(outcome), seconds=1.0, threads=threads,
+                                  torch_version="2.13.0+cpu", python="3.11.7", pid=7, setup_s=0.1, run_s=0.5,
+                                  events=tuple(Event(0.1, n, i, "step", "I") for i, n in enumerate(names)))
+    fields.update(keys)
+    return PhaseRecord(**fields)
 
 
-def _leak(spec: Dict[str, Any]) -> dict:
+def _leak(spec: Dict[str, Any]) -> Any:
     from dflash_doctor.outcomes import BlameKind
     from dflash_doctor.runtime.recorder import Blame
 
     error = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function."
-    blame = [Blame(n, "fx-holder", 0.2, BlameKind.FX_FLAG_LEAK, error, tuple(_frames())).to_dict()
-             for n in spec["thread_names"]]
+    blame = tuple(Blame(n, "fx-holder", 0.2, BlameKind.FX_FLAG_LEAK, error, tuple(_frames()))
+                  for n in spec["thread_names"])
     return _child_result(spec, "error", error, blame=blame, disturbance="fx-holder holds the FX flag")
 
 
-def _deadlock(spec: Dict[str, Any]) -> dict:
+def _deadlock(spec: Dict[str, Any]) -> Any:
     from dflash_doctor.outcomes import FailureKind, HangCycle
     from dflash_doctor.runtime.deadlock import HangDiagnosis
     from dflash_doctor.runtime.stacks import ThreadStack
 
     hang = HangDiagnosis(FailureKind.DEADLOCK, HangCycle.COMPILE_LOCK_AUTOGRAD, ("a waits", "b waits"), ("a", "b"),
                          60.0)
-    stacks = [ThreadStack(n, i, tuple(_frames())).to_dict() for i, n in enumerate(spec["thread_names"])]
-    return _child_result(spec, "hung", hang=hang.to_dict(), stacks=stacks)
+    stacks = tuple(ThreadStack(n, i, tuple(_frames())) for i, n in enumerate(spec["thread_names"]))
+    return _child_result(spec, "hung", hang=hang, stacks=stacks)
 
 
-def _with_mitigations(spec: Dict[str, Any], result: dict) -> dict:
+def _with_mitigations(spec: Dict[str, Any], result: Any) -> Any:
     """What each mitigation's set-up adds to the result (mitigations.py), and a foreign trace's thread."""
+    from dataclasses import replace
+
+    from dflash_doctor.outcomes import ThreadOutcome
+    from dflash_doctor.repro.phase_record import SelfCheck, TracingThreadRecord
     from dflash_doctor.runtime.fx_flag import ShimStatus
     from dflash_doctor.runtime.fx_patches import PatchIsolation
 
-    check = {"ok": True, "detail": "a second thread's trace left this thread's flag alone"}
+    check = SelfCheck(True, "a second thread's trace left this thread's flag alone")
+    setup = result.setup
     if "threadlocal-flag" in spec["mitigation"]:
-        result.update(shim=ShimStatus("installed", "patched", ("torch.fx._symbolic_trace.is_fx_tracing",)).to_dict(),
-                      shim_check=check)
+        setup = replace(setup, shim=ShimStatus("installed", "patched", ("torch.fx._symbolic_trace.is_fx_tracing",)),
+                        shim_check=check)
     if "isolate-fx-patches" in spec["mitigation"]:
-        result.update(fx_patches=PatchIsolation("installed", "isolated", ("_Patcher",)).to_dict(),
-                      fx_patches_check=check)
+        setup = replace(setup, fx_patches=PatchIsolation("installed", "isolated", ("_Patcher",)),
+                        fx_patches_check=check)
+    result = replace(result, setup=setup)
     if "warmup" in spec["mitigation"]:
-        result["warmup_s"] = [0.5]
+        result = replace(result, warmup_s=(0.5,))
     if spec["mode"] == "foreign-trace" and spec["phase"] == "multi":
-        result["tracing_thread"] = {"name": "fx-profiler", "outcome": "ok", "error": None, "traces": 4}
+        result = replace(result, tracing_thread=TracingThreadRecord("fx-profiler", ThreadOutcome.OK, None, 4))
     return result
 
 
-def _races(spec: Dict[str, Any]) -> Optional[dict]:
+def _races(spec: Dict[str, Any]) -> Any:
     """No mitigation deadlocks naturally and leaks the flag under the other stresses; the fixes hold."""
     if spec["phase"] != "multi" or spec["threads"] == 1:
         return _child_result(spec)
@@ -359,7 +366,7 @@ class _Runner:
     """tests/repro/test_harness.py's FakeRunner, with a signal at the `stop_at`-th child and a child that dies
     without a result (`crash`)."""
 
-    def __init__(self, behaviour: Callable[[Dict[str, Any]], Optional[dict]], stop_at: int = 0,
+    def __init__(self, behaviour: Callable[[Dict[str, Any]], Any], stop_at: int = 0,
                  crash: bool = False) -> None:
         from tests.repro.test_harness import FakeRunner
 
@@ -382,7 +389,7 @@ class _Runner:
 
 
 def _fake_repro(tmp_path: Path, matrix: bool = False, stop_at: int = 0, crash: bool = False,
-                behaviour: Callable[[Dict[str, Any]], Optional[dict]] = _races, **spec: Any) -> Dict[str, Any]:
+                behaviour: Callable[[Dict[str, Any]], Any] = _races, **spec: Any) -> Dict[str, Any]:
     from dflash_doctor.hazards import Stress
     from dflash_doctor.repro.capabilities import Capabilities
     from dflash_doctor.repro.harness import run_repro
@@ -396,7 +403,7 @@ def _fake_repro(tmp_path: Path, matrix: bool = False, stop_at: int = 0, crash: b
     return json.loads(json.dumps(report.facts, default=str))  # as the JSON envelope has them
 
 
-def _control_fails(spec: Dict[str, Any]) -> dict:
+def _control_fails(spec: Dict[str, Any]) -> Any:
     return _child_result(spec, "error", "NotImplementedError: no CPU backward")
 
 

@@ -3,17 +3,24 @@ each kind of run climbs, the rate, fails / holds / inconclusive, the `processes`
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from dflash_doctor import mitigations as registry
 from dflash_doctor.errors import UsageError
+from dflash_doctor.findings import Problem
 from dflash_doctor.hazards import Stress
+from dflash_doctor.outcomes import BlameKind, FailureKind, ThreadOutcome
+from dflash_doctor.repro import phase_record
 from dflash_doctor.repro.capabilities import Capabilities
 from dflash_doctor.repro.harness import EXIT_HARNESS_FAILURE, run_repro, trace_phases
+from dflash_doctor.repro.phase_record import PhaseRecord, ThreadRecord
 from dflash_doctor.repro.runner import ChildExit
 from dflash_doctor.repro.spec import ReproSpec
+from dflash_doctor.runtime.deadlock import HangDiagnosis
+from dflash_doctor.runtime.recorder import Blame, Event
 
 FX = "RuntimeError: Detected that you are using FX to symbolically trace a dynamo-optimized function."
 EVERYTHING_RUNS = Capabilities()
@@ -25,8 +32,8 @@ class FakeChild:
         self.killed = False
 
     def poll(self, timeout_s):
-        if self.result is not None:
-            self.result_path.write_text(json.dumps(self.result))
+        if self.result is not None:  # through the codec, as the phase child writes it
+            phase_record.write(self.result_path, self.result)
         return ChildExit(0 if self.result is not None else -9, self.result is None, 1.0)
 
     def wait(self, timeout_s):
@@ -40,7 +47,7 @@ class FakeChild:
 
 
 class FakeRunner:
-    """Decides each child's result from its spec with `behaviour(spec) -> result dict or None (hang)`."""
+    """Decides each child's result from its spec with `behaviour(spec) -> PhaseRecord or None (hang)`."""
 
     def __init__(self, behaviour) -> None:
         self.behaviour = behaviour
@@ -58,36 +65,29 @@ class FakeRunner:
                 and (mode is None or s["mode"] == mode)]
 
 
+def threads(spec, outcome=ThreadOutcome.OK, error=None, steps=0):
+    return tuple(ThreadRecord(n, outcome, error, steps) for n in spec["thread_names"])
+
+
 def ok(spec, steps=2):
-    return {"phase": spec["phase"], "outcome": "ok", "seconds": 1.0, "run_s": 0.5, "torch_version": "2.13.0+cpu",
-            "threads": [{"name": n, "outcome": "ok", "error": None, "steps": steps} for n in spec["thread_names"]],
-            "events": [{"t": 0.1, "thread": n, "tid": i, "kind": "step", "phase": "I", "detail": {}}
-                       for i, n in enumerate(spec["thread_names"])]}
+    return PhaseRecord(phase=spec["phase"], outcome=ThreadOutcome.OK, seconds=1.0, run_s=0.5,
+                       torch_version="2.13.0+cpu", threads=threads(spec, steps=steps),
+                       events=tuple(Event(0.1, n, i, "step", "I") for i, n in enumerate(spec["thread_names"])))
 
 
 def leak(spec):
-    result = ok(spec)
-    result.update(outcome="error", threads=[{"name": n, "outcome": "error", "error": FX, "steps": 0}
-                                            for n in spec["thread_names"]],
-                  blame=[{"victim": n, "holder": "fx-holder", "at_s": 0.2, "kind": "fx-flag-leak"}
-                         for n in spec["thread_names"]])
-    return result
+    return replace(ok(spec), outcome=ThreadOutcome.ERROR, threads=threads(spec, ThreadOutcome.ERROR, FX),
+                   blame=tuple(Blame(n, "fx-holder", 0.2, BlameKind.FX_FLAG_LEAK, FX) for n in spec["thread_names"]))
 
 
 def deadlock(spec):
-    result = ok(spec)
-    result.update(outcome="hung", threads=[{"name": n, "outcome": "hung", "error": None, "steps": 0}
-                                           for n in spec["thread_names"]],
-                  hang={"kind": "deadlock", "cycle": "compile-lock-autograd", "chain": ["a", "b"]})
-    return result
+    return replace(ok(spec), outcome=ThreadOutcome.HUNG, threads=threads(spec, ThreadOutcome.HUNG),
+                   hang=HangDiagnosis(FailureKind.DEADLOCK, "compile-lock-autograd", ("a", "b")))
 
 
 def patcher_race(spec):
-    result = ok(spec)
-    result.update(outcome="error", threads=[{"name": n, "outcome": "error", "steps": 0,
-                                             "error": "NameError: module is not installed as a submodule"}
-                                            for n in spec["thread_names"]])
-    return result
+    return replace(ok(spec), outcome=ThreadOutcome.ERROR,
+                   threads=threads(spec, ThreadOutcome.ERROR, "NameError: module is not installed as a submodule"))
 
 
 def repro(spec: ReproSpec, behaviour, tmp_path, matrix=False, caps=EVERYTHING_RUNS):
@@ -280,8 +280,8 @@ def test_a_failing_single_thread_control_is_a_harness_failure(tmp_path):
     def behaviour(spec):
         result = ok(spec)
         if spec["phase"] == "single":
-            result.update(outcome="error", threads=[{"name": "drafter-0", "outcome": "error", "steps": 0,
-                                                     "error": "NotImplementedError: no CPU backward"}])
+            result = replace(result, outcome=ThreadOutcome.ERROR,
+                             threads=threads(spec, ThreadOutcome.ERROR, "NotImplementedError: no CPU backward"))
         return result
 
     report, _ = repro(ReproSpec(jobs=1), behaviour, tmp_path)
@@ -295,7 +295,7 @@ def test_a_mitigation_that_could_not_be_applied_is_a_harness_failure(tmp_path):
     def behaviour(spec):
         result = ok(spec)
         if "threadlocal-flag" in spec["mitigation"]:
-            result["problems"] = [{"subject": "threadlocal-flag", "reason": "unknown layout", "hint": "h"}]
+            result = replace(result, problems=(Problem("threadlocal-flag", "unknown layout", "h"),))
         return result
 
     report, _ = repro(ReproSpec(mitigation=("threadlocal-flag",), mode="forced"), behaviour, tmp_path)
@@ -305,7 +305,8 @@ def test_a_mitigation_that_could_not_be_applied_is_a_harness_failure(tmp_path):
 
 def test_a_model_that_cannot_be_imported_is_one_usage_error(tmp_path):
     def behaviour(spec):
-        return {**ok(spec), "outcome": "error", "usage_error": "--model m:f: cannot import m (No module named 'm')"}
+        return replace(ok(spec), outcome=ThreadOutcome.ERROR,
+                       usage_error="--model m:f: cannot import m (No module named 'm')")
 
     with pytest.raises(UsageError, match="cannot import m"):
         repro(ReproSpec(), behaviour, tmp_path)
@@ -378,9 +379,7 @@ def test_max_time_before_any_verdict_is_a_harness_failure(tmp_path):
 
 def test_the_cpu_floor_adds_up_what_the_children_that_ended_used(tmp_path):
     def costly(spec):
-        result = like_the_h200(spec)
-        result["cpu_s"] = 3.0 if spec["phase"] == "multi" else 1.0
-        return result
+        return replace(like_the_h200(spec), cpu_s=3.0 if spec["phase"] == "multi" else 1.0)
 
     report, runner = repro(ReproSpec(trials=2, mitigation=("warmup",)), costly, tmp_path)
     cpu = report.facts["cpu"]
@@ -412,9 +411,8 @@ class _Countdown(FakeChild):
 def _compiles(spec):
     """Every worker finishes a compile (what fills a shared cache); the race shows nowhere."""
     result = ok(spec)
-    result["events"] = result["events"] + [{"t": 0.2, "thread": spec["thread_names"][0] if spec["thread_names"]
-                                            else "x", "tid": 9, "kind": "compile", "phase": "E", "detail": {}}]
-    return result
+    compiled = Event(0.2, spec["thread_names"][0] if spec["thread_names"] else "x", 9, "compile", "E")
+    return replace(result, events=result.events + (compiled,))
 
 
 def test_the_first_trial_into_an_empty_shared_cache_goes_alone_and_its_first_worker_first(tmp_path):

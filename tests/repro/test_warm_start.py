@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dflash_doctor.repro import phase_record
 from dflash_doctor.repro.harness import Harness
 from dflash_doctor.repro.runner import ChildProcess, write_spec
 from dflash_doctor.repro.spec import PhaseSpec, ReproSpec
@@ -90,8 +91,8 @@ def test_each_forked_child_compiles_into_its_own_caches_and_ends_with_its_result
             assert not ended.timed_out
             folders.append(folder)
         for folder in folders:
-            result = json.loads((folder / "result.json").read_text())
-            assert result["outcome"] == "ok" and result["torch_version"]
+            result = phase_record.read(folder / "result.json")
+            assert result.outcome == "ok" and result.torch_version
             assert any((folder / "inductor-cache").rglob("*")), "the child compiled into another cache"
     finally:
         runner.close()
@@ -181,7 +182,7 @@ def test_only_a_child_whose_compile_length_cannot_matter_keeps_the_servers_objec
             child = runner.start(spec_path, folder / "result.json", env, folder / "log.txt")
             assert isinstance(child, ForkedChild)
             assert not _wait(child).timed_out
-            frozen[timing_free] = json.loads((folder / "result.json").read_text())["gc_frozen"]
+            frozen[timing_free] = phase_record.read(folder / "result.json").gc_frozen
     finally:
         runner.close()
     assert frozen[True] > 10_000 and frozen[False] == 0, frozen
