@@ -1,11 +1,11 @@
-"""The typed model of `repro` facts (`facts` in the JSON envelope, `repro --matrix` included): what harness.py and
+"""The typed model of `repro` facts (`facts` in the JSON envelope, `repro --matrix` included): what run_facts.py and
 classify.py's phase_facts fill and render/repro_view.py, findings.py, next_steps.py and the Chrome trace read.
 TypedDicts, so the facts stay plain dicts and the JSON is unchanged; tests/test_facts_shapes.py holds the JSON keys
 to these models.
 
-The words (an outcome, a failure kind, a stress) are typed `str`: in the process that ran the trials they are the
-str enums of outcomes.py and hazards.py, read back from a child's result.json they are their values, and either
-compares equal to the member. (Keys that are sometimes absent live in a `total=False` class, the keys always there
+The words (an outcome, a failure kind, a stress) are typed `str`: some are the str enums of outcomes.py and
+hazards.py, some their values (phase_facts writes a phase record's words as values), and either compares equal to
+the member and is the same word in the JSON. (Keys that are sometimes absent live in a `total=False` class, the keys always there
 in its base: typing.NotRequired is Python 3.11+, and the tool runs on 3.9.)
 """
 from __future__ import annotations
@@ -236,7 +236,7 @@ class ShimFacts(ShimStatusFacts):
 
 
 class CpuFacts(TypedDict):
-    """What the run's phase children cost in CPU (harness._cpu_facts). `bound_s`, their CPU over the cores, is the
+    """What the run's phase children cost in CPU (run_facts.RunFacts.cpu). `bound_s`, their CPU over the cores, is the
     wall time that CPU takes with every core busy throughout: a run near it was bound by its compiles, not by
     waiting. It is not a floor for any schedule: CPU time itself grows when trials share cores (two logical cores
     of one physical one, caches), and a run with fewer trials side by side uses less of it."""
@@ -286,7 +286,7 @@ class _SettingsExtras(TypedDict, total=False):
 
 
 class SettingsFacts(_SettingsFactsAlways, _SettingsExtras):
-    """The run's settings: the first keys of every repro report (harness._base_facts)."""
+    """The run's settings: the first keys of every repro report (run_facts.RunFacts.settings)."""
 
 
 class _VerdictFacts(TypedDict):
@@ -299,7 +299,7 @@ class _VerdictFacts(TypedDict):
 
 
 class _HeadlineExtras(TypedDict, total=False):
-    # Always there from the ladder's verdict (harness._headline_facts); absent where the control failed.
+    # Always there from the ladder's verdict (run_facts.RunFacts.headline); absent where the control failed.
     levels: Dict[str, LevelFacts]  # stress -> tally of the headline row
     hang: Optional[HangFacts]  # the reported trial's
     trials: List[TrialFacts]
@@ -317,7 +317,7 @@ class _HeadlineExtras(TypedDict, total=False):
 
 
 class ReproducedFacts(TypedDict):
-    """One race the baseline reproduced (harness._headline_facts): every one, not only the headline's first."""
+    """One race the baseline reproduced (run_facts.RunFacts.headline): every one, not only the headline's first."""
 
     kind: str  # FailureKind
     stress: str  # the first stress it showed under
@@ -325,7 +325,7 @@ class ReproducedFacts(TypedDict):
 
 
 class HeadlineFacts(_VerdictFacts, _HeadlineExtras):
-    """The ladder's verdict (harness._headline_facts); its `levels` to `wall_s` are always there."""
+    """The ladder's verdict (run_facts.RunFacts.headline); its `levels` to `wall_s` are always there."""
 
 
 class _ReproFactsAlways(_SettingsFactsAlways, _VerdictFacts):

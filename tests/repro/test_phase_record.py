@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_doctor import mitigations as registry
 from dflash_doctor.outcomes import ThreadOutcome
 from dflash_doctor.repro import phase_record
 from dflash_doctor.repro.classify import phase_facts
@@ -182,3 +183,28 @@ def test_a_trial_whose_result_cannot_be_read_has_no_verdict_and_says_so(tmp_path
     assert report.facts["verdict"] is None and report.exit_code_override == EXIT_HARNESS_FAILURE
     [unreadable] = [p for p in report.problems if "cannot read" in p.reason]
     assert unreadable.subject == "natural trial 1 (none)" and "no field 'outcome'" in unreadable.reason
+
+
+@pytest.mark.slow  # a fresh torch process per hook, as tests/test_mitigation_registry.py's: `pytest -m slow`
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", [entry.name for entry in registry.REGISTRY if entry.setup])
+def test_what_each_set_up_hook_reports_crosses_to_the_parent(name, tmp_path):
+    """Generated from the registry: each mitigation's real set-up, in a fresh process as in a phase child, reports
+    only keys the record has a field for, and every one of them reads back in the parent."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from dflash_doctor import mitigations as registry\n"
+        "from dflash_doctor.outcomes import ThreadOutcome\n"
+        "from dflash_doctor.repro import phase_record\n"
+        f"reported = registry.get({name!r}).setup()\n"
+        "setup = phase_record.SetupReport.from_setups(reported)\n"
+        "record = phase_record.PhaseRecord('single', ThreadOutcome.OK, 0.1, setup=setup)\n"
+        "phase_record.write(Path(sys.argv[1]), record)\n"
+        "print(','.join(sorted(reported)))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "result.json")], capture_output=True,
+                          text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-2000:]
+    keys = done.stdout.strip().splitlines()[-1].split(",")
+    setup = phase_record.read(tmp_path / "result.json").setup
+    assert keys and all(getattr(setup, key) is not None for key in keys), (keys, setup)
