@@ -78,11 +78,15 @@ class FormResult:
 
     @classmethod
     def from_dict(cls, data: dict) -> "FormResult":
+        """Strict: this version, every field to_dict writes and no other (a field dropped or renamed in the child
+        fails here, never reads as its default)."""
+        if not isinstance(data, dict):
+            raise ValueError(f"not a DataParallel form result: {type(data).__name__}")
         names = {f.name for f in fields(cls)}
-        missing = {"form", "device", "replicas", "outcome", "version"} - set(data)
-        unknown = set(data) - names
+        missing, unknown = names - set(data), set(data) - names
         if missing or unknown or data.get("version") != RESULT_VERSION:
-            raise ValueError(f"not a DataParallel form result: missing {sorted(missing)}, unknown {sorted(unknown)}")
+            raise ValueError(f"not a DataParallel form result of version {RESULT_VERSION}: missing {sorted(missing)}, "
+                             f"unknown {sorted(unknown)}")
         return cls(**data)
 
 
@@ -161,7 +165,11 @@ def run_form_child(spec: FormSpec, folder: Path, timeout_s: float) -> FormResult
         tail = (folder / "log.txt").read_bytes()[-1500:].decode("utf-8", "replace")
         return FormResult(spec.form, spec.device, spec.replicas, outcome=ThreadOutcome.ERROR.value,
                           error=f"the child exited {proc.returncode} without a result: {tail}")
-    return FormResult.from_dict(json.loads(out.read_text(encoding="utf-8")))
+    try:
+        return FormResult.from_dict(json.loads(out.read_text(encoding="utf-8")))
+    except ValueError as exc:  # not JSON, or not a result of this version: the form could not be judged
+        return FormResult(spec.form, spec.device, spec.replicas, outcome=ThreadOutcome.ERROR.value,
+                          error=f"the child left a result this dflash-doctor cannot read: {exc}")
 
 
 def run_dataparallel(spec: DataParallelSpec, *, runner: Runner = run_form_child, progress: Reporter = silent,

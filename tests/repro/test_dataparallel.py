@@ -21,10 +21,11 @@ def test_a_form_result_travels_through_its_codec_and_a_renamed_field_fails_loudl
     renamed["intact"] = renamed.pop("model_intact")
     with pytest.raises(ValueError, match="unknown"):
         dp.FormResult.from_dict(renamed)
-    missing = result.to_dict()
-    del missing["outcome"]
-    with pytest.raises(ValueError, match="missing"):
-        dp.FormResult.from_dict(missing)
+    for field in ("outcome", "graphs", "model_intact"):  # a field with a default is no less required
+        missing = result.to_dict()
+        del missing[field]
+        with pytest.raises(ValueError, match=f"missing \\['{field}'\\]"):
+            dp.FormResult.from_dict(missing)
 
 
 def test_every_fix_is_complete_and_the_rule_advises_from_the_table():
