@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError, finite
@@ -176,6 +176,9 @@ class ReproSpec:
         return None if mode is Mode.AUTO else Stress(mode.value)
 
 
+PHASE_SPEC_VERSION = 1  # spec.json, parent to child (repro/runner.py write_spec, repro/child.py main)
+
+
 @dataclass
 class PhaseSpec:
     """Everything one child needs; travels as JSON."""
@@ -202,8 +205,16 @@ class PhaseSpec:
     timing_free: bool = False
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"version": PHASE_SPEC_VERSION, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "PhaseSpec":
-        return cls(**data)
+        """What to_dict wrote, this version, every field and no other: a field the parent renamed or dropped
+        fails in the child (its log says which), never reads as a default."""
+        names = {item.name for item in fields(cls)}
+        if not isinstance(data, dict) or data.get("version") != PHASE_SPEC_VERSION:
+            raise ValueError(f"not a phase spec of version {PHASE_SPEC_VERSION}")
+        missing, unknown = names - set(data), set(data) - names - {"version"}
+        if missing or unknown:
+            raise ValueError(f"not a phase spec: missing {sorted(missing)}, unknown {sorted(unknown)}")
+        return cls(**{name: data[name] for name in names})

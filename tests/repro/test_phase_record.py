@@ -208,3 +208,16 @@ def test_what_each_set_up_hook_reports_crosses_to_the_parent(name, tmp_path):
     keys = done.stdout.strip().splitlines()[-1].split(",")
     setup = phase_record.read(tmp_path / "result.json").setup
     assert keys and all(getattr(setup, key) is not None for key in keys), (keys, setup)
+
+
+def test_the_phase_spec_a_child_is_given_is_as_strict_the_other_way():
+    spec = _spec("multi", "forced", ["threadlocal-flag"])
+    document = json.loads(json.dumps(spec.to_dict()))
+    assert PhaseSpec.from_dict(document) == spec
+    for change in ({"version": 2}, {"hang_after": document["hang_after_s"]}):
+        with pytest.raises(ValueError, match="version|missing|unknown"):
+            PhaseSpec.from_dict({**document, **change})
+    dropped = dict(document)
+    del dropped["timing_free"]  # a field with a default is no less required
+    with pytest.raises(ValueError, match=r"missing \['timing_free'\]"):
+        PhaseSpec.from_dict(dropped)
