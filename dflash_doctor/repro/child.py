@@ -171,7 +171,7 @@ class PhaseChild:
         # this is where a set-up is seen to reach (or miss) the worker.
         record.autograd_multithreading = bool(torch.autograd.is_multithreading_enabled())
         record.switches = {switch.setting: repr(switch.read()) for name in self.spec.mitigation
-                              for switch in registry.get(name).switches}
+                           for switch in registry.get(name).switches}
 
     def count_lazy_backward_compiles(self) -> None:
         """Each worker's backward compiles made lazily, at its first backward (thread_config.watch_lazy_backward):
