@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from dflash_doctor.findings import Problem
 from dflash_doctor.outcomes import BlameKind, FailureKind, HangCycle, RecorderEventKind, ThreadOutcome
@@ -25,15 +25,15 @@ from dflash_doctor.runtime.fx_patches import PatchIsolation
 from dflash_doctor.runtime.lock_sites import LockRef
 from dflash_doctor.runtime.recorder import Blame, Event
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
+from dflash_doctor.repro.wire import Fields, WireError, load_json
 
 PHASE_RECORD_VERSION = 1
 THREAD_NAMES_VERSION = 1
 PHASES = ("single", "multi", "disturb")  # PhaseSpec.phase: the control, a trial, a `processes` disturbance alone
 MAX_DEPTH = 64  # the deepest a genuine record nests is 7 (record > blame > frames > frame > holds > ref > part)
-_T = TypeVar("_T")
 
 
-class PhaseRecordError(ValueError):
+class PhaseRecordError(WireError):
     """What a phase child left is not a record of this version."""
 
 
@@ -188,73 +188,9 @@ def write(path: Path, record: PhaseRecord) -> None:
 
 
 # -- reading --------------------------------------------------------------------------------------------------
-class _Fields:
-    """One JSON object of the record, read strictly: each accessor names the field it could not read."""
-
-    def __init__(self, data: Any, what: str) -> None:
-        if not isinstance(data, dict):
-            raise PhaseRecordError(f"{what} is not an object ({type(data).__name__})")
-        self.data, self.what = data, what
-
-    def raw(self, key: str) -> Any:
-        if key not in self.data:
-            raise PhaseRecordError(f"{self.what} has no field {key!r}")
-        return self.data[key]
-
-    def _fail(self, key: str, expected: str) -> PhaseRecordError:
-        return PhaseRecordError(f"{self.what}'s {key!r} is not {expected}: {str(self.data[key])[:40]}")
-
-    def text(self, key: str) -> str:
-        value = self.raw(key)
-        if not isinstance(value, str):
-            raise self._fail(key, "a string")
-        return value
-
-    def integer(self, key: str) -> int:
-        value = self.raw(key)
-        if type(value) is not int or not -2 ** 63 <= value < 2 ** 63:
-            raise self._fail(key, "an integer in range")
-        return value
-
-    def number(self, key: str) -> float:
-        value = self.raw(key)
-        if type(value) not in (int, float) or not math.isfinite(value):
-            raise self._fail(key, "a finite number")
-        return float(value)
-
-    def flag(self, key: str) -> bool:
-        value = self.raw(key)
-        if not isinstance(value, bool):
-            raise self._fail(key, "true or false")
-        return value
-
-    def optional(self, key: str, read: Callable[[str], _T]) -> Optional[_T]:
-        return None if self.raw(key) is None else read(key)
-
-    def items(self, key: str) -> List[Any]:
-        value = self.raw(key)
-        if not isinstance(value, list):
-            raise self._fail(key, "a list")
-        return value
-
-    def texts(self, key: str) -> Tuple[str, ...]:
-        values = self.items(key)
-        if not all(isinstance(value, str) for value in values):
-            raise self._fail(key, "a list of strings")
-        return tuple(values)
-
-    def mapping(self, key: str) -> Dict[str, Any]:
-        value = self.raw(key)
-        if not isinstance(value, dict):
-            raise self._fail(key, "an object")
-        return value
-
-    def word(self, key: str, vocabulary: Callable[[str], _T]) -> _T:
-        value = self.text(key)
-        try:
-            return vocabulary(value)
-        except ValueError:
-            raise self._fail(key, "one of its vocabulary") from None
+def _fields(data: Any, what: str) -> Fields:
+    """One JSON object of the record, read strictly (repro/wire.py); what it cannot read is a PhaseRecordError."""
+    return Fields(data, what, PhaseRecordError)
 
 
 def _lock_ref(value: Any) -> LockRef:
@@ -264,7 +200,7 @@ def _lock_ref(value: Any) -> LockRef:
 
 
 def _frame(data: Any) -> Frame:
-    f = _Fields(data, "a frame")
+    f = _fields(data, "a frame")
     pairs = []
     for pair in f.items("enclosing_with"):
         if not (isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and isinstance(pair[1], str)):
@@ -275,39 +211,39 @@ def _frame(data: Any) -> Frame:
                  None if waits is None else _lock_ref(waits), tuple(_lock_ref(ref) for ref in f.items("holds")))
 
 
-def _frames(f: _Fields, key: str) -> Tuple[Frame, ...]:
+def _frames(f: Fields, key: str) -> Tuple[Frame, ...]:
     return tuple(_frame(item) for item in f.items(key))
 
 
 def _event(data: Any) -> Event:
-    f = _Fields(data, "an event")
+    f = _fields(data, "an event")
     return Event(f.number("t"), f.text("thread"), f.integer("tid"), f.word("kind", RecorderEventKind), f.text("phase"),
                  f.mapping("detail"))
 
 
 def _blame(data: Any) -> Blame:
-    f = _Fields(data, "a blame")
+    f = _fields(data, "a blame")
     return Blame(f.text("victim"), f.optional("holder", f.text), f.number("at_s"), f.word("kind", BlameKind),
                  f.text("error"), _frames(f, "holder_stack"), _frames(f, "trace_start"), _frames(f, "victim_stack"))
 
 
 def _problem(data: Any) -> Problem:
-    f = _Fields(data, "a problem")
+    f = _fields(data, "a problem")
     return Problem(f.text("subject"), f.text("reason"), f.text("hint"))
 
 
 def _hang(data: Any) -> HangDiagnosis:
-    f = _Fields(data, "the hang")
+    f = _fields(data, "the hang")
     return HangDiagnosis(f.word("kind", FailureKind), f.word("cycle", HangCycle), f.texts("chain"), f.texts("threads"),
                          f.number("stalled_s"), f.text("hint"), f.texts("locks"))
 
 
 def _stack(data: Any) -> ThreadStack:
-    f = _Fields(data, "a stack")
+    f = _fields(data, "a stack")
     return ThreadStack(f.text("name"), f.integer("ident"), _frames(f, "frames"), f.flag("locks_read"))
 
 
-def _switches(f: _Fields) -> Optional[Mapping[str, str]]:
+def _switches(f: Fields) -> Optional[Mapping[str, str]]:
     value = f.raw("switches")
     if value is not None and not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
         raise PhaseRecordError(f"{f.what}'s 'switches' is not an object of strings")
@@ -315,7 +251,7 @@ def _switches(f: _Fields) -> Optional[Mapping[str, str]]:
 
 
 def _thread(data: Any) -> ThreadRecord:
-    f = _Fields(data, "a thread")
+    f = _fields(data, "a thread")
     return ThreadRecord(f.text("name"), f.word("outcome", ThreadOutcome), f.optional("error", f.text), f.integer("steps"),
                         f.number("seconds"), f.optional("traceback", f.text),
                         f.optional("autograd_multithreading", f.flag), _switches(f),
@@ -323,18 +259,18 @@ def _thread(data: Any) -> ThreadRecord:
 
 
 def _tracing_thread(data: Any) -> TracingThreadRecord:
-    f = _Fields(data, "the tracing thread")
+    f = _fields(data, "the tracing thread")
     return TracingThreadRecord(f.text("name"), f.word("outcome", ThreadOutcome), f.optional("error", f.text),
                                f.integer("traces"))
 
 
 def _self_check(data: Any) -> SelfCheck:
-    f = _Fields(data, "a self-check")
+    f = _fields(data, "a self-check")
     return SelfCheck(f.flag("ok"), f.text("detail"))
 
 
 def _setup_report(data: Any) -> SetupReport:
-    f = _Fields(data, "the set-up report")
+    f = _fields(data, "the set-up report")
     known = {item.name for item in fields(SetupReport)}
     unknown = sorted(set(f.data) - known)
     if unknown:  # a set-up hook (mitigations.py) reports what this record has no field for
@@ -342,11 +278,11 @@ def _setup_report(data: Any) -> SetupReport:
     read = {key: f.data.get(key) for key in known}  # the child merges only the hooks that ran: absent is None
 
     def shim(value: Any) -> ShimStatus:
-        g = _Fields(value, "the shim")
+        g = _fields(value, "the shim")
         return ShimStatus(g.text("state"), g.text("detail"), g.texts("patched"), g.integer("stale_wrappers"))
 
     def patches(value: Any) -> PatchIsolation:
-        g = _Fields(value, "the patch isolation")
+        g = _fields(value, "the patch isolation")
         return PatchIsolation(g.text("state"), g.text("detail"), g.texts("replaced"))
 
     was = read["non_lazy_backward_was"]
@@ -362,22 +298,20 @@ def _setup_report(data: Any) -> SetupReport:
 
 def _strict_setup(data: Any) -> SetupReport:
     """On the wire every field is written (None where no hook reported it): a missing one is refused."""
-    f = _Fields(data, "the set-up report")
+    f = _fields(data, "the set-up report")
     for item in fields(SetupReport):
         f.raw(item.name)
     return _setup_report(data)
 
 
 def _process(data: Any) -> ProcessPart:
-    f = _Fields(data, "a process")
+    f = _fields(data, "a process")
     return ProcessPart(f.texts("threads"), tuple(_event(e) for e in f.items("events")))
 
 
 def _record(data: Any) -> PhaseRecord:
-    f = _Fields(data, "the phase record")
-    if f.raw("version") != PHASE_RECORD_VERSION:
-        raise PhaseRecordError(f"a phase record of version {str(f.data['version'])[:20]}; this dflash-doctor "
-                               f"reads version {PHASE_RECORD_VERSION}")
+    f = _fields(data, "the phase record")
+    f.version(PHASE_RECORD_VERSION)
     phase = f.text("phase")
     if phase not in PHASES:
         raise PhaseRecordError(f"the phase record's 'phase' is not one of {', '.join(PHASES)}: {phase[:40]}")
@@ -404,26 +338,8 @@ def _number(value: Any, key: str) -> float:
     return float(value)
 
 
-def _depth(value: Any, limit: int) -> None:
-    """Refuse nesting deeper than `limit` without recursing."""
-    pending: List[Tuple[Any, int]] = [(value, 0)]
-    while pending:
-        item, level = pending.pop()
-        if level > limit:
-            raise PhaseRecordError(f"nested more than {limit} levels deep")
-        if isinstance(item, dict):
-            pending.extend((child, level + 1) for child in item.values())
-        elif isinstance(item, list):
-            pending.extend((child, level + 1) for child in item)
-
-
 def _loads(data: bytes) -> Any:
-    try:
-        document = json.loads(data)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise PhaseRecordError(f"not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
-    _depth(document, MAX_DEPTH)
-    return document
+    return load_json(data, MAX_DEPTH, PhaseRecordError)
 
 
 def decode(data: bytes) -> PhaseRecord:
@@ -448,10 +364,8 @@ def write_thread_names(path: Path, names: Mapping[int, str]) -> None:
 
 def read_thread_names(path: Path) -> Dict[int, str]:
     """What `write_thread_names` wrote; OSError when there is none, PhaseRecordError when it is not that."""
-    f = _Fields(_loads(path.read_bytes()), "the thread names")
-    if f.raw("version") != THREAD_NAMES_VERSION:
-        raise PhaseRecordError(f"thread names of version {str(f.data['version'])[:20]}; this dflash-doctor reads "
-                               f"version {THREAD_NAMES_VERSION}")
+    f = _fields(_loads(path.read_bytes()), "the thread names")
+    f.version(THREAD_NAMES_VERSION)
     names = f.mapping("threads")
     if not all(ident.isdigit() and isinstance(name, str) for ident, name in names.items()):
         raise PhaseRecordError("the thread names are not an object of idents to names")
