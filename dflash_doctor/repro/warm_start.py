@@ -12,8 +12,9 @@ is what it was. The few settings torch reads from the environment when it is imp
 read again in the child (`_settings_from_env`), and a child whose environment differs from the server's in any
 other way (WARM_ENV_KEYS) is started fresh, as is any child when the server cannot start.
 
-The server (`python -m dflash_doctor.repro.warm_start`) reads one JSON request a line on stdin and answers on
-stdout: `{"ready": pid}` once, `{"id": n, "pid": pid}` per fork, `{"pid": pid, "status": code}` per exit. Each
+The server (`python -m dflash_doctor.repro.warm_start`) reads one fork request a line on stdin and answers on
+stdout: ready once, forked per request, exited per child it reaped (repro/warm_protocol.py, the typed lines and
+their one codec, which both sides write and read them with). Each
 child leads a session of its own (its compile workers are killed with it) and dies with the server
 (PR_SET_PDEATHSIG), and the server exits when the harness closes its stdin or dies.
 """
@@ -30,8 +31,10 @@ import time
 from pathlib import Path
 from typing import IO, Callable, Dict, List, Mapping, Optional
 
+from dflash_doctor.repro import warm_protocol
 from dflash_doctor.repro.facts import WarmStartFacts
 from dflash_doctor.repro.runner import ChildExit, ProcessRunner, kill_group
+from dflash_doctor.repro.warm_protocol import Exited, Forked, ForkRequest, ProtocolError, Ready
 
 # The keys a forked child's environment may differ in from the server's: what torch and triton read only when
 # they compile (the caches), what the child re-reads (_settings_from_env), and the import path, which the child
@@ -116,7 +119,7 @@ def _settings_from_env() -> None:
         inductor_config.compile_threads = int(threads)
 
 
-def _become_child(request: dict) -> None:
+def _become_child(request: ForkRequest) -> None:
     """In the forked process: become the phase child the request describes, run it, and never return."""
     code = 1
     try:
@@ -124,17 +127,17 @@ def _become_child(request: dict) -> None:
         _die_with_parent()
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(signum, signal.SIG_DFL)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        log = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
         os.close(devnull)
-        os.chdir(request["cwd"])
+        os.chdir(request.cwd)
         os.environ.clear()
-        os.environ.update(request["env"])
-        extra_path = [p for p in request.get("path", []) if p not in sys.path]
+        os.environ.update(request.env)
+        extra_path = [p for p in request.path if p not in sys.path]
         sys.path[1:1] = extra_path  # a --model child's folder and the user's PYTHONPATH, as a fresh child has
         import gc
         import random
@@ -145,8 +148,8 @@ def _become_child(request: dict) -> None:
         _settings_from_env()
         from dflash_doctor.repro import child
 
-        sys.argv = ["dflash_doctor.repro.child", *request["argv"]]
-        code = child.main(request["argv"])
+        sys.argv = ["dflash_doctor.repro.child", *request.argv]
+        code = child.main(list(request.argv))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - the traceback goes to the child's log; the parent sees no result
@@ -161,17 +164,19 @@ def _become_child(request: dict) -> None:
             os._exit(code)
 
 
-def _timing_free(request: dict) -> bool:
+def _timing_free(request: ForkRequest) -> bool:
     """The child's spec says nothing it meets depends on how long its compiles take (PhaseSpec.timing_free)."""
+    from dflash_doctor.repro.spec import PhaseSpec
+
     try:
-        with open(request["argv"][0], encoding="utf-8") as spec:
-            return bool(json.load(spec).get("timing_free"))
-    except (OSError, ValueError, IndexError, KeyError):
+        with open(request.argv[0], encoding="utf-8") as spec:
+            return PhaseSpec.from_dict(json.load(spec)).timing_free
+    except (OSError, ValueError, IndexError):  # the child itself says what is wrong with its spec
         return False
 
 
-def _say(out: IO[str], message: dict) -> None:
-    out.write(json.dumps(message) + "\n")
+def _say(out: IO[str], message: warm_protocol.ServerMessage) -> None:
+    out.write(warm_protocol.encode(message))
     out.flush()
 
 
@@ -184,7 +189,7 @@ def _reap(out: IO[str], forked: set) -> None:
         if pid == 0:
             return
         forked.discard(pid)
-        _say(out, {"pid": pid, "status": os.waitstatus_to_exitcode(status)})
+        _say(out, Exited(pid, os.waitstatus_to_exitcode(status)))
 
 
 def serve(stdin: IO[str], stdout: IO[str]) -> int:
@@ -208,7 +213,7 @@ def serve(stdin: IO[str], stdout: IO[str]) -> int:
     gc.collect()
     gc.freeze()
     forked: set = set()
-    _say(stdout, {"ready": os.getpid()})
+    _say(stdout, Ready(os.getpid()))
     buffer = ""
     while True:
         readable, _, _ = select.select([stdin], [], [], REAP_S)
@@ -221,12 +226,16 @@ def serve(stdin: IO[str], stdout: IO[str]) -> int:
         buffer += chunk
         while "\n" in buffer:
             line, buffer = buffer.split("\n", 1)
-            request = json.loads(line)
+            try:
+                request = warm_protocol.decode_request(line)
+            except ProtocolError as exc:  # a harness of another version: it sees us gone and starts fresh
+                sys.stderr.write(f"warm start: {exc}\n")
+                return 3
             pid = os.fork()
             if pid == 0:
                 _become_child(request)
             forked.add(pid)
-            _say(stdout, {"id": request["id"], "pid": pid})
+            _say(stdout, Forked(request.ident, pid))
 
 
 # -- the harness's side --------------------------------------------------------------------------------------
@@ -241,6 +250,7 @@ class _Server:
         self.exits: Dict[int, int] = {}
         self.ready = False
         self.gone = False
+        self.unreadable: Optional[str] = None  # a line of another protocol version: the server is no use
         self._next_id = 0
         self._write_lock = threading.Lock()
         threading.Thread(target=self._read, name="warm-start-reader", daemon=True).start()
@@ -249,19 +259,20 @@ class _Server:
         assert self.popen.stdout is not None
         for line in self.popen.stdout:
             try:
-                message = json.loads(line)
-            except ValueError:
-                continue
+                message = warm_protocol.decode_message(line)
+            except ProtocolError as exc:
+                self.unreadable = str(exc)
+                break
             with self._changed:
-                if "ready" in message:
+                if isinstance(message, Ready):
                     self.ready = True
-                elif "id" in message:
-                    self.pids[message["id"]] = message["pid"]
+                elif isinstance(message, Forked):
+                    self.pids[message.ident] = message.pid
                     # A pid is reused only once the server has reaped and reported its last owner, so an exit
                     # already on record for it belongs to that earlier child.
-                    self.exits.pop(message["pid"], None)
-                elif "status" in message:
-                    self.exits[message["pid"]] = message["status"]
+                    self.exits.pop(message.pid, None)
+                elif isinstance(message, Exited):
+                    self.exits[message.pid] = message.status
                 self._changed.notify_all()
         with self._changed:
             self.gone = True
@@ -271,13 +282,15 @@ class _Server:
         with self._changed:
             return self._changed.wait_for(lambda: condition() or self.gone, timeout_s) and condition()
 
-    def fork(self, request: dict, timeout_s: float = 30.0) -> Optional[int]:
+    def fork(self, argv: List[str], env: Mapping[str, str], cwd: str, log: str, path: List[str],
+             timeout_s: float = 30.0) -> Optional[int]:
         with self._write_lock:
             self._next_id += 1
             ident = self._next_id
             assert self.popen.stdin is not None
+            request = ForkRequest(ident, tuple(argv), dict(env), cwd, log, tuple(path))
             try:
-                self.popen.stdin.write((json.dumps({**request, "id": ident}) + "\n").encode("utf-8"))
+                self.popen.stdin.write(warm_protocol.encode(request).encode("utf-8"))
                 self.popen.stdin.flush()
             except (BrokenPipeError, OSError):
                 return None
@@ -369,7 +382,8 @@ class WarmStartRunner:
         server = _Server(popen, log)
         if not server.wait_until(lambda: server.ready, READY_TIMEOUT_S):
             server.close()
-            self.unavailable = "the warm-start server did not get ready"
+            self.unavailable = "the warm-start server did not get ready" + (
+                f": {server.unreadable}" if server.unreadable else "")
             return None
         self._server_env = server_env
         return server
@@ -392,11 +406,10 @@ class WarmStartRunner:
                  for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         from dflash_doctor import children
 
-        request = {"argv": [str(spec_path), str(result_path)], "env": dict(env), "cwd": cwd,
-                   "log": str(log_path), "path": path}
-        pid = self._server.fork(request)
+        pid = self._server.fork([str(spec_path), str(result_path)], env, cwd, str(log_path), path)
         if pid is None:  # the server died between children: this one and the rest start fresh
-            self.unavailable = "the warm-start server stopped answering"
+            self.unavailable = "the warm-start server stopped answering" + (
+                f": {self._server.unreadable}" if self._server.unreadable else "")
             self.started_fresh += 1
             return self.fresh.start(spec_path, result_path, env, log_path, user_code=user_code)
         children.register_group(pid)

@@ -18,12 +18,17 @@ class WireError(ValueError):
 
 
 def load_json(data: Union[bytes, str], max_depth: int, error: Type[WireError] = WireError) -> Any:
-    """The JSON value of `data`, refused when it is not JSON or nests deeper than `max_depth` (checked without
-    recursing; json.loads itself stops near 1,000 levels with a RecursionError, refused the same way)."""
+    """The JSON value of `data`, refused when it is not JSON or nests deeper than `max_depth`."""
     try:
         document = json.loads(data)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise error(f"not JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
+    return check_depth(document, max_depth, error)
+
+
+def check_depth(document: Any, max_depth: int, error: Type[WireError] = WireError) -> Any:
+    """`document`, refused when it nests deeper than `max_depth` (checked without recursing; json.loads itself
+    stops near 1,000 levels with a RecursionError)."""
     pending: List[Tuple[Any, int]] = [(document, 0)]
     while pending:
         item, level = pending.pop()
