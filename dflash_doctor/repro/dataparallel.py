@@ -33,7 +33,7 @@ from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.repro.dataparallel_facts import DataParallelFacts, FixFacts, FormFacts, MeasuredFacts
 
 EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_HARNESS_FAILURE = 0, 1, 3
-RESULT_VERSION = 1
+RESULT_VERSION = 1  # of FormSpec (spec.json, parent to child) and FormResult (result.json, child to parent)
 
 
 @dataclass
@@ -47,11 +47,18 @@ class FormSpec:
     width: int
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"version": RESULT_VERSION, **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict) -> "FormSpec":
-        return cls(**data)
+        """Strict, as FormResult.from_dict: this version, every field and no other."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or data.get("version") != RESULT_VERSION:
+            raise ValueError(f"not a DataParallel form spec of version {RESULT_VERSION}")
+        missing, unknown = names - set(data), set(data) - names - {"version"}
+        if missing or unknown:
+            raise ValueError(f"not a DataParallel form spec: missing {sorted(missing)}, unknown {sorted(unknown)}")
+        return cls(**{name: data[name] for name in names})
 
 
 @dataclass

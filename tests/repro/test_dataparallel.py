@@ -28,6 +28,17 @@ def test_a_form_result_travels_through_its_codec_and_a_renamed_field_fails_loudl
             dp.FormResult.from_dict(missing)
 
 
+def test_a_form_spec_travels_through_its_codec_and_another_version_fails_loudly():
+    spec = dp.FormSpec("compiled-inside", "cpu", 3, 2, 16)
+    assert dp.FormSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ValueError, match="version"):
+        dp.FormSpec.from_dict({**spec.to_dict(), "version": 2})
+    dropped = spec.to_dict()
+    del dropped["width"]
+    with pytest.raises(ValueError, match=r"missing \['width'\]"):
+        dp.FormSpec.from_dict(dropped)
+
+
 def test_every_fix_is_complete_and_the_rule_advises_from_the_table():
     from dflash_doctor import mitigations
     from dflash_doctor.rules.repro import DATAPARALLEL_COMPILED_MODULE
