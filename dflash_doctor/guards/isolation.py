@@ -6,7 +6,7 @@ touches nothing else. Linux only (fork after importing torch is what DataLoader 
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import selectors
 import signal
@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Callable, Dict, Mapping, Optional
 
+from dflash_doctor.guards.host_document import HostDocumentError, ProbeResult, decode_result, encode_result
 from dflash_doctor.outcomes import ProbeOutcome
 
 
@@ -21,13 +22,14 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and sys.platform.startswith("linux")
 
 
-def run_forked(tasks: Mapping[str, Callable[[], dict]], timeout: float,
+def run_forked(tasks: Mapping[str, Callable[[], ProbeResult]], timeout: float,
                clock: Callable[[], float] = time.monotonic,
-               on_done: Optional[Callable[[str, str], None]] = None) -> Dict[str, dict]:
-    """{name: task()} with each task in a forked child; a task's result dict gets its `seconds`.
+               on_done: Optional[Callable[[str, str], None]] = None) -> Dict[str, ProbeResult]:
+    """{name: task()} with each task in a forked child; a task's result gets its `seconds`. The result crosses
+    the pipe through host_document's codec.
 
-    A child that times out, crashes or prints no result gets {"outcome": "error", "error": why}. `on_done(name,
-    outcome)` is called as each child's result arrives (they end in any order), for progress.
+    A child that times out, crashes or writes no result gets outcome `error` and why. `on_done(name, outcome)` is
+    called as each child's result arrives (they end in any order), for progress.
     """
     started = clock()
     children = {}
@@ -71,16 +73,15 @@ def run_forked(tasks: Mapping[str, Callable[[], dict]], timeout: float,
     return results
 
 
-def _child(task: Callable[[], dict], write_fd: int) -> None:
+def _child(task: Callable[[], ProbeResult], write_fd: int) -> None:
     code = 0
     try:
         began = time.monotonic()
         try:
-            result = dict(task())
+            result = task()
         except BaseException as exc:  # noqa: BLE001 - a failing probe is a result, not a crash of the host
-            result = {"outcome": ProbeOutcome.ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
-        result["seconds"] = round(time.monotonic() - began, 3)
-        payload = json.dumps(result, default=str).encode()
+            result = ProbeResult(ProbeOutcome.ERROR, error=f"{exc.__class__.__name__}: {exc}")
+        payload = encode_result(dataclasses.replace(result, seconds=round(time.monotonic() - began, 3)))
         while payload:
             payload = payload[os.write(write_fd, payload):]
     except BaseException:  # noqa: BLE001 - whatever happens, this process must end here
@@ -98,20 +99,21 @@ def _kill(pid: int) -> None:
 
 def _peek_outcome(payload: bytes) -> str:
     try:
-        return str(json.loads(payload.decode()).get("outcome", ProbeOutcome.ERROR.value))
-    except (ValueError, AttributeError):
+        return decode_result(payload).outcome.value
+    except HostDocumentError:
         return ProbeOutcome.ERROR.value
 
 
-def _result(timed_out: bool, payload: bytes, status: int, timeout: float) -> dict:
+def _result(timed_out: bool, payload: bytes, status: int, timeout: float) -> ProbeResult:
     if timed_out:
-        return {"outcome": ProbeOutcome.ERROR, "error": f"timed out after {timeout:.1f} s; the probe process was killed",
-                "seconds": round(timeout, 3)}
+        return ProbeResult.failed(f"timed out after {timeout:.1f} s; the probe process was killed", timeout)
     try:
-        return json.loads(payload.decode())
-    except ValueError:  # UnicodeDecodeError included
-        if os.WIFSIGNALED(status):
-            why = f"killed by signal {os.WTERMSIG(status)}"
-        else:
-            why = f"exited with status {os.WEXITSTATUS(status)}"
-        return {"outcome": ProbeOutcome.ERROR, "error": f"the probe process {why} without a result", "seconds": None}
+        return decode_result(payload)
+    except HostDocumentError as exc:
+        if payload and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:  # it ended well and wrote this
+            return ProbeResult.failed(f"the probe process wrote a result this reader refuses: {exc}")
+    if os.WIFSIGNALED(status):
+        why = f"killed by signal {os.WTERMSIG(status)}"
+    else:
+        why = f"exited with status {os.WEXITSTATUS(status)}"
+    return ProbeResult.failed(f"the probe process {why} without a result")

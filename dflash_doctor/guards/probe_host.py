@@ -2,25 +2,28 @@
 
 It imports torch and Dynamo once, reads the fresh interpreter's state, compiles one trivial function
 (`backend="eager"`), then runs each probe in a forked process of its own (`--isolation fork`, Linux) or, with
-`--isolation none`, in itself (the caller then starts one host per probe). It writes one JSON document on the last
-line of stdout and leaves with os._exit: the probes may leave threads and a corrupted Dynamo behind, and a normal
-interpreter shutdown would only spend time tearing them down.
+`--isolation none`, in itself (the caller then starts one host per probe). It writes one HostDocument
+(host_document.py, the codec guards reads it with) on the last line of stdout and leaves with os._exit: the probes
+may leave threads and a corrupted Dynamo behind, and a normal interpreter shutdown would only spend time tearing
+them down.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import os
 import sys
 import time
 import warnings
 from functools import partial
+from typing import Callable, Dict, Mapping
 
+from dflash_doctor.guards.host_document import HostDocument, HostSeconds, ProbeResult, encode
 from dflash_doctor.guards.isolation import run_forked
 from dflash_doctor.guards.probes import BY_NAME, PROBE_NAMES
 from dflash_doctor.guards.runner import PROGRESS_MARK
+from dflash_doctor.guards.state import LiveState, gpu_count, read_config, read_fx_flag
 from dflash_doctor.outcomes import ProbeOutcome
-from dflash_doctor.guards.state import gpu_count, live_flags
 
 # Time kept back from the deadline for reporting, so the caller gets results rather than having to kill us.
 _REPORT_MARGIN_S = 0.5
@@ -44,29 +47,29 @@ def main(argv=None) -> int:
         import torch._dynamo  # noqa: F401 - loaded here once, so every probe process inherits it
 
     # Read before any probe runs: with --isolation none the probes run here and may leave the flag stuck.
-    state = live_flags(torch, args.fx_flag)
+    config, fx_flag_now = read_config(torch), read_fx_flag(torch, args.fx_flag)
     imported = time.monotonic() - began
     _tell("imported")
-    results = {}
+    results: Mapping[str, ProbeResult] = {}
     if args.probes:
         compiled = torch.compile(lambda x: x + 1, backend="eager")
         compiled(torch.ones(2))
         remaining = args.timeout - (time.monotonic() - began) - _REPORT_MARGIN_S
         if remaining <= 0:
-            results = {name: {"outcome": ProbeOutcome.ERROR, "seconds": None, "error": (
-                f"no time left for the probe after importing torch and compiling ({args.timeout:.1f} s)")}
+            results = {name: ProbeResult.failed(
+                f"no time left for the probe after importing torch and compiling ({args.timeout:.1f} s)")
                 for name in args.probes}
         else:
-            read_flag = partial(_read_flag, torch, args.fx_flag)
+            read_flag = partial(read_fx_flag, torch, args.fx_flag)
             tasks = {name: partial(BY_NAME[name].run, torch, compiled, remaining, read_flag) for name in args.probes}
             if args.isolation == "fork":
                 results = run_forked(tasks, remaining, on_done=lambda name, outcome: _tell("probe", name, outcome))
             else:
                 results = _in_process(tasks)
-    state["gpu_count"] = gpu_count(torch)  # after the forks: the driver is never touched before fork()
-    document = {"state": state, "probes": results,
-                "seconds": {"import": round(imported, 3), "total": round(time.monotonic() - began, 3)}}
-    sys.stdout.write("\n" + json.dumps(document, default=str) + "\n")
+    # The GPU count after the forks: the driver is never touched before fork().
+    state = LiveState(config, fx_flag_now, gpu_count(torch))
+    document = HostDocument(state, results, HostSeconds(round(imported, 3), round(time.monotonic() - began, 3)))
+    sys.stdout.write("\n" + encode(document) + "\n")
     sys.stdout.flush()
     os._exit(0)
 
@@ -77,21 +80,16 @@ def _tell(*words: str) -> None:
     sys.stderr.flush()
 
 
-def _read_flag(torch, spec):
-    return live_flags(torch, spec)["fx_flag_now"] if spec else None
-
-
-def _in_process(tasks) -> dict:
+def _in_process(tasks: Mapping[str, Callable[[], ProbeResult]]) -> Dict[str, ProbeResult]:
     results = {}
     for name, task in tasks.items():
         began = time.monotonic()
         try:
-            result = dict(task())
+            result = task()
         except Exception as exc:  # noqa: BLE001 - a failing probe is a result
-            result = {"outcome": ProbeOutcome.ERROR, "error": f"{exc.__class__.__name__}: {exc}"}
-        result["seconds"] = round(time.monotonic() - began, 3)
-        results[name] = result
-        _tell("probe", name, str(result.get("outcome")))
+            result = ProbeResult(ProbeOutcome.ERROR, error=f"{exc.__class__.__name__}: {exc}")
+        results[name] = dataclasses.replace(result, seconds=round(time.monotonic() - began, 3))
+        _tell("probe", name, result.outcome.value)
     return results
 
 

@@ -5,8 +5,9 @@ that reproduces the stuck flag leaves its interpreter corrupted for good.
 probe host's choices, `guards`' run, the verdict and the findings all read it.
 
 Each takes the imported torch, an already compiled function (`backend="eager"`), a wait bound for its Events
-and a reader for the FX flag, and returns {"outcome": ..., "detail": ...}. Every step is ordered by Events, so a
-result does not depend on thread timing; an exception escaping a probe is reported as outcome `error`.
+and a reader for the FX flag, and returns a ProbeResult (host_document.py): its outcome and detail. Every step is
+ordered by Events, so a result does not depend on thread timing; an exception escaping a probe is reported as
+outcome `error`.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
+from dflash_doctor.guards.host_document import ProbeResult
 from dflash_doctor.guards.layout import GUARD_MESSAGE
 from dflash_doctor.hazards import Hazard
 from dflash_doctor.outcomes import ProbeOutcome
@@ -21,9 +23,8 @@ from dflash_doctor.rules import guards as rules
 from dflash_doctor.rules.registry import Rule
 
 
-
-def _outcome(outcome: ProbeOutcome, detail: str) -> dict:
-    return {"outcome": outcome, "detail": detail}
+def _outcome(outcome: ProbeOutcome, detail: str) -> ProbeResult:
+    return ProbeResult(outcome, detail=detail)
 
 
 def _is_guard_error(exc: BaseException) -> bool:
@@ -58,7 +59,7 @@ def _start_trace(torch, entered, release, wait_s: float, name: str, failures: Op
     return thread
 
 
-def cross_thread_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+def cross_thread_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> ProbeResult:
     """Thread A is inside an FX trace; does thread B's call of an already compiled function raise?"""
     entered, release = threading.Event(), threading.Event()
     tracer = _start_trace(torch, entered, release, wait_s, "thread A")
@@ -77,7 +78,7 @@ def cross_thread_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Op
         tracer.join(wait_s)
 
 
-def stuck_flag(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+def stuck_flag(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> ProbeResult:
     """A enters Tracer.trace, B enters, A leaves, B leaves: is the flag left set, and do compiled calls raise?"""
     a_in, a_go, b_in, b_go = (threading.Event() for _ in range(4))
     failures: list = []
@@ -110,7 +111,7 @@ def stuck_flag(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[
                                     f"run{also}")
 
 
-def is_compiling_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+def is_compiling_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> ProbeResult:
     """While thread A's compile is held inside its backend, does thread B see torch.compiler.is_compiling()?"""
     started, release = threading.Event(), threading.Event()
     failure = []
@@ -144,7 +145,7 @@ def is_compiling_leak(torch, compiled, wait_s: float, read_flag: Callable[[], Op
     return _outcome(ProbeOutcome.NOT_REPRODUCED, "thread B saw torch.compiler.is_compiling() == False during thread A's compile")
 
 
-def patcher_race(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> dict:
+def patcher_race(torch, compiled, wait_s: float, read_flag: Callable[[], Optional[bool]]) -> ProbeResult:
     """Thread A is inside symbolic_trace; does thread B's plain eager nn.Linear call meet A's patches?"""
     entered, release = threading.Event(), threading.Event()
     failures: list = []
@@ -173,7 +174,7 @@ class Probe:
     name: str
     hazard: Hazard  # what a reproduction proves present on this install
     rule: Rule  # the finding a reproduction makes (a guards-state rule whose example reproduces this probe)
-    run: Callable[..., dict]
+    run: Callable[..., ProbeResult]
 
 
 # The compile-lock deadlock has no probe: it needs the autograd engine's device thread, i.e. a GPU.

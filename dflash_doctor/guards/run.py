@@ -11,6 +11,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Set
 from dflash_doctor.errors import UsageError, require_torch
 from dflash_doctor.findings import Problem, Report
 from dflash_doctor.guards.facts import GuardsFacts
+from dflash_doctor.guards.host_document import HostSeconds, ProbeResult
 from dflash_doctor.guards.ranking import hazard_fixes, rank_fixes, upgrade
 from dflash_doctor.guards.hazard_findings import layout_findings, state_findings
 from dflash_doctor.guards.layout import Layout, read_layout
@@ -21,7 +22,7 @@ from dflash_doctor.guards.releases import corroborate, later_rows
 from dflash_doctor.guards.runner import Runner, run_child, run_probes
 from dflash_doctor.guards.torch_sources import installed_torch_root, is_accelerator_build
 from dflash_doctor.guards.state import (
-    CONFIG_DEFAULTS, CONFIG_FLAGS, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state,
+    CONFIG_DEFAULTS, LiveState, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state,
     read_env, read_versions, torch_build, triton_cache_dir,
 )
 from dflash_doctor.guards.verdict import (
@@ -66,12 +67,13 @@ def run_guards(
     tree_only = torch_root is not None
     host = {} if tree_only else _host_facts(environ)  # before the probes, whose compiles may create the caches
 
-    live, state_source = None, TREE_ONLY if tree_only else "not read"
+    live: Optional[LiveState] = None
+    state_source = TREE_ONLY if tree_only else "not read"
     if not tree_only and "torch._dynamo" in modules:
         live, state_source = live_state(modules["torch"], fx_flag_spec(layout)), "this process"
-    probe_details = {name: {"outcome": ProbeOutcome.SKIPPED, "seconds": None, "detail": _skip_reason(probes, torch_root)}
+    probe_details = {name: ProbeResult(ProbeOutcome.SKIPPED, detail=_skip_reason(probes, torch_root))
                      for name in PROBE_NAMES}
-    probe_seconds: Dict[str, float] = {}
+    probe_seconds: Optional[HostSeconds] = None
     if not tree_only and probes:
         if fork is None and is_accelerator_build(root):
             # Measured on the H200 (torch 2.11+cu130): a fresh compile in a process forked after `import torch`
@@ -88,10 +90,11 @@ def run_guards(
                                              else "not read: the probe host reported nothing (see problems)")
     elif live is None and not tree_only:
         state_source = "not read: --no-probes starts no interpreter to read it from"
-    live = live or {"config": {name: None for name in CONFIG_FLAGS}, "fx_flag_now": None, "gpu_count": None}
+    live = live or LiveState.unread()
+    config = dict(live.config)
 
-    outcomes = {name: detail.get("outcome", ProbeOutcome.ERROR) for name, detail in probe_details.items()}
-    verdicts = decide_hazards(layout, outcomes, live["fx_flag_now"])
+    outcomes: Dict[str, Optional[str]] = {name: result.outcome for name, result in probe_details.items()}
+    verdicts = decide_hazards(layout, outcomes, live.fx_flag_now)
     verdict, worst = headline(verdicts)
     release = release_of(layout)
     needed = advised_hazards(verdicts)
@@ -101,14 +104,14 @@ def run_guards(
         versions = {"torch": layout.torch_version, **torch_build(layout.cuda, layout.hip)}
     else:
         versions = read_versions(layout.torch_version, layout.cuda, layout.hip, version_of)
-        versions["gpu_count"] = live["gpu_count"]
+        versions["gpu_count"] = live.gpu_count
     report.facts = {
         "torch_version": versions["torch"],
         "fx_flag_storage": layout.fx_flag_storage,
         "guard": _guard_facts(layout),
         "masked_during_compile": layout.masked_during_compile,
-        "config": live["config"],
-        "fx_flag_now": live["fx_flag_now"],
+        "config": config,
+        "fx_flag_now": live.fx_flag_now,
         "probes": outcomes,
         "compile_cache": host.get("compile_cache"),
         "verdict": verdict,
@@ -121,7 +124,7 @@ def run_guards(
                     "backward_compile_takes_compile_lock": release.backward_compile_takes_compile_lock,
                     "fx_patches_isolated": release.fx_patches_isolated,
                     "compile_settings_per_thread": release.compile_settings_per_thread},
-        "fixes": rank_fixes(needed, release, live["fx_flag_now"], live["config"], CONFIG_DEFAULTS, upgrade_advice),
+        "fixes": rank_fixes(needed, release, live.fx_flag_now, config, CONFIG_DEFAULTS, upgrade_advice),
         "versions": versions,
         "fx_flag": _flag_facts(layout.fx_flag),
         "compiling_flag": _compiling_facts(layout),
@@ -129,13 +132,13 @@ def run_guards(
         "fx_patches": layout.fx_patches.to_dict(),
         "compile_settings": layout.compile_settings.to_dict(),
         "corroboration": corroborate(layout),
-        "probe_details": probe_details,
+        "probe_details": {name: result.to_facts() for name, result in probe_details.items()},
         "state_source": state_source,
         "env": host.get("env"),
         "triton_cache": host.get("triton_cache"),
         "torch_root": str(root),
         "layout_notes": list(layout.notes),
-        "seconds": {"layout": round(layout_seconds, 3), **{f"probe_{k}": v for k, v in probe_seconds.items()},
+        "seconds": {"layout": round(layout_seconds, 3), **_host_seconds(probe_seconds),
                     "total": round(clock() - began, 3)},
     }
     report.findings += layout_findings(layout) + state_findings(report.facts)
@@ -187,12 +190,13 @@ class _ProbeProgress:
         self.finished[name] = outcome
         self._tell(EventKind.FINISHED, self.started[name], outcome, self.names.index(name) + 1)
 
-    def end(self, results: Mapping[str, dict]) -> None:
+    def end(self, results: Mapping[str, ProbeResult]) -> None:
         with self._lock:
             if self.IMPORT not in self.imported:
                 self._tell(EventKind.FINISHED, self.IMPORT, "no word from the probe host")
             for name in self.names:  # what no progress line announced (a stand-in runner, a killed host)
-                self._finish(name, str((results.get(name) or {}).get("outcome", ProbeOutcome.ERROR.value)))
+                result = results.get(name)
+                self._finish(name, (result.outcome if result else ProbeOutcome.ERROR).value)
             counts: Dict[str, int] = {}
             for outcome in self.finished.values():
                 counts[outcome] = counts.get(outcome, 0) + 1
@@ -260,7 +264,12 @@ def _compiling_facts(layout: Layout) -> dict:
     }
 
 
-def _problems(verdicts: Sequence[HazardVerdict], probe_details: Mapping[str, dict]) -> list:
+def _host_seconds(seconds: Optional[HostSeconds]) -> Dict[str, float]:
+    """The probe host's own clock, beside guards' (`probe_import`, `probe_total`); none when no host reported."""
+    return {} if seconds is None else {"probe_import": seconds.imported, "probe_total": seconds.total}
+
+
+def _problems(verdicts: Sequence[HazardVerdict], probe_details: Mapping[str, ProbeResult]) -> list:
     problems = []
     for verdict in verdicts:
         if verdict.state == UNKNOWN:
@@ -270,10 +279,10 @@ def _problems(verdicts: Sequence[HazardVerdict], probe_details: Mapping[str, dic
                 "facts.layout_notes and facts.backward_compile.notes say what was found; the probes, where they "
                 "run, test the FX-flag hazards live",
             ))
-    for name, detail in probe_details.items():
-        if detail.get("outcome") == ProbeOutcome.ERROR:
+    for name, result in probe_details.items():
+        if result.outcome == ProbeOutcome.ERROR:
             problems.append(Problem(
-                f"probe {name}", detail.get("error") or detail.get("detail") or "failed",
+                f"probe {name}", result.error or result.detail or "failed",
                 f"run it alone for details: python -m dflash_doctor.guards.probe_host --timeout 60 {name}",
             ))
     return problems

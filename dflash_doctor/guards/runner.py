@@ -6,7 +6,6 @@ paths this machine cannot produce on demand; the default really starts, waits fo
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import subprocess
@@ -14,13 +13,14 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from dflash_doctor import children
 from dflash_doctor.children import child_env, python_argv
+from dflash_doctor.guards.host_document import HostDocument, HostDocumentError, HostSeconds, ProbeResult, decode
 from dflash_doctor.guards.isolation import can_fork
-from dflash_doctor.outcomes import ProbeOutcome
+from dflash_doctor.guards.state import LiveState
 
 HOST_MODULE = "dflash_doctor.guards.probe_host"
 # The host reports on its own shortly before `timeout`; this is how much longer we wait before killing it.
@@ -105,9 +105,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 @dataclass
 class ProbeRun:
-    results: Dict[str, dict]  # name -> {"outcome", "seconds", "detail" | "error"}
-    state: Optional[dict] = None  # the fresh interpreter's config flags, FX flag and GPU count
-    seconds: Dict[str, float] = field(default_factory=dict)
+    results: Dict[str, ProbeResult]
+    state: Optional[LiveState] = None  # the fresh interpreter's config flags, FX flag and GPU count
+    seconds: Optional[HostSeconds] = None  # the first host's import and total (None: no host reported)
 
 
 def host_argv(names: Sequence[str], timeout: float, fx_flag: Optional[str], isolation: str,
@@ -143,29 +143,31 @@ def run_probes(names: Sequence[str], timeout: float, fx_flag: Optional[str] = No
     run = ProbeRun(results={})
     for group, child in zip(groups, children):
         document = _host_document(child)
-        if document is None:
-            failure = {"outcome": ProbeOutcome.ERROR, "seconds": round(child.seconds, 3), "error": _why_no_result(child)}
-            run.results.update({name: dict(failure) for name in group})
+        if not isinstance(document, HostDocument):
+            failure = ProbeResult.failed(document, child.seconds)
+            run.results.update({name: failure for name in group})
             continue
         for name in group:
-            run.results[name] = document.get("probes", {}).get(name) or {
-                "outcome": ProbeOutcome.ERROR, "seconds": None, "error": "the probe host reported nothing for this probe"}
-        run.state = run.state or document.get("state")
-        run.seconds = run.seconds or document.get("seconds", {})
+            run.results[name] = document.probes.get(name) or ProbeResult.failed(
+                "the probe host reported nothing for this probe")
+        run.state = run.state or document.state
+        run.seconds = run.seconds or document.seconds
     return run
 
 
-def _host_document(child: ChildResult) -> Optional[dict]:
+def _host_document(child: ChildResult) -> Union[HostDocument, str]:
+    """The host's document (its last line that opens a JSON object), or why there is none."""
     if child.timed_out:
-        return None
-    for line in reversed(child.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                document = json.loads(line)
-            except ValueError:
-                return None
-            return document if isinstance(document, dict) else None
-    return None
+        return _why_no_result(child)
+    line = next((line for line in reversed(child.stdout.splitlines()) if line.startswith("{")), None)
+    if line is None:
+        return _why_no_result(child)
+    try:
+        return decode(line)
+    except HostDocumentError as exc:
+        if child.returncode != 0:  # it died while writing: say how it ended
+            return _why_no_result(child)
+        return f"the probe host's document was refused: {exc}"
 
 
 def _why_no_result(child: ChildResult) -> str:

@@ -14,7 +14,7 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional
 
 CONFIG_FLAGS = ("error_on_nested_fx_trace", "force_compile_during_fx_trace")
 CONFIG_DEFAULTS = {"error_on_nested_fx_trace": True, "force_compile_during_fx_trace": False}
@@ -129,24 +129,41 @@ def fx_flag_spec(layout) -> Optional[str]:
     return f"{flag.name}.{flag.attribute}" if flag.attribute else flag.name
 
 
-def live_state(torch, fx_flag: Optional[str]) -> dict:
+@dataclass(frozen=True)
+class LiveState:
+    """The live flags of an imported torch: this process's, or the probe host's (sent in its document,
+    host_document.py)."""
+
+    config: Mapping[str, Optional[bool]]  # each of CONFIG_FLAGS -> its value (None: not read)
+    fx_flag_now: Optional[bool]  # the FX flag in the reading thread (None: not read, or no flag known)
+    gpu_count: Optional[int]  # None: not read
+
+    @classmethod
+    def unread(cls) -> "LiveState":
+        return cls({name: None for name in CONFIG_FLAGS}, None, None)
+
+
+def live_state(torch, fx_flag: Optional[str]) -> LiveState:
     """The config flags, the FX flag's value in the calling thread and the GPU count, from a torch whose Dynamo
     is already imported (the caller's own, or the probe host's)."""
-    return {**live_flags(torch, fx_flag), "gpu_count": gpu_count(torch)}
+    return LiveState(read_config(torch), read_fx_flag(torch, fx_flag), gpu_count(torch))
 
 
-def live_flags(torch, fx_flag: Optional[str]) -> dict:
+def read_config(torch) -> Dict[str, Optional[bool]]:
     dynamo_config = torch._dynamo.config
-    config = {name: getattr(dynamo_config, name, None) for name in CONFIG_FLAGS}
-    flag_now = None
-    if fx_flag:
-        name, _, attribute = fx_flag.partition(".")
-        holder = getattr(torch.fx._symbolic_trace, name, None)
-        flag_now = getattr(holder, attribute, False) if attribute else holder
-        if callable(flag_now):  # a ContextVar is read with .get()
-            flag_now = flag_now()
-        flag_now = None if flag_now is None else bool(flag_now)
-    return {"config": config, "fx_flag_now": flag_now}
+    return {name: getattr(dynamo_config, name, None) for name in CONFIG_FLAGS}
+
+
+def read_fx_flag(torch, fx_flag: Optional[str]) -> Optional[bool]:
+    """The FX flag's value in the calling thread, read as `fx_flag_spec` names it (None: no spec)."""
+    if not fx_flag:
+        return None
+    name, _, attribute = fx_flag.partition(".")
+    holder = getattr(torch.fx._symbolic_trace, name, None)
+    flag_now = getattr(holder, attribute, False) if attribute else holder
+    if callable(flag_now):  # a ContextVar is read with .get()
+        flag_now = flag_now()
+    return None if flag_now is None else bool(flag_now)
 
 
 def gpu_count(torch) -> int:

@@ -1,7 +1,6 @@
 """Probe children: real processes that hang are killed at their timeout; crashes and garbage become errors."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -10,9 +9,12 @@ import time
 import pytest
 
 from dflash_doctor.children import python_argv
+from dflash_doctor.guards.host_document import HostDocument, HostSeconds, ProbeResult, encode
 from dflash_doctor.guards.isolation import run_forked
 from dflash_doctor.guards.probes import PROBE_NAMES as NAMES
 from dflash_doctor.guards.runner import ChildResult, host_argv, run_child, run_probes
+from dflash_doctor.guards.state import LiveState
+from dflash_doctor.outcomes import ProbeOutcome
 
 
 def _alive(pid: int) -> bool:
@@ -48,10 +50,10 @@ def test_a_hanging_probe_host_reports_every_probe_as_error():
     run = run_probes(NAMES, timeout=1.0, runner=sleeping_host, fork=True)
     assert set(run.results) == set(NAMES) and run.state is None
     for result in run.results.values():
-        assert result["outcome"] == "error"
-        assert result["error"].startswith("the probe process ran past ")
-        assert result["error"].endswith(" s and was killed")
-        assert result["seconds"] < 10
+        assert result.outcome == ProbeOutcome.ERROR
+        assert result.error.startswith("the probe process ran past ")
+        assert result.error.endswith(" s and was killed")
+        assert result.seconds < 10
 
 
 @pytest.mark.timeout(30)
@@ -62,19 +64,20 @@ def test_forked_tasks_time_out_crash_or_report_each_on_its_own():
     def fails():
         raise ValueError("no such probe state")
 
-    tasks = {"hangs": hangs, "reports": lambda: {"outcome": "not-reproduced", "detail": "ran"},
+    tasks = {"hangs": hangs, "reports": lambda: ProbeResult(ProbeOutcome.NOT_REPRODUCED, detail="ran"),
              "dies": lambda: os._exit(3), "fails": fails}
     began = time.monotonic()
     results = run_forked(tasks, timeout=1.0)
     assert time.monotonic() - began < 5
-    assert results["hangs"] == {"outcome": "error", "seconds": 1.0,
-                                "error": "timed out after 1.0 s; the probe process was killed"}
-    assert results["reports"]["outcome"] == "not-reproduced" and results["reports"]["detail"] == "ran"
-    assert 0 <= results["reports"]["seconds"] < 1
-    assert results["dies"] == {"outcome": "error", "seconds": None,
-                               "error": "the probe process exited with status 3 without a result"}
-    assert results["fails"]["outcome"] == "error"
-    assert results["fails"]["error"] == "ValueError: no such probe state"
+    assert results["hangs"] == ProbeResult(ProbeOutcome.ERROR, 1.0,
+                                           error="timed out after 1.0 s; the probe process was killed")
+    reports = results["reports"]
+    assert (reports.outcome, reports.detail, reports.error) == (ProbeOutcome.NOT_REPRODUCED, "ran", None)
+    assert 0 <= reports.seconds < 1
+    assert results["dies"] == ProbeResult(ProbeOutcome.ERROR, None,
+                                          error="the probe process exited with status 3 without a result")
+    assert results["fails"].outcome == ProbeOutcome.ERROR
+    assert results["fails"].error == "ValueError: no such probe state"
 
 
 def _host_result(stdout: str, returncode: int = 0, stderr: str = "") -> ChildResult:
@@ -84,24 +87,27 @@ def _host_result(stdout: str, returncode: int = 0, stderr: str = "") -> ChildRes
 @pytest.mark.parametrize("child, error", [
     (_host_result("", 1, "Traceback ...\nImportError: no torch\n"),
      "the probe process exited with status 1: ImportError: no torch"),
-    (_host_result("warming up\n{not json\n"), "the probe process printed no result"),
+    (_host_result("warming up\n"), "the probe process printed no result"),
+    (_host_result("warming up\n{not json\n", -9), "the probe process was killed by signal 9"),
     (_host_result("", -11), "the probe process was killed by signal 11"),
 ])
 def test_a_host_without_a_result_makes_every_probe_an_error(child, error):
     run = run_probes(NAMES, timeout=5, runner=lambda argv, timeout: child, fork=True)
-    assert {name: result["error"] for name, result in run.results.items()} == dict.fromkeys(NAMES, error)
+    assert run.results == dict.fromkeys(NAMES, ProbeResult(ProbeOutcome.ERROR, 2.5, error=error))
+    assert run.state is None and run.seconds is None
 
 
 def test_a_probe_missing_from_the_host_document_is_an_error():
     reported, *missing = NAMES
-    document = json.dumps({"state": {"config": {}, "fx_flag_now": False, "gpu_count": 0},
-                           "probes": {reported: {"outcome": "reproduced", "seconds": 0.1}}, "seconds": {"import": 2.0}})
+    state = LiveState({"error_on_nested_fx_trace": True, "force_compile_during_fx_trace": False}, False, 0)
+    document = encode(HostDocument(state, {reported: ProbeResult(ProbeOutcome.REPRODUCED, 0.1, detail="seen")},
+                                   HostSeconds(2.0, 2.4)))
     run = run_probes(NAMES, timeout=5, runner=lambda argv, timeout: _host_result("noise\n" + document), fork=True)
-    assert run.results[reported] == {"outcome": "reproduced", "seconds": 0.1}
-    assert missing and {name: run.results[name]["error"] for name in missing} == dict.fromkeys(
+    assert run.results[reported] == ProbeResult(ProbeOutcome.REPRODUCED, 0.1, detail="seen")
+    assert missing and {name: run.results[name].error for name in missing} == dict.fromkeys(
         missing, "the probe host reported nothing for this probe")
-    assert run.state == {"config": {}, "fx_flag_now": False, "gpu_count": 0}
-    assert run.seconds == {"import": 2.0}
+    assert run.state == state
+    assert run.seconds == HostSeconds(2.0, 2.4)
 
 
 def test_without_fork_each_probe_gets_its_own_host_and_the_timeout_plus_grace():
@@ -123,9 +129,9 @@ def test_without_fork_each_probe_gets_its_own_host_and_the_timeout_plus_grace():
 @pytest.mark.timeout(120)
 def test_a_real_host_without_fork_runs_its_probe_in_itself():
     run = run_probes(["stuck_flag"], timeout=90, fx_flag="_is_fx_tracing_flag", fork=False)
-    assert run.results["stuck_flag"]["outcome"] == "reproduced", run.results
-    assert "FX flag at rest: True" in run.results["stuck_flag"]["detail"]
-    assert run.state["fx_flag_now"] is False
+    assert run.results["stuck_flag"].outcome == ProbeOutcome.REPRODUCED, run.results
+    assert "FX flag at rest: True" in run.results["stuck_flag"].detail
+    assert run.state is not None and run.state.fx_flag_now is False
 
 
 def test_the_probe_host_refuses_an_unknown_probe_before_importing_torch():
