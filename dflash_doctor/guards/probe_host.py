@@ -16,7 +16,7 @@ import sys
 import time
 import warnings
 from functools import partial
-from typing import Callable, Dict, Mapping
+from typing import Callable, Dict, Mapping, Optional
 
 from dflash_doctor.guards.host_document import HostDocument, HostSeconds, ProbeResult, encode
 from dflash_doctor.guards.isolation import run_forked
@@ -32,7 +32,11 @@ _REPORT_MARGIN_S = 0.5
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dflash_doctor.guards.probe_host")
     parser.add_argument("--timeout", type=float, required=True)
-    parser.add_argument("--fx-flag", default=None, help="NAME or NAME.ATTR in torch.fx._symbolic_trace")
+    flag = parser.add_mutually_exclusive_group()
+    flag.add_argument("--fx-flag", default=None, help="NAME or NAME.ATTR in torch.fx._symbolic_trace")
+    # guards reads the torch source for the flag's name while this host imports torch: the name comes after.
+    flag.add_argument("--fx-flag-stdin", action="store_true",
+                      help="read --fx-flag's value (empty: none) as one line on stdin, once torch is imported")
     parser.add_argument("--isolation", choices=("fork", "none"), default="fork")
     # No `choices=` here: with nargs="*" argparse (before 3.12) rejects an empty list against them.
     parser.add_argument("probes", nargs="*", help=f"any of {', '.join(PROBE_NAMES)}")
@@ -46,6 +50,8 @@ def main(argv=None) -> int:
         import torch
         import torch._dynamo  # noqa: F401 - loaded here once, so every probe process inherits it
 
+    if args.fx_flag_stdin:
+        args.fx_flag = _flag_from_stdin()
     # Read before any probe runs: with --isolation none the probes run here and may leave the flag stuck.
     config, fx_flag_now = read_config(torch), read_fx_flag(torch, args.fx_flag)
     imported = time.monotonic() - began
@@ -78,6 +84,15 @@ def _tell(*words: str) -> None:
     """One progress line on stderr for the caller (guards/runner.py reads them as they come)."""
     sys.stderr.write(" ".join((PROGRESS_MARK, *words)) + "\n")
     sys.stderr.flush()
+
+
+def _flag_from_stdin() -> Optional[str]:
+    line = sys.stdin.readline()
+    if not line.endswith("\n"):  # the caller closed stdin without the line: it is giving up (its source read failed)
+        sys.stderr.write("probe host: stdin closed before the FX flag's name came\n")
+        sys.stderr.flush()
+        os._exit(2)
+    return line.strip() or None
 
 
 def _in_process(tasks: Mapping[str, Callable[[], ProbeResult]]) -> Dict[str, ProbeResult]:

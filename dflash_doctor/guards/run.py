@@ -6,7 +6,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional, Sequence, Set
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, Mapping, Optional, Sequence, Set, Tuple
 
 from dflash_doctor.errors import UsageError, require_torch
 from dflash_doctor.findings import Problem, Report
@@ -19,7 +20,7 @@ from dflash_doctor.guards.probes import PROBE_NAMES
 from dflash_doctor.outcomes import ProbeOutcome
 from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.guards.releases import corroborate, later_rows
-from dflash_doctor.guards.runner import Runner, run_child, run_probes
+from dflash_doctor.guards.runner import ProbeRun, Runner, run_child, run_probes
 from dflash_doctor.guards.torch_sources import installed_torch_root, is_accelerator_build
 from dflash_doctor.guards.state import (
     CONFIG_DEFAULTS, LiveState, cache_facts, distribution_version, fx_flag_spec, inductor_cache_dir, live_state,
@@ -58,39 +59,30 @@ def run_guards(
     environ = os.environ if environ is None else environ
     modules = sys.modules if modules is None else modules
     root = _torch_root(torch_root)
-    progress(ProgressEvent(EventKind.STARTED, "source", f"reading the guard, the FX flag and the backward compile "
-                           f"in {root}", round(clock() - began, 3)))
-    layout = read_layout(root)
-    layout_seconds = clock() - began
-    progress(ProgressEvent(EventKind.FINISHED, "source", "read", round(layout_seconds, 3)))
     report: Report[GuardsFacts] = Report("guards")
     tree_only = torch_root is not None
     host = {} if tree_only else _host_facts(environ)  # before the probes, whose compiles may create the caches
-
-    live: Optional[LiveState] = None
-    state_source = TREE_ONLY if tree_only else "not read"
-    if not tree_only and "torch._dynamo" in modules:
-        live, state_source = live_state(modules["torch"], fx_flag_spec(layout)), "this process"
     probe_details = {name: ProbeResult(ProbeOutcome.SKIPPED, detail=_skip_reason(probes, torch_root))
                      for name in PROBE_NAMES}
-    probe_seconds: Optional[HostSeconds] = None
-    if not tree_only and probes:
-        if fork is None and is_accelerator_build(root):
-            # Measured on the H200 (torch 2.11+cu130): a fresh compile in a process forked after `import torch`
-            # hangs there, so on CUDA/ROCm builds each probe gets an interpreter of its own.
-            fork = False
-        told = _ProbeProgress(progress, lambda: clock() - began, PROBE_NAMES)
-        told.begin()
-        run = run_probes(PROBE_NAMES, timeout, fx_flag_spec(layout), runner=runner, fork=fork, on_progress=told.heard)
-        told.end(run.results)
-        probe_details.update(run.results)
-        probe_seconds = run.seconds
-        if live is None:
-            live, state_source = run.state, ("a fresh interpreter (the probe host)" if run.state is not None
-                                             else "not read: the probe host reported nothing (see problems)")
-    elif live is None and not tree_only:
-        state_source = "not read: --no-probes starts no interpreter to read it from"
-    live = live or LiveState.unread()
+    run: Optional[ProbeRun] = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="guards-source") as pool:
+        # The source is read while the probe hosts import torch: only their first read of the FX flag, after
+        # that import, needs its name from it, so the read is off the path to the answer.
+        source = pool.submit(_read_source, root, progress, clock, began)
+        if not tree_only and probes:
+            if fork is None and is_accelerator_build(root):
+                # Measured on the H200 (torch 2.11+cu130): a fresh compile in a process forked after `import
+                # torch` hangs there, so on CUDA/ROCm builds each probe gets an interpreter of its own.
+                fork = False
+            told = _ProbeProgress(progress, lambda: clock() - began, PROBE_NAMES)
+            told.begin()
+            run = run_probes(PROBE_NAMES, timeout, runner=runner, fork=fork, on_progress=told.heard,
+                             fx_flag_from=lambda: fx_flag_spec(source.result()[0]))
+            told.end(run.results)
+            probe_details.update(run.results)
+        layout, layout_seconds = source.result()
+
+    live, state_source = _live(layout, modules, tree_only, probes, run)
     config = dict(live.config)
 
     outcomes: Dict[str, Optional[str]] = {name: result.outcome for name, result in probe_details.items()}
@@ -138,12 +130,37 @@ def run_guards(
         "triton_cache": host.get("triton_cache"),
         "torch_root": str(root),
         "layout_notes": list(layout.notes),
-        "seconds": {"layout": round(layout_seconds, 3), **_host_seconds(probe_seconds),
+        "seconds": {"layout": round(layout_seconds, 3), **_host_seconds(run.seconds if run else None),
                     "total": round(clock() - began, 3)},
     }
     report.findings += layout_findings(layout) + state_findings(report.facts)
     report.problems += _problems(verdicts, probe_details)
     return report
+
+
+def _read_source(root: Path, progress: Reporter, clock: Callable[[], float], began: float) -> Tuple[Layout, float]:
+    """The guard layout and the seconds from guards' start to it read."""
+    progress(ProgressEvent(EventKind.STARTED, "source", f"reading the guard, the FX flag and the backward compile "
+                           f"in {root}", round(clock() - began, 3)))
+    layout = read_layout(root)
+    layout_seconds = clock() - began
+    progress(ProgressEvent(EventKind.FINISHED, "source", "read", round(layout_seconds, 3)))
+    return layout, layout_seconds
+
+
+def _live(layout: Layout, modules: Mapping[str, object], tree_only: bool, probes: bool,
+          run: Optional[ProbeRun]) -> Tuple[LiveState, str]:
+    """The live state the verdict reads and where it came from: the caller's own Dynamo when it has one loaded,
+    else the probe host's fresh interpreter."""
+    if tree_only:
+        return LiveState.unread(), TREE_ONLY
+    if "torch._dynamo" in modules:
+        return live_state(modules["torch"], fx_flag_spec(layout)), "this process"
+    if not probes:
+        return LiveState.unread(), "not read: --no-probes starts no interpreter to read it from"
+    if run is None or run.state is None:
+        return LiveState.unread(), "not read: the probe host reported nothing (see problems)"
+    return run.state, "a fresh interpreter (the probe host)"
 
 
 class _ProbeProgress:

@@ -45,11 +45,15 @@ PROGRESS_MARK = "@dflash-doctor-progress"
 
 
 def run_child(argv: Sequence[str], timeout: float,
-              on_stderr_line: Optional[Callable[[str], None]] = None) -> ChildResult:
+              on_stderr_line: Optional[Callable[[str], None]] = None,
+              stdin_line: Optional[Callable[[], str]] = None) -> ChildResult:
     """Run `argv` in a new session with children.child_env(); past `timeout` the whole process group (the forked
-    probes too) is killed. `on_stderr_line` sees each stderr line as the child writes it (its progress)."""
+    probes too) is killed. `on_stderr_line` sees each stderr line as the child writes it (its progress).
+    `stdin_line()`, called once the child has started (it may wait for something read meanwhile), is the one line
+    the child gets on stdin; if it raises, the child is killed and the exception goes to the caller."""
     began = time.monotonic()
-    proc = children.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    proc = children.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL if stdin_line is None else subprocess.PIPE,
                           text=True, errors="replace", env=child_env())
     out: List[str] = []
     err: List[str] = []
@@ -71,6 +75,8 @@ def run_child(argv: Sequence[str], timeout: float,
         reader.start()
     timed_out = False
     try:
+        if stdin_line is not None:
+            _send(proc, stdin_line)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -96,6 +102,21 @@ def run_child(argv: Sequence[str], timeout: float,
         children.release(proc.pid)
 
 
+def _send(proc: subprocess.Popen, stdin_line: Callable[[], str]) -> None:
+    assert proc.stdin is not None
+    try:
+        line = stdin_line()
+    except BaseException:
+        _kill_group(proc)
+        proc.wait(timeout=_KILL_WAIT_S)
+        raise
+    try:
+        proc.stdin.write(line + "\n")
+        proc.stdin.close()
+    except OSError:  # the child has ended already (BrokenPipeError): its exit and output say why
+        pass
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -111,30 +132,37 @@ class ProbeRun:
 
 
 def host_argv(names: Sequence[str], timeout: float, fx_flag: Optional[str], isolation: str,
-              python: str = sys.executable) -> List[str]:
-    """The probe host's argv, through children.python_argv: a `torch.py` in the working folder is never imported."""
+              python: str = sys.executable, fx_flag_stdin: bool = False) -> List[str]:
+    """The probe host's argv, through children.python_argv: a `torch.py` in the working folder is never imported.
+    With `fx_flag_stdin` the host reads the FX flag's name from its stdin once it has imported torch."""
     args = ["--timeout", f"{timeout:g}", "--isolation", isolation]
-    if fx_flag:
+    if fx_flag_stdin:
+        args += ["--fx-flag-stdin"]
+    elif fx_flag:
         args += ["--fx-flag", fx_flag]
     return python_argv(HOST_MODULE, *args, *names, python=python)
 
 
 def run_probes(names: Sequence[str], timeout: float, fx_flag: Optional[str] = None, *,
                runner: Runner = run_child, fork: Optional[bool] = None, python: str = sys.executable,
-               on_progress: Optional[Callable[[Sequence[str]], None]] = None) -> ProbeRun:
+               on_progress: Optional[Callable[[Sequence[str]], None]] = None,
+               fx_flag_from: Optional[Callable[[], Optional[str]]] = None) -> ProbeRun:
     """Run the named probes in one forked-per-probe host (Linux) or one host process per probe elsewhere.
 
     `on_progress(words)` gets each progress line the hosts write (`imported`, `probe NAME OUTCOME`), as they
-    come, from the real runner (a test's stand-in for it reports none)."""
+    come, from the real runner (a test's stand-in for it reports none). `fx_flag_from()`, instead of `fx_flag`,
+    gives the FX flag's name once the hosts have started (the real runner sends it on their stdin, so whatever
+    it waits for is done while they import torch; a stand-in runner gets it in the argv, asked first)."""
     fork = can_fork() if fork is None else fork
-    if on_progress is not None and runner is run_child:
-        def heard(line: str) -> None:
-            if line.startswith(PROGRESS_MARK + " "):
-                on_progress(line[len(PROGRESS_MARK) + 1:].split())
-
-        runner = functools.partial(run_child, on_stderr_line=heard)
+    later = fx_flag_from is not None and runner is run_child
+    if fx_flag_from is not None and not later:
+        fx_flag = fx_flag_from()
+    if runner is run_child and (on_progress is not None or later):
+        runner = functools.partial(run_child, on_stderr_line=None if on_progress is None else _heard(on_progress),
+                                   stdin_line=None if fx_flag_from is None else lambda: fx_flag_from() or "")
     groups = [list(names)] if fork else [[name] for name in names]
-    argvs = [host_argv(group, timeout, fx_flag, "fork" if fork else "none", python) for group in groups]
+    argvs = [host_argv(group, timeout, fx_flag, "fork" if fork else "none", python, fx_flag_stdin=later)
+             for group in groups]
     if len(argvs) == 1:
         children = [runner(argvs[0], timeout + HOST_GRACE_S)]
     else:
@@ -153,6 +181,14 @@ def run_probes(names: Sequence[str], timeout: float, fx_flag: Optional[str] = No
         run.state = run.state or document.state
         run.seconds = run.seconds or document.seconds
     return run
+
+
+def _heard(on_progress: Callable[[Sequence[str]], None]) -> Callable[[str], None]:
+    def heard(line: str) -> None:
+        if line.startswith(PROGRESS_MARK + " "):
+            on_progress(line[len(PROGRESS_MARK) + 1:].split())
+
+    return heard
 
 
 def _host_document(child: ChildResult) -> Union[HostDocument, str]:

@@ -139,3 +139,50 @@ def test_the_probe_host_refuses_an_unknown_probe_before_importing_torch():
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
         f"python -m dflash_doctor.guards.probe_host: error: unknown probe(s) bogus; choose from {', '.join(NAMES)}")
+
+
+@pytest.mark.timeout(120)
+def test_the_fx_flag_name_is_asked_while_the_host_imports_torch_and_reaches_it():
+    """guards reads the torch source beside the host's import: the name is asked for after the host started and
+    before it said `imported`, and the host reads the flag with it (no name: fx_flag_now would be None)."""
+    heard, asked = [], []
+
+    def name_after_a_while():
+        asked.append(list(heard))
+        time.sleep(0.3)  # the source read
+        return "_is_fx_tracing_flag"
+
+    run = run_probes(["stuck_flag"], timeout=90, fork=False, fx_flag_from=name_after_a_while,
+                     on_progress=lambda words: heard.append(list(words)))
+    assert asked == [[]] and heard[0] == ["imported"]
+    assert run.results["stuck_flag"].outcome == ProbeOutcome.REPRODUCED, run.results
+    assert "FX flag at rest: True" in run.results["stuck_flag"].detail
+    assert run.state is not None and run.state.fx_flag_now is False
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_name_read_kills_the_hosts_and_reaches_the_caller():
+    def broken():
+        raise OSError("the torch source went away")
+
+    began = time.monotonic()
+    with pytest.raises(OSError, match="the torch source went away"):
+        run_probes(NAMES, timeout=30, fork=True, fx_flag_from=broken)
+    assert time.monotonic() - began < 20
+    from dflash_doctor import children
+
+    assert children.live() == []
+
+
+@pytest.mark.timeout(60)
+def test_a_host_whose_stdin_closes_before_the_name_says_so_and_exits_2():
+    result = run_child(host_argv(["stuck_flag"], 30, None, "none", fx_flag_stdin=True), timeout=50)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.splitlines()[-1] == "probe host: stdin closed before the FX flag's name came"
+
+
+def test_a_stand_in_runner_gets_the_name_in_the_argv():
+    calls = []
+    run_probes(["stuck_flag"], timeout=7, runner=lambda argv, timeout: calls.append(list(argv)) or _host_result(""),
+               fork=False, python="py", fx_flag_from=lambda: "_flag")
+    assert calls == [host_argv(["stuck_flag"], 7, "_flag", "none", "py")]
