@@ -86,6 +86,7 @@ class Row:
     floor_s: Optional[float]
     target: Optional[float]  # None: shown for reading, not a target
     note: str = ""
+    error: Optional[str] = None  # why it was not measured (a child failed, overran or found no time left)
 
     @property
     def ratio(self) -> Optional[float]:
@@ -95,10 +96,12 @@ class Row:
 
     @property
     def status(self) -> str:
+        if self.error is not None:
+            return "NOT MEASURED"
         if self.target is None:
             return "info"
         if self.ratio is None:
-            return "MISSED (not measured)"
+            return "NOT MEASURED (no floor)"
         return "met" if self.ratio <= self.target else "MISSED"
 
 
@@ -132,7 +135,7 @@ def run_child(argv: Sequence[str], timeout_s: float, ok_codes: Sequence[int] = (
         proc = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=timeout_s,
                               env=_env(cache), cwd=str(REPO), stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise ChildFailed(f"{_show(argv)}: timed out after {timeout_s:g} s and was killed") from None
+        raise ChildFailed(f"{_show(argv)}: timed out after {timeout_s:.0f} s and was killed") from None
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     child = Child(list(argv), time.perf_counter() - began, proc.returncode, proc.stdout, proc.stderr)
@@ -181,12 +184,12 @@ def compile_floor(device: str, preset: Optional[str], timeout_s: float) -> dict:
 
 
 # -- the rows --------------------------------------------------------------------------------------------------
-def measure_guards(repeat: int, timeout_s: float, workdir: Path, run: Run) -> None:
+def measure_guards(repeat: int, limits: "Limits", workdir: Path, run: Run) -> None:
     """guards and the import floor alternately, `repeat` times each: on a shared machine the load drifts."""
     walls, totals, imports, notes = [], [], [], set()
     for index in range(repeat):
-        imports += import_floor(1, timeout_s)
-        child, document = _report(_tool("guards"), timeout_s, workdir / f"guards-{index}.json")
+        imports += import_floor(1, limits["import"])
+        child, document = _report(_tool("guards"), limits["guards"], workdir / f"guards-{index}.json")
         facts = document["facts"]
         walls.append(child.wall_s)
         totals.append(float(facts["seconds"]["total"]))
@@ -205,10 +208,10 @@ def measure_guards(repeat: int, timeout_s: float, workdir: Path, run: Run) -> No
                         floor, TARGETS["guards"], note))
 
 
-def measure_repro(device: str, preset: Optional[str], timeout_s: float, workdir: Path, run: Run,
+def measure_repro(device: str, preset: Optional[str], limits: "Limits", workdir: Path, run: Run,
                   compile_s: Optional[float], process_s: Optional[float]) -> None:
     argv = _tool("repro", "--threads", "3", "--device", device, *(["--preset", preset] if preset else []))
-    child, document = _report(argv, timeout_s, workdir / "repro.json")
+    child, document = _report(argv, limits["repro"], workdir / "repro.json")
     facts = document["facts"]
     verdict = float(facts["time_to_verdict_s"])
     run.measured["repro"] = {"time_to_verdict_s": verdict, "wall_s": round(child.wall_s, 3), "exit": child.returncode,
@@ -220,11 +223,11 @@ def measure_repro(device: str, preset: Optional[str], timeout_s: float, workdir:
                         process_s, None, "for reading"))
 
 
-def measure_matrix(device: str, preset: Optional[str], timeout_s: float, workdir: Path, run: Run,
+def measure_matrix(device: str, preset: Optional[str], limits: "Limits", workdir: Path, run: Run,
                    compile_s: Optional[float]) -> None:
     argv = _tool("repro", "--threads", "3", "--shapes", "per-thread", "--matrix", "--device", device,
                  *(["--preset", preset] if preset else []))
-    child, document = _report(argv, timeout_s, workdir / "matrix.json")
+    child, document = _report(argv, limits["matrix"], workdir / "matrix.json")
     facts = document["facts"]
     rows = facts.get("matrix") or []
     run.measured["matrix"] = {"wall_s": round(child.wall_s, 3), "exit": child.returncode,
@@ -245,37 +248,71 @@ def _machine(device: str) -> Dict[str, object]:
             "load_1m_at_start": round(os.getloadavg()[0], 2)}
 
 
-def _step(run: Run, what: str, measure, *args) -> None:
-    """One measurement; its failure becomes a row saying why, and the run goes on."""
+class Limits:
+    """Each child's timeout: its default times --timeout-scale, and within --budget-s (the whole run's wall clock,
+    less a margin for the table and the JSON) when one is given; a child with less than MIN_S left is not run."""
+
+    DEFAULTS = {"import": 120.0, "compile": 600.0, "guards": 180.0, "repro": 600.0, "matrix": 1800.0}
+    MARGIN_S = 10.0
+    MIN_S = 5.0
+
+    def __init__(self, scale: float, budget_s: Optional[float]) -> None:
+        self.scale, self.budget_s, self.began = scale, budget_s, time.monotonic()
+
+    def __getitem__(self, name: str) -> float:
+        limit = self.DEFAULTS[name] * self.scale
+        if self.budget_s is None:
+            return limit
+        left = self.budget_s - (time.monotonic() - self.began) - self.MARGIN_S
+        if left < self.MIN_S:
+            raise ChildFailed(f"not run: {max(0.0, left + self.MARGIN_S):.1f} s of --budget-s {self.budget_s:g} left, "
+                              f"{self.MIN_S + self.MARGIN_S:g} s needed")
+        return min(limit, left)
+
+
+def _step(run: Run, what: str, measure, *args, on_step=None) -> None:
+    """One measurement; its failure becomes a row saying why, and the run goes on. `on_step(run)` after each (the
+    JSON is rewritten then, so a run cut off from outside still leaves what it measured)."""
     run.load.append([what, round(os.getloadavg()[0], 2)])
+    began = time.perf_counter()
+    sys.stderr.write(f"speed_ratios: {what} ...\n")
     try:
         measure(*args)
     except ChildFailed as exc:
-        run.rows.append(Row(what, None, "-", None, 0.0, str(exc)))
+        run.rows.append(Row(what, None, "-", None, None, error=str(exc)))
+        sys.stderr.write(f"speed_ratios: {what}: {exc}\n")
+    sys.stderr.write(f"speed_ratios: {what}: {time.perf_counter() - began:.1f} s\n")
+    if on_step is not None:
+        on_step(run)
 
 
-def measure(device: str, preset: Optional[str], only: Sequence[str], repeat: int, timeouts: Dict[str, float]) -> Run:
+def measure(device: str, preset: Optional[str], only: Sequence[str], repeat: int, limits: Limits,
+            on_step=None) -> Run:
     run = Run(device, preset, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), _machine(device))
     with tempfile.TemporaryDirectory(prefix="speed-ratios-") as folder:
         workdir = Path(folder)
-        # The first import of torch reads its libraries from disk; every later one finds them cached.
-        _step(run, "warm-up import", lambda: run.floors.update(first_import_s=round(
-            import_floor(1, timeouts["import"])[0], 3)))
+
+        def first_import() -> None:  # the first import of torch reads its libraries from disk; later ones do not
+            run.floors["first_import_s"] = round(import_floor(1, limits["import"])[0], 3)
+
+        def cold() -> None:
+            run.floors["cold_compile"] = compile_floor(device, preset, limits["compile"])
+
+        _step(run, "warm-up import", first_import, on_step=on_step)
         compile_s = process_s = None
         if {"repro", "matrix"} & set(only):
-            def cold() -> None:
-                run.floors["cold_compile"] = compile_floor(device, preset, timeouts["compile"])
-            _step(run, "cold compile", cold)
+            _step(run, "cold compile", cold, on_step=on_step)
             figures = run.floors.get("cold_compile")
             if isinstance(figures, dict):
                 compile_s, process_s = figures["first_call_s"], figures["process_wall_s"]
         if "guards" in only:
-            _step(run, "guards", measure_guards, repeat, timeouts["guards"], workdir, run)
+            _step(run, "guards", measure_guards, repeat, limits, workdir, run, on_step=on_step)
         if "repro" in only:
-            _step(run, "repro --threads 3", measure_repro, device, preset, timeouts["repro"], workdir, run,
-                  compile_s, process_s)
+            _step(run, "repro --threads 3", measure_repro, device, preset, limits, workdir, run, compile_s,
+                  process_s, on_step=on_step)
         if "matrix" in only:
-            _step(run, "repro --matrix", measure_matrix, device, preset, timeouts["matrix"], workdir, run, compile_s)
+            _step(run, "repro --matrix", measure_matrix, device, preset, limits, workdir, run, compile_s,
+                  on_step=on_step)
     run.load.append(["end", round(os.getloadavg()[0], 2)])
     return run
 
@@ -290,7 +327,7 @@ def table(run: Run) -> str:
         ratio = "-" if row.ratio is None else f"{row.ratio:.2f}x"
         target = "-" if row.target is None else f"<= {row.target:g}x"
         floor = f"{row.floor} {_s(row.floor_s)}" if row.floor_s is not None else row.floor
-        note = row.note.replace("|", "/")
+        note = (row.error or row.note).replace("|", "/")
         lines.append(f"| {row.what} | {_s(row.measured_s)} | {floor} | {ratio} | {target} | {row.status} | {note} |")
     return "\n".join(lines) + "\n"
 
@@ -303,36 +340,47 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                                                        "(default: repro's own default)")
     parser.add_argument("--repeat", type=int, default=3, help="guards and import runs, interleaved (median kept)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every child's timeout")
-    parser.add_argument("--json", type=Path, default=None, help="write every figure here as JSON")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="the whole run's wall clock: each child's timeout is cut to what is left (a device "
+                             "call's limit), a row with nothing left says so")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write every figure here as JSON (rewritten after each step)")
     args = parser.parse_args(argv)
     only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(only) - set(ROWS))
     if unknown or not only:
         parser.error(f"--only: unknown row(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(ROWS)}")
-    if args.repeat < 1 or args.timeout_scale <= 0:
-        parser.error("--repeat must be >= 1 and --timeout-scale > 0")
+    if args.repeat < 1 or args.timeout_scale <= 0 or (args.budget_s is not None and args.budget_s <= 0):
+        parser.error("--repeat must be >= 1, --timeout-scale and --budget-s > 0")
     if args.device == "cuda" and shutil.which("nvidia-smi") is None and not Path("/dev/nvidiactl").exists():
         parser.error("--device cuda: no NVIDIA driver on this machine (no nvidia-smi, no /dev/nvidiactl)")
     args.only = only
     return args
 
 
+def _document(run: Run, argv: Sequence[str]) -> dict:
+    return {**{k: v for k, v in asdict(run).items() if k != "rows"},
+            "rows": [{**asdict(row), "ratio": row.ratio, "status": row.status} for row in run.rows],
+            "command": " ".join(["python3", "benchmarks/speed_ratios.py", *argv])}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parse(argv)
-    scale = args.timeout_scale
-    timeouts = {"import": 120 * scale, "compile": 600 * scale, "guards": 180 * scale, "repro": 600 * scale,
-                "matrix": 1800 * scale}
-    run = measure(args.device, args.preset, args.only, args.repeat, timeouts)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(given)
+    out = args.json
+
+    def save(run: Run) -> None:
+        if out is not None:
+            out.write_text(json.dumps(_document(run, given), indent=1) + "\n")
+
+    run = measure(args.device, args.preset, args.only, args.repeat, Limits(args.timeout_scale, args.budget_s),
+                  on_step=save)
+    save(run)
     print(f"speed ratios, {run.started_at}, {run.machine['host']} ({run.machine['cores']} cores, load "
           f"{run.machine['load_1m_at_start']} at start), device {run.device}, commit {run.machine['commit']}")
     print(f"floors: {json.dumps(run.floors)}")
     print(table(run), end="")
     print("1-minute load average before each step: " + ", ".join(f"{what} {load}" for what, load in run.load))
-    if args.json is not None:
-        document = {**{k: v for k, v in asdict(run).items() if k != "rows"},
-                    "rows": [{**asdict(row), "ratio": row.ratio, "status": row.status} for row in run.rows],
-                    "command": " ".join(["python3", "benchmarks/speed_ratios.py", *(argv or sys.argv[1:])])}
-        args.json.write_text(json.dumps(document, indent=1) + "\n")
     return 0 if all(row.status in ("met", "info") for row in run.rows) else 1
 
 
