@@ -5,8 +5,9 @@
     python3 benchmarks/speed_ratios.py --only guards,repro                # some rows (guards, repro, matrix)
 
 Floors, each in a fresh interpreter:
-- import: `import torch; import torch._dynamo` (wall of the process; one untimed import first, so neither the
-  floor nor the rows pay the first read of torch's libraries from disk).
+- import: `import torch; import torch._dynamo`, the seconds inside the interpreter (as benchmarks/gpu/anchors.py
+  measures them); the process's wall, which adds the start and the exit, is shown beside it. One import runs
+  first, untimed, so neither the floor nor the rows pay the first read of torch's libraries from disk.
 - cold compile: the step `repro --threads 3` replays (build_drafter_step with repro's default preset,
   checkpoint and backward for --device, shape index 0, as repro/steps.py builds it), with a fresh
   TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR: its first call (the compile) and the process's wall, imports
@@ -36,11 +37,15 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = ("guards", "repro", "matrix")
-IMPORT_CODE = "import torch; import torch._dynamo"
+# The seconds the imports take inside the interpreter (what benchmarks/gpu/anchors.py measured: the issue's 7.3 s);
+# the process's wall adds the interpreter's start and, after importing torch, about a second of teardown on the
+# 2-core box, which guards' probe host skips (os._exit): the wall is kept for reading.
+IMPORT_CODE = ("import time; began = time.perf_counter(); import torch; import torch._dynamo; "
+               "print(round(time.perf_counter() - began, 3))")
 # The floor's child: the same step repro's phase child builds for thread 0 (repro/steps.py build_thread_steps).
 COMPILE_CODE = r"""
 import json, sys, time
@@ -169,8 +174,13 @@ def _report(argv: Sequence[str], timeout_s: float, out: Path) -> tuple:
 
 
 # -- the floors ------------------------------------------------------------------------------------------------
-def import_floor(repeat: int, timeout_s: float) -> List[float]:
-    return [run_child([sys.executable, "-c", IMPORT_CODE], timeout_s).wall_s for _ in range(repeat)]
+def import_floor(timeout_s: float) -> Tuple[float, float]:
+    """(seconds of `import torch; import torch._dynamo` inside a fresh interpreter, that process's wall)."""
+    child = run_child([sys.executable, "-c", IMPORT_CODE], timeout_s)
+    try:
+        return float(child.stdout.split()[-1]), child.wall_s
+    except (IndexError, ValueError):
+        raise ChildFailed(f"the import floor printed no seconds: {child.stdout.strip()[-200:]!r}") from None
 
 
 def compile_floor(device: str, preset: Optional[str], timeout_s: float) -> dict:
@@ -186,26 +196,35 @@ def compile_floor(device: str, preset: Optional[str], timeout_s: float) -> dict:
 # -- the rows --------------------------------------------------------------------------------------------------
 def measure_guards(repeat: int, limits: "Limits", workdir: Path, run: Run) -> None:
     """guards and the import floor alternately, `repeat` times each: on a shared machine the load drifts."""
-    walls, totals, imports, notes = [], [], [], set()
+    walls, totals, imports, import_walls, notes, breakdown = [], [], [], [], set(), []
     for index in range(repeat):
-        imports += import_floor(1, limits["import"])
+        inner, outer = import_floor(limits["import"])
+        imports.append(inner)
+        import_walls.append(outer)
         child, document = _report(_tool("guards"), limits["guards"], workdir / f"guards-{index}.json")
         facts = document["facts"]
         walls.append(child.wall_s)
         totals.append(float(facts["seconds"]["total"]))
+        # where guards' seconds went (the probe host's import and total, each probe's own): the profile's figures
+        breakdown.append({**facts["seconds"], "probes": {name: detail.get("seconds")
+                                                         for name, detail in facts["probe_details"].items()}})
         errors = sorted(name for name, outcome in facts["probes"].items() if outcome == "error")
         if errors:  # a probe that errored ran shorter than one that answered: the figure would flatter guards
             notes.add(f"probes in error: {', '.join(errors)}")
         notes.add(f"exit {child.returncode}, verdict {facts['verdict']}")
     floor = statistics.median(imports)
     run.floors["import_s"] = [round(s, 3) for s in imports]
+    run.floors["import_process_wall_s"] = [round(s, 3) for s in import_walls]
     run.measured["guards_wall_s"] = [round(s, 3) for s in walls]
     run.measured["guards_total_s"] = totals
+    run.measured["guards_seconds"] = breakdown
     note = "; ".join(sorted(notes)) + f"; median of {repeat}"
     run.rows.append(Row("guards wall", statistics.median(walls), "import torch + torch._dynamo", floor,
                         TARGETS["guards"], note))
     run.rows.append(Row("guards facts.seconds.total", statistics.median(totals), "import torch + torch._dynamo",
                         floor, TARGETS["guards"], note))
+    run.rows.append(Row("guards wall", statistics.median(walls), "the import's process wall (start, exit incl.)",
+                        statistics.median(import_walls), None, "for reading"))
 
 
 def measure_repro(device: str, preset: Optional[str], limits: "Limits", workdir: Path, run: Run,
@@ -293,7 +312,7 @@ def measure(device: str, preset: Optional[str], only: Sequence[str], repeat: int
         workdir = Path(folder)
 
         def first_import() -> None:  # the first import of torch reads its libraries from disk; later ones do not
-            run.floors["first_import_s"] = round(import_floor(1, limits["import"])[0], 3)
+            run.floors["first_import_s"] = round(import_floor(limits["import"])[0], 3)
 
         def cold() -> None:
             run.floors["cold_compile"] = compile_floor(device, preset, limits["compile"])
