@@ -17,6 +17,9 @@ Rows (every command as a user types it, with fresh compile caches):
 - `repro --threads 3`: facts.time_to_verdict_s <= 2x the cold compile's first call.
 - `guards`: wall and facts.seconds.total <= 1.2x the import floor (median of --repeat interleaved runs).
 - `repro --threads 3 --shapes per-thread --matrix`: wall <= 15x the cold compile's first call.
+With --profile, the guards row also times the probe host's phases (import, warm-up compile, a probe, the GPU count)
+in stand-ins, as many side by side as guards starts hosts on that build, and says whether the compile initialised
+the CUDA driver.
 
 Every child runs under a timeout; one that fails or overruns makes its row say why in one line, and the other rows
 still run. Exit status: 0 when every measured target is met, 1 when one is missed or could not be measured, 2 for
@@ -66,6 +69,33 @@ print(json.dumps({"import_s": round(imported, 3), "build_s": round(built, 3), "f
                   "second_call_s": round(second, 4), "preset": spec.preset, "checkpoint": spec.checkpoint,
                   "backward": spec.effective_backward, "torch": torch.__version__,
                   "device_name": torch.cuda.get_device_name() if spec.devices[0].startswith("cuda") else None}))
+"""
+# --profile: the probe host's phases, timed in a stand-in that does what guards/probe_host.py does (with --isolation
+# none, as on a CUDA or ROCm build: the probe runs in the host itself); the host imports the tool's modules before
+# torch, the stand-in after, so that their seconds are not counted in torch's.
+HOST_PHASES_CODE = r"""
+import json, sys, time
+from functools import partial
+marks = [("start", time.perf_counter())]
+import torch
+marks.append(("import torch", time.perf_counter()))
+import torch._dynamo
+marks.append(("import torch._dynamo", time.perf_counter()))
+from dflash_doctor.guards.probes import BY_NAME
+from dflash_doctor.guards.state import gpu_count, read_config
+from dflash_doctor.repro.warm_start import cuda_driver_initialised
+read_config(torch)
+marks.append(("the tool's modules, the config read", time.perf_counter()))
+compiled = torch.compile(lambda x: x + 1, backend="eager")
+compiled(torch.ones(2))
+marks.append(("warm-up compile (backend eager)", time.perf_counter()))
+driver_after_compile = cuda_driver_initialised()
+BY_NAME[sys.argv[1]].run(torch, compiled, 60.0, lambda: None)
+marks.append((f"probe {sys.argv[1]}", time.perf_counter()))
+count = gpu_count(torch)
+marks.append(("gpu_count", time.perf_counter()))
+print(json.dumps({"phases": {name: round(t - marks[i][1], 3) for i, (name, t) in enumerate(marks[1:])},
+                  "driver_initialised_by_compile": driver_after_compile, "gpu_count": count}))
 """
 TARGETS = {"repro": 2.0, "guards": 1.2, "matrix": 15.0}
 
@@ -257,6 +287,22 @@ def measure_matrix(device: str, preset: Optional[str], limits: "Limits", workdir
                         f"{len(rows)} rows; exit {child.returncode}"))
 
 
+def profile_host(device: str, limits: "Limits", run: Run) -> None:
+    """The probe host's phases, in as many stand-ins side by side as guards starts hosts on this build: one forking
+    host on a CPU build, one host per probe on a CUDA one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = ["cross_thread_leak", "stuck_flag", "is_compiling_leak", "patcher_race"] if device == "cuda" else [
+        "stuck_flag"]
+    timeout = limits["guards"]
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        children = list(pool.map(lambda name: run_child([sys.executable, "-c", HOST_PHASES_CODE, name], timeout),
+                                 names))
+    run.measured["host_phases"] = {name: {**json.loads(child.stdout.strip().splitlines()[-1]),
+                                          "process_wall_s": round(child.wall_s, 3)}
+                                   for name, child in zip(names, children)}
+
+
 # -- the run ---------------------------------------------------------------------------------------------------
 def _machine(device: str) -> Dict[str, object]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=str(REPO))
@@ -306,7 +352,7 @@ def _step(run: Run, what: str, measure, *args, on_step=None) -> None:
 
 
 def measure(device: str, preset: Optional[str], only: Sequence[str], repeat: int, limits: Limits,
-            on_step=None) -> Run:
+            on_step=None, profile: bool = False) -> Run:
     run = Run(device, preset, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), _machine(device))
     with tempfile.TemporaryDirectory(prefix="speed-ratios-") as folder:
         workdir = Path(folder)
@@ -326,6 +372,8 @@ def measure(device: str, preset: Optional[str], only: Sequence[str], repeat: int
                 compile_s, process_s = figures["first_call_s"], figures["process_wall_s"]
         if "guards" in only:
             _step(run, "guards", measure_guards, repeat, limits, workdir, run, on_step=on_step)
+            if profile:
+                _step(run, "probe host phases", profile_host, device, limits, run, on_step=on_step)
         if "repro" in only:
             _step(run, "repro --threads 3", measure_repro, device, preset, limits, workdir, run, compile_s,
                   process_s, on_step=on_step)
@@ -359,6 +407,9 @@ def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                                                        "(default: repro's own default)")
     parser.add_argument("--repeat", type=int, default=3, help="guards and import runs, interleaved (median kept)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every child's timeout")
+    parser.add_argument("--profile", action="store_true",
+                        help="with the guards row: time the probe host's phases (import, warm-up compile, a probe, "
+                             "the GPU count) in stand-ins, as many side by side as guards starts")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="the whole run's wall clock: each child's timeout is cut to what is left (a device "
                              "call's limit), a row with nothing left says so")
@@ -393,11 +444,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             out.write_text(json.dumps(_document(run, given), indent=1) + "\n")
 
     run = measure(args.device, args.preset, args.only, args.repeat, Limits(args.timeout_scale, args.budget_s),
-                  on_step=save)
+                  on_step=save, profile=args.profile)
     save(run)
     print(f"speed ratios, {run.started_at}, {run.machine['host']} ({run.machine['cores']} cores, load "
           f"{run.machine['load_1m_at_start']} at start), device {run.device}, commit {run.machine['commit']}")
     print(f"floors: {json.dumps(run.floors)}")
+    if "host_phases" in run.measured:
+        print(f"probe host phases (seconds): {json.dumps(run.measured['host_phases'])}")
     print(table(run), end="")
     print("1-minute load average before each step: " + ", ".join(f"{what} {load}" for what, load in run.load))
     return 0 if all(row.status in ("met", "info") for row in run.rows) else 1
