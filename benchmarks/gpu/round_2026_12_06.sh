@@ -155,7 +155,9 @@ H)  # held-out trainers: truth (plain) then the tool, each bounded; skipped wher
 S)  # issue 41: every floor and the targets measured against it in the same call
   step S1_anchors 120 40 python3 benchmarks/gpu/anchors.py
   cp "$WORK/S1_anchors.stdout" "$WORK/S1_anchors.json" 2>/dev/null
-  step S2_ratios 470 200 python3 benchmarks/speed_ratios.py --device cuda --json "$WORK/S2_ratios.json"
+  # --budget-s: each of its children gets what is left of the step's limit; its JSON is rewritten after every row
+  step S2_ratios 500 200 python3 benchmarks/speed_ratios.py --device cuda --profile --budget-s 480 \
+    --json "$WORK/S2_ratios.json"
   ;;
 Q)  # issue 41: the pipeline's MFU, warm-up and threads against processes; run's share of a step
   ( fresh_cache; step Q1_pipeline_threads 170 90 $DD pipeline --preset small --device cuda -f json \

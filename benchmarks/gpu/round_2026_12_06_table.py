@@ -136,10 +136,18 @@ def speed_table(block: dict) -> List[str]:
         lines += [f"Anchors (a fresh interpreter each, the second of two): import torch {second.get('import_torch_s')} s, "
                   f"torch._dynamo {second.get('import_dynamo_s')} s more.", ""]
     ratios = (steps.get("S2_ratios") or {}).get("doc") or {}
-    lines += ["| target | measured s | floor | floor s | ratio | target ratio | |", "|---|---|---|---|---|---|---|"]
+    lines += ["| row | measured s | floor | floor s | ratio | target | |", "|---|---|---|---|---|---|---|"]
     for row in ratios.get("rows", []):
-        lines.append(f"| {row.get('name')} | {row.get('measured_s')} | {row.get('floor')} | {row.get('floor_s')} | "
-                     f"{row.get('ratio')} | {row.get('target')} | {row.get('verdict')} |")
+        ratio = f"{row['ratio']:.2f}x" if row.get("ratio") is not None else "-"
+        target = f"<= {row['target']}x" if row.get("target") is not None else "-"
+        rounded = lambda value: "-" if value is None else f"{value:.2f}"  # noqa: E731
+        lines.append(f"| {row.get('what')} | {rounded(row.get('measured_s'))} | {row.get('floor')} | "
+                     f"{rounded(row.get('floor_s'))} | "
+                     f"{ratio} | {target} | {row.get('status')}{': ' + row['error'] if row.get('error') else ''} |")
+    matrix = (ratios.get("measured") or {}).get("matrix") or {}
+    if matrix.get("rows"):
+        lines += ["", "Matrix rows (outcome per mitigation): " + ", ".join(
+            f"{name}: {outcome}" for name, outcome in matrix["rows"].items())]
     lines.append(f"\n(speed_ratios.py: {_step_cell(steps.get('S2_ratios') or {})})")
     return lines
 
