@@ -25,7 +25,9 @@ from dflash_doctor.scan.config import ScanConfig
 from dflash_doctor.scan.context import noqa_directives
 from dflash_doctor.scan.discovery import Discovery, discover
 from dflash_doctor.scan.fixes import AROUND_TRACE, PER_THREAD, SETTING_FIXES, AppliedFix, collect
-from dflash_doctor.scan.graph import Linker, ModuleIndex
+from dflash_doctor.scan.graph import Linker
+from dflash_doctor.scan.module_index import ModuleIndex
+from dflash_doctor.scan.project_modules import ProjectModules
 from dflash_doctor.scan.hf_releases import VersionSource, installed_transformers
 from dflash_doctor.scan import programs as program_files
 from dflash_doctor.scan.programs import Imports, Programs, Reach, describe, program_verdicts
@@ -143,17 +145,18 @@ def _analyse_chunk(items: List[Tuple[str, Optional[str]]], enabled: FrozenSet[st
         loaded: List[str] = []
         if spawning:
             problems: List[Problem] = []
-            linker = Linker(
+            modules = ProjectModules(
                 dict(graphs), index,
                 load=lambda path: _load_graph(path, index.package(path), problems, max_bytes),
             )
+            linker = Linker(modules)
             for graph in spawning:
                 result = results[graph.path]
                 result.findings.extend(link_spawns(graph, linker, result.noqa_used, result.thread_reach))
-            loaded = list(linker.loaded)
+            loaded = list(modules.loaded)
             if problems:
                 results[spawning[0].path].problems.extend(problems)
-        for graph in (linker.summaries if spawning else graphs).values():
+        for graph in (modules.summaries if spawning else graphs).values():
             graph.ctx.table.release()
         return list(results.values()), loaded
     finally:
@@ -264,7 +267,7 @@ def link_spawns(graph: ModuleGraph, linker: Linker, used_noqa: Optional[set] = N
     judged = thread_hazards()
     threads: List[ThreadReach] = []
     for spawn in graph.spawns:
-        if spawn.thread_class is not None and not linker.is_thread_class(spawn.thread_class):
+        if spawn.thread_class is not None and not linker.modules.is_thread_class(spawn.thread_class):
             continue
         thread = ThreadReach(graph, spawn, linker)
         threads.append(thread)
@@ -375,21 +378,22 @@ def compiled_elsewhere(findings: List[Finding], files: Sequence[str], index: Mod
     anchors = {ref.qualname.split(".")[0].encode() for _, ref in pending}
     anchors |= {os.fsencode(os.path.splitext(os.path.basename(ref.path))[0]) for _, ref in pending}
     problems: List[Problem] = []
-    linker = Linker({}, index, load=lambda p: _load_graph(p, index.package(p), problems, max_bytes, roots=True))
+    modules = ProjectModules({}, index, load=lambda p: _load_graph(p, index.package(p), problems, max_bytes,
+                                                                    roots=True))
     roots = []
     for path in files:
         data = read_bytes(path)
         if isinstance(data, Problem) or b"compile" not in data or not any(a in data for a in anchors):
             continue
-        graph = linker.summary(path)
+        graph = modules.summary(path)
         if graph is not None:
             roots.extend(graph.compile_roots)
-    covered = linker.reachable(roots) if roots else set()
+    covered = Linker(modules).reachable(roots) if roots else set()
     dropped = [finding for finding, ref in pending if ref in covered]
     kept = [f for f in findings if f not in dropped]
-    for graph in linker.summaries.values():
+    for graph in modules.summaries.values():
         graph.ctx.table.release()
-    return kept, list(linker.loaded)
+    return kept, list(modules.loaded)
 
 
 def scan_paths(
@@ -642,7 +646,7 @@ def scan_source(source: str, path: str = "<string>") -> List[Finding]:
     enabled = frozenset(scan_codes())
     result, graph = analyse_tree(path, parsed.text, parsed.tree, enabled)
     # every rule is enabled, so the graph is always built
-    spawned = link_spawns(graph, Linker({path: graph}), result.noqa_used, result.thread_reach) \
+    spawned = link_spawns(graph, Linker(ProjectModules({path: graph})), result.noqa_used, result.thread_reach) \
         if graph is not None else []
     reach = {(path, line, column): functions for (line, column), functions in result.thread_reach.items()}
     findings = apply_fixes(list(result.findings) + spawned + unused_noqa(result, enabled), result.fixes, reach)

@@ -8,6 +8,7 @@ from dflash_doctor.rules.scan import FLEX_ATTENTION_UNCOMPILED
 from dflash_doctor.scan.context import FileContext
 from dflash_doctor.scan.file_check import FileCheck
 from dflash_doctor.scan.graph import Linker
+from dflash_doctor.scan.project_modules import ProjectModules
 from dflash_doctor.scan.resolve import FuncRef, describe
 from dflash_doctor.scan.scopes import Scope
 from dflash_doctor.scan.callgraph import ModuleGraph
@@ -66,7 +67,7 @@ class FlexAttentionRule(FileCheck):
         if not self._calls:
             return
         graph = self.graph
-        covered = Linker({graph.path: graph}).reachable(graph.compile_roots)
+        covered = Linker(ProjectModules({graph.path: graph})).reachable(graph.compile_roots)
         for node, enclosing in self._calls:
             if enclosing is not None and FuncRef(self.ctx.path, enclosing) in covered:
                 continue

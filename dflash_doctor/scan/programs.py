@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, Iterable, Iterator,
 
 from dflash_doctor.errors import UsageError
 from dflash_doctor.findings import Problem
-from dflash_doctor.scan.graph import ModuleIndex
+from dflash_doctor.scan.module_index import ModuleIndex
 from dflash_doctor.scan.scopes import resolve_relative
 from dflash_doctor.scan.source_file import MAX_SOURCE_BYTES, parse_bytes, read_bytes
 

@@ -68,7 +68,7 @@ class ThreadReach:
         return self.graph.path
 
     def describe(self, ref: FuncRef) -> str:
-        return f"{ref.qualname} ({ref.path}:{self.linker.function_line(ref)})"
+        return f"{ref.qualname} ({ref.path}:{self.linker.modules.function_line(ref)})"
 
     def compiled(self) -> Optional[CompiledHit]:
         """The nearest compiled callable the thread calls: through its target's call chain, else through an
@@ -127,7 +127,7 @@ def argument_uses(linker: Linker, target: Target, position: int, keyword: Option
     if depth > MAX_CHAIN_DEPTH:
         return
     for function in [step for step in linker.expand(target) if isinstance(step, FuncRef)]:
-        info = linker.function_info(function)
+        info = linker.modules.function_info(function)
         if info is None:
             continue
         if keyword is not None and (keyword in info.params or keyword in info.keyword_only):
@@ -151,7 +151,7 @@ def argument_uses(linker: Linker, target: Target, position: int, keyword: Option
 def compile_backend(linker: Linker, compiled: CompiledRef) -> Optional[str]:
     """The `backend=` of the torch.compile that made `compiled` ("inductor" when none is given), or None when
     it is not a constant or the compile site is not found."""
-    summary = linker.summary(compiled.path)
+    summary = linker.modules.summary(compiled.path)
     if summary is None:
         return None
     for node in ast.walk(summary.ctx.table.tree):
