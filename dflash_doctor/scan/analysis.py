@@ -81,6 +81,12 @@ def _plan(enabled: FrozenSet[str]) -> _Plan:
                  any(check.needs_graph for check in checks), any(check.needs_compile_sites for check in checks))
 
 
+def builds_graph(enabled: FrozenSet[str]) -> bool:
+    """Whether analysing a file for `enabled` builds its call graph (which the engine then links across files)."""
+    plan = _plan(enabled)
+    return plan.graph or plan.compile_sites
+
+
 Visit = Callable[[Any, Scope], None]  # each check takes its own kind of node
 
 

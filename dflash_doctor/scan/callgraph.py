@@ -48,6 +48,7 @@ class ModuleGraph:
         self._functions: Dict[str, Optional[FuncInfo]] = {}
         self._classes: Dict[str, Optional[ClassInfo]] = {}
         self._names: Dict[str, Tuple[Target, ...]] = {}
+        self._calls_named: Dict[str, List[Tuple[ast.Call, Scope]]] = {}
 
     # -- compile sites, seen by the candidate-line walk ---------------------------------------------------
 
@@ -298,13 +299,28 @@ class ModuleGraph:
 
     def calls_named(self, name: str) -> List[Tuple[ast.Call, Scope]]:
         """Calls whose callee's last name is `name` (a class's construction sites), with their scopes; only the
-        subtrees around lines that mention the name are walked."""
+        subtrees around lines that mention the name are walked. Kept per name: the linker asks every file it has
+        parsed for each class whose constructor parameters a thread's call chain follows."""
+        if name not in self._calls_named:
+            self._calls_named[name] = self._find_calls_named(name)
+        return self._calls_named[name]
+
+    def _find_calls_named(self, name: str) -> List[Tuple[ast.Call, Scope]]:
         text = self.ctx.text
-        if name not in text:
-            return []
-        lines = [number for number, line in enumerate(text.splitlines(), start=1) if name in line]
+        lines: List[int] = []
+        line, counted = 1, 0  # the line number at offset `counted` (lines as ast numbers them: "\n" ends one)
+        position = text.find(name)
+        while position != -1:
+            line += text.count("\n", counted, position)
+            lines.append(line)
+            counted = text.find("\n", position)
+            if counted == -1:
+                break
+            line += 1
+            counted += 1
+            position = text.find(name, counted)
         found: List[Tuple[ast.Call, Scope]] = []
-        for node, scope in walk(self.ctx.table, lines):
+        for node, scope in walk(self.ctx.table, lines) if lines else ():
             if isinstance(node, ast.Call):
                 func = node.func
                 final = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)

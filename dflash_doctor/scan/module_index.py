@@ -10,14 +10,22 @@ def package_of(path: str, is_package_dir: Optional[Callable[[str], bool]] = None
     """(package, module) dotted names of a file from the `__init__.py` files above it; (None, stem) for scripts."""
     is_package_dir = is_package_dir or (lambda d: os.path.isfile(os.path.join(d, "__init__.py")))
     folder, filename = os.path.split(os.path.abspath(path))
-    stem = os.path.splitext(filename)[0]
+    return _names(folder_package(folder, is_package_dir), filename)
+
+
+def folder_package(folder: str, is_package_dir: Callable[[str], bool]) -> Optional[str]:
+    """The dotted package an absolute folder is, from the `__init__.py` files from it upwards; None if it is none."""
     parts: List[str] = []
     while folder and is_package_dir(folder):
         folder, name = os.path.split(folder)
         parts.insert(0, name)
         if not name:
             break
-    package = ".".join(parts) or None
+    return ".".join(parts) or None
+
+
+def _names(package: Optional[str], filename: str) -> Tuple[Optional[str], str]:
+    stem = os.path.splitext(filename)[0]
     if stem == "__init__":
         return package, package or stem
     return package, f"{package}.{stem}" if package else stem
@@ -38,13 +46,17 @@ class ModuleIndex:
         self._on_disk: Dict[Tuple[str, str], Optional[str]] = {}
         self._inside_folders: Dict[str, bool] = {}
         self.packages: Dict[str, Optional[str]] = {}
+        folders: Dict[str, Optional[str]] = {}  # absolute folder -> its package (a big tree has few folders)
         for path in paths:
-            package, module = package_of(path, self._is_package_dir)
+            absolute = os.path.abspath(path)
+            folder, filename = os.path.split(absolute)
+            if folder not in folders:
+                folders[folder] = folder_package(folder, self._is_package_dir)
+            package, module = _names(folders[folder], filename)
             self.packages[path] = package
             self.by_name.setdefault(module, path)
-            absolute = os.path.abspath(path)
             self.by_abspath[absolute] = path
-            self.by_folder.setdefault(os.path.dirname(absolute), []).append(path)
+            self.by_folder.setdefault(folder, []).append(path)
 
     def _is_package_dir(self, folder: str) -> bool:
         if folder not in self._package_dirs:

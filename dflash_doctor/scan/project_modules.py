@@ -23,13 +23,6 @@ _STAR_NAMES = frozenset(name for names in STAR_EXPORTS.values() for name in name
 Construction = Tuple[ModuleGraph, ast.Call, Scope]  # a `Class(...)` call, with its file and scope
 
 
-def _mentions(path: str, name: str) -> bool:
-    from dflash_doctor.scan.source_file import read_bytes
-
-    data = read_bytes(path)
-    return isinstance(data, bytes) and name.encode() in data
-
-
 class ProjectModules:
     """Summaries by path (those given, then those `load` parses on demand, listed in `loaded`), looked up by dotted
     name through `index`."""
@@ -47,8 +40,22 @@ class ProjectModules:
         self._missing: Set[str] = set()
         self._constructions: Dict[LocalClass, List[Construction]] = {}
         self._compiles: Dict[str, bool] = {}  # path -> whether its bytes mention "compile"
+        # the bytes of files not parsed yet, read once for the questions below (None: unreadable)
+        self._bytes: Dict[str, Optional[bytes]] = {}
 
     # -- files and names ------------------------------------------------------------------------------------
+
+    def _data(self, path: str) -> Optional[bytes]:
+        if path not in self._bytes:
+            from dflash_doctor.scan.source_file import read_bytes
+
+            data = read_bytes(path)
+            self._bytes[path] = data if isinstance(data, bytes) else None
+        return self._bytes[path]
+
+    def _mentions(self, path: str, name: str) -> bool:
+        data = self._data(path)
+        return data is not None and name.encode() in data
 
     def summary(self, path: str) -> Optional[ModuleGraph]:
         if path in self.summaries:
@@ -61,6 +68,7 @@ class ProjectModules:
             return None
         self.summaries[path] = loaded
         self.loaded.append(path)
+        self._bytes.pop(path, None)  # its text is in the summary now
         return loaded
 
     def resolve_ext(self, ref: ExtRef, hops: int = 0) -> List[Target]:
@@ -101,10 +109,8 @@ class ProjectModules:
         the linker can resolve, and it kept torch/__init__.py from being parsed for every `torch.zeros(...)`."""
         if len(rest) > 2:
             return False
-        from dflash_doctor.scan.source_file import read_bytes
-
-        data = read_bytes(path)
-        if not isinstance(data, bytes):
+        data = self._data(path)
+        if data is None:
             return True  # let the load report the problem
         name = re.escape(rest[0].encode())
         if len(rest) == 2:
@@ -141,7 +147,7 @@ class ProjectModules:
             if path is not None:
                 if path not in self._compiles:
                     self._compiles[path] = path in self.summaries and "compile" in self.summaries[path].ctx.text \
-                        or _mentions(path, "compile")
+                        or self._mentions(path, "compile")
                 return self._compiles[path]
         return False
 
@@ -191,7 +197,7 @@ class ProjectModules:
         folder = os.path.dirname(os.path.abspath(cls.path))
         neighbours = self.index.by_folder.get(folder, []) if self.index else []
         paths = [cls.path] + [p for p in self.summaries if p != cls.path] + [
-            path for path in neighbours if path not in self.summaries and _mentions(path, name)]
+            path for path in neighbours if path not in self.summaries and self._mentions(path, name)]
         found: List[Construction] = []
         for path in dict.fromkeys(paths):
             graph = self.summary(path)

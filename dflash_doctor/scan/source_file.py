@@ -5,6 +5,7 @@ Scanned code is never imported or executed: bytes are read, decoded per PEP 263 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import os
 import stat
@@ -25,21 +26,40 @@ MAX_READ_BYTES = 64 * 1024 * 1024
 _WINDOW = 400  # bytes around each trigger word that a pattern must match in (patterns are line-local)
 
 
-def _contained(word: bytes, cache: Dict[bytes, Tuple[bytes, ...]] = {}) -> Tuple[bytes, ...]:
-    """The trigger words inside `word` (itself included), worked out once per word: a file that lacks one of them
-    lacks `word` too."""
-    if word not in cache:
-        every = {w for entry in SCAN_RULES.values() for trigger in entry.triggers for w in trigger.words}
-        cache[word] = tuple(w for w in every if w in word) or (word,)
-    return cache[word]
+@dataclass(frozen=True)
+class _TriggerPlan:
+    """What the prefilter searches for one set of enabled rules, worked out once per set: the prefilter runs on
+    every file of a scan, and on a tree of small files its own bookkeeping cost as much as the searches."""
+
+    codes: Tuple[Tuple[str, Tuple[int, ...]], ...]  # each enabled code with its triggers (indexes below), in order
+    triggers: Tuple[ByteTrigger, ...]  # each once
+    # the trigger words inside each word (itself included): a file that lacks one of them lacks the word too
+    inner: Dict[bytes, Tuple[bytes, ...]]
 
 
-def _mentions(data: bytes, trigger: ByteTrigger, absent: Set[bytes]) -> bool:
+@functools.lru_cache(maxsize=64)
+def _trigger_plan(enabled: FrozenSet[str]) -> _TriggerPlan:
+    every = {w for entry in SCAN_RULES.values() for trigger in entry.triggers for w in trigger.words}
+    triggers: List[ByteTrigger] = []
+    codes = []
+    for code in sorted(enabled):  # DFD101's "checkpoint" is looked for before the words that contain it
+        indexes = []
+        for trigger in SCAN_RULES[code].triggers:
+            if trigger not in triggers:
+                triggers.append(trigger)
+            indexes.append(triggers.index(trigger))
+        codes.append((code, tuple(indexes)))
+    inner = {word: tuple(w for w in every if w in word) or (word,)
+             for trigger in triggers for word in trigger.words}
+    return _TriggerPlan(tuple(codes), tuple(triggers), inner)
+
+
+def _mentions(data: bytes, trigger: ByteTrigger, absent: Set[bytes], inner: Dict[bytes, Tuple[bytes, ...]]) -> bool:
     """Whether the trigger's pattern matches near an occurrence of one of its words (and its whole-file pattern
     anywhere): the windowed regex only ever sees small windows, so a 400 kB file costs a few substring searches,
     not a regex pass. Words found missing are added to `absent`."""
     for word in trigger.words:
-        if any(inner in absent for inner in _contained(word)):
+        if any(contained in absent for contained in inner[word]):
             continue
         start = data.find(word)
         if start == -1:
@@ -56,15 +76,17 @@ def _mentions(data: bytes, trigger: ByteTrigger, absent: Set[bytes]) -> bool:
 def triggered(data: bytes, enabled: Iterable[str]) -> FrozenSet[str]:
     """The enabled rules that could fire on a file with these bytes (empty: the file need not be parsed). Each
     rule's byte triggers are declared with it (rules/scan.py); rules judged after the files are read have none."""
-    hits = set()
-    seen: Dict[ByteTrigger, bool] = {}
+    plan = _trigger_plan(enabled if isinstance(enabled, frozenset) else frozenset(enabled))
+    hits = []
+    seen: Dict[int, bool] = {}  # trigger index -> whether it matched
     absent: Set[bytes] = set()  # words this file lacks: a word containing one cannot be there either
-    for code in sorted(enabled):  # DFD101's "checkpoint" is looked for before the words that contain it
-        for trigger in SCAN_RULES[code].triggers:
-            if trigger not in seen:
-                seen[trigger] = _mentions(data, trigger, absent)
-            if seen[trigger]:
-                hits.add(code)
+    for code, indexes in plan.codes:
+        for index in indexes:
+            found = seen.get(index)
+            if found is None:
+                found = seen[index] = _mentions(data, plan.triggers[index], absent, plan.inner)
+            if found:
+                hits.append(code)
                 break
     return frozenset(hits)
 
