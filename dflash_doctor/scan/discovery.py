@@ -106,29 +106,37 @@ def discover(
             "check its permissions; nothing below it was scanned"))
 
     suffixes: Tuple[str, ...] = tuple(extensions)
+    patterns = bool(exclude) or bool(anchored_globs)
     for root in roots:
         if not os.path.isdir(root):
             if not excluded(root, os.path.basename(root)):
                 take(root)
             continue
         for folder, dirnames, filenames in os.walk(root, onerror=unreadable):
-            relative_folder = os.path.relpath(folder, root)
+            relative_folder = os.path.relpath(folder, root) if patterns else ""
             kept = []
             for name in sorted(dirnames):
-                relative = os.path.normpath(os.path.join(relative_folder, name))
                 full = os.path.join(folder, name)
                 reason = skip_reason(folder, name)
-                if not reason and excluded(full, relative):
+                if not reason and patterns and excluded(full, os.path.normpath(os.path.join(relative_folder, name))):
                     reason = "excluded"
                 if reason:
                     result.skipped.append(Skipped(os.path.normpath(full), reason))
                     continue
                 kept.append(name)
             dirnames[:] = kept
+            # A file's name holds no separator and is never "." or "..": its path is its folder's, normalised
+            # once per folder, joined to the name (the walk of a big tree spent most of its time normalising).
+            spelled = os.path.normpath(folder)
+            absolute = os.path.abspath(spelled)
             for name in sorted(filenames):
                 if not name.endswith(suffixes):
                     continue
-                path = os.path.normpath(os.path.join(folder, name))
-                if not excluded(path, os.path.normpath(os.path.join(relative_folder, name))):
-                    take(path)
+                path = name if spelled == os.curdir else os.path.join(spelled, name)
+                if patterns and excluded(path, os.path.normpath(os.path.join(relative_folder, name))):
+                    continue
+                key = os.path.join(absolute, name)
+                if key not in seen:
+                    seen.add(key)
+                    result.files.append(path)
     return result

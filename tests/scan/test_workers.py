@@ -47,3 +47,41 @@ def test_a_worker_that_raises_is_reported_not_hung(stage):
 def test_a_worker_that_dies_is_reported():
     with pytest.raises(workers.WorkerFailed, match="ended without answering"):
         workers.two_passes([1], first=lambda share: os._exit(3), plan=lambda f: [0], second=lambda p: p)
+
+
+def test_shared_items_are_each_taken_once_by_whichever_worker_is_free():
+    # worker 0's piece is slow, so worker 1 (free first) takes the shared items; each is run exactly once
+    def second(piece):
+        if piece == "slow":
+            import time
+
+            time.sleep(0.5)
+        return piece
+
+    shared = list(range(40))
+    firsts, answers = workers.two_passes(
+        [0, 1], first=lambda share: share, plan=lambda f: (["slow", "fast"], shared),
+        second=second, after=lambda item: (item * item, os.getpid()))
+    assert [answer for answer, _ in answers] == ["slow", "fast"]
+    taken = [(index, result) for _, items in answers for index, result in items]
+    assert sorted(index for index, _ in taken) == shared
+    assert all(square == index * index for index, (square, _) in taken)
+    by_worker = [len(items) for _, items in answers]
+    assert by_worker[1] > by_worker[0]  # the free worker did most of them
+
+
+def test_shared_items_need_not_exist():
+    firsts, answers = workers.two_passes([0, 1], first=lambda share: share, plan=lambda f: ([1, 2], []),
+                                         second=lambda piece: piece, after=lambda item: item)
+    assert answers == [(1, []), (2, [])]
+
+
+def test_a_worker_that_dies_while_others_wait_for_shared_items_is_reported():
+    def second(piece):
+        if piece == 0:
+            os._exit(3)
+        return piece
+
+    with pytest.raises(workers.WorkerFailed, match="ended without answering"):
+        workers.two_passes([0, 1], first=lambda share: share, plan=lambda f: ([0, 1], list(range(5))),
+                           second=second, after=lambda item: item)
