@@ -42,6 +42,7 @@ class ProjectModules:
         self._compiles: Dict[str, bool] = {}  # path -> whether its bytes mention "compile"
         # the bytes of files not parsed yet, read once for the questions below (None: unreadable)
         self._bytes: Dict[str, Optional[bytes]] = {}
+        self._binds: Dict[Tuple[str, Tuple[str, ...]], bool] = {}  # _may_bind's answers (a regex over the file)
 
     # -- files and names ------------------------------------------------------------------------------------
 
@@ -81,7 +82,7 @@ class ProjectModules:
             if path is None:
                 continue
             rest = parts[cut:]
-            if path not in self.summaries and not self._may_bind(path, rest):
+            if path not in self.summaries and not self._may_bind(path, tuple(rest)):
                 return []  # its bytes cannot bind what is asked: not worth parsing (exact, see _may_bind)
             summary = self.summary(path)
             if summary is None:
@@ -101,7 +102,7 @@ class ProjectModules:
             return []
         return []
 
-    def _may_bind(self, path: str, rest: List[str]) -> bool:
+    def _may_bind(self, path: str, rest: Tuple[str, ...]) -> bool:
         """Whether a module not parsed yet can resolve `rest` (the names after the module's own) for the linker:
         one name must be bound there by a def, class, assignment or import (a star import binds names for the
         linker only from the modules scopes.STAR_EXPORTS knows); `Name.attr` needs Name to be a class there or
@@ -109,6 +110,11 @@ class ProjectModules:
         the linker can resolve, and it kept torch/__init__.py from being parsed for every `torch.zeros(...)`."""
         if len(rest) > 2:
             return False
+        if (path, rest) not in self._binds:
+            self._binds[(path, rest)] = self._bytes_may_bind(path, rest)
+        return self._binds[(path, rest)]
+
+    def _bytes_may_bind(self, path: str, rest: Tuple[str, ...]) -> bool:
         data = self._data(path)
         if data is None:
             return True  # let the load report the problem
