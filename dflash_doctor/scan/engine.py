@@ -44,6 +44,10 @@ _CHUNKS_PER_JOB = 1  # one chunk per worker: each chunk links its own spawns, an
 # modules for call chains (torch: 112 parses of 78 modules at 4 chunks per worker, 86 at 1)
 _DFD_NOQA = re.compile(rb"(?i)noqa[^\n]*dfd")  # a noqa comment naming one of ours (no copy of the file made)
 MAX_LISTED_SKIPS = 200  # facts list at most this many skipped folders (the total is always given)
+# What a forked worker keeps to the end: it ends with os._exit, so freeing the call graphs it built (every tree
+# and scope of its files and of those loaded for call chains) would be work for nothing; on torch's sources it
+# was a twentieth of a worker's time. Filled only in the forked workers (the parent and pool workers free theirs).
+_KEPT_UNTIL_EXIT: List[object] = []
 
 
 def scan_rules() -> List[Rule]:
@@ -137,10 +141,11 @@ def _untriggered(path: str, data: bytes) -> FileResult:
 
 
 def _analyse_chunk(items: Sequence[Work], enabled: FrozenSet[str], max_bytes: int,
-                   index: ModuleIndex, transformers_version: Optional[str] = None
+                   index: ModuleIndex, transformers_version: Optional[str] = None, keep: Optional[List[object]] = None
                    ) -> Tuple[List[FileResult], List[str]]:
     """Analyse some files and follow their threads' call chains (loading other files on demand, here, so the
-    ASTs need not cross processes). Returns the results and the files loaded only for call chains."""
+    ASTs need not cross processes). Returns the results and the files loaded only for call chains; with `keep`,
+    the call graphs built go there instead of being freed (a process about to end)."""
     # ASTs are large and acyclic: with the cyclic collector on, it re-scans the live trees every few thousand
     # allocations, which more than doubled parse time on torch's sources. The only cycles made here (scopes
     # and their bindings) are broken by ScopeTable.release, so reference counting frees each file's tree.
@@ -168,8 +173,12 @@ def _analyse_chunk(items: Sequence[Work], enabled: FrozenSet[str], max_bytes: in
             loaded = list(modules.loaded)
             if problems:
                 results[spawning[0].path].problems.extend(problems)
-        for graph in (modules.summaries if spawning else graphs).values():
-            graph.ctx.table.release()
+        built = modules.summaries if spawning else graphs
+        if keep is not None:
+            keep.append(built)
+        else:
+            for graph in built.values():
+                graph.ctx.table.release()
         return list(results.values()), loaded
     finally:
         if was_enabled:
@@ -289,7 +298,8 @@ def _analyse_all(items, enabled, workers: int, max_bytes: int, index: ModuleInde
 
         firsts, answers = two_passes(
             chunks, first=lambda chunk: _prefilter_chunk(chunk, enabled), plan=plan,
-            second=lambda group: _analyse_chunk(group, enabled, max_bytes, index, transformers_version),
+            second=lambda group: _analyse_chunk(group, enabled, max_bytes, index, transformers_version,
+                                                keep=_KEPT_UNTIL_EXIT),
             after=lambda work: analyse_file(work.path, work.package, enabled, max_bytes, transformers_version,
                                             work.active)[0])
         seconds = [(results + [result for _, result in taken], loaded) for (results, loaded), taken in answers]
