@@ -2,7 +2,8 @@
 
 A large scan runs a cheap first pass on even shares of the files, then a second pass on work planned from all the
 first results, and, where the plan leaves some work to whichever worker is free first, that work one item at a time
-(a queue of indexes on one more pipe: each index written and read as one 4-byte record, which a pipe never splits). On POSIX the workers are forked children talking over two pipes each: importing and starting a
+(a queue of indexes on one more pipe, read as 4-byte records, written in whole records no longer than PIPE_BUF,
+which a pipe never splits). On POSIX the workers are forked children talking over two pipes each: importing and starting a
 ProcessPoolExecutor cost ~45 ms of a ~0.9 s scan of torch's sources, and a child that ends with os._exit skips
 freeing the syntax trees it built. Elsewhere (no fork, or threads already running, where forking is unsafe) the
 engine uses a process pool instead.
@@ -12,12 +13,16 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import select
 import struct
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 _LENGTH = struct.Struct("!Q")
-_INDEX = struct.Struct("!I")  # one shared item's index on the queue (well below PIPE_BUF: written whole)
+_INDEX = struct.Struct("!I")  # one shared item's index on the queue
+# Indexes are written this many at a time: a write of at most PIPE_BUF bytes reaches a pipe whole, so the queue only
+# ever holds whole records and a worker's 4-byte read takes exactly one
+_BATCH = max(1, getattr(select, "PIPE_BUF", 512) // _INDEX.size)
 
 
 class WorkerFailed(RuntimeError):
@@ -122,8 +127,9 @@ def two_passes(shares: Sequence[Any], first: Callable[[Any], Any], plan: Callabl
             _send(down, ("ok", (piece, shared) if after is not None else piece))
         if after is not None:
             try:
-                for index in range(len(shared)):
-                    os.write(queue_write, _INDEX.pack(index))
+                for start in range(0, len(shared), _BATCH):
+                    os.write(queue_write, b"".join(_INDEX.pack(index)
+                                                   for index in range(start, min(start + _BATCH, len(shared)))))
             except BrokenPipeError:
                 pass  # every worker has ended: reading their answers says how
             os.close(queue_write)

@@ -85,3 +85,12 @@ def test_a_worker_that_dies_while_others_wait_for_shared_items_is_reported():
     with pytest.raises(workers.WorkerFailed, match="ended without answering"):
         workers.two_passes([0, 1], first=lambda share: share, plan=lambda f: ([0, 1], list(range(5))),
                            second=second, after=lambda item: item)
+
+
+def test_more_shared_items_than_a_pipe_holds_are_each_taken_once():
+    # 20,000 indexes are 80 kB, more than a pipe's 64 kB buffer: the parent writes while the workers take
+    shared = list(range(20_000))
+    _, answers = workers.two_passes([0, 1], first=lambda share: share, plan=lambda f: ([0, 1], shared),
+                                    second=lambda piece: piece, after=lambda item: item)
+    taken = sorted(result for _, items in answers for index, result in items)
+    assert taken == shared
