@@ -99,7 +99,7 @@ def _pipeline_cell(facts: dict) -> str:
         return "no facts"
     mfu = facts.get("mfu")
     return (f"MFU {mfu * 100:.1f} %" if mfu is not None else "no MFU") + (
-        f", {facts.get('tokens_per_s') or 0:,.0f} tok/s, warm-up {facts.get('warmup_s')} s")
+        f", {facts.get('tokens_per_s') or 0:,.0f} tok/s, warm-up {round(facts['warmup_s'], 1) if facts.get('warmup_s') is not None else None} s")
 
 
 def pipeline_table(block: dict) -> List[str]:
