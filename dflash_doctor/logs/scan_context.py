@@ -16,6 +16,7 @@ from dflash_doctor.logs.lines import WorkerNames
 from dflash_doctor.logs.options import LogOptions
 from dflash_doctor.logs.scan_common import MAIN, MESSAGE_CHARS
 from dflash_doctor.logs.worker_progress import TOTAL, DropEvent, ProgressTracker
+from dflash_doctor.rules.catalog import lookup
 from dflash_doctor.rules.logs import LOG_THROUGHPUT_DROP, LineMemory, LogRule
 from dflash_doctor.rules.registry import Rule
 
@@ -54,7 +55,7 @@ class ScanContext:
         evidence = dict(details, thread=worker, block_line=block_line, last_step=self.deaths.last_step(worker))
         return self.emit(entry.rule, entry.finding_key(worker, details),
                          f"{worker}: {entry.message(details)}"[:MESSAGE_CHARS * 2], line, evidence,
-                         severity=entry.severity_of(details))
+                         severity=entry.severity_of(details, lookup))
 
     def drops(self, drops: List[DropEvent]) -> List[Finding]:
         new: List[Finding] = []

@@ -8,7 +8,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence
 
 from dflash_doctor.findings import Finding, Severity
-from dflash_doctor.rules.logs.model import declare
+from dflash_doctor.rules.logs.model import RuleLookup, declare
 from dflash_doctor.rules.registry import Rule
 
 
@@ -33,9 +33,7 @@ def _doctor_details(match: "re.Match[str]", text: str) -> Dict[str, Any]:
             "reported_line": int(match.group("line")) if match.group("line") else None}
 
 
-def _doctor_severity(details: Dict[str, Any]) -> Optional[Severity]:
-    from dflash_doctor.rules.catalog import lookup
-
+def _doctor_severity(details: Dict[str, Any], lookup: RuleLookup) -> Optional[Severity]:
     reported = lookup(details["reported_code"])
     return reported.severity if reported is not None else None
 

@@ -12,6 +12,7 @@ from dflash_doctor.rules.logs.model import (
     HeldLine,
     HeldRecompile,
     RuleLine,
+    RuleLookup,
     RuleScanner,
     declare,
 )
@@ -57,7 +58,7 @@ def _recompile_line(scanner: RuleScanner, line: RuleLine, details: Dict[str, Any
     return None
 
 
-def _recompile_severity(details: Dict[str, Any]) -> Optional[Severity]:
+def _recompile_severity(details: Dict[str, Any], lookup: RuleLookup) -> Optional[Severity]:
     return Severity.ERROR if details.get("fatal") else None
 
 

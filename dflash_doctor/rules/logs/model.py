@@ -30,7 +30,12 @@ def _per_worker(worker: str, details: Dict[str, Any]) -> tuple:
     return (worker,)
 
 
-def _rule_severity(details: Dict[str, Any]) -> Optional[Severity]:
+# Any rule by code or name (rules/catalog.py lookup), handed to a hook by the scanner: a rule table cannot import the
+# catalog, which imports every table (DFD522 reads back another rule's code and needs its severity).
+RuleLookup = Callable[[str], Optional[Rule]]
+
+
+def _rule_severity(details: Dict[str, Any], lookup: RuleLookup) -> Optional[Severity]:
     return None
 
 
@@ -123,7 +128,7 @@ class LogRule:
     line_is_death: bool = False
     death_kind: str = "process"
     finding_key: Callable[[str, Dict[str, Any]], tuple] = _per_worker
-    severity_of: Callable[[Dict[str, Any]], Optional[Severity]] = _rule_severity
+    severity_of: Callable[[Dict[str, Any], RuleLookup], Optional[Severity]] = _rule_severity
     records_only: bool = False
     explains_cut_traceback: bool = True
     # Whether the rule explains a traceback whose exception it matched: (the match, whether the traceback is a
