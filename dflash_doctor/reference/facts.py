@@ -20,10 +20,11 @@ __all__ = ["BlameFacts", "HangFacts", "PipelineFacts", "PipelineWorkerFacts", "S
 
 class PipelineWorkerFacts(TypedDict):
     """One worker (results.py WorkerOutcome.to_dict); a set-up that failed before any worker started is one too,
-    role "set-up", and --tracing-thread's tracer is role "tracer"."""
+    role "set-up", --tracing-thread's tracer is role "tracer", and a processes run's parent is role "parent" when
+    it received a message it could not read from a sender it cannot name (workers_processes.py)."""
 
     name: str
-    role: str  # target | drafter | tracer | set-up
+    role: str  # target | drafter | tracer | set-up | parent
     device: str
     outcome: str  # results.Outcome: ok | error | killed | stopped | hung
     error: Optional[str]

@@ -39,14 +39,15 @@ def batches_per_target(targets: int, drafters: int, steps: int) -> List[int]:
     return counts
 
 
-def route_kind(plan: RunPlan, target_device: str, drafter_device: str) -> str:
-    """ipc | p2p for one target -> drafter route (make_plan refuses `--transport ipc` across devices). On a CPU
-    `auto` is gloo, the same torch.distributed code path NCCL takes between GPUs, so CPU runs exercise it."""
+def route_kind(plan: RunPlan, target_device: str, drafter_device: str) -> Transport:
+    """Transport.IPC or Transport.P2P (never AUTO) for one target -> drafter route (make_plan refuses
+    `--transport ipc` across devices). On a CPU `auto` is gloo, the same torch.distributed code path NCCL takes
+    between GPUs, so CPU runs exercise it."""
     if plan.transport is Transport.IPC:
-        return "ipc"
+        return Transport.IPC
     if plan.transport is Transport.AUTO and target_device == drafter_device and target_device.startswith("cuda"):
-        return "ipc"
-    return "p2p"
+        return Transport.IPC
+    return Transport.P2P
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def group_specs(plan: RunPlan) -> List[GroupSpec]:
     for d, own in enumerate(sources):
         for t in sorted(set(own)):
             pair = (plan.target_devices[t], plan.drafter_devices[d])
-            if route_kind(plan, *pair) == "p2p" and _distinct_gpus(pair):
+            if route_kind(plan, *pair) is Transport.P2P and _distinct_gpus(pair):
                 specs.append(GroupSpec(f"pair:{t}:{d}", (t, targets + d), "nccl"))
     return specs
 
@@ -86,8 +87,7 @@ def describe(plan: RunPlan) -> str:
     for d, own in enumerate(sources):
         for t in own:
             pair = (plan.target_devices[t], plan.drafter_devices[d])
-            kind = route_kind(plan, *pair)
-            if kind == "ipc":
+            if route_kind(plan, *pair) is Transport.IPC:
                 kinds.add("cuda-ipc" if pair[0].startswith("cuda") else "shared-memory")
             else:
                 kinds.add("nccl" if _distinct_gpus(pair) else "gloo")
@@ -237,7 +237,7 @@ def ipc_queue_keys(plan: RunPlan) -> List[Tuple[int, int]]:
     keys = []
     for d, own in enumerate(sources):
         for t in sorted(set(own)):
-            if route_kind(plan, plan.target_devices[t], plan.drafter_devices[d]) == "ipc":
+            if route_kind(plan, plan.target_devices[t], plan.drafter_devices[d]) is Transport.IPC:
                 keys.append((t, d))
     return keys
 

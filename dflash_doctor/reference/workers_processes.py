@@ -22,17 +22,21 @@ import traceback
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from dflash_doctor.outcomes import HangCycle
 from dflash_doctor.reference.facts import BlameFacts, WrittenCorpusFacts
 from dflash_doctor.reference.results import (
-    FAILED, Outcome, PipelineResult, Progress, RunPlan, StepAggregator, StepRecord, WorkerOutcome,
+    FAILED, Outcome, PipelineResult, Progress, RunPlan, StepAggregator, StepRecord, Transport, WorkerOutcome,
 )
 from dflash_doctor.reference.signals import StopRequest, stop_signals
 from dflash_doctor.reference.transport import (
     GradientAllReduce, Groups, IpcReceiver, IpcSender, P2pReceiver, P2pSender, batches_per_target, describe,
     ipc_queue_keys, offer_probe, pair_group, route_kind, routes, take_probe,
+)
+from dflash_doctor.reference.worker_messages import (
+    Blame, Corpus, Ended, MessageError, Phase, Ready, Step, TargetForward, Threads, TransportFallback, WorkerMessage,
+    decode, encode, unhandled,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +44,8 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("dflash_doctor.reference")
 PARENT_POLL_S = 0.5
+# The entry the report gives the parent itself when a message it cannot read does not name a rank of the run.
+PARENT = "parent"
 STACK_DUMP_WAIT_S = 1.0
 
 
@@ -58,13 +64,43 @@ def _devices(plan: RunPlan) -> List[str]:
 
 
 # -- one rank -----------------------------------------------------------------------------------------------
-class Rank:
-    """One worker process: set-up for its role, then the shared loop, everything it says going to `emit`."""
+class Outbox:
+    """Where a rank's messages go: encoded (worker_messages.py, the one codec) onto the parent's queue."""
 
-    def __init__(self, plan: RunPlan, rank: int, world: int, emit: Callable[[tuple], None],
+    def __init__(self, queue, sender: str) -> None:
+        self.queue, self.sender = queue, sender
+
+    def put(self, message: WorkerMessage) -> None:
+        self.queue.put(encode(self.sender, message))
+
+    def flush(self) -> None:
+        """Before a SIGKILL or os._exit: nothing can be said later, so what was put must reach the parent now."""
+        self.queue.close()
+        self.queue.join_thread()
+
+
+class KeptSteps:
+    """Under torchrun there is no parent: a rank keeps its own steps, which the reporting rank gathers."""
+
+    def __init__(self) -> None:
+        self.records: List[StepRecord] = []
+
+    def put(self, message: WorkerMessage) -> None:
+        if isinstance(message, Step):
+            self.records.append(message.record)
+
+    def flush(self) -> None:
+        """Nothing is in flight: the steps are in this process."""
+
+
+class Rank:
+    """One worker process: set-up for its role, then the shared loop, everything it says going to `outbox`."""
+
+    def __init__(self, plan: RunPlan, rank: int, world: int, outbox: Union[Outbox, KeptSteps],
                  ipc_queues: Optional[Dict] = None) -> None:
         targets = len(plan.target_devices)
-        self.plan, self.rank, self.world, self.emit = plan, rank, world, emit
+        self.plan, self.rank, self.world, self.emit = plan, rank, world, outbox.put
+        self.outbox = outbox
         self.ipc_queues = ipc_queues or {}
         self.targets = targets
         self.outcome = WorkerOutcome(_names(plan)[rank], "target" if rank < targets else "drafter",
@@ -74,7 +110,7 @@ class Rank:
 
     def phase(self, text: str) -> None:
         self.outcome.phase = text
-        self.emit(("phase", self.outcome.name, text))
+        self.emit(Phase(text))
 
     def connect(self, init_method: str) -> None:
         import torch
@@ -111,8 +147,8 @@ class Rank:
     def _kill(self, message: str) -> None:
         self.outcome.outcome, self.outcome.error = Outcome.KILLED, message
         LOG.error("worker %s killed: %s", self.outcome.name, message)
-        self.emit(("outcome", self.outcome))
-        self.emit(("flush",))
+        self.emit(Ended(self.outcome))
+        self.outbox.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
     def _run_target(self) -> None:
@@ -131,18 +167,18 @@ class Rank:
         if t == 0:
             self.phase(corpus_text(plan))
             corpus, facts = write_corpus(plan, model, device)
-            self.emit(("corpus", facts))
+            self.emit(Corpus(facts))
         else:
             self.phase("waiting for target-0's corpus")
         if self.targets > 1 and self.groups is not None:
             dist.broadcast(corpus, src=0, group=self.groups.get("targets"))
         self.phase(forward_text(device))
         forward, mode = target_forward(plan, model, device)
-        self.emit(("target_forward", mode))
+        self.emit(TargetForward(mode))
         _, consumers = routes(self.targets, len(plan.drafter_devices))
         own = consumers[t]
         ipc_ok = self._check_ipc_as_target([d for d in sorted(set(own)) if route_kind(
-            plan, self.outcome.device, plan.drafter_devices[d]) == "ipc"], device)
+            plan, self.outcome.device, plan.drafter_devices[d]) is Transport.IPC], device)
         senders: Dict[int, Union[IpcSender, P2pSender]] = {}
         for d in set(own):
             if ipc_ok.get(d):
@@ -150,7 +186,7 @@ class Rank:
             else:
                 senders[d] = P2pSender(self.targets + d, pair_group(self.groups, t, d), device)
         role = TargetRole(plan.cfg, t, device, plan.seed, corpus, forward, plan.start_step)
-        self.emit(("ready", self.outcome.name))
+        self.emit(Ready())
         self.phase("serving batches")
         count = batches_per_target(self.targets, len(plan.drafter_devices), plan.steps)[t]
         TargetLoop(role, self.outcome, lambda batch, k: senders[own[(k - 1) % len(own)]].send(batch), count,
@@ -173,7 +209,7 @@ class Rank:
             role.warm_up(plan.seed)
         sources, _ = routes(self.targets, len(plan.drafter_devices))
         ipc_ok = self._check_ipc_as_drafter([t for t in sorted(set(sources[index])) if route_kind(
-            plan, plan.target_devices[t], self.outcome.device) == "ipc"], index)
+            plan, plan.target_devices[t], self.outcome.device) is Transport.IPC], index)
         receivers: Dict[int, Union[IpcReceiver, P2pReceiver]] = {}
         for t in set(sources[index]):
             if ipc_ok.get(t):
@@ -186,17 +222,17 @@ class Rank:
         if drafters > 1 and self.groups is not None:
             average = GradientAllReduce(self.groups.get("drafters"), self.groups.backends["drafters"], device,
                                         drafters)
-        self.emit(("ready", self.outcome.name))
+        self.emit(Ready())
         received = [0]
 
         def next_batch():
             received[0] += 1
             return receivers[own[(received[0] - 1) % len(own)]].recv()
 
-        DrafterLoop(plan, index, role, self.outcome, next_batch, lambda record: self.emit(("step", record)),
+        DrafterLoop(plan, index, role, self.outcome, next_batch, lambda record: self.emit(Step(record)),
                     average=average, compute=wrap_step(plan.mitigations, role.compute), recorder=self.recorder,
                     inject=FailureHook(plan, self.outcome.name, self._kill),
-                    on_phase=lambda text: self.emit(("phase", self.outcome.name, text))).run()
+                    on_phase=lambda text: self.emit(Phase(text))).run()
 
     def _check_ipc_as_target(self, drafters: List[int], device) -> Dict[int, bool]:
         """Before the first batch, each IPC route carries a probe and the drafter says (over gloo) whether it read
@@ -213,8 +249,8 @@ class Rank:
             dist.recv(answer, self.targets + d)
             verdict[d] = offered[d] is None and bool(answer.item())
             if not verdict[d]:
-                self.emit(("transport_fallback", f"target-{self.rank} -> drafter-{d}: CUDA IPC unusable "
-                           f"({offered[d] or 'the drafter could not read the probe'}); gloo instead"))
+                self.emit(TransportFallback(f"target-{self.rank} -> drafter-{d}: CUDA IPC unusable "
+                                            f"({offered[d] or 'the drafter could not read the probe'}); gloo instead"))
         return verdict
 
     def _check_ipc_as_drafter(self, targets: List[int], index: int) -> Dict[int, bool]:
@@ -256,21 +292,15 @@ def _rank_entry(rank: int, world: int, plan: RunPlan, outbox, init_method: str, 
     LOG.addHandler(handler)
     LOG.setLevel(log_level)
 
-    def emit(message: tuple) -> None:
-        if message[0] == "flush":
-            outbox.close()
-            outbox.join_thread()  # before a SIGKILL: nothing can be said later
-        else:
-            outbox.put(message)
-
-    worker = Rank(plan, rank, world, emit, ipc_queues)
+    messages = Outbox(outbox, _names(plan)[rank])
+    worker = Rank(plan, rank, world, messages, ipc_queues)
     try:
         worker.connect(init_method)
-        emit(("threads", worker.outcome.name, {t.ident: t.name for t in threading.enumerate()}))
+        messages.put(Threads({t.ident: t.name for t in threading.enumerate() if t.ident is not None}))
         worker.run()
         worker.outcome.phase = "done"
-        emit(("blame", worker.blame()))
-        emit(("outcome", worker.outcome))
+        messages.put(Blame(worker.blame()))
+        messages.put(Ended(worker.outcome))
         import torch.distributed as dist
 
         dist.destroy_process_group()
@@ -279,9 +309,9 @@ def _rank_entry(rank: int, world: int, plan: RunPlan, outbox, init_method: str, 
         outcome.outcome, outcome.error = Outcome.ERROR, f"{exc.__class__.__name__}: {exc}"
         outcome.traceback = traceback.format_exc()
         LOG.error("Exception in %s: %s", outcome.name, outcome.error)
-        emit(("blame", worker.blame()))
-        emit(("outcome", outcome))
-        emit(("flush",))
+        messages.put(Blame(worker.blame()))
+        messages.put(Ended(outcome))
+        messages.flush()
         os._exit(1)
 
 
@@ -342,6 +372,7 @@ class ProcessRun:
         self.corpus: Optional[WrittenCorpusFacts] = None  # target-0 writes it
         self.target_forward: Optional[str] = None
         self.transport_fallbacks: List[str] = []  # IPC routes that fell back to gloo, and why
+        self.garbled: Dict[str, str] = {}  # a rank (or PARENT) -> why a message from it could not be read
         self.aggregator = StepAggregator(len(plan.drafter_devices), plan.steps, progress,
                                          first_step=plan.start_step + 1)
         self.steps_done: Dict[str, int] = {n: 0 for n in plan.drafter_names()}
@@ -387,37 +418,51 @@ class ProcessRun:
     def take(self, timeout: float) -> bool:
         """Handle one message from a rank; False when none came within `timeout`."""
         try:
-            message = self.outbox.get(timeout=timeout)
+            raw = self.outbox.get(timeout=timeout)
         except queue.Empty:
             return False
-        kind = message[0]
         self.last_progress = self.clock()
-        if kind == "step":
-            self.aggregator.add(message[1])
-            self.steps_done[message[1].worker] += 1
-        elif kind == "phase":
-            self.phases[message[1]] = message[2]
-            self.progress.phase(message[1], message[2])
-        elif kind == "ready":
-            self.ready.add(message[1])
+        try:
+            received = decode(raw, self.names)
+        except MessageError as exc:
+            self.unreadable(exc)
+            return True
+        sender, message = received.sender, received.message
+        if isinstance(message, Step):
+            self.aggregator.add(message.record)
+            self.steps_done[message.record.worker] += 1
+        elif isinstance(message, Phase):
+            self.phases[sender] = message.text
+            self.progress.phase(sender, message.text)
+        elif isinstance(message, Ready):
+            self.ready.add(sender)
             if len(self.ready) == len(self.names) and self.setup_s is None:
                 self.setup_s = self.clock() - self.started
-        elif kind == "threads":
-            self.thread_names[message[1]] = message[2]
-        elif kind == "blame":
-            self.blame.extend(message[1])
-        elif kind == "corpus":
-            self.corpus = message[1]
-        elif kind == "target_forward":
-            self.target_forward = message[1]
-        elif kind == "transport_fallback":
-            self.transport_fallbacks.append(message[1])
-        elif kind == "outcome":
-            outcome = message[1]
-            self.reported[outcome.name] = outcome
-            if outcome.outcome in (Outcome.ERROR, Outcome.KILLED) and self.failed_worker is None:
-                self.failed_worker = outcome.name
+        elif isinstance(message, Threads):
+            self.thread_names[sender] = message.names
+        elif isinstance(message, Blame):
+            self.blame.extend(message.blames)
+        elif isinstance(message, Corpus):
+            self.corpus = message.facts
+        elif isinstance(message, TargetForward):
+            self.target_forward = message.mode
+        elif isinstance(message, TransportFallback):
+            self.transport_fallbacks.append(message.reason)
+        elif isinstance(message, Ended):
+            self.reported[message.outcome.name] = message.outcome
+            if message.outcome.outcome in (Outcome.ERROR, Outcome.KILLED) and self.failed_worker is None:
+                self.failed_worker = message.outcome.name
+        else:
+            unhandled(message)
         return True
+
+    def unreadable(self, error: MessageError) -> None:
+        """A message the parent cannot read ends the run (what it knows of the ranks can no longer be trusted),
+        with its sender failed and the reason as its error; a sender it cannot name is the parent's own entry."""
+        LOG.error("%s", error)
+        name = error.sender if error.sender in self.names else PARENT
+        self.garbled.setdefault(name, str(error))
+        self.failed_worker = self.failed_worker or name
 
     def capture_stacks(self) -> list:
         """Every live rank's threads, dumped by faulthandler on SIGUSR1; names are rank/thread."""
@@ -533,6 +578,8 @@ class ProcessRun:
         elif name != self.failed_worker and outcome.outcome is Outcome.ERROR and (
                 self.failed_worker or self.stop.requested):
             outcome.outcome = Outcome.STOPPED  # its error (a peer vanished) is a consequence, kept in `error`
+        if name in self.garbled:  # whatever else it said, the run ended on this
+            outcome.outcome, outcome.error = Outcome.ERROR, self.garbled[name]
         outcome.steps = max(outcome.steps, self.steps_done.get(name, 0))
         return outcome
 
@@ -543,6 +590,9 @@ class ProcessRun:
         plan, aggregator = self.plan, self.aggregator
         outcomes = [self.outcome_of(rank, name, proc)
                     for rank, (name, proc) in enumerate(zip(self.names, self.procs))]
+        if PARENT in self.garbled:
+            outcomes.append(WorkerOutcome(PARENT, PARENT, "cpu", Outcome.ERROR, self.garbled[PARENT],
+                                          phase="supervising the ranks"))
         failed = self.failed_worker if self.hang or any(o.outcome in FAILED for o in outcomes) else None
         hang = self.hang
         for path in Path(self.workdir).glob("*.stacks"):
@@ -588,6 +638,28 @@ def _gather_pickled(obj, rank: int, world: int, dst: int) -> list:
     return [pickle.loads(bytes(slot[:int(size)].tolist())) for slot, size in zip(slots, sizes)]
 
 
+def _read_gathered(gathered: list, plan: RunPlan) -> List[Tuple[WorkerOutcome, List[StepRecord]]]:
+    """Each rank's outcome and steps from the messages gathered to the reporting rank (through the codec, as a
+    parent reads them); a rank whose messages cannot be read is reported failed, with the reason."""
+    pairs = []
+    targets = len(plan.target_devices)
+    for rank, (name, device, envelopes) in enumerate(zip(_names(plan), _devices(plan), gathered)):
+        records: List[StepRecord] = []
+        outcome = WorkerOutcome(name, "target" if rank < targets else "drafter", device, Outcome.ERROR,
+                                f"{name} gathered no outcome")
+        try:
+            for envelope in envelopes:
+                message = decode(envelope, [name]).message
+                if isinstance(message, Step):
+                    records.append(message.record)
+                elif isinstance(message, Ended):
+                    outcome = message.outcome
+        except (MessageError, TypeError) as exc:  # TypeError: what was gathered is not a list
+            outcome.outcome, outcome.error = Outcome.ERROR, str(exc)
+        pairs.append((outcome, records))
+    return pairs
+
+
 def _under_torchrun(plan: RunPlan, progress: Progress, clock) -> PipelineResult:
     """This process is one rank of a torchrun job; the first drafter rank gathers everyone's outcome and steps.
 
@@ -598,8 +670,6 @@ def _under_torchrun(plan: RunPlan, progress: Progress, clock) -> PipelineResult:
 
     import torch.distributed as dist
 
-    from dflash_doctor.reference.results import Transport
-
     plan = dataclasses.replace(plan, transport=Transport.P2P)
     started = clock()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -607,14 +677,16 @@ def _under_torchrun(plan: RunPlan, progress: Progress, clock) -> PipelineResult:
     if world != expected:
         raise ValueError(f"torchrun started {world} ranks; this plan has {expected} workers "
                          f"({len(plan.target_devices)} target + {len(plan.drafter_devices)} drafter)")
-    records: List[StepRecord] = []
-    worker = Rank(plan, rank, world, lambda message: records.append(message[1]) if message[0] == "step" else None)
+    kept = KeptSteps()
+    worker = Rank(plan, rank, world, kept)
     worker.connect("env://")
     worker.run()
     reporter = len(plan.target_devices)
-    gathered = _gather_pickled((worker.outcome, records), rank, world, reporter)
+    said = [encode(worker.outcome.name, Step(record)) for record in kept.records]
+    said.append(encode(worker.outcome.name, Ended(worker.outcome)))
+    gathered = _gather_pickled(said, rank, world, reporter)
     dist.destroy_process_group()
-    pairs = gathered if rank == reporter else [(worker.outcome, records)]
+    pairs = _read_gathered(gathered, plan) if rank == reporter else [(worker.outcome, kept.records)]
     aggregator = StepAggregator(len(plan.drafter_devices), plan.steps, progress, first_step=plan.start_step + 1)
     for _, rank_records in pairs:
         for record in sorted(rank_records, key=lambda r: r.step):
