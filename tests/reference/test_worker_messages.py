@@ -120,7 +120,8 @@ def test_a_field_of_the_wrong_type_is_refused():
 
 def test_another_version_an_unknown_sender_and_a_bare_tuple_are_refused():
     other = _refusal((MESSAGES_VERSION + 1, "drafter-0", "ready", {}))
-    assert other.reason == f"a message of version {MESSAGES_VERSION + 1}; this dflash-doctor reads version {MESSAGES_VERSION}"
+    assert other.reason == (f"a message of version {MESSAGES_VERSION + 1}; "
+                            f"this dflash-doctor reads version {MESSAGES_VERSION}")
     stranger = _refusal((MESSAGES_VERSION, "drafter-7", "ready", {}))
     assert (stranger.sender, stranger.reason) == (None, "a message from 'drafter-7', not a rank of this run")
     # the shape every message had before this codec: a tuple whose first word is the kind
