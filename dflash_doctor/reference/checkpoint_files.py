@@ -2,6 +2,10 @@
 
 A temporary is named after the process writing it (`.drafter.pt.PID.XXXX.tmp`): one that a kill -9 left behind
 is removed by the next start that saves there (`remove_stale_temporaries`), while a live run's is left alone.
+
+What a file holds is a `DrafterCheckpoint`, written by `save_drafter` and read back, checked, by `load_drafter`
+(the run that resumes is another process, maybe another release): a file of another format, preset or with a field
+missing is one clear error, never a KeyError.
 """
 from __future__ import annotations
 
@@ -9,20 +13,30 @@ import os
 import re
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO, List, Optional, cast
+from typing import IO, Any, BinaryIO, Dict, List, Optional, cast
 
 FILENAME = "drafter.pt"
 FORMAT = 1
 _TEMPORARY = re.compile(rf"\.{re.escape(FILENAME)}\.(?:(\d+)\.)?[^/]*$")  # ours (PID) or an older release's
 
 
+@dataclass(frozen=True)
+class DrafterCheckpoint:
+    """A drafter as --save writes it and --resume reads it."""
+
+    step: int  # the last step trained: a resumed run's numbering continues after it
+    drafter: Dict[str, Any]  # the drafter's state_dict
+    optimizer: Dict[str, Any]  # its AdamW's state_dict
+
+
 def checkpoint_path(folder: str) -> Path:
     return Path(folder) / FILENAME
 
 
-def save_drafter(folder: str, state: dict, preset: str) -> str:
-    """Write `state` ({"step", "drafter", "optimizer"}) to folder/drafter.pt atomically; returns the path."""
+def save_drafter(folder: str, checkpoint: DrafterCheckpoint, preset: str) -> str:
+    """Write `checkpoint` to folder/drafter.pt atomically, with this format and `preset`; returns the path."""
     import torch
 
     target = checkpoint_path(folder)
@@ -32,7 +46,9 @@ def save_drafter(folder: str, state: dict, preset: str) -> str:
         with os.fdopen(fd, "wb") as handle:
             sink = _Sink(handle)
             try:
-                torch.save({"format": FORMAT, "preset": preset, **state}, cast(IO[bytes], sink))  # write, flush
+                state = {"format": FORMAT, "preset": preset, "step": checkpoint.step, "drafter": checkpoint.drafter,
+                         "optimizer": checkpoint.optimizer}
+                torch.save(state, cast(IO[bytes], sink))  # write, flush
             except RuntimeError as exc:
                 if sink.error is not None:
                     raise sink.error from exc
@@ -97,8 +113,9 @@ def remove_stale_temporaries(folder: str) -> List[str]:
     return removed
 
 
-def load_drafter(folder: str, preset: str) -> Optional[dict]:
-    """The saved state for `preset`, or None when the folder has no checkpoint; ValueError if it is not ours."""
+def load_drafter(folder: str, preset: str) -> Optional[DrafterCheckpoint]:
+    """The saved drafter for `preset`, or None when the folder has no checkpoint; ValueError if it is not ours or
+    not whole."""
     import torch
 
     path = checkpoint_path(folder)
@@ -112,4 +129,11 @@ def load_drafter(folder: str, preset: str) -> Optional[dict]:
         raise ValueError(f"{path} is not a dflash-doctor drafter checkpoint (format {FORMAT})")
     if state.get("preset") != preset:
         raise ValueError(f"{path} was saved by preset {state.get('preset')!r}, not {preset!r}")
-    return state
+    missing = [key for key in ("step", "drafter", "optimizer") if key not in state]
+    if missing:
+        raise ValueError(f"{path} is not a whole drafter checkpoint: it has no {', '.join(missing)}")
+    step, drafter, optimizer = state["step"], state["drafter"], state["optimizer"]
+    if type(step) is not int or step < 0 or not isinstance(drafter, dict) or not isinstance(optimizer, dict):
+        raise ValueError(f"{path} is not a whole drafter checkpoint: its step, drafter or optimizer is not what "
+                         f"format {FORMAT} writes")
+    return DrafterCheckpoint(step, drafter, optimizer)

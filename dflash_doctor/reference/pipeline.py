@@ -232,7 +232,7 @@ def make_plan(options: PipelineOptions, cuda_device_count=None) -> RunPlan:
     state = load_drafter(options.save_dir, cfg.name) if options.resume and options.save_dir else None
     if options.resume and state is None:
         raise ValueError(f"--resume: no checkpoint in {options.save_dir}")
-    start = int(state["step"]) if state else 0
+    start = state.step if state else 0
     return RunPlan(
         cfg=cfg, device_type=options.device, target_devices=targets, drafter_devices=drafters, steps=steps,
         checkpoint=options.checkpoint, attention_path=default_path(torch.device(options.device), backward=True),

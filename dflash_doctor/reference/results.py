@@ -5,6 +5,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from dflash_doctor.reference.checkpoint_files import DrafterCheckpoint
 from dflash_doctor.reference.config import PipelineConfig
 from dflash_doctor.reference.facts import (
     BlameFacts,
@@ -42,7 +43,7 @@ class RunPlan:
     attention_path: str
     seed: int = 0
     start_step: int = 0
-    resume_state: Optional[dict] = None
+    resume_state: Optional[DrafterCheckpoint] = None
     save_dir: Optional[str] = None
     fail_worker: Optional[str] = None
     fail_at_step: int = 1

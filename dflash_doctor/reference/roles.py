@@ -6,6 +6,7 @@ from typing import Callable, List, Optional, Tuple
 
 import torch
 
+from dflash_doctor.reference.checkpoint_files import DrafterCheckpoint
 from dflash_doctor.reference.config import PipelineConfig
 from dflash_doctor.reference.drafter import Drafter
 from dflash_doctor.reference.layers import derive_seed
@@ -62,7 +63,8 @@ class DrafterRole:
     """One drafter replica with its AdamW; replicas start identical and apply the same averaged gradients."""
 
     def __init__(self, cfg: PipelineConfig, index: int, device: torch.device, seed: int, checkpoint: str,
-                 attention_path: str, heads: Tuple[torch.Tensor, torch.Tensor], state: Optional[dict] = None):
+                 attention_path: str, heads: Tuple[torch.Tensor, torch.Tensor],
+                 state: Optional[DrafterCheckpoint] = None):
         self.cfg, self.device, self.checkpoint, self.attention_path = cfg, device, checkpoint, attention_path
         embed, lm_head = heads
         with torch.device(device):
@@ -74,9 +76,9 @@ class DrafterRole:
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0, fused=on_gpu or None,
                                            foreach=None if on_gpu else True)
         if state is not None:
-            self.drafter.load_state_dict(state["drafter"])
-            self.optimizer.load_state_dict(state["optimizer"])
-        start = 0 if state is None else int(state["step"])
+            self.drafter.load_state_dict(state.drafter)
+            self.optimizer.load_state_dict(state.optimizer)
+        start = 0 if state is None else state.step
         self.anchor_generator = torch.Generator().manual_seed(derive_seed(seed, "anchors", index, start))
 
     def compute(self, batch: TargetBatch) -> torch.Tensor:
@@ -104,5 +106,5 @@ class DrafterRole:
     def apply(self) -> None:
         self.optimizer.step()
 
-    def state(self, step: int) -> dict:
-        return {"step": step, "drafter": self.drafter.state_dict(), "optimizer": self.optimizer.state_dict()}
+    def state(self, step: int) -> DrafterCheckpoint:
+        return DrafterCheckpoint(step, self.drafter.state_dict(), self.optimizer.state_dict())

@@ -281,6 +281,21 @@ def test_resume_without_a_checkpoint_is_one_usage_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.timeout(60)
+def test_resume_from_a_checkpoint_without_its_step_is_one_usage_line(tmp_path):
+    import torch
+
+    saved = tmp_path / "ckpt" / "drafter.pt"
+    saved.parent.mkdir()
+    # What a save that lost its step would leave (another writer, a field renamed): the format and preset match.
+    torch.save({"format": 1, "preset": "tiny", "drafter": {}, "optimizer": {}}, str(saved))
+    proc = run_cli(*TINY, "--save", saved.parent, "--resume", timeout=50)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("dflash-doctor: error:")]
+    assert errors == [f"dflash-doctor: error: {saved} is not a whole drafter checkpoint: it has no step"]
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.slow  # end to end: `pytest -m slow` (README, .ci/run)
 @pytest.mark.timeout(120)
 def test_under_torchrun_every_rank_runs_and_the_first_drafter_reports_all(tmp_path):
