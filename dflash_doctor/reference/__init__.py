@@ -14,5 +14,6 @@ Importing the package imports nothing heavy; the modules that need torch import 
     workers_threads.py / workers_processes.py                 findings.py  run facts -> DFD8xx findings
                     start, supervise (stall watchdog), shut down, collect
     pipeline.py     options -> plan -> run (+ FLOPs, MFU)     replay.py    one drafter step for `repro`
-    checkpoint_files.py  atomic save / resume                 flops.py     model FLOPs per token, MFU
+    checkpoint_files.py  atomic save / resume (DrafterCheckpoint, checked on read)   flops.py  FLOPs per token, MFU
+    worker_messages.py   what a rank tells its parent (processes), typed, and their one codec
 """
