@@ -3,9 +3,12 @@ a real spawned child through the rank's own Outbox and read back by the parent's
 reason naming the sender, when they are not what this version reads."""
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import os
 import time
+from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -150,3 +153,47 @@ def test_a_message_the_parent_cannot_read_ends_the_run_with_its_sender_failed_an
     outcome = run.outcome_of(1, "drafter-0", process)
     assert (outcome.outcome, outcome.error) == (
         Outcome.ERROR, "drafter-0 sent a message its parent cannot read: a step message without record")
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "dflash_doctor" / "reference"
+KIND_WORDS = {kind.value for kind in MessageKind} | {"outcome", "target_forward", "transport_fallback", "flush"}
+
+
+def _reads_by_word(tree: ast.AST) -> List[str]:
+    """A message told apart by a word outside the codec: `message[0] == "step"`, `kind == "phase"`."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        words = [s.value for s in sides if isinstance(s, ast.Constant) and s.value in KIND_WORDS]
+        by_position = any(isinstance(s, ast.Subscript) and isinstance(s.slice, ast.Constant) and s.slice.value == 0
+                          for s in sides)
+        by_kind = any(isinstance(s, ast.Name) and s.id == "kind" for s in sides)
+        if words and (by_position or by_kind):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_of_the_pipeline_tells_a_message_apart_by_its_word():
+    offences = [f"{path.name} {hit}" for path in sorted(REFERENCE.glob("*.py")) if path.name != "worker_messages.py"
+                for hit in _reads_by_word(ast.parse(path.read_text("utf-8")))]
+    assert offences == [], "read a rank's message through worker_messages.decode and its classes"
+
+
+def test_the_word_scan_finds_what_the_parent_used_to_do():
+    before = '''
+def take(self, message):
+    kind = message[0]
+    if kind == "step":
+        self.aggregator.add(message[1])
+    elif kind == "phase":
+        self.phases[message[1]] = message[2]
+
+
+def emit(message):
+    if message[0] == "flush":
+        outbox.close()
+'''
+    assert sorted(_reads_by_word(ast.parse(before))) == ["line 11: message[0] == 'flush'", "line 4: kind == 'step'",
+                                                         "line 6: kind == 'phase'"]
