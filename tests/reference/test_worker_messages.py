@@ -73,6 +73,13 @@ def _in_child(target, *args):
     return queue, process
 
 
+def _end(process) -> None:
+    process.join(CHILD_TIMEOUT_S)
+    if process.is_alive():  # it never put what the test waited for: do not leave it behind
+        process.kill()
+        process.join(5)
+
+
 @pytest.mark.timeout(90)
 def test_every_message_a_child_writes_reads_back_equal_in_the_parent():
     queue, process = _in_child(_say_everything)
@@ -80,7 +87,7 @@ def test_every_message_a_child_writes_reads_back_equal_in_the_parent():
         received = [decode(queue.get(timeout=CHILD_TIMEOUT_S), ["target-0", "drafter-0"])
                     for _ in sample_messages()]
     finally:
-        process.join(CHILD_TIMEOUT_S)
+        _end(process)
     assert process.exitcode == 0
     assert received == [Received("drafter-0", message) for message in sample_messages()]
     assert {type(r.message).KIND for r in received} == set(MessageKind)  # every kind crossed, each once at least
@@ -148,11 +155,29 @@ def test_a_message_the_parent_cannot_read_ends_the_run_with_its_sender_failed_an
     try:
         assert run.take(CHILD_TIMEOUT_S) is True
     finally:
-        process.join(CHILD_TIMEOUT_S)
+        _end(process)
     assert run.failed_worker == "drafter-0" and run.aggregator.losses == []
     outcome = run.outcome_of(1, "drafter-0", process)
     assert (outcome.outcome, outcome.error) == (
         Outcome.ERROR, "drafter-0 sent a message its parent cannot read: a step message without record")
+
+
+@pytest.mark.timeout(30)
+def test_a_message_from_no_rank_of_the_run_is_the_parents_own_failed_entry():
+    pytest.importorskip("torch")
+    from dflash_doctor.reference.pipeline import PipelineOptions, make_plan
+    from dflash_doctor.reference.results import Progress
+    from dflash_doctor.reference.signals import StopRequest
+    from dflash_doctor.reference.workers_processes import ProcessRun
+
+    plan = make_plan(PipelineOptions(workers="processes", target_devices="cpu", drafter_devices="cpu"))
+    run = ProcessRun(plan, Progress(), time.monotonic, StopRequest())
+    run.unreadable(_refusal(("step", StepRecord(1, "drafter-0", 2.5, 512, 0.1, 17.5))))
+    result = run.collect()  # no rank was started: the parent's entry is the only one
+    assert result.failed_worker == "parent" and not result.ok
+    [parent] = [w.to_dict() for w in result.workers]
+    assert (parent["name"], parent["role"], parent["outcome"]) == ("parent", "parent", "error")
+    assert parent["error"].startswith("a rank sent a message its parent cannot read: not a message envelope: tuple")
 
 
 REFERENCE = Path(__file__).resolve().parents[2] / "dflash_doctor" / "reference"
