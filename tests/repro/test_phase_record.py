@@ -205,7 +205,10 @@ def test_what_each_set_up_hook_reports_crosses_to_the_parent(name, tmp_path):
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "result.json")], capture_output=True,
                           text=True, timeout=110)
     assert done.returncode == 0, done.stderr[-2000:]
-    keys = done.stdout.strip().splitlines()[-1].split(",")
+    printed = done.stdout.strip().splitlines()
+    # a set-up that reports nothing failed here with an IndexError: say what is wrong instead
+    assert printed and printed[-1], f"{name}'s set-up reported nothing: a set-up hook returns what it did"
+    keys = printed[-1].split(",")
     setup = phase_record.read(tmp_path / "result.json").setup
     assert keys and all(getattr(setup, key) is not None for key in keys), (keys, setup)
 
