@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Dict, List, Optional
 
 from dflash_doctor.findings import Problem
+from dflash_doctor.hazards import Stress
 from dflash_doctor.outcomes import RecorderEventKind, ThreadOutcome
 from dflash_doctor.repro import phase_record
 from dflash_doctor.repro.phase_record import PhaseRecord, SetupReport, ThreadRecord, TracingThreadRecord
@@ -263,7 +264,7 @@ class PhaseChild:
         self.install_mitigations()
         runtime.install(self.recorder)
         thread_config.watch_lazy_backward(self._lazy_backward_in)
-        if spec.mode == "amplified":
+        if spec.mode == Stress.AMPLIFIED.value:
             disturb.install_amplifier(spec.amplify_ms, on_sleep=self.recorder.mark_progress)
         self.started = self.clock()
         if spec.phase == "disturb":
@@ -320,11 +321,11 @@ class PhaseChild:
         from dflash_doctor import mitigations as registry
         from dflash_doctor.repro import disturb
 
-        if self.spec.mode == "forced":
+        if self.spec.mode == Stress.FORCED.value:
             return disturb.hold_fx_flag(hold_s)
-        if self.spec.mode == "stuck":
+        if self.spec.mode == Stress.STUCK.value:
             return disturb.leave_fx_flag_stuck()
-        if self.spec.mode == "foreign-trace":
+        if self.spec.mode == Stress.FOREIGN_TRACE.value:
             return disturb.trace_alongside(hold_s, around=registry.around_foreign_trace(self.spec.mitigation))
         return None
 

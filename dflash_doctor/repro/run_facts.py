@@ -21,7 +21,7 @@ from dflash_doctor.repro.facts import (
     SettingsFacts,
 )
 from dflash_doctor.repro.phase_record import PhaseRecord
-from dflash_doctor.repro.spec import ReproSpec
+from dflash_doctor.repro.spec import Mode, ReproSpec
 
 EXIT_NOT_REPRODUCED = 0
 EXIT_REPRODUCED = 1
@@ -89,7 +89,7 @@ class RunFacts:
             "model": spec.model or spec.step or f"reference drafter ({spec.preset})",
             "capabilities": self.caps.to_dict(),
         }
-        if spec.mode in ("auto", "amplified"):
+        if spec.mode in (Mode.AUTO.value, Mode.AMPLIFIED.value):
             facts["amplify_ms"] = spec.amplify_ms
         return facts
 
