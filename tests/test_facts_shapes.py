@@ -167,6 +167,7 @@ def test_pipeline_facts_match_the_model() -> None:
     _check(facts["corpus"], WrittenCorpusFacts, all_keys=True)
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(120)
 def test_hung_pipeline_facts_match_the_model() -> None:
     """A worker deadlocked by --fail-how hang: the stall's diagnosis and every thread's stack fill hang and
@@ -196,6 +197,7 @@ def test_blame_entries_match_the_model() -> None:
     _check(blame["holder_stack"][0], FrameFacts, all_keys=True)
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(120)
 def test_check_facts_match_the_model(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("import torch\nstep = torch.compile(lambda x: x)\n", encoding="utf-8")
@@ -269,6 +271,7 @@ def _check_repro(facts: Mapping[str, Any], check: Check = _check) -> None:
         check(entry, repro.ReproducedFacts, all_keys=True)
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(120)
 def test_a_real_forced_repro_matches_the_model(tmp_path: Path) -> None:
     facts = _facts("repro", "--mode", "forced", "--device", "cpu", "--expect", "reproduced", "-q",

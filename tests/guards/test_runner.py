@@ -42,6 +42,7 @@ def test_a_hanging_child_and_its_own_children_are_killed_at_the_timeout():
     assert not _alive(grandchild)
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(30)
 def test_a_hanging_probe_host_reports_every_probe_as_error():
     def sleeping_host(argv, timeout):

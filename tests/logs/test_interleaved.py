@@ -104,6 +104,7 @@ def test_the_issues_three_line_shape_names_three_threads():
     assert "drafter-0Traceback (most recent call last)" not in report.facts["threads"]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(120)
 def test_real_threads_dying_together_are_each_read(tmp_path):
     """The program itself, three times: whatever the interleaving, three patcher-race deaths of the three names."""

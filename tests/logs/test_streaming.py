@@ -148,6 +148,7 @@ def test_follow_waits_through_delete_and_recreate(tmp_path):
     assert sorted(f.evidence["thread"] for f in report.findings) == ["x-0", "z-0"]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(60)
 def test_follow_cli_survives_the_file_being_deleted_and_recreated(tmp_path):
     log = tmp_path / "train.log"

@@ -258,6 +258,7 @@ def test_step_and_model_compile_usage_errors(cli, args, said):
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(240)
 def test_max_time_ends_a_run_that_has_no_verdict_yet_with_exit_3_and_says_what_had_not_finished(tmp_path):
     """A real run whose trials cannot end in two seconds (cold compiles of the drafter): --max-time stops them,

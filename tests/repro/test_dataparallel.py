@@ -115,6 +115,7 @@ def test_compiling_outside_the_wrapper_leaves_the_replica_threads_uncompiled():
     assert compiled_in == ["MainThread"]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(300)
 def test_the_mode_reproduces_the_corruption_and_checks_the_fix_through_the_cli(tmp_path):
     proc, doc = run_cli_json("repro", "--mode", "dataparallel", "--threads", "3", "--device", "cpu", "--steps", "2",

@@ -166,6 +166,7 @@ def test_the_server_makes_the_compile_entry_imports_on_a_cpu_build_and_nothing_e
     assert (held["threads"], held["children"], held["cuda"], held["frames"]) == (1, 0, False, 0)
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(240)
 def test_only_a_child_whose_compile_length_cannot_matter_keeps_the_servers_objects_out_of_its_collections(tmp_path):
     """The server freezes its imports' objects before it forks; a timing-free child (a shared-cache trial) keeps

@@ -16,6 +16,7 @@ def _line_of(script: str, text: str) -> int:
     return next(number for number, line in enumerate(source, 1) if text in line)
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(200)
 def test_a_thread_that_survives_the_fx_error_and_dies_of_the_patcher_race_is_reported_for_both(cli, tmp_path):
     out = tmp_path / "run.json"
@@ -31,6 +32,7 @@ def test_a_thread_that_survives_the_fx_error_and_dies_of_the_patcher_race_is_rep
     assert "retrying_worker.py" in fx["evidence"]["victim_at"] and " in work" in fx["evidence"]["victim_at"]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(200)
 def test_a_finding_reads_at_80_columns_facts_first_fix_as_a_list(cli):
     proc = cli("run", "--", sys.executable, program("graph_inspector.py"), env={"COLUMNS": "80"}, timeout=180)

@@ -16,6 +16,7 @@ def _findings(path):
     return json.loads(path.read_text())["findings"]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(90)
 def test_three_stages_each_using_self_lock_run_to_the_end_and_are_no_deadlock(cli, tmp_path):
     # Before locks were told apart by identity this program was killed with 137 as a lock-order cycle.
@@ -32,6 +33,7 @@ def test_three_stages_each_using_self_lock_run_to_the_end_and_are_no_deadlock(cl
     ("lock_ring.py", ["stage-0", "stage-1", "stage-2"], "locks[i]"),
     ("acquire_transfer.py", ["pay-alice", "pay-bob"], "source.lock"),
 ])
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 def test_a_ring_of_three_locks_and_an_acquire_deadlock_are_named_and_killed(cli, tmp_path, script, threads, holds):
     out = tmp_path / "run.json"
     proc = cli("run", "--on-hang", "kill", "-f", "json", "-o", out, "--", sys.executable, program(script),
@@ -44,6 +46,7 @@ def test_a_ring_of_three_locks_and_an_acquire_deadlock_are_named_and_killed(cli,
     assert finding["path"].endswith(script)
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(90)
 def test_two_threads_queued_behind_a_slow_holder_are_never_a_deadlock(cli, tmp_path):
     out = tmp_path / "run.json"

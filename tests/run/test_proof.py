@@ -22,6 +22,7 @@ def _proof(cli, tmp_path, *args):
     return proc, doc, {row["hazard"]: row for row in (doc["facts"]["proof"] or {}).get("hazards", [])}
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(240)
 def test_a_fix_that_does_not_stop_the_race_the_baseline_reproduced_fails(cli, tmp_path):
     # threadlocal-flag does not touch torch.fx's patches: the worker dies of the patcher race in both arms
@@ -52,6 +53,7 @@ def test_a_fix_that_stops_the_race_holds_with_both_rates(cli, tmp_path):
     assert "baseline 3 of 3, with the fix 0 of 3" in race["reason"]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(240)
 def test_a_command_in_which_the_race_never_showed_reads_inconclusive_with_the_next_steps(cli, tmp_path):
     proc, doc, rows = _proof(cli, tmp_path, "--fix", "threadlocal-flag", "--trials", "1", "--", sys.executable,

@@ -88,6 +88,7 @@ def test_the_users_import_path_sitecustomize_and_lazy_torch_are_untouched(cli, t
     assert json.loads(under.stdout)[1:] == [False, "ran", str(tmp_path), ["-c", "a b"]]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(90)
 def test_a_lock_order_deadlock_is_named_and_killed_on_request(cli, tmp_path):
     out = tmp_path / "run.json"
@@ -101,6 +102,7 @@ def test_a_lock_order_deadlock_is_named_and_killed_on_request(cli, tmp_path):
     assert any("LOAD_LOCK" in step and "STEP_LOCK" in step for step in finding["evidence"]["chain"])
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(90)
 def test_on_hang_report_keeps_the_run_alive_until_sigterm(tmp_path):
     proc = start_cli("run", "-f", "json", "-o", tmp_path / "run.json", "--", sys.executable,
@@ -196,6 +198,7 @@ def test_a_command_that_does_not_exist_is_one_line(cli):
     assert proc.stderr.strip().splitlines() == ["dflash-doctor: error: command not found: no-such-command-here"]
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(90)
 def test_sarif_of_a_run_validates_and_points_at_the_users_line(cli, tmp_path):
     from tests.render.sarif_schema import assert_valid_sarif

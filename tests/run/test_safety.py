@@ -236,6 +236,7 @@ def test_sigkill_to_run_still_ends_the_command_and_removes_the_session_folder(tm
     assert list(scratch.iterdir()) == []
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(120)
 def test_on_hang_kill_ends_a_deadlocked_worker_in_its_own_session(cli, tmp_path):
     out = tmp_path / "run.json"
@@ -374,6 +375,7 @@ def test_a_closed_stdin_stays_closed(tmp_path):
     assert under.stdout == plain.stdout, under.stderr
 
 
+@pytest.mark.slow  # end to end, 3.4 s or more on the quiet 2-core box: the second test command
 @pytest.mark.timeout(120)
 def test_an_interpreter_without_psutil_still_gets_the_recorder(cli, tmp_path):
     venv = tmp_path / "venv"
