@@ -7,11 +7,11 @@ line it does not know to its first part, and leaves a crash's dump (after 'Fatal
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.logs.scan_common import MAIN, MESSAGE_CHARS
-from dflash_doctor.logs.scan_context import ScanContext
+from dflash_doctor.logs.scan_context import OpenSpan, ScanContext
 from dflash_doctor.logs.stackdump import StackDumpParser, crash_context
 from dflash_doctor.outcomes import FailureKind
 from dflash_doctor.rules.logs import LOG_STACK_DUMP_HANG
@@ -29,7 +29,7 @@ class EndedDump:
     dump: StackDumpParser
 
 
-class DumpReader:
+class DumpReader(OpenSpan[StackDumpParser]):
     def __init__(self, context: ScanContext) -> None:
         self._context = context
         self.open: Optional[StackDumpParser] = None
@@ -49,17 +49,6 @@ class DumpReader:
             self.open.start_line, self.open.threads = last.dump.start_line, last.dump.threads
         self._worker = worker
         self.open.feed(text)
-
-    def is_open(self) -> bool:
-        return self.open is not None
-
-    def take(self, body: str) -> Tuple[bool, List[Finding]]:
-        """Feed the open dump: (whether it took the line, the finding its end gave)."""
-        if self.open is None:
-            return False, []
-        if self.open.feed(body):
-            return True, self.end() if self.open.done else []
-        return False, self.end()
 
     def end(self) -> List[Finding]:
         dump, self.open = self.open, None

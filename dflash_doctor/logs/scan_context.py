@@ -6,7 +6,7 @@ dump_findings.py, held_lines.py), so that no part reaches into another's state a
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, Generic, List, Optional, Protocol, Tuple, TypeVar
 
 from dflash_doctor.findings import Finding, Severity
 from dflash_doctor.logs.cursor import Cursor
@@ -31,6 +31,38 @@ class SpanReader(Protocol):
         """(whether it took the line, the findings its end gave: a line it does not take ends it too)"""
 
     def end(self) -> List[Finding]: ...
+
+
+class SpanParser(Protocol):
+    """What a SpanReader feeds: a parser that says whether it took a line and when its span is over."""
+
+    done: bool
+
+    def feed(self, text: str) -> bool: ...
+
+
+P = TypeVar("P", bound=SpanParser)
+
+
+class OpenSpan(Generic[P]):
+    """The half of a SpanReader every span shares: the parser open now, fed until a line it does not take (which
+    ends it) or its own end. A subclass opens `open` and says in `end` what the finished span found."""
+
+    open: Optional[P] = None
+
+    def is_open(self) -> bool:
+        return self.open is not None
+
+    def take(self, body: str) -> Tuple[bool, List[Finding]]:
+        """Feed the open span: (whether it took the line, what its end found)."""
+        if self.open is None:
+            return False, []
+        if self.open.feed(body):
+            return True, self.end() if self.open.done else []
+        return False, self.end()
+
+    def end(self) -> List[Finding]:
+        raise NotImplementedError
 
 
 class ScanContext:

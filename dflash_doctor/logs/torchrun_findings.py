@@ -7,19 +7,19 @@ which came first, when every listed rank is reported.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 from dflash_doctor.findings import Finding
 from dflash_doctor.logs.blocks import BlockParser
 from dflash_doctor.logs.death_ledger import DeathKind
 from dflash_doctor.logs.facts import RootCauseFacts
 from dflash_doctor.logs.scan_common import FATAL_RULES, MAIN, exception_type
-from dflash_doctor.logs.scan_context import ScanContext
+from dflash_doctor.logs.scan_context import OpenSpan, ScanContext
 from dflash_doctor.logs.torchrun import EXIT_FIELD, RANK_FIELD, Failure, SummaryParser
 from dflash_doctor.rules.logs import LOG_KILLED_BY_SIGNAL, LOG_PROCESS_DIED, LOG_RULES, SIGNAL_MEANING
 
 
-class TorchrunSummaryReader:
+class TorchrunSummaryReader(OpenSpan[SummaryParser]):
     def __init__(self, context: ScanContext, blocks: BlockParser, line_before: Callable[[], Optional[str]]) -> None:
         self._context = context
         self._blocks = blocks
@@ -42,17 +42,6 @@ class TorchrunSummaryReader:
             self.open.feed(body)
             return True
         return False
-
-    def is_open(self) -> bool:
-        return self.open is not None
-
-    def take(self, body: str) -> Tuple[bool, List[Finding]]:
-        """Feed the open summary: (whether it took the line, what its end found)."""
-        if self.open is None:
-            return False, []
-        if self.open.feed(body):
-            return True, self.end() if self.open.done else []
-        return False, self.end()
 
     def end(self) -> List[Finding]:
         summary, self.open = self.open, None

@@ -25,7 +25,7 @@ from dflash_doctor.runtime.fx_patches import PatchIsolation
 from dflash_doctor.runtime.lock_sites import LockRef
 from dflash_doctor.runtime.recorder import Blame, Event
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
-from dflash_doctor.repro.wire import Fields, WireError, load_json
+from dflash_doctor.wire import Fields, WireError, load_json
 
 PHASE_RECORD_VERSION = 1
 THREAD_NAMES_VERSION = 1
@@ -189,7 +189,7 @@ def write(path: Path, record: PhaseRecord) -> None:
 
 # -- reading --------------------------------------------------------------------------------------------------
 def _fields(data: Any, what: str) -> Fields:
-    """One JSON object of the record, read strictly (repro/wire.py); what it cannot read is a PhaseRecordError."""
+    """One JSON object of the record, read strictly (dflash_doctor/wire.py); what it cannot read is a PhaseRecordError."""
     return Fields(data, what, PhaseRecordError)
 
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from dflash_doctor.repro.wire import Fields, WireError, check_depth, load_json
+from dflash_doctor.wire import Fields, WireError, check_depth, load_json
 
 PROTOCOL_VERSION = 1
 MAX_DEPTH = 8  # the deepest line nests 2 (request > env > value)

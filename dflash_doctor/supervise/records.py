@@ -22,6 +22,7 @@ from dflash_doctor.runtime.deadlock import HangDiagnosis
 from dflash_doctor.runtime.recorder import Event
 from dflash_doctor.runtime.lock_sites import LockRef
 from dflash_doctor.runtime.stacks import Frame, ThreadStack
+from dflash_doctor.wire import check_depth
 
 
 @dataclass(frozen=True)
@@ -328,20 +329,6 @@ def _record(data: Any) -> ProcessRecord:
         ended=_optional(data, "ended", _str), started_at=_float(data, "started_at"), fix_facts=_fix_facts(data))
 
 
-def _depth(value: Any, limit: int) -> None:
-    """Refuse nesting deeper than `limit` without recursing (json.loads itself stops near 1,000 levels with a
-    RecursionError, which `decode` also turns into a RecordError)."""
-    pending: List[Tuple[Any, int]] = [(value, 0)]
-    while pending:
-        item, level = pending.pop()
-        if level > limit:
-            raise RecordError(f"nested more than {limit} levels deep")
-        if isinstance(item, dict):
-            pending.extend((child, level + 1) for child in item.values())
-        elif isinstance(item, list):
-            pending.extend((child, level + 1) for child in item)
-
-
 def _frame_dict(frame: Frame) -> dict:
     return dict(frame.to_dict())
 
@@ -382,7 +369,7 @@ def decode(data: bytes) -> ProcessRecord:
     """The record `encode` wrote, or RecordError (see the module docstring)."""
     try:
         document = json.loads(data)
-        _depth(document, MAX_DEPTH)
+        check_depth(document, MAX_DEPTH, RecordError)
         return _record(document)
     except RecordError:
         raise

@@ -1,5 +1,7 @@
-"""Strict reading of a JSON document another process wrote: the one reader every codec of repro's process
-boundaries uses (phase_record.py: a phase child's result; warm_protocol.py: the warm-start server's lines).
+"""Strict reading of a JSON document another process wrote: repro's codecs read through it (repro/phase_record.py:
+a phase child's result; repro/warm_protocol.py: the warm-start server's lines) and run's records
+(supervise/records.py) refuse deep nesting with its check. Standard library only: the run agent loads it inside the
+user's interpreter.
 
 Each accessor names the field it could not read and why; nothing falls back to a default. `error` is the codec's
 own exception class (a WireError), so its callers catch one kind.
@@ -26,7 +28,7 @@ def load_json(data: Union[bytes, str], max_depth: int, error: Type[WireError] = 
     return check_depth(document, max_depth, error)
 
 
-def check_depth(document: Any, max_depth: int, error: Type[WireError] = WireError) -> Any:
+def check_depth(document: Any, max_depth: int, error: Callable[[str], Exception] = WireError) -> Any:
     """`document`, refused when it nests deeper than `max_depth` (checked without recursing; json.loads itself
     stops near 1,000 levels with a RecursionError)."""
     pending: List[Tuple[Any, int]] = [(document, 0)]
