@@ -402,9 +402,18 @@ MATRIX: Tuple[Tuple[str, ...], ...] = ((),) + tuple((name,) for name in NAMES) +
 
 # The advice that is not a mitigation (no hook, nothing repro applies): guards ranks it first when a live state
 # calls for it (guards/ranking.py), and the DFD6xx rules take their fix texts from it.
+class FixKind(str, enum.Enum):
+    """What a ranked fix is, as `guards` lists them (facts.fixes[].kind): the words its JSON has always had."""
+
+    MITIGATION = "mitigation"  # one or more registry entries (guards/ranking.py)
+    UPGRADE = "upgrade"  # a torch release without the hazard
+    RESTART = "restart"  # the flag is stuck: only a new process clears it
+    RESTORE_CONFIG = "restore-config"  # a changed Dynamo setting put back
+
+
 @dataclass(frozen=True)
 class Advice:
-    kind: str
+    kind: FixKind
     fix: str
     cost: str
 
@@ -413,12 +422,12 @@ class Advice:
 
 
 RESTART = Advice(
-    "restart",
+    FixKind.RESTART,
     "Restart the process: its FX-tracing flag is stuck True and never clears, so every compiled call raises.",
     "the process's in-memory state (resume from the last checkpoint)",
 )
 RESTORE_CONFIG = Advice(
-    "restore-config",
+    FixKind.RESTORE_CONFIG,
     "Set torch._dynamo.config.error_on_nested_fx_trace = True and force_compile_during_fx_trace = False (the "
     "defaults) by removing the assignments that changed them, in every thread that made one (from torch 2.12 each "
     "thread keeps its own value: resetting them in main leaves a worker's own change in place), then remove the "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from dflash_doctor.hazards import Hazard, Release
-from dflash_doctor.mitigations import REGISTRY, RESTART, RESTORE_CONFIG, Recommendation, recommend
+from dflash_doctor.mitigations import REGISTRY, RESTART, RESTORE_CONFIG, FixKind, Recommendation, recommend
 
 
 # The upgrade goal: the first release whose FX-tracing flag is thread-local (the upstream fix of the leak).
@@ -36,7 +36,7 @@ def hazard_fixes(hazard: Hazard, release: Release, present: bool = True) -> dict
 
 def _mitigation_entry(rec: Recommendation) -> dict:
     entries = [m for m in REGISTRY if m.name in rec.mitigations]
-    return {"kind": "mitigation", "fix": "; ".join(f"{m.name}: {m.summary}" for m in entries), **rec.to_dict()}
+    return {"kind": FixKind.MITIGATION, "fix": "; ".join(f"{m.name}: {m.summary}" for m in entries), **rec.to_dict()}
 
 
 def upgrade(hazards: frozenset, later: Sequence, hazards_of: Callable[..., frozenset]) -> Optional[dict]:
@@ -64,7 +64,7 @@ def upgrade(hazards: frozenset, later: Sequence, hazards_of: Callable[..., froze
     if then:
         cost += f"; on {target.read_from} the fixes rank: " + ", ".join(
             r.label + ("" if r.complete else f" (leaves {_titles(r.gaps)})") for r in then)
-    return {"kind": "upgrade", "fix": text + ".", "cost": cost, "to": target.read_from,
+    return {"kind": FixKind.UPGRADE, "fix": text + ".", "cost": cost, "to": target.read_from,
             "removes": _values(removes), "adds": {h.value: since[h] for h in adds}, "keeps": _values(keeps),
             "then": [r.label for r in then]}
 

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, List, Sequence
 
 import textwrap
 
+from dflash_doctor.mitigations import FixKind
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -269,7 +271,7 @@ def _fixes(console: Console, fixes: list) -> None:
                       + (f"  [dim]({escape(fix['evidence_label'])})[/]" if fix.get("evidence_label") else ""))
         for api in fix.get("api") or []:
             console.print(f"     [cyan]{escape(api)}[/]")
-        if fix.get("kind") == "mitigation" and fix.get("gaps"):
+        if fix.get("kind") == FixKind.MITIGATION and fix.get("gaps"):
             console.print(f"     [yellow]leaves open here: {escape(', '.join(fix['gaps']))}[/]")
         for caveat in fix.get("caveats") or []:
             console.print(f"     [dim]caveat: {escape(caveat)}[/]")
