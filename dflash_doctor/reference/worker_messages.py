@@ -25,7 +25,7 @@ MESSAGES_VERSION = 1
 
 
 class MessageKind(str, enum.Enum):
-    """The kinds of message a rank sends its parent: the envelope's second word."""
+    """The kinds of message a rank sends its parent: the envelope's third item (after version and sender)."""
 
     PHASE = "phase"
     READY = "ready"
