@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import fields
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 _T = TypeVar("_T")
@@ -41,6 +42,19 @@ def check_depth(document: Any, max_depth: int, error: Callable[[str], Exception]
         elif isinstance(item, list):
             pending.extend((child, level + 1) for child in item)
     return document
+
+
+def exact_fields(cls: Any, data: Any, version: int, what: str) -> Dict[str, Any]:
+    """The keyword arguments of the dataclass `cls` in `data`, which its `to_dict` wrote: refused (ValueError,
+    naming `what`) unless it is a dict of `version` with every field of `cls` and no other, so a field one side
+    renamed or dropped fails where it is read, never reads as its default. `version` is checked, not passed on."""
+    if not isinstance(data, dict) or data.get("version") != version:
+        raise ValueError(f"not a {what} of version {version}")
+    names = {item.name for item in fields(cls)} - {"version"}
+    missing, unknown = names - set(data), set(data) - names - {"version"}
+    if missing or unknown:
+        raise ValueError(f"not a {what}: missing {sorted(missing)}, unknown {sorted(unknown)}")
+    return {name: data[name] for name in names}
 
 
 class Fields:

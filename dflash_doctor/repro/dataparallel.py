@@ -21,7 +21,7 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
@@ -31,6 +31,7 @@ from dflash_doctor.findings import Problem, Report
 from dflash_doctor.outcomes import FailureKind, ThreadOutcome
 from dflash_doctor.progress import EventKind, ProgressEvent, Reporter, silent
 from dflash_doctor.repro.dataparallel_facts import DataParallelFacts, FixFacts, FormFacts, MeasuredFacts
+from dflash_doctor.wire import exact_fields
 
 EXIT_NOT_REPRODUCED, EXIT_REPRODUCED, EXIT_HARNESS_FAILURE = 0, 1, 3
 RESULT_VERSION = 1  # of FormSpec (spec.json, parent to child) and FormResult (result.json, child to parent)
@@ -52,13 +53,7 @@ class FormSpec:
     @classmethod
     def from_dict(cls, data: dict) -> "FormSpec":
         """Strict, as FormResult.from_dict: this version, every field and no other."""
-        names = {f.name for f in fields(cls)}
-        if not isinstance(data, dict) or data.get("version") != RESULT_VERSION:
-            raise ValueError(f"not a DataParallel form spec of version {RESULT_VERSION}")
-        missing, unknown = names - set(data), set(data) - names - {"version"}
-        if missing or unknown:
-            raise ValueError(f"not a DataParallel form spec: missing {sorted(missing)}, unknown {sorted(unknown)}")
-        return cls(**{name: data[name] for name in names})
+        return cls(**exact_fields(cls, data, RESULT_VERSION, "DataParallel form spec"))
 
 
 @dataclass
@@ -87,14 +82,7 @@ class FormResult:
     def from_dict(cls, data: dict) -> "FormResult":
         """Strict: this version, every field to_dict writes and no other (a field dropped or renamed in the child
         fails here, never reads as its default)."""
-        if not isinstance(data, dict):
-            raise ValueError(f"not a DataParallel form result: {type(data).__name__}")
-        names = {f.name for f in fields(cls)}
-        missing, unknown = names - set(data), set(data) - names
-        if missing or unknown or data.get("version") != RESULT_VERSION:
-            raise ValueError(f"not a DataParallel form result of version {RESULT_VERSION}: missing {sorted(missing)}, "
-                             f"unknown {sorted(unknown)}")
-        return cls(**data)
+        return cls(**exact_fields(cls, data, RESULT_VERSION, "DataParallel form result"))
 
 
 def parse_fixes(text: str) -> Tuple[str, ...]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Tuple
 
 from dflash_doctor.errors import UsageError, finite
 from dflash_doctor.hazards import Stress
 from dflash_doctor.vocabularies import MAX_JOBS, Cache, Checkpoint, Mode, ModelCompile, Shapes
+from dflash_doctor.wire import exact_fields
 
 
 # The reference drafter the replay builds by default: big enough that compiled flex_attention takes the kernel
@@ -211,10 +212,4 @@ class PhaseSpec:
     def from_dict(cls, data: dict) -> "PhaseSpec":
         """What to_dict wrote, this version, every field and no other: a field the parent renamed or dropped
         fails in the child (its log says which), never reads as a default."""
-        names = {item.name for item in fields(cls)}
-        if not isinstance(data, dict) or data.get("version") != PHASE_SPEC_VERSION:
-            raise ValueError(f"not a phase spec of version {PHASE_SPEC_VERSION}")
-        missing, unknown = names - set(data), set(data) - names - {"version"}
-        if missing or unknown:
-            raise ValueError(f"not a phase spec: missing {sorted(missing)}, unknown {sorted(unknown)}")
-        return cls(**{name: data[name] for name in names})
+        return cls(**exact_fields(cls, data, PHASE_SPEC_VERSION, "phase spec"))
