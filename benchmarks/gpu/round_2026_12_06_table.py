@@ -126,6 +126,10 @@ def pipeline_table(block: dict) -> List[str]:
     return lines
 
 
+def _seconds(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def speed_table(block: dict) -> List[str]:
     """S: the anchors, then speed_ratios.py's own rows (measured, floor, ratio, target) as it wrote them."""
     steps = block["steps"]
@@ -140,9 +144,8 @@ def speed_table(block: dict) -> List[str]:
     for row in ratios.get("rows", []):
         ratio = f"{row['ratio']:.2f}x" if row.get("ratio") is not None else "-"
         target = f"<= {row['target']}x" if row.get("target") is not None else "-"
-        rounded = lambda value: "-" if value is None else f"{value:.2f}"  # noqa: E731
-        lines.append(f"| {row.get('what')} | {rounded(row.get('measured_s'))} | {row.get('floor')} | "
-                     f"{rounded(row.get('floor_s'))} | "
+        lines.append(f"| {row.get('what')} | {_seconds(row.get('measured_s'))} | {row.get('floor')} | "
+                     f"{_seconds(row.get('floor_s'))} | "
                      f"{ratio} | {target} | {row.get('status')}{': ' + row['error'] if row.get('error') else ''} |")
     matrix = (ratios.get("measured") or {}).get("matrix") or {}
     if matrix.get("rows"):
